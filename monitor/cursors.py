@@ -1,0 +1,255 @@
+"""Watch cursors: where a notice gets frozen, acknowledged and reopened.
+
+A cursor holds ``last_seen`` (acknowledged), ``notified`` (the frozen watermark of the
+pending notice) and ``material`` (the latest notifiable sequence). A notice is pending while
+``material > last_seen``. All functions here run inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from monitor.keys import parse_agent_key
+from monitor.notices import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, Notice
+
+_QUALIFIED = "watcher_session_key LIKE 'agent:%:%'"
+_NOTICE_COLUMNS = (
+    "watcher_session_key, watcher_store_path, target_session_key,"
+    " last_seen_sequence, notified_sequence, material_sequence, provenance"
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WatchCursor:
+    watcher: str
+    store_path: str | None
+    target: str
+    last_seen: int
+    notified: int
+    material: int
+    provenance: str
+
+    @classmethod
+    def from_row(cls, row: tuple[str, str | None, str, int, int, int, str]) -> WatchCursor:
+        watcher, store_path, target, last_seen, notified, material, provenance = row
+        return cls(
+            watcher=watcher,
+            store_path=store_path,
+            target=target,
+            last_seen=last_seen,
+            notified=notified,
+            material=material,
+            provenance=provenance,
+        )
+
+    @property
+    def pending(self) -> bool:
+        return self.material > self.last_seen
+
+    def notice(self) -> Notice:
+        return Notice(
+            watcher=self.watcher,
+            store_path=self.store_path,
+            target=self.target,
+            last_seen=self.last_seen,
+            provenance=self.provenance,
+        )
+
+
+def head_sequence(conn: sqlite3.Connection, key: str, agent_id: str) -> int:
+    row = conn.execute(
+        "SELECT last_sequence FROM session_state_heads WHERE session_key = ? AND agent_id = ?",
+        (key, agent_id),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def read_cursor(conn: sqlite3.Connection, watcher: str, target: str) -> WatchCursor | None:
+    row = conn.execute(
+        f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors"
+        " WHERE watcher_session_key = ? AND target_session_key = ?",
+        (watcher, target),
+    ).fetchone()
+    return WatchCursor.from_row(row) if row else None
+
+
+def _write_fresh(
+    conn: sqlite3.Connection,
+    *,
+    watcher: str,
+    target: str,
+    store_path: str,
+    at: int,
+    provenance: str,
+    now: int,
+) -> None:
+    conn.execute(
+        "INSERT INTO session_watch_cursors (watcher_session_key, watcher_store_path,"
+        " target_session_key, last_seen_sequence, notified_sequence, material_sequence,"
+        " provenance, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(watcher_session_key, target_session_key) DO UPDATE SET"
+        " watcher_store_path = excluded.watcher_store_path,"
+        " last_seen_sequence = excluded.last_seen_sequence,"
+        " notified_sequence = excluded.notified_sequence,"
+        " material_sequence = excluded.material_sequence,"
+        " provenance = excluded.provenance, updated_at = excluded.updated_at",
+        (watcher, store_path, target, at, at, at, provenance, now),
+    )
+
+
+def register_watch(
+    conn: sqlite3.Connection,
+    *,
+    watcher: str,
+    target: str,
+    store_path: str,
+    provenance: str,
+    now: int,
+) -> bool:
+    """Register ``watcher`` on ``target`` from the target's current state version.
+
+    Re-registering keeps the cursor; an explicit watch upgrades an ambient one and an ambient
+    registration never downgrades an explicit one. A different store path (or a legacy cursor
+    with none) starts afresh: queued notices never carry over to another store.
+    """
+    target_key = parse_agent_key(target)
+    if parse_agent_key(watcher) is None or target_key is None or watcher == target:
+        return False
+    existing = read_cursor(conn, watcher, target)
+    if existing is None or existing.store_path != store_path:
+        at = head_sequence(conn, target, target_key.agent_id)
+        if existing is not None and existing.provenance == PROVENANCE_EXPLICIT:
+            provenance = PROVENANCE_EXPLICIT
+        _write_fresh(
+            conn,
+            watcher=watcher,
+            target=target,
+            store_path=store_path,
+            at=at,
+            provenance=provenance,
+            now=now,
+        )
+        return True
+    upgraded = PROVENANCE_EXPLICIT if provenance == PROVENANCE_EXPLICIT else existing.provenance
+    conn.execute(
+        "UPDATE session_watch_cursors SET provenance = ?, updated_at = ?"
+        " WHERE watcher_session_key = ? AND target_session_key = ?",
+        (upgraded, now, watcher, target),
+    )
+    return True
+
+
+def seed_cursor(
+    conn: sqlite3.Connection, *, watcher: str, target: str, store_path: str, at: int, now: int
+) -> None:
+    """A spawn edge: the parent watches the child from the spawn event on.
+
+    An existing cursor with a notice pending keeps it; otherwise it moves to ``at``.
+    """
+    if parse_agent_key(watcher) is None or watcher == target:
+        return
+    existing = read_cursor(conn, watcher, target)
+    if existing is not None and existing.store_path == store_path and existing.pending:
+        conn.execute(
+            "UPDATE session_watch_cursors SET provenance = ?, updated_at = ?"
+            " WHERE watcher_session_key = ? AND target_session_key = ?",
+            (PROVENANCE_EXPLICIT, now, watcher, target),
+        )
+        return
+    _write_fresh(
+        conn,
+        watcher=watcher,
+        target=target,
+        store_path=store_path,
+        at=max(at, existing.last_seen if existing and existing.store_path == store_path else 0),
+        provenance=PROVENANCE_EXPLICIT,
+        now=now,
+    )
+
+
+def advance_watchers(
+    conn: sqlite3.Connection, *, target: str, sequence: int, actor_id: str | None, now: int
+) -> list[Notice]:
+    """A notifiable event at ``sequence``: raise ``material`` of every watcher that is behind,
+    freeze ``notified`` where nothing was pending, and return the notices that opened now.
+
+    Watchers are never told about events they caused; legacy cursors (no store path) wait
+    until they are registered again.
+    """
+    rows = conn.execute(
+        "UPDATE session_watch_cursors SET"
+        " notified_sequence = CASE WHEN notified_sequence <= last_seen_sequence"
+        "   THEN ? ELSE notified_sequence END,"
+        " material_sequence = ?, updated_at = ?"
+        f" WHERE target_session_key = ? AND {_QUALIFIED}"
+        " AND watcher_store_path IS NOT NULL AND watcher_session_key IS NOT ?"
+        " AND material_sequence < ?"
+        f" RETURNING {_NOTICE_COLUMNS}",
+        (sequence, sequence, now, target, actor_id, sequence),
+    ).fetchall()
+    cursors = [WatchCursor.from_row(row) for row in rows]
+    return [c.notice() for c in cursors if c.notified == sequence]
+
+
+def list_pending(
+    conn: sqlite3.Connection, *, watcher: str | None = None, store_path: str | None = None
+) -> list[WatchCursor]:
+    """Cursors with a notice pending, optionally for one watcher in one store."""
+    sql = (
+        f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors"
+        f" WHERE material_sequence > last_seen_sequence AND {_QUALIFIED}"
+        " AND watcher_store_path IS NOT NULL"
+    )
+    params: list[str] = []
+    if watcher is not None:
+        sql += " AND watcher_session_key = ? AND watcher_store_path = ?"
+        params += [watcher, store_path or ""]
+    rows = conn.execute(sql + " ORDER BY watcher_session_key, target_session_key", params)
+    return [WatchCursor.from_row(row) for row in rows]
+
+
+def acknowledge(conn: sqlite3.Connection, cursors: list[WatchCursor], now: int) -> None:
+    """Ack on drain: ``last_seen := notified``; work that arrived after the freeze reopens
+    exactly one fresh notice (``notified := material``)."""
+    for c in cursors:
+        seen = c.notified if c.notified > c.last_seen else c.material
+        conn.execute(
+            "UPDATE session_watch_cursors SET last_seen_sequence = ?, notified_sequence = ?,"
+            " updated_at = ? WHERE watcher_session_key = ? AND target_session_key = ?"
+            " AND last_seen_sequence = ?",
+            (seen, max(c.material, seen), now, c.watcher, c.target, c.last_seen),
+        )
+
+
+def heal_unfrozen(conn: sqlite3.Connection) -> int:
+    """Startup sweep: a cursor with material work but no frozen watermark gets one."""
+    cur = conn.execute(
+        "UPDATE session_watch_cursors SET notified_sequence = material_sequence"
+        " WHERE material_sequence > last_seen_sequence"
+        " AND notified_sequence <= last_seen_sequence"
+    )
+    return cur.rowcount
+
+
+def delete_watcher_cursors(conn: sqlite3.Connection, watcher: str) -> int:
+    cur = conn.execute(
+        "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?", (watcher,)
+    )
+    return cur.rowcount
+
+
+def delete_session_cursors(conn: sqlite3.Connection, key: str) -> int:
+    cur = conn.execute(
+        "DELETE FROM session_watch_cursors"
+        " WHERE watcher_session_key = ? OR target_session_key = ?",
+        (key, key),
+    )
+    return cur.rowcount
+
+
+def is_watched(conn: sqlite3.Connection, target: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM session_watch_cursors WHERE target_session_key = ? LIMIT 1", (target,)
+    ).fetchone()
+    return row is not None

@@ -1,0 +1,40 @@
+"""The exceptions sessionwatch raises.
+
+::
+
+    SessionwatchError
+    ├── BadInput                 a request, CLI argument or value from outside is wrong
+    │   └── NotFound (LookupError)   a named session, link or catalog entry does not exist
+    ├── StoreError               the state database failed or cannot be used
+    │   └── SchemaTooNew         the database was written by a newer sessionwatch
+    └── ConfigError              the configuration file is invalid
+
+Third-party exceptions are translated at the boundary (``raise ... from exc``); the CLI and
+the HTTP API turn ``BadInput`` into exit code 2 / a 4xx answer and never show a traceback.
+"""
+
+from __future__ import annotations
+
+
+class SessionwatchError(Exception):
+    """Root of every error sessionwatch raises on purpose."""
+
+
+class BadInput(SessionwatchError):
+    """Input from outside is invalid; nothing was changed."""
+
+
+class NotFound(BadInput, LookupError):
+    """A named thing does not exist."""
+
+
+class StoreError(SessionwatchError):
+    """The state database failed or cannot be used."""
+
+
+class SchemaTooNew(StoreError):
+    """The database carries a schema version newer than this sessionwatch understands."""
+
+
+class ConfigError(SessionwatchError):
+    """The configuration file is invalid."""

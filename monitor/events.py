@@ -1,0 +1,200 @@
+"""The closed set of state-event kinds, their notify policy, summaries and payloads.
+
+Events carry metadata and a one-line summary, never message content. Summaries are fixed
+templates; payloads keep only ``outcome``, ``channel``, ``turns`` and, for ``adopted`` and
+``imported``, ``catalogId`` and ``hostId``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from monitor.errors import BadInput
+
+
+class EventKind(StrEnum):
+    HUMAN_DIRECT_MESSAGE = "human_direct_message"
+    UPSTREAM_MISSING = "upstream_missing"
+    GOAL_CHANGED = "goal_changed"
+    CHILD_SPAWNED = "child_spawned"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    COMPACTED = "compacted"
+    ADOPTED = "adopted"
+    IMPORTED = "imported"
+    CREATED = "created"
+
+
+class ActorType(StrEnum):
+    HUMAN = "human"
+    AGENT = "agent"
+    SYSTEM = "system"
+
+
+NOTIFYING_KINDS = frozenset(
+    {EventKind.HUMAN_DIRECT_MESSAGE, EventKind.UPSTREAM_MISSING, EventKind.GOAL_CHANGED}
+)
+
+RUN_FAILED_OUTCOMES = {"error": "failed", "timeout": "timed out", "cancelled": "cancelled"}
+_TOKEN = re.compile(r"^[a-z0-9][a-z0-9._:/@+-]{0,63}$")
+_MAX_TURNS = 1_000_000
+
+
+def parse_kind(raw: str) -> EventKind:
+    try:
+        return EventKind(raw)
+    except ValueError:
+        known = ", ".join(k.value for k in EventKind)
+        raise BadInput(f'unknown event kind "{raw}" (known: {known})') from None
+
+
+def parse_actor(raw: str) -> ActorType:
+    try:
+        return ActorType(raw)
+    except ValueError:
+        raise BadInput(f'unknown actor "{raw}" (known: human, agent, system)') from None
+
+
+def classify_actor(provenance: dict[str, Any] | None) -> tuple[ActorType, str | None]:
+    """Who caused an input: inter-session provenance is an agent, internal effects are the
+    system, and anything else (missing provenance included) is a human."""
+    if not provenance:
+        return ActorType.HUMAN, None
+    kind = provenance.get("kind")
+    if kind == "inter_session":
+        source = provenance.get("sourceSessionKey")
+        return ActorType.AGENT, source if isinstance(source, str) and source else None
+    if kind in {"internal_system", "internal"} or provenance.get("sessionEffects") == "internal":
+        return ActorType.SYSTEM, None
+    return ActorType.HUMAN, None
+
+
+def _token(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not _TOKEN.match(value.strip().lower()):
+        raise BadInput(
+            f"payload.{name} must be a short identifier (letters, digits, ._:/@+-; at most 64)"
+        )
+    return value.strip().lower()
+
+
+def compact_payload(kind: EventKind, raw: Any) -> dict[str, Any]:
+    """Keep only the compact payload fields; reject wrong types, drop anything else."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BadInput("payload must be a JSON object")
+    out: dict[str, Any] = {}
+    if raw.get("outcome") is not None:
+        out["outcome"] = _token("outcome", raw["outcome"])
+    if raw.get("channel") is not None:
+        out["channel"] = _token("channel", raw["channel"])
+    turns = raw.get("turns")
+    if turns is not None:
+        if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= _MAX_TURNS:
+            raise BadInput("payload.turns must be a positive integer")
+        out["turns"] = turns
+    if kind in {EventKind.ADOPTED, EventKind.IMPORTED}:
+        for field in ("catalogId", "hostId"):
+            if raw.get(field) is not None:
+                out[field] = _token(field, raw[field])
+    if kind is EventKind.RUN_FAILED:
+        outcome = out.setdefault("outcome", "error")
+        if outcome not in RUN_FAILED_OUTCOMES:
+            raise BadInput("payload.outcome of run_failed must be error, timeout or cancelled")
+    return out
+
+
+_VIA = {
+    EventKind.HUMAN_DIRECT_MESSAGE: ("human message via ", "channel"),
+    EventKind.UPSTREAM_MISSING: ("upstream missing via ", "channel"),
+    EventKind.ADOPTED: ("session adopted via ", "catalogId"),
+    EventKind.IMPORTED: ("history imported via ", "catalogId"),
+}
+_FIXED = {
+    EventKind.CHILD_SPAWNED: ("child session spawned",),
+    EventKind.RUN_COMPLETED: ("child run completed",),
+    EventKind.COMPACTED: ("session compacted",),
+    EventKind.CREATED: ("session created",),
+    EventKind.GOAL_CHANGED: ("goal updated", "goal created"),
+}
+
+
+def render_summary(kind: EventKind, payload: dict[str, Any], requested: str | None) -> str:
+    """The event's one-line summary from its kind's template.
+
+    ``requested`` may pick among a kind's templates (``goal created``) or name the channel of
+    a ``... via <channel>`` template; free text is refused, since summaries never carry content.
+    """
+    wanted = requested.strip() if requested is not None else None
+    if kind in _VIA:
+        prefix, field = _VIA[kind]
+        if wanted is not None:
+            if not wanted.startswith(prefix):
+                raise BadInput(f'summary of {kind.value} must read "{prefix}<{field}>"')
+            via = _token(field, wanted[len(prefix) :])
+            if payload.setdefault(field, via) != via:
+                raise BadInput(f"summary names {field} {via}, payload says {payload[field]}")
+        return prefix + str(payload.get(field, "unknown"))
+    if kind is EventKind.RUN_FAILED:
+        default = f"child run {RUN_FAILED_OUTCOMES[payload['outcome']]}"
+        if wanted is not None and wanted != default:
+            raise BadInput(f'summary of run_failed must match its outcome: "{default}"')
+        return default
+    templates = _FIXED[kind]
+    if wanted is None:
+        return templates[0]
+    if wanted not in templates:
+        options = ", ".join(f'"{t}"' for t in templates)
+        raise BadInput(f"summary of {kind.value} must be one of {options}")
+    return wanted
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StateEvent:
+    """One row of the signal log."""
+
+    sequence: int
+    session_key: str
+    agent_id: str
+    kind: str
+    actor_type: str
+    actor_id: str | None
+    session_id: str | None
+    run_id: str | None
+    occurred_at: int
+    summary: str
+    payload: dict[str, Any]
+    dedupe_key: str | None
+
+    def delta_json(self) -> dict[str, Any]:
+        """The typed event of a ``stateChanges`` answer."""
+        out: dict[str, Any] = {
+            "sequence": self.sequence,
+            "kind": self.kind,
+            "actorType": self.actor_type,
+        }
+        if self.actor_id is not None:
+            out["actorId"] = self.actor_id
+        out["summary"] = self.summary
+        out["occurredAt"] = self.occurred_at
+        if self.payload:
+            out["payload"] = self.payload
+        return out
+
+    def record_json(self, *, duplicate: bool) -> dict[str, Any]:
+        """The event as ``sessionwatch record`` prints it."""
+        return {
+            "sequence": self.sequence,
+            "sessionKey": self.session_key,
+            "agentId": self.agent_id,
+            "kind": self.kind,
+            "actorType": self.actor_type,
+            "actorId": self.actor_id,
+            "summary": self.summary,
+            "occurredAt": self.occurred_at,
+            "payload": self.payload or None,
+            "duplicate": duplicate,
+        }

@@ -1,0 +1,389 @@
+"""The kernel of session state awareness: one async facade over the store.
+
+The CLI and the HTTP API both call this; neither reimplements its logic. Each method is one
+transaction on the database thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from monitor import cursors, retention
+from monitor.clock import Clock, now_ms
+from monitor.errors import BadInput, SessionwatchError
+from monitor.events import ActorType, EventKind
+from monitor.keys import (
+    is_group_key,
+    is_internal_key,
+    is_main_key,
+    is_subagent_key,
+    main_key_for,
+    normalize_key,
+    parse_agent_key,
+    resolve_agent,
+)
+from monitor.notices import (
+    PROVENANCE_AMBIENT,
+    PROVENANCE_EXPLICIT,
+    CreatedNotices,
+    Notice,
+    WakeCallback,
+    WakeCoalescer,
+)
+from monitor.signal_log import (
+    Recorded,
+    earliest_sequence,
+    make_draft,
+    read_head,
+    record_event,
+    state_changes,
+)
+from monitor.store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE_PATH = "default"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KernelSettings:
+    """The ``[session]`` settings the kernel obeys."""
+
+    main_key: str = "main"
+    scope: str = "per-sender"
+    group_scope: str = "per-group"
+    notify_on_create: bool = True
+    default_store_path: str = DEFAULT_STORE_PATH
+
+
+class Kernel:
+    """Signal log, cursors, notices and reconciliation over one state database."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: KernelSettings,
+        *,
+        wake: WakeCallback | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock: Clock = store.clock
+        self._waker = WakeCoalescer(wake, clock=self.clock) if wake else None
+        self.created_notices = CreatedNotices()
+        self._next_prune_at = 0
+
+    @classmethod
+    async def open(
+        cls,
+        path: Path | str,
+        settings: KernelSettings | None = None,
+        *,
+        clock: Clock = now_ms,
+        wake: WakeCallback | None = None,
+    ) -> Kernel:
+        store = await Store.open(path, clock=clock)
+        kernel = cls(store, settings or KernelSettings(), wake=wake)
+        last = await store.read(retention.last_prune_at)
+        kernel._next_prune_at = last + retention.PRUNE_INTERVAL_MS
+        return kernel
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    # -- recording ---------------------------------------------------------------------
+
+    async def record(self, **fields: Any) -> Recorded:
+        """Validate and record one event; raises :class:`BadInput` or ``StoreError``."""
+        now = self.clock()
+        fields.setdefault("watcher_store_path", self.settings.default_store_path)
+        draft = make_draft(now=now, **fields)
+        result = await self.store.write(lambda conn: record_event(conn, draft, now))
+        self._deliver(result.notices)
+        await self._maybe_prune(now)
+        return result
+
+    async def record_best_effort(self, **fields: Any) -> Recorded | None:
+        """Record on behalf of a producer: a failure is logged, never raised."""
+        try:
+            return await self.record(**fields)
+        except SessionwatchError as exc:
+            log.warning("state event not recorded: %s", exc)
+        except Exception:
+            log.exception("state event not recorded")
+        return None
+
+    async def spawn(self, *, parent: str, child: str, run_id: str) -> Recorded:
+        """``child_spawned`` on the child, seeding the parent's cursor at its sequence."""
+        parent_key = normalize_key(parent)
+        if parse_agent_key(parent_key) is None:
+            raise BadInput(f'parent "{parent_key}" is not an agent-qualified session key')
+        if not run_id.strip():
+            raise BadInput("run id is empty")
+        return await self.record(
+            session_key=child,
+            kind=EventKind.CHILD_SPAWNED,
+            actor_type=ActorType.AGENT,
+            actor_id=parent_key,
+            run_id=run_id,
+        )
+
+    def _deliver(self, notices: list[Notice]) -> None:
+        if self._waker is None:
+            return
+        for notice in notices:
+            if self.should_wake(notice):
+                self._waker.request(notice.watcher)
+
+    def should_wake(self, notice: Notice) -> bool:
+        """Main-session watchers are woken; sub-agent and ambient watchers are not."""
+        return (
+            not notice.queue_only
+            and is_main_key(notice.watcher, self.settings.main_key)
+            and not is_subagent_key(notice.watcher)
+        )
+
+    # -- watches and notices -----------------------------------------------------------
+
+    async def watch(
+        self, *, watcher: str, target: str, store_path: str | None = None, ambient: bool = False
+    ) -> bool:
+        """Register a watch; ``False`` when the pair cannot be watched (bare keys, self,
+        an ambient watch the group scope does not allow)."""
+        w, t = normalize_key(watcher), normalize_key(target)
+        path = self._store_path(store_path)
+        if ambient and not self._ambient_allowed(w, t):
+            return False
+        provenance = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
+        now = self.clock()
+        return await self.store.write(
+            lambda conn: cursors.register_watch(
+                conn, watcher=w, target=t, store_path=path, provenance=provenance, now=now
+            )
+        )
+
+    def _ambient_allowed(self, watcher: str, target: str) -> bool:
+        target_key = parse_agent_key(target)
+        if self.settings.group_scope != "per-group" or target_key is None:
+            return False
+        main = main_key_for(target_key.agent_id, self.settings.main_key)
+        return watcher == main and target != main and is_group_key(target)
+
+    def _store_path(self, store_path: str | None) -> str:
+        if store_path is None or not store_path.strip():
+            return self.settings.default_store_path
+        path = store_path.strip()
+        if len(path) > 4096 or any(ch in path for ch in "\r\n\x00"):
+            raise BadInput("store path must be one line of at most 4096 characters")
+        return path
+
+    async def notices(
+        self, *, watcher: str, store_path: str | None = None, drain: bool = False
+    ) -> list[Notice]:
+        """The watcher's pending notices; with ``drain`` they are acknowledged in the same
+        transaction (interleaved work reopens exactly one notice, seen on the next call)."""
+        w = normalize_key(watcher)
+        if parse_agent_key(w) is None:
+            raise BadInput(f'watcher "{w}" is not an agent-qualified session key')
+        path = self._store_path(store_path)
+        now = self.clock()
+
+        def run(conn: sqlite3.Connection) -> list[Notice]:
+            pending = cursors.list_pending(conn, watcher=w, store_path=path)
+            if drain:
+                cursors.acknowledge(conn, pending, now)
+            return [c.notice() for c in pending]
+
+        return await (self.store.write(run) if drain else self.store.read(run))
+
+    async def sweep(self) -> list[Notice]:
+        """Startup recovery: freeze unfrozen work, then list (and wake) every pending notice."""
+
+        def run(conn: sqlite3.Connection) -> list[Notice]:
+            cursors.heal_unfrozen(conn)
+            return [c.notice() for c in cursors.list_pending(conn)]
+
+        pending = await self.store.write(run)
+        self._deliver(pending)
+        return pending
+
+    # -- reconciliation ----------------------------------------------------------------
+
+    async def status(
+        self, key: str, *, agent_id: str | None = None, changes_since: int | None = None
+    ) -> dict[str, Any]:
+        """The ``session_status`` object: ``stateVersion`` always, ``stateChanges`` on ask."""
+        k = normalize_key(key)
+        agent = resolve_agent(k, agent_id)
+        if changes_since is not None and changes_since < 0:
+            raise BadInput("changesSince must be a non-negative integer")
+
+        def run(conn: sqlite3.Connection) -> dict[str, Any]:
+            version, pruned = read_head(conn, k, agent)
+            out: dict[str, Any] = {"ok": True, "sessionKey": k, "stateVersion": version}
+            if changes_since is not None:
+                events, truncated = state_changes(conn, k, agent, changes_since)
+                out["stateChanges"] = {
+                    "events": [e.delta_json() for e in events],
+                    "truncated": truncated,
+                    "earliestAvailableSequence": earliest_sequence(conn, k, agent),
+                    "historyGap": changes_since < pruned,
+                }
+            return out
+
+        return await self.store.read(run)
+
+    async def state_versions(self, keys: list[str]) -> list[dict[str, Any]]:
+        """``stateVersion`` per session; all sessions with a head when ``keys`` is empty."""
+        wanted = [normalize_key(k) for k in keys]
+
+        def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            if not wanted:
+                rows = conn.execute(
+                    "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
+                    " ORDER BY session_key, agent_id"
+                ).fetchall()
+                return [_version_row(*r) for r in rows]
+            out = []
+            for k in wanted:
+                rows = conn.execute(
+                    "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
+                    " WHERE session_key = ? ORDER BY agent_id",
+                    (k,),
+                ).fetchall()
+                if rows:
+                    out += [_version_row(*r) for r in rows]
+                else:
+                    parsed = parse_agent_key(k)
+                    out.append(_version_row(k, parsed.agent_id if parsed else None, 0))
+            return out
+
+        return await self.store.read(run)
+
+    # -- lifecycle of sessions ---------------------------------------------------------
+
+    async def reset(self, key: str) -> None:
+        """A watcher's reset: its cursors and self-echo memory go; targets' history stays."""
+        k = normalize_key(key)
+
+        def run(conn: sqlite3.Connection) -> None:
+            cursors.delete_watcher_cursors(conn, k)
+            conn.execute("DELETE FROM sessionwatch_own_messages WHERE session_key = ?", (k,))
+
+        await self.store.write(run)
+
+    async def delete(self, key: str, *, agent_id: str | None = None) -> None:
+        """Delete a session: its events, head, cursors on both sides, link and our rows."""
+        k = normalize_key(key)
+        agent = resolve_agent(k, agent_id) if (agent_id or parse_agent_key(k)) else None
+        scope = "session_key = ?" + (" AND agent_id = ?" if agent else "")
+        params = (k, agent) if agent else (k,)
+
+        def run(conn: sqlite3.Connection) -> None:
+            cursors.delete_session_cursors(conn, k)
+            for table in (
+                "session_state_events",
+                "session_state_heads",
+                "session_upstream_links",
+                "sessionwatch_own_messages",
+                "sessionwatch_link_state",
+                "sessionwatch_sessions",
+            ):
+                conn.execute(f"DELETE FROM {table} WHERE {scope}", params)
+
+        await self.store.write(run)
+
+    async def prune(self, now: int | None = None) -> retention.PruneResult:
+        at = self.clock() if now is None else now
+        result = await self.store.write(lambda conn: retention.prune(conn, at))
+        self._next_prune_at = at + retention.PRUNE_INTERVAL_MS
+        return result
+
+    async def _maybe_prune(self, now: int) -> None:
+        if now < self._next_prune_at:
+            return
+        self._next_prune_at = now + retention.PRUNE_INTERVAL_MS
+        try:
+            await self.prune(now)
+        except SessionwatchError as exc:
+            log.warning("retention failed: %s", exc)
+
+    # -- known gateway sessions --------------------------------------------------------
+
+    async def upsert_session(
+        self,
+        key: str,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        store_path: str | None = None,
+        run_active: bool | None = None,
+    ) -> dict[str, Any]:
+        """Create or update what the sidecar knows of a gateway session.
+
+        Creating one (not the main session, not internal, cron or draft) records ``created``
+        and queues one bounded "New session created" notice for the agent's main session.
+        """
+        k = normalize_key(key)
+        agent = resolve_agent(k, agent_id)
+        path = self._store_path(store_path) if store_path is not None else None
+        now = self.clock()
+        created_draft = None
+        if not is_main_key(k, self.settings.main_key) and not is_internal_key(k):
+            created_draft = make_draft(
+                session_key=k, agent_id=agent, kind=EventKind.CREATED,
+                actor_type=ActorType.SYSTEM, session_id=session_id, now=now,
+            )
+
+        def run(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+            existed = conn.execute(
+                "SELECT 1 FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
+                (k, agent),
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
+                " store_path, run_active, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+                " session_id = coalesce(excluded.session_id, session_id),"
+                " store_path = coalesce(excluded.store_path, store_path),"
+                " run_active = CASE WHEN ? IS NULL THEN run_active ELSE excluded.run_active END,"
+                " updated_at = excluded.updated_at",
+                (k, agent, session_id, path, int(bool(run_active)), now, now,
+                 run_active),
+            )
+            created = not existed and created_draft is not None
+            if created and created_draft is not None:
+                created = not record_event(conn, created_draft, now).duplicate
+            return read_session(conn, k, agent) or {}, created
+
+        info, created = await self.store.write(run)
+        if created and self.settings.notify_on_create:
+            self.created_notices.add(main_key_for(agent, self.settings.main_key), k)
+        return info
+
+
+def _version_row(key: str, agent_id: str | None, version: int) -> dict[str, Any]:
+    return {"sessionKey": key, "agentId": agent_id, "stateVersion": version}
+
+
+def read_session(conn: sqlite3.Connection, key: str, agent_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT session_key, agent_id, session_id, store_path, run_active, created_at,"
+        " updated_at FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
+        (key, agent_id),
+    ).fetchone()
+    if row is None:
+        return None
+    return {
+        "sessionKey": row[0],
+        "agentId": row[1],
+        "sessionId": row[2],
+        "storePath": row[3],
+        "runActive": bool(row[4]),
+        "createdAt": row[5],
+        "updatedAt": row[6],
+    }

@@ -1,0 +1,93 @@
+"""Session keys: ``agent:<agentId>:<rest>``, lower-cased.
+
+A key with the ``agent:<id>:`` prefix is *agent-qualified*; a bare key such as ``global`` is
+ambiguous across agents: it gets the log and ``changesSince`` but never a cursor or notice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monitor.errors import BadInput
+
+MAX_KEY_LENGTH = 512
+_GROUP_MARKERS = frozenset({"group", "room", "channel"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentKey:
+    """A parsed agent-qualified session key."""
+
+    agent_id: str
+    rest: str
+
+    @property
+    def key(self) -> str:
+        return f"agent:{self.agent_id}:{self.rest}"
+
+
+def normalize_key(raw: str) -> str:
+    """Trim and lower-case a session key; reject empty, multi-line or oversized keys."""
+    key = raw.strip().lower()
+    if not key:
+        raise BadInput("session key is empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise BadInput(f"session key is longer than {MAX_KEY_LENGTH} characters")
+    if any(ch in key for ch in "\r\n\t\x00"):
+        raise BadInput("session key contains a control character")
+    return key
+
+
+def parse_agent_key(key: str) -> AgentKey | None:
+    """Return the agent and rest of an agent-qualified key, or None for a bare key."""
+    parts = key.split(":", 2)
+    if len(parts) < 3 or parts[0] != "agent" or not parts[1] or not parts[2]:
+        return None
+    return AgentKey(agent_id=parts[1], rest=parts[2])
+
+
+def resolve_agent(key: str, agent_id: str | None) -> str:
+    """The agent id owning ``key``: taken from the key, else from ``agent_id``."""
+    parsed = parse_agent_key(key)
+    explicit = agent_id.strip().lower() if agent_id else None
+    if parsed is None:
+        if not explicit:
+            raise BadInput(f'session key "{key}" is not agent-qualified: give its agent id')
+        return explicit
+    if explicit and explicit != parsed.agent_id:
+        raise BadInput(
+            f'agent id "{explicit}" does not match session key "{key}" (agent "{parsed.agent_id}")'
+        )
+    return parsed.agent_id
+
+
+def is_main_key(key: str, main_key: str = "main") -> bool:
+    """True for an agent's main session, ``agent:<id>:<main_key>``."""
+    parsed = parse_agent_key(key)
+    return parsed is not None and parsed.rest == main_key
+
+
+def main_key_for(agent_id: str, main_key: str = "main") -> str:
+    return f"agent:{agent_id}:{main_key}"
+
+
+def is_subagent_key(key: str) -> bool:
+    """True for a nested sub-agent session (``agent:<id>:subagent:...``)."""
+    parsed = parse_agent_key(key)
+    return parsed is not None and parsed.rest.split(":", 1)[0] == "subagent"
+
+
+def is_group_key(key: str) -> bool:
+    """True for an isolated group, room or channel session (``...:group:<id>`` and the like)."""
+    parsed = parse_agent_key(key)
+    if parsed is None:
+        return False
+    segments = parsed.rest.split(":")
+    return any(seg in _GROUP_MARKERS for seg in segments[:-1])
+
+
+def is_internal_key(key: str) -> bool:
+    """Internal, cron and draft sessions never raise a "session created" notice."""
+    parsed = parse_agent_key(key)
+    head = (parsed.rest if parsed else key).split(":", 1)[0]
+    return head in {"cron", "hook", "internal", "draft", "incognito"}

@@ -1,0 +1,213 @@
+"""The state database's schema: OpenClaw's four tables plus our own ``sessionwatch_`` tables.
+
+The sidecar may open a database a gateway created first, in OpenClaw's older shape (tables
+without ``STRICT``, cursors without ``watcher_store_path`` and ``provenance``, no links
+table). :func:`migrate` creates what is missing and adds missing columns; it never drops,
+rewrites or reorders the gateway's tables or rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from monitor.errors import SchemaTooNew
+
+SCHEMA_VERSION = 1
+
+_OPENCLAW_TABLES = {
+    "session_state_events": """
+        CREATE TABLE IF NOT EXISTS session_state_events (
+            sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+            dedupe_key TEXT UNIQUE,
+            session_key TEXT NOT NULL,
+            session_id TEXT,
+            agent_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            actor_type TEXT NOT NULL,
+            actor_id TEXT,
+            run_id TEXT,
+            occurred_at INTEGER NOT NULL,
+            summary TEXT NOT NULL,
+            payload_json TEXT
+        ) STRICT""",
+    "session_state_heads": """
+        CREATE TABLE IF NOT EXISTS session_state_heads (
+            session_key TEXT NOT NULL,
+            agent_id TEXT NOT NULL,
+            last_sequence INTEGER NOT NULL,
+            pruned_max_sequence INTEGER NOT NULL DEFAULT 0,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (session_key, agent_id)
+        ) STRICT""",
+    "session_watch_cursors": """
+        CREATE TABLE IF NOT EXISTS session_watch_cursors (
+            watcher_session_key TEXT NOT NULL,
+            watcher_store_path TEXT,
+            target_session_key TEXT NOT NULL,
+            last_seen_sequence INTEGER NOT NULL DEFAULT 0,
+            notified_sequence INTEGER NOT NULL DEFAULT 0,
+            material_sequence INTEGER NOT NULL DEFAULT 0,
+            provenance TEXT NOT NULL DEFAULT 'explicit'
+                CHECK (provenance IN ('explicit', 'ambient-group')),
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (watcher_session_key, target_session_key)
+        ) STRICT""",
+    "session_upstream_links": """
+        CREATE TABLE IF NOT EXISTS session_upstream_links (
+            session_key TEXT NOT NULL,
+            agent_id TEXT NOT NULL,
+            catalog_id TEXT,
+            host_id TEXT,
+            thread_id TEXT,
+            upstream_kind TEXT NOT NULL,
+            upstream_ref_json TEXT NOT NULL,
+            last_marker_json TEXT,
+            last_scanned_at INTEGER,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (session_key, agent_id)
+        ) STRICT""",
+}
+
+# Columns an older gateway table may lack, with the clause ALTER TABLE adds them with.
+_ADDABLE_COLUMNS = {
+    "session_state_events": {
+        "dedupe_key": "TEXT",
+        "session_id": "TEXT",
+        "actor_id": "TEXT",
+        "run_id": "TEXT",
+        "payload_json": "TEXT",
+    },
+    "session_state_heads": {
+        "pruned_max_sequence": "INTEGER NOT NULL DEFAULT 0",
+        "updated_at": "INTEGER NOT NULL DEFAULT 0",
+    },
+    "session_watch_cursors": {
+        "watcher_store_path": "TEXT",
+        "last_seen_sequence": "INTEGER NOT NULL DEFAULT 0",
+        "notified_sequence": "INTEGER NOT NULL DEFAULT 0",
+        "material_sequence": "INTEGER NOT NULL DEFAULT 0",
+        "provenance": "TEXT NOT NULL DEFAULT 'explicit'"
+        " CHECK (provenance IN ('explicit', 'ambient-group'))",
+        "updated_at": "INTEGER NOT NULL DEFAULT 0",
+    },
+    "session_upstream_links": {
+        "catalog_id": "TEXT",
+        "host_id": "TEXT",
+        "thread_id": "TEXT",
+        "last_marker_json": "TEXT",
+        "last_scanned_at": "INTEGER",
+    },
+}
+
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS idx_session_state_events_session_sequence"
+    " ON session_state_events (session_key, sequence DESC)",
+    "CREATE INDEX IF NOT EXISTS idx_session_state_events_time"
+    " ON session_state_events (occurred_at DESC, sequence DESC)",
+    "CREATE INDEX IF NOT EXISTS idx_session_watch_cursors_target"
+    " ON session_watch_cursors (target_session_key)",
+    "CREATE INDEX IF NOT EXISTS idx_session_upstream_links_catalog_id"
+    " ON session_upstream_links (catalog_id)",
+)
+
+_OWN_TABLES = (
+    """CREATE TABLE IF NOT EXISTS sessionwatch_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT""",
+    # What the sidecar knows of gateway sessions: ids, store path, whether a run is active.
+    """CREATE TABLE IF NOT EXISTS sessionwatch_sessions (
+        session_key TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        session_id TEXT,
+        store_path TEXT,
+        run_active INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (session_key, agent_id)
+    ) STRICT""",
+    # Self-echo memory: hashes of the last OpenClaw-side user messages, never their text.
+    """CREATE TABLE IF NOT EXISTS sessionwatch_own_messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_key TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        text_hash TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    ) STRICT""",
+    "CREATE INDEX IF NOT EXISTS idx_sessionwatch_own_messages_session"
+    " ON sessionwatch_own_messages (session_key, agent_id, id DESC)",
+    # Durable monitor state per link: the missing streak and the blocked offset.
+    """CREATE TABLE IF NOT EXISTS sessionwatch_link_state (
+        session_key TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        source_key TEXT NOT NULL,
+        link_updated_at INTEGER NOT NULL,
+        missing_streak INTEGER NOT NULL DEFAULT 0,
+        blocked_offset INTEGER,
+        blocked_reason TEXT,
+        PRIMARY KEY (session_key, agent_id)
+    ) STRICT""",
+)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _ensure_unique_dedupe_key(conn: sqlite3.Connection) -> None:
+    """Recording relies on ``ON CONFLICT(dedupe_key)``: make sure a unique index backs it."""
+    for row in conn.execute("PRAGMA index_list(session_state_events)"):
+        name, unique = row[1], row[2]
+        if unique:
+            cols = [c[2] for c in conn.execute(f"PRAGMA index_info({name})")]
+            if cols == ["dedupe_key"]:
+                return
+    conn.execute(
+        "CREATE UNIQUE INDEX IF NOT EXISTS sessionwatch_events_dedupe_key"
+        " ON session_state_events (dedupe_key)"
+    )
+
+
+def read_schema_version(conn: sqlite3.Connection) -> int:
+    """The recorded schema version, 0 for a database sessionwatch never opened."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessionwatch_meta'"
+    ).fetchone()
+    if not exists:
+        return 0
+    row = conn.execute("SELECT value FROM sessionwatch_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION` inside the caller's transaction.
+
+    Returns the version found. Raises :class:`SchemaTooNew` for a newer database.
+    """
+    found = read_schema_version(conn)
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"the state database has schema version {found}, newer than this sessionwatch"
+            f" understands ({SCHEMA_VERSION}); upgrade sessionwatch"
+        )
+    for table, ddl in _OPENCLAW_TABLES.items():
+        conn.execute(ddl)
+        present = _columns(conn, table)
+        for column, clause in _ADDABLE_COLUMNS[table].items():
+            if column not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {clause}")
+    _ensure_unique_dedupe_key(conn)
+    for statement in (*_INDEXES, *_OWN_TABLES):
+        conn.execute(statement)
+    if found < SCHEMA_VERSION:
+        conn.execute(
+            "INSERT INTO sessionwatch_meta (key, value) VALUES ('schema_version', ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+        conn.execute(
+            "INSERT OR IGNORE INTO sessionwatch_meta (key, value) VALUES ('created_at', ?)",
+            (str(now_ms),),
+        )
+    return found

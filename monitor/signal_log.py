@@ -1,0 +1,254 @@
+"""The signal log: recording typed state events and reading them back.
+
+:func:`record_event` is the whole recording transaction (insert or find the duplicate, raise
+the head, move the target's cursors) as one synchronous function the store runs in a single
+``BEGIN IMMEDIATE``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from monitor.clock import DAY_MS
+from monitor.cursors import advance_watchers, seed_cursor
+from monitor.errors import BadInput
+from monitor.events import (
+    NOTIFYING_KINDS,
+    ActorType,
+    EventKind,
+    StateEvent,
+    compact_payload,
+    render_summary,
+)
+from monitor.keys import normalize_key, resolve_agent
+from monitor.notices import Notice
+
+OCCURRED_AT_MAX_SKEW_MS = DAY_MS
+MAX_ID_LENGTH = 256
+CHANGES_LIMIT = 200
+
+_EVENT_COLUMNS = (
+    "sequence, session_key, agent_id, kind, actor_type, actor_id, session_id, run_id,"
+    " occurred_at, summary, payload_json, dedupe_key"
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventDraft:
+    """A validated event about to be recorded."""
+
+    session_key: str
+    agent_id: str
+    kind: EventKind
+    actor_type: ActorType
+    actor_id: str | None
+    session_id: str | None
+    run_id: str | None
+    occurred_at: int
+    summary: str
+    payload: dict[str, Any]
+    dedupe_key: str | None
+    watcher_store_path: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Recorded:
+    """What recording returns: the row, whether it already existed, and opened notices."""
+
+    event: StateEvent
+    duplicate: bool
+    notices: list[Notice] = field(default_factory=list)
+
+
+def _ident(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if len(text) > MAX_ID_LENGTH or any(ch in text for ch in "\r\n\x00"):
+        raise BadInput(f"{name} must be one line of at most {MAX_ID_LENGTH} characters")
+    return text
+
+
+def clamp_occurred_at(occurred_at: int | None, now: int) -> int:
+    """Upstream clocks are trusted only within [now - 24 h, now]."""
+    if occurred_at is None:
+        return now
+    return min(max(occurred_at, now - OCCURRED_AT_MAX_SKEW_MS), now)
+
+
+def _default_dedupe(kind: EventKind, key: str, agent_id: str, run_id: str | None,
+                    session_id: str | None) -> str | None:
+    if run_id and kind is EventKind.CHILD_SPAWNED:
+        return f"child-spawned:{run_id}"
+    if run_id and kind in {EventKind.RUN_COMPLETED, EventKind.RUN_FAILED}:
+        return f"run-terminal:{run_id}"
+    if session_id and kind is EventKind.CREATED:
+        return f"created:{agent_id}:{key}:{session_id}"
+    if kind is EventKind.ADOPTED:
+        return f"adopted:{agent_id}:{key}"
+    return None
+
+
+def make_draft(
+    *,
+    session_key: str,
+    kind: EventKind,
+    actor_type: ActorType,
+    now: int,
+    agent_id: str | None = None,
+    actor_id: str | None = None,
+    session_id: str | None = None,
+    run_id: str | None = None,
+    summary: str | None = None,
+    dedupe_key: str | None = None,
+    payload: Any = None,
+    occurred_at: int | None = None,
+    watcher_store_path: str | None = None,
+) -> EventDraft:
+    """Validate producer input into an :class:`EventDraft`; raises :class:`BadInput`."""
+    key = normalize_key(session_key)
+    agent = resolve_agent(key, agent_id)
+    actor = normalize_key(actor_id) if actor_id else None
+    run = _ident("run id", run_id)
+    sid = _ident("session id", session_id)
+    compact = compact_payload(kind, payload)
+    text = render_summary(kind, compact, summary)
+    if kind is EventKind.CHILD_SPAWNED and actor is None:
+        raise BadInput("child_spawned needs the parent as its actor id")
+    dedupe = _ident("dedupe key", dedupe_key) or _default_dedupe(kind, key, agent, run, sid)
+    return EventDraft(
+        session_key=key,
+        agent_id=agent,
+        kind=kind,
+        actor_type=actor_type,
+        actor_id=actor,
+        session_id=sid,
+        run_id=run,
+        occurred_at=clamp_occurred_at(occurred_at, now),
+        summary=text,
+        payload=compact,
+        dedupe_key=dedupe,
+        watcher_store_path=watcher_store_path,
+    )
+
+
+def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
+    (seq, key, agent, kind, actor_type, actor_id, sid, run, occurred, summary, payload_json,
+     dedupe) = row
+    payload = orjson.loads(payload_json) if payload_json else {}
+    return StateEvent(
+        sequence=seq,
+        session_key=key,
+        agent_id=agent,
+        kind=kind,
+        actor_type=actor_type,
+        actor_id=actor_id,
+        session_id=sid,
+        run_id=run,
+        occurred_at=occurred,
+        summary=summary,
+        payload=payload if isinstance(payload, dict) else {},
+        dedupe_key=dedupe,
+    )
+
+
+def find_by_dedupe(conn: sqlite3.Connection, dedupe_key: str) -> StateEvent | None:
+    row = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM session_state_events WHERE dedupe_key = ?",
+        (dedupe_key,),
+    ).fetchone()
+    return _row_to_event(row) if row else None
+
+
+def raise_head(conn: sqlite3.Connection, key: str, agent_id: str, sequence: int,
+               now: int) -> None:
+    conn.execute(
+        "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
+        " pruned_max_sequence, updated_at) VALUES (?, ?, ?, 0, ?)"
+        " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+        " last_sequence = max(last_sequence, excluded.last_sequence),"
+        " updated_at = excluded.updated_at",
+        (key, agent_id, sequence, now),
+    )
+
+
+def record_event(conn: sqlite3.Connection, draft: EventDraft, now: int) -> Recorded:
+    """The recording transaction's body: see the module docstring."""
+    payload_json = orjson.dumps(draft.payload).decode() if draft.payload else None
+    row = conn.execute(
+        "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id,"
+        " kind, actor_type, actor_id, run_id, occurred_at, summary, payload_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(dedupe_key) DO NOTHING RETURNING sequence",
+        (draft.dedupe_key, draft.session_key, draft.session_id, draft.agent_id,
+         draft.kind.value, draft.actor_type.value, draft.actor_id, draft.run_id,
+         draft.occurred_at, draft.summary, payload_json),
+    ).fetchone()
+    if row is None:
+        assert draft.dedupe_key is not None  # only a dedupe key can conflict
+        existing = find_by_dedupe(conn, draft.dedupe_key)
+        if existing is None:  # pragma: no cover - the conflict row cannot vanish mid-transaction
+            raise BadInput(f"dedupe key {draft.dedupe_key} conflicted but is not stored")
+        return Recorded(event=existing, duplicate=True)
+    sequence = int(row[0])
+    raise_head(conn, draft.session_key, draft.agent_id, sequence, now)
+    notices: list[Notice] = []
+    if draft.kind is EventKind.CHILD_SPAWNED and draft.actor_id and draft.watcher_store_path:
+        seed_cursor(conn, watcher=draft.actor_id, target=draft.session_key,
+                    store_path=draft.watcher_store_path, at=sequence, now=now)
+    elif draft.kind in NOTIFYING_KINDS and draft.session_key.startswith("agent:"):
+        notices = advance_watchers(conn, target=draft.session_key, sequence=sequence,
+                                   actor_id=draft.actor_id, now=now)
+    event = StateEvent(
+        sequence=sequence,
+        session_key=draft.session_key,
+        agent_id=draft.agent_id,
+        kind=draft.kind.value,
+        actor_type=draft.actor_type.value,
+        actor_id=draft.actor_id,
+        session_id=draft.session_id,
+        run_id=draft.run_id,
+        occurred_at=draft.occurred_at,
+        summary=draft.summary,
+        payload=draft.payload,
+        dedupe_key=draft.dedupe_key,
+    )
+    return Recorded(event=event, duplicate=False, notices=notices)
+
+
+def state_changes(
+    conn: sqlite3.Connection, key: str, agent_id: str, since: int, limit: int = CHANGES_LIMIT
+) -> tuple[list[StateEvent], bool]:
+    """Events of one session after ``since``, ascending, at most ``limit``; and whether
+    more exist."""
+    rows = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM session_state_events"
+        " WHERE session_key = ? AND agent_id = ? AND sequence > ?"
+        " ORDER BY sequence ASC LIMIT ?",
+        (key, agent_id, since, limit + 1),
+    ).fetchall()
+    return [_row_to_event(r) for r in rows[:limit]], len(rows) > limit
+
+
+def earliest_sequence(conn: sqlite3.Connection, key: str, agent_id: str) -> int | None:
+    row = conn.execute(
+        "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
+        (key, agent_id),
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def read_head(conn: sqlite3.Connection, key: str, agent_id: str) -> tuple[int, int]:
+    """``(last_sequence, pruned_max_sequence)`` of a session, zeros when never logged."""
+    row = conn.execute(
+        "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
+        " WHERE session_key = ? AND agent_id = ?",
+        (key, agent_id),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
