@@ -11,7 +11,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from monitor.keys import parse_agent_key
-from monitor.notices import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, Notice
+from monitor.notices import PROVENANCE_EXPLICIT, Notice
 
 _QUALIFIED = "watcher_session_key LIKE 'agent:%:%'"
 _NOTICE_COLUMNS = (
@@ -241,8 +241,7 @@ def delete_watcher_cursors(conn: sqlite3.Connection, watcher: str) -> int:
 
 def delete_session_cursors(conn: sqlite3.Connection, key: str) -> int:
     cur = conn.execute(
-        "DELETE FROM session_watch_cursors"
-        " WHERE watcher_session_key = ? OR target_session_key = ?",
+        "DELETE FROM session_watch_cursors WHERE watcher_session_key = ? OR target_session_key = ?",
         (key, key),
     )
     return cur.rowcount

@@ -83,7 +83,7 @@ def _token(name: str, value: Any) -> str:
 def compact_payload(kind: EventKind, raw: Any) -> dict[str, Any]:
     """Keep only the compact payload fields; reject wrong types, drop anything else."""
     if raw is None:
-        return {}
+        raw = {}
     if not isinstance(raw, dict):
         raise BadInput("payload must be a JSON object")
     out: dict[str, Any] = {}

@@ -335,8 +335,12 @@ class Kernel:
         created_draft = None
         if not is_main_key(k, self.settings.main_key) and not is_internal_key(k):
             created_draft = make_draft(
-                session_key=k, agent_id=agent, kind=EventKind.CREATED,
-                actor_type=ActorType.SYSTEM, session_id=session_id, now=now,
+                session_key=k,
+                agent_id=agent,
+                kind=EventKind.CREATED,
+                actor_type=ActorType.SYSTEM,
+                session_id=session_id,
+                now=now,
             )
 
         def run(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
@@ -352,8 +356,7 @@ class Kernel:
                 " store_path = coalesce(excluded.store_path, store_path),"
                 " run_active = CASE WHEN ? IS NULL THEN run_active ELSE excluded.run_active END,"
                 " updated_at = excluded.updated_at",
-                (k, agent, session_id, path, int(bool(run_active)), now, now,
-                 run_active),
+                (k, agent, session_id, path, int(bool(run_active)), now, now, run_active),
             )
             created = not existed and created_draft is not None
             if created and created_draft is not None:

@@ -41,7 +41,10 @@ def _row_cap_sequence(conn: sqlite3.Connection, max_rows: int) -> int:
 
 
 def prune(
-    conn: sqlite3.Connection, now: int, *, max_rows: int = MAX_ROWS,
+    conn: sqlite3.Connection,
+    now: int,
+    *,
+    max_rows: int = MAX_ROWS,
     retention_ms: int = RETENTION_MS,
 ) -> PruneResult:
     """Run retention inside the caller's transaction."""

@@ -176,7 +176,9 @@ def read_schema_version(conn: sqlite3.Connection) -> int:
     ).fetchone()
     if not exists:
         return 0
-    row = conn.execute("SELECT value FROM sessionwatch_meta WHERE key = 'schema_version'").fetchone()
+    row = conn.execute(
+        "SELECT value FROM sessionwatch_meta WHERE key = 'schema_version'"
+    ).fetchone()
     return int(row[0]) if row else 0
 
 

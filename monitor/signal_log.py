@@ -82,8 +82,9 @@ def clamp_occurred_at(occurred_at: int | None, now: int) -> int:
     return min(max(occurred_at, now - OCCURRED_AT_MAX_SKEW_MS), now)
 
 
-def _default_dedupe(kind: EventKind, key: str, agent_id: str, run_id: str | None,
-                    session_id: str | None) -> str | None:
+def _default_dedupe(
+    kind: EventKind, key: str, agent_id: str, run_id: str | None, session_id: str | None
+) -> str | None:
     if run_id and kind is EventKind.CHILD_SPAWNED:
         return f"child-spawned:{run_id}"
     if run_id and kind in {EventKind.RUN_COMPLETED, EventKind.RUN_FAILED}:
@@ -139,8 +140,20 @@ def make_draft(
 
 
 def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
-    (seq, key, agent, kind, actor_type, actor_id, sid, run, occurred, summary, payload_json,
-     dedupe) = row
+    (
+        seq,
+        key,
+        agent,
+        kind,
+        actor_type,
+        actor_id,
+        sid,
+        run,
+        occurred,
+        summary,
+        payload_json,
+        dedupe,
+    ) = row
     payload = orjson.loads(payload_json) if payload_json else {}
     return StateEvent(
         sequence=seq,
@@ -166,8 +179,7 @@ def find_by_dedupe(conn: sqlite3.Connection, dedupe_key: str) -> StateEvent | No
     return _row_to_event(row) if row else None
 
 
-def raise_head(conn: sqlite3.Connection, key: str, agent_id: str, sequence: int,
-               now: int) -> None:
+def raise_head(conn: sqlite3.Connection, key: str, agent_id: str, sequence: int, now: int) -> None:
     conn.execute(
         "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
         " pruned_max_sequence, updated_at) VALUES (?, ?, ?, 0, ?)"
@@ -186,9 +198,19 @@ def record_event(conn: sqlite3.Connection, draft: EventDraft, now: int) -> Recor
         " kind, actor_type, actor_id, run_id, occurred_at, summary, payload_json)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(dedupe_key) DO NOTHING RETURNING sequence",
-        (draft.dedupe_key, draft.session_key, draft.session_id, draft.agent_id,
-         draft.kind.value, draft.actor_type.value, draft.actor_id, draft.run_id,
-         draft.occurred_at, draft.summary, payload_json),
+        (
+            draft.dedupe_key,
+            draft.session_key,
+            draft.session_id,
+            draft.agent_id,
+            draft.kind.value,
+            draft.actor_type.value,
+            draft.actor_id,
+            draft.run_id,
+            draft.occurred_at,
+            draft.summary,
+            payload_json,
+        ),
     ).fetchone()
     if row is None:
         assert draft.dedupe_key is not None  # only a dedupe key can conflict
@@ -200,11 +222,18 @@ def record_event(conn: sqlite3.Connection, draft: EventDraft, now: int) -> Recor
     raise_head(conn, draft.session_key, draft.agent_id, sequence, now)
     notices: list[Notice] = []
     if draft.kind is EventKind.CHILD_SPAWNED and draft.actor_id and draft.watcher_store_path:
-        seed_cursor(conn, watcher=draft.actor_id, target=draft.session_key,
-                    store_path=draft.watcher_store_path, at=sequence, now=now)
+        seed_cursor(
+            conn,
+            watcher=draft.actor_id,
+            target=draft.session_key,
+            store_path=draft.watcher_store_path,
+            at=sequence,
+            now=now,
+        )
     elif draft.kind in NOTIFYING_KINDS and draft.session_key.startswith("agent:"):
-        notices = advance_watchers(conn, target=draft.session_key, sequence=sequence,
-                                   actor_id=draft.actor_id, now=now)
+        notices = advance_watchers(
+            conn, target=draft.session_key, sequence=sequence, actor_id=draft.actor_id, now=now
+        )
     event = StateEvent(
         sequence=sequence,
         session_key=draft.session_key,

@@ -83,7 +83,7 @@ class Store:
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         # aiosqlite runs ``fn`` on its connection thread; this is the one place that uses it.
         try:
-            result: T = await self._conn._execute(fn, self._conn._conn, *args)
+            result: T = await self._conn._execute(fn, self._conn._conn, *args)  # type: ignore[no-untyped-call]
         except SessionwatchError:
             raise
         except sqlite3.Error as exc:

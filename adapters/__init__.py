@@ -1,0 +1,1 @@
+"""One module per upstream format, plus the plumbing they share (the JSONL tailer)."""

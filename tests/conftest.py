@@ -1,0 +1,80 @@
+"""Shared test helpers: a manual clock and kernels over real SQLite files in a temp dir."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.events import ActorType, EventKind
+from monitor.kernel import Kernel, KernelSettings
+from monitor.signal_log import Recorded
+
+T0 = 1_790_000_000_000
+
+
+class ManualClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state.db"
+
+
+KernelFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def open_kernel(db_path: Path, clock: ManualClock) -> AsyncIterator[KernelFactory]:
+    opened: list[Kernel] = []
+
+    async def factory(**kwargs: Any) -> Kernel:
+        settings = kwargs.pop("settings", KernelSettings())
+        kernel = await Kernel.open(db_path, settings, clock=clock, **kwargs)
+        opened.append(kernel)
+        return kernel
+
+    yield factory
+    for kernel in opened:
+        await kernel.close()
+
+
+@pytest.fixture
+async def kernel(open_kernel: KernelFactory) -> Kernel:
+    k: Kernel = await open_kernel()
+    return k
+
+
+async def human(kernel: Kernel, key: str, **kw: Any) -> Recorded:
+    """Record a human turn on ``key``."""
+    return await kernel.record(
+        session_key=key, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN, **kw
+    )
+
+
+async def texts(kernel: Kernel, watcher: str, *, drain: bool = False, **kw: Any) -> list[str]:
+    return [n.text for n in await kernel.notices(watcher=watcher, drain=drain, **kw)]
+
+
+def notice(target: str, since: int) -> str:
+    return (
+        f'Session "{target}" changed (other actor). Reconcile before acting: '
+        f'session_status sessionKey "{target}" changesSince {since}.'
+    )

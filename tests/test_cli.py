@@ -1,0 +1,161 @@
+"""The ``sessionwatch`` CLI as scripts drive it: separate processes on one database file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import notice
+
+MAIN = "agent:main:main"
+CHILD = "agent:main:subagent:child"
+
+
+def sw(db: Path, *args: str, code: int = 0) -> Any:
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert code == proc.returncode, proc.stderr
+    if code:
+        assert proc.stdout == ""
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+        return proc.stderr
+    return orjson.loads(proc.stdout)
+
+
+def test_a_spawn_then_human_turns_give_one_notice_across_processes(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    spawned = sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r1")
+    assert {
+        "sequence": 1,
+        "sessionKey": CHILD,
+        "agentId": "main",
+        "kind": "child_spawned",
+        "actorType": "agent",
+        "actorId": MAIN,
+        "summary": "child session spawned",
+        "occurredAt": spawned["occurredAt"],
+        "payload": None,
+        "duplicate": False,
+    } == spawned
+    for _ in range(3):
+        sw(db, "record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human")
+    expected = {"notices": [{"target": CHILD, "text": notice(CHILD, 1)}]}
+    assert expected == sw(db, "notices", "--watcher", MAIN)
+    assert expected == sw(db, "notices", "--watcher", MAIN, "--drain")
+    assert {"notices": [{"target": CHILD, "text": notice(CHILD, 2)}]} == sw(
+        db, "notices", "--watcher", MAIN, "--drain"
+    )
+    assert sw(db, "notices", "--watcher", MAIN) == {"notices": []}
+    status = sw(db, "status", CHILD, "--changes-since", "3")
+    assert [e["sequence"] for e in status["stateChanges"]["events"]] == [4]
+    assert sw(db, "sessions") == {
+        "sessions": [{"sessionKey": CHILD, "agentId": "main", "stateVersion": 4}]
+    }
+
+
+def test_record_dedupe_and_payload(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    args = [
+        "record",
+        "--session",
+        "global",
+        "--agent",
+        "ops",
+        "--kind",
+        "goal_changed",
+        "--actor",
+        "system",
+        "--dedupe-key",
+        "goal:1",
+        "--summary",
+        "goal created",
+    ]
+    first = sw(db, *args)
+    again = sw(db, *args)
+    assert (first["sequence"], False, True) == (
+        again["sequence"],
+        first["duplicate"],
+        again["duplicate"],
+    )
+    assert (first["agentId"], first["summary"]) == ("ops", "goal created")
+
+
+def test_watch_reset_delete_and_prune(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    assert sw(db, "watch", "--watcher", MAIN, "--target", CHILD) == {"watched": True}
+    assert sw(db, "watch", "--watcher", "global", "--target", CHILD) == {"watched": False}
+    sw(db, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "human")
+    assert sw(db, "reset", MAIN) == {"ok": True}
+    assert sw(db, "notices", "--watcher", MAIN) == {"notices": []}
+    assert sw(db, "delete", CHILD) == {"ok": True}
+    assert sw(db, "status", CHILD)["stateVersion"] == 0
+    sw(
+        db,
+        "record",
+        "--session",
+        CHILD,
+        "--kind",
+        "goal_changed",
+        "--actor",
+        "human",
+        "--occurred-at",
+        "0",
+    )
+    pruned = sw(db, "prune", "--now", str(4_000_000_000_000))
+    assert pruned == {"deletedEvents": 1, "deletedCursors": 0, "stampedSessions": 1}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["record", "--session", CHILD, "--kind", "bogus", "--actor", "human"],
+        ["record", "--session", CHILD, "--kind", "goal_changed", "--actor", "robot"],
+        ["record", "--session", "global", "--kind", "goal_changed", "--actor", "human"],
+        [
+            "record",
+            "--session",
+            CHILD,
+            "--kind",
+            "goal_changed",
+            "--actor",
+            "human",
+            "--payload",
+            "{not json",
+        ],
+        [
+            "record",
+            "--session",
+            CHILD,
+            "--kind",
+            "goal_changed",
+            "--actor",
+            "human",
+            "--occurred-at",
+            "yesterday",
+        ],
+        ["status", CHILD, "--changes-since", "-1"],
+        ["recrod"],
+        ["notices", "--watcher", "global"],
+        ["spawn", "--parent", "global", "--child", CHILD, "--run-id", "r"],
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, args: list[str]
+) -> None:
+    db = tmp_path / "state.db"
+    sw(db, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "human")
+    message = sw(db, *args, code=2)
+    assert message.startswith("sessionwatch: ")
+    assert sw(db, "sessions") == {
+        "sessions": [{"sessionKey": CHILD, "agentId": "main", "stateVersion": 1}]
+    }
