@@ -1,0 +1,147 @@
+"""Kernel speed: recording throughput, changesSince latency, prune at the row cap.
+
+Run: python bench/kernel.py [--events N]
+
+(a) single-event recording transactions on a target with 10 watchers, through the async
+    kernel, against the same transaction run with plain synchronous sqlite3 (the baseline);
+(b) p50/p99 of session_status changesSince at 50,000 rows;
+(c) one prune at the 50,000-row cap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from monitor.clock import now_ms
+from monitor.events import ActorType, EventKind
+from monitor.kernel import Kernel
+from monitor.retention import MAX_ROWS, prune
+from monitor.schema import migrate
+from monitor.signal_log import make_draft, record_event
+from monitor.store import configure, run_write
+
+TARGET = "agent:main:subagent:target"
+WATCHERS = [f"agent:w{i}:main" for i in range(10)]
+
+
+def baseline_sync(path: Path, n: int) -> float:
+    conn = sqlite3.connect(path)
+    configure(conn)
+    run_write(conn, lambda c: migrate(c, now_ms()))
+    for w in WATCHERS:
+        conn.execute(
+            "INSERT INTO session_watch_cursors (watcher_session_key, watcher_store_path,"
+            " target_session_key, updated_at) VALUES (?, 'default', ?, 0)",
+            (w, TARGET),
+        )
+    start = time.perf_counter()
+    for _ in range(n):
+        now = now_ms()
+        draft = make_draft(
+            session_key=TARGET,
+            kind=EventKind.HUMAN_DIRECT_MESSAGE,
+            actor_type=ActorType.HUMAN,
+            payload={"channel": "bench"},
+            now=now,
+        )
+        run_write(conn, lambda c, d=draft, t=now: record_event(c, d, t))  # type: ignore[misc]
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return n / elapsed
+
+
+async def kernel_async(path: Path, n: int) -> float:
+    kernel = await Kernel.open(path)
+    for w in WATCHERS:
+        await kernel.watch(watcher=w, target=TARGET)
+    start = time.perf_counter()
+    for _ in range(n):
+        await kernel.record(
+            session_key=TARGET,
+            kind=EventKind.HUMAN_DIRECT_MESSAGE,
+            actor_type=ActorType.HUMAN,
+            payload={"channel": "bench"},
+        )
+    elapsed = time.perf_counter() - start
+    await kernel.close()
+    return n / elapsed
+
+
+def fill(path: Path, rows: int, sessions: int) -> None:
+    conn = sqlite3.connect(path)
+    configure(conn)
+    now = now_ms()
+
+    def write(c: sqlite3.Connection) -> None:
+        migrate(c, now)
+        c.executemany(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary, payload_json) VALUES (?, 'main', 'human_direct_message',"
+            " 'human', ?, 'human message via bench', '{\"channel\":\"bench\"}')",
+            ((f"agent:main:s{i % sessions}", now) for i in range(rows)),
+        )
+        c.execute(
+            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence, updated_at)"
+            " SELECT session_key, agent_id, max(sequence), ? FROM session_state_events"
+            " GROUP BY session_key, agent_id",
+            (now,),
+        )
+
+    run_write(conn, write)
+    conn.close()
+
+
+async def changes_since_latency(path: Path, samples: int) -> tuple[float, float]:
+    fill(path, MAX_ROWS, 500)
+    kernel = await Kernel.open(path)
+    latencies = []
+    for i in range(samples):
+        key = f"agent:main:s{i % 500}"
+        version = (await kernel.status(key))["stateVersion"]
+        start = time.perf_counter()
+        await kernel.status(key, changes_since=max(version - 5000, 0))  # ~10 events back
+        latencies.append((time.perf_counter() - start) * 1000)
+    await kernel.close()
+    latencies.sort()
+    return statistics.median(latencies), latencies[int(len(latencies) * 0.99) - 1]
+
+
+def prune_at_cap(path: Path) -> tuple[float, int]:
+    fill(path, MAX_ROWS + 1000, 500)
+    conn = sqlite3.connect(path)
+    configure(conn)
+    start = time.perf_counter()
+    result = run_write(conn, lambda c: prune(c, now_ms()))
+    elapsed = (time.perf_counter() - start) * 1000
+    conn.close()
+    return elapsed, result.deleted_events
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--samples", type=int, default=2000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        base = baseline_sync(d / "baseline.db", args.events)
+        ours = asyncio.run(kernel_async(d / "kernel.db", args.events))
+        print(f"(a) record, 10 watchers: kernel {ours:,.0f} events/s,"
+              f" sync sqlite3 baseline {base:,.0f} events/s, ratio {ours / base:.2f}"
+              " (target >= 0.5)")
+        p50, p99 = asyncio.run(changes_since_latency(d / "status.db", args.samples))
+        print(f"(b) changesSince at {MAX_ROWS:,} rows: p50 {p50:.3f} ms, p99 {p99:.3f} ms"
+              " (target p99 < 2 ms)")
+        ms, deleted = prune_at_cap(d / "prune.db")
+        print(f"(c) prune at the {MAX_ROWS:,}-row cap: {ms:.1f} ms, {deleted} rows deleted"
+              " (target < 100 ms)")
+
+
+if __name__ == "__main__":
+    main()
