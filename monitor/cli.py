@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,21 +17,24 @@ from typing import Any, NoReturn
 
 import orjson
 
+from monitor.config import Config, load_config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.events import parse_actor, parse_kind
 from monitor.kernel import Kernel
+from monitor.replay import replay
+from monitor.service import serve, settings_from
+from monitor.upstream import UpstreamMonitor, check_kind
 
 Handler = Callable[[Kernel, argparse.Namespace], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
 
 
-def default_db_path() -> Path:
-    """``$SESSIONWATCH_DB``, else ``state.db`` in the user's state directory."""
+def db_path(args: argparse.Namespace, config: Config) -> Path:
+    """``--db``, else ``$SESSIONWATCH_DB``, else ``[store] path``."""
+    if args.db:
+        return Path(args.db).expanduser()
     env = os.environ.get("SESSIONWATCH_DB")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
-    return Path(base).expanduser() / "sessionwatch" / "state.db"
+    return Path(env or config.store.path).expanduser()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -132,6 +136,37 @@ async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
+    return UpstreamMonitor(kernel, a.config_obj)
+
+
+@command("adopt")
+async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return await _monitor(kernel, a).adopt(
+        kind=check_kind(a.kind),
+        path=a.path,
+        session_key=a.session_key,
+        agent_id=a.agent,
+        session_id=a.session_id,
+    )
+
+
+@command("own-message")
+async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    await kernel.remember_own_message(a.key, a.text, limit=a.config_obj.monitor.own_text_limit)
+    return {"ok": True}
+
+
+@command("links")
+async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return {"links": await _monitor(kernel, a).links()}
+
+
+@command("tick")
+async def _tick(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return {"outcomes": [r.as_json() for r in await _monitor(kernel, a).tick()]}
+
+
 def _non_negative(raw: str) -> int:
     try:
         value = int(raw)
@@ -145,6 +180,8 @@ def _non_negative(raw: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="sessionwatch", description=__doc__.splitlines()[0])
     p.add_argument("--db", type=Path, help="state database (default $SESSIONWATCH_DB)")
+    p.add_argument("--config", type=Path, help="TOML configuration ($SESSIONWATCH_CONFIG)")
+    p.add_argument("--log-format", choices=["plain", "json"], default="plain")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     r = sub.add_parser("record", help="record one state event")
@@ -200,21 +237,83 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--session-id")
     se.add_argument("--store-path")
     se.add_argument("--run", choices=["active", "idle"])
+
+    ad = sub.add_parser("adopt", help="adopt a native session file")
+    ad.add_argument("--kind", required=True)
+    ad.add_argument("--path", required=True)
+    ad.add_argument("--session-key", required=True)
+    ad.add_argument("--agent")
+    ad.add_argument("--session-id")
+
+    om = sub.add_parser("own-message", help="remember an OpenClaw-side message (self-echo)")
+    om.add_argument("key")
+    om.add_argument("text")
+
+    sub.add_parser("links", help="the upstream links and their state")
+    sub.add_parser("tick", help="run one monitor tick now")
+    sub.add_parser("serve", help="run the sidecar until SIGINT/SIGTERM")
+    sub.add_parser("config", help="print the effective configuration")
+
+    rp = sub.add_parser("replay", help="replay a native file through the classifier")
+    rp.add_argument("--adapter", required=True)
+    rp.add_argument("file")
+    rp.add_argument("--own-text", action="append", default=[])
+    rp.add_argument("--scan-cap", type=_non_negative)
     return p
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     handler = _HANDLERS[args.command]
-    kernel = await Kernel.open(args.db or default_db_path())
+    config: Config = args.config_obj
+    kernel = await Kernel.open(db_path(args, config), settings_from(config))
     try:
         return await handler(kernel, args)
     finally:
         await kernel.close()
 
 
+def _replay(args: argparse.Namespace) -> int:
+    cap = args.scan_cap or args.config_obj.monitor.scan_cap_bytes
+    lines = list(replay(args.adapter, args.file, own_texts=args.own_text, scan_cap=cap))
+    for line in lines:
+        sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+    return 0
+
+
+def _setup_logging(fmt: str) -> None:
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return orjson.dumps(
+            {
+                "ts": record.created,
+                "level": record.levelname,
+                "logger": record.name,
+                "message": record.getMessage(),
+            }
+        ).decode()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.config_obj = load_config(args.config)
+        if args.command == "replay":
+            return _replay(args)
+        if args.command == "config":
+            sys.stdout.buffer.write(orjson.dumps(args.config_obj.as_json()) + b"\n")
+            return 0
+        if args.command == "serve":
+            _setup_logging(args.log_format)
+            asyncio.run(serve(args.config_obj, db_path(args, args.config_obj)))
+            return 0
         result = asyncio.run(_run(args))
     except BadInput as exc:
         print(f"sessionwatch: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapters.base import normalize_text, text_hash
 from monitor import cursors, retention
 from monitor.clock import Clock, now_ms
 from monitor.errors import BadInput, SessionwatchError
@@ -103,7 +104,7 @@ class Kernel:
         fields.setdefault("watcher_store_path", self.settings.default_store_path)
         draft = make_draft(now=now, **fields)
         result = await self.store.write(lambda conn: record_event(conn, draft, now))
-        self._deliver(result.notices)
+        self.deliver(result.notices)
         await self._maybe_prune(now)
         return result
 
@@ -132,7 +133,7 @@ class Kernel:
             run_id=run_id,
         )
 
-    def _deliver(self, notices: list[Notice]) -> None:
+    def deliver(self, notices: list[Notice]) -> None:
         if self._waker is None:
             return
         for notice in notices:
@@ -208,7 +209,7 @@ class Kernel:
             return [c.notice() for c in cursors.list_pending(conn)]
 
         pending = await self.store.write(run)
-        self._deliver(pending)
+        self.deliver(pending)
         return pending
 
     # -- reconciliation ----------------------------------------------------------------
@@ -311,6 +312,30 @@ class Kernel:
             await self.prune(now)
         except SessionwatchError as exc:
             log.warning("retention failed: %s", exc)
+
+    async def remember_own_message(self, key: str, text: str, *, limit: int = 10) -> int:
+        """Remember an OpenClaw-side user message (as a hash) for self-echo; keeps ``limit``."""
+        k = normalize_key(key)
+        agent = resolve_agent(k, None) if parse_agent_key(k) else "main"
+        if not normalize_text(text):
+            raise BadInput("own message text is empty")
+        digest, now = text_hash(text), self.clock()
+
+        def run(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "INSERT INTO sessionwatch_own_messages (session_key, agent_id, text_hash,"
+                " created_at) VALUES (?, ?, ?, ?)",
+                (k, agent, digest, now),
+            )
+            conn.execute(
+                "DELETE FROM sessionwatch_own_messages WHERE session_key = ? AND agent_id = ?"
+                " AND id NOT IN (SELECT id FROM sessionwatch_own_messages WHERE session_key = ?"
+                " AND agent_id = ? ORDER BY id DESC LIMIT ?)",
+                (k, agent, k, agent, limit),
+            )
+            return limit
+
+        return await self.store.write(run)
 
     # -- known gateway sessions --------------------------------------------------------
 

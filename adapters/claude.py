@@ -1,0 +1,163 @@
+"""Claude Code JSONL transcripts: which record is a direct human turn.
+
+:func:`classify_claude_record` is pure: a parsed record and the link's pending-queue state in,
+the hash of a human turn's text (or None) out. See ``reference/native-formats.md`` section 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters.base import normalize_text, text_hash
+
+NOT_PROMPT_PREFIXES = (
+    "<local-command-caveat>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "<task-notification>",
+    "<system-reminder>",
+    "Caveat:",
+    "This session is being continued from a previous conversation",
+    "[Inter-session message]",
+    "[Request interrupted by user",
+    "Continue this conversation using the OpenClaw transcript below",
+)
+ACTION_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
+IDE_BLOCKS = (("<ide_opened_file>", "</ide_opened_file>"), ("<ide_selection>", "</ide_selection>"))
+PENDING_LIMIT = 20
+_EXCLUDING_FLAGS = (
+    "isSidechain",
+    "isMeta",
+    "isCompactSummary",
+    "isVisibleInTranscriptOnly",
+    "turnCompanion",
+    "isVirtual",
+)
+# A line can only be a human turn if it holds one of these; others are not parsed at all.
+PREFILTER = (b'"user"', b"queue-operation", b"queued_command")
+
+
+@dataclass
+class ClaudeState:
+    """Hashes of prompts enqueued while Claude was busy and not yet seen again."""
+
+    pending: list[str] = field(default_factory=list)
+
+    def to_marker(self) -> dict[str, Any]:
+        return {"pending": list(self.pending)}
+
+    @classmethod
+    def from_marker(cls, marker: dict[str, Any]) -> ClaudeState:
+        pending = marker.get("pending")
+        ok = isinstance(pending, list) and all(isinstance(p, str) for p in pending)
+        return cls(pending=list(pending) if ok else [])  # type: ignore[arg-type]
+
+
+def block_text(content: Any) -> tuple[str, bool]:
+    """The text of a message's content, and whether it holds a tool result."""
+    if isinstance(content, str):
+        return content, False
+    if not isinstance(content, list):
+        return "", False
+    texts: list[str] = []
+    tool_result = False
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_result":
+            tool_result = True
+        elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+    return "\n".join(texts), tool_result
+
+
+def strip_ide_blocks(text: str) -> str:
+    """Drop leading ``<ide_opened_file>``/``<ide_selection>`` blocks an IDE injects."""
+    rest = text.lstrip()
+    changed = True
+    while changed:
+        changed = False
+        for opening, closing in IDE_BLOCKS:
+            if rest.startswith(opening):
+                end = rest.find(closing)
+                rest = "" if end < 0 else rest[end + len(closing) :].lstrip()
+                changed = True
+    return rest
+
+
+def _prompt_hash(text: str, state: ClaudeState, *, slash_allowed: bool) -> str | None:
+    """Hash of a typed prompt, or None for non-prompts; a pending enqueue is the same turn."""
+    body = strip_ide_blocks(text)
+    if not normalize_text(body):
+        return None
+    if body.startswith(ACTION_PREFIXES):
+        return text_hash(body) if slash_allowed else None
+    if body.startswith(NOT_PROMPT_PREFIXES):
+        return None
+    digest = text_hash(body)
+    if digest in state.pending:
+        state.pending.remove(digest)
+        return None
+    return digest
+
+
+def _enqueue(content: Any, state: ClaudeState) -> str | None:
+    text, _ = block_text(content)
+    body = strip_ide_blocks(text)
+    if not normalize_text(body) or body.startswith(("/", *ACTION_PREFIXES, *NOT_PROMPT_PREFIXES)):
+        return None  # a queued slash command counts as its <command-name> row
+    digest = text_hash(body)
+    state.pending.append(digest)
+    del state.pending[:-PENDING_LIMIT]
+    return digest
+
+
+def _queued_command(attachment: dict[str, Any], state: ClaudeState) -> str | None:
+    origin = attachment.get("origin")
+    if isinstance(origin, dict):
+        if origin.get("kind") != "human":
+            return None
+    elif attachment.get("commandMode") != "prompt":
+        return None
+    text, _ = block_text(attachment.get("prompt"))
+    return _prompt_hash(text, state, slash_allowed=False)
+
+
+def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> str | None:
+    """The text hash of a direct human turn, or None. Updates ``state.pending``."""
+    kind = record.get("type")
+    if kind == "queue-operation":
+        return (
+            _enqueue(record.get("content"), state) if record.get("operation") == "enqueue" else None
+        )
+    if kind == "attachment":
+        attachment = record.get("attachment")
+        if isinstance(attachment, dict) and attachment.get("type") == "queued_command":
+            return _queued_command(attachment, state)
+        return None
+    if kind != "user":
+        return None
+    message = record.get("message")
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return None
+    if any(record.get(flag) is True for flag in _EXCLUDING_FLAGS):
+        return None
+    if "toolUseResult" in record or "planContent" in record:
+        return None
+    origin = record.get("origin")
+    if origin is not None and (not isinstance(origin, dict) or origin.get("kind") != "human"):
+        return None
+    if record.get("promptSource") == "system":
+        return None
+    text, tool_result = block_text(message.get("content"))
+    if tool_result:
+        return None
+    return _prompt_hash(text, state, slash_allowed=True)
+
+
+def claude_native_id(record: dict[str, Any]) -> str | None:
+    uuid = record.get("uuid")
+    return uuid if isinstance(uuid, str) else None

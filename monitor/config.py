@@ -1,0 +1,165 @@
+"""The TOML configuration: every value has a default, so no file is needed to start.
+
+An unknown key or a value of the wrong type stops start-up with a message naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreConfig:
+    path: str = "~/.local/state/sessionwatch/state.db"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitorConfig:
+    interval_s: float = 60.0
+    initial_delay_s: float = 15.0
+    adapter_budget_s: float = 45.0
+    scan_cap_bytes: int = 1_048_576
+    missing_threshold: int = 3
+    own_text_limit: int = 10
+    replay_lookback: int = 50
+    node_pages: int = 4
+    export_concurrency: int = 4
+    watch_files: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class RootsConfig:
+    claude: str = "~/.claude/projects"
+    codex: str = "~/.codex/sessions"
+    opencode_db: str = "~/.local/share/opencode/opencode.db"
+    pi: str = "~/.pi/agent/sessions"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiConfig:
+    listen: str = "127.0.0.1:8765"
+    token_file: str = "~/.local/state/sessionwatch/token"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayConfig:
+    wake_url: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionConfig:
+    main_key: str = "main"
+    scope: str = "per-sender"
+    group_scope: str = "per-group"
+    notify_on_create: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeConfig:
+    url: str
+    token_file: str
+
+
+_CHOICES = {
+    ("session", "scope"): {"per-sender", "global"},
+    ("session", "group_scope"): {"per-group", "shared"},
+}
+_POSITIVE = {"interval_s", "adapter_budget_s", "scan_cap_bytes", "missing_threshold"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    store: StoreConfig = field(default_factory=StoreConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    roots: RootsConfig = field(default_factory=RootsConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
+    nodes: dict[str, NodeConfig] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """The effective configuration; token files are named, never read."""
+        return dataclasses.asdict(self)
+
+
+def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
+    where = f"[{section}] {name}"
+    if expected is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false")
+    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where} must be an integer")
+    if expected is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number")
+        value = float(value)
+    if expected is str and not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string")
+    if name in _POSITIVE and value <= 0:
+        raise ConfigError(f"{where} must be positive")
+    if isinstance(value, int | float) and value < 0:
+        raise ConfigError(f"{where} must not be negative")
+    allowed = _CHOICES.get((section, name))
+    if allowed and value not in allowed:
+        raise ConfigError(f"{where} must be one of {', '.join(sorted(allowed))}")
+    return value
+
+
+def _section(cls: type[Any], section: str, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{section}] must be a table")
+    types = {f.name: f.type for f in fields(cls)}
+    unknown = sorted(set(raw) - set(types))
+    if unknown:
+        raise ConfigError(f"unknown key [{section}] {unknown[0]}")
+    py_types = {"str": str, "int": int, "float": float, "bool": bool}
+    values = {k: _check_value(section, k, py_types[str(types[k])], v) for k, v in raw.items()}
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ConfigError(f"[{section}] is incomplete: {exc}") from None
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "store": StoreConfig,
+    "monitor": MonitorConfig,
+    "roots": RootsConfig,
+    "api": ApiConfig,
+    "gateway": GatewayConfig,
+    "session": SessionConfig,
+}
+
+
+def parse_config(raw: dict[str, Any]) -> Config:
+    unknown = sorted(set(raw) - set(_SECTIONS) - {"nodes"})
+    if unknown:
+        raise ConfigError(f"unknown section [{unknown[0]}]")
+    values: dict[str, Any] = {
+        name: _section(cls, name, raw[name]) for name, cls in _SECTIONS.items() if name in raw
+    }
+    nodes = raw.get("nodes", {})
+    if not isinstance(nodes, dict):
+        raise ConfigError("[nodes] must be a table of tables")
+    values["nodes"] = {n: _section(NodeConfig, f"nodes.{n}", t) for n, t in nodes.items()}
+    return Config(**values)
+
+
+def load_config(path: Path | str | None) -> Config:
+    """Read ``path``, else ``$SESSIONWATCH_CONFIG``, else defaults."""
+    chosen = path or os.environ.get("SESSIONWATCH_CONFIG")
+    if not chosen:
+        return Config()
+    p = Path(chosen).expanduser()
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"configuration {p} is not valid TOML: {exc}") from None
+    return parse_config(raw)

@@ -1,0 +1,177 @@
+"""Upstream links: adoption of a native source and the link rows the monitor reads.
+
+A link ties a session key (and its agent) to a native source with a marker. Adopting the same
+source again keeps the marker; a different source rebases it and clears ``last_scanned_at``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from adapters.base import Declined, Marker
+from monitor.config import RootsConfig
+from monitor.errors import BadInput
+
+FILE_KINDS = {"claude": "claude", "codex": "codex", "pi": "pi"}
+_LINK_COLUMNS = (
+    "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"
+    " last_marker_json, last_scanned_at, created_at, updated_at"
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UpstreamLink:
+    session_key: str
+    agent_id: str
+    catalog_id: str | None
+    host_id: str | None
+    thread_id: str | None
+    kind: str
+    ref: dict[str, Any]
+    marker: Marker
+    last_scanned_at: int | None
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> UpstreamLink:
+        ref = orjson.loads(row[6]) if row[6] else {}
+        marker = orjson.loads(row[7]) if row[7] else {}
+        return cls(
+            session_key=row[0],
+            agent_id=row[1],
+            catalog_id=row[2],
+            host_id=row[3],
+            thread_id=row[4],
+            kind=row[5],
+            ref=ref if isinstance(ref, dict) else {},
+            marker=marker if isinstance(marker, dict) else {},
+            last_scanned_at=row[8],
+            created_at=row[9],
+            updated_at=row[10],
+        )
+
+    @property
+    def source_key(self) -> str:
+        """16 hex digits naming the source (host, thread, ref): the dedupe keys use it."""
+        ref = orjson.dumps(self.ref, option=orjson.OPT_SORT_KEYS).decode()
+        raw = f"{self.host_id or ''}\n{self.thread_id or ''}\n{ref}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "sessionKey": self.session_key,
+            "agentId": self.agent_id,
+            "kind": self.kind,
+            "catalogId": self.catalog_id,
+            "threadId": self.thread_id,
+            "ref": self.ref,
+            "marker": public_marker(self.marker),
+            "lastScannedAt": self.last_scanned_at,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
+
+def public_marker(marker: Marker) -> Marker:
+    """The marker as shown to people: bookkeeping hashes are left out."""
+    return {k: v for k, v in marker.items() if k not in {"pending", "head"}}
+
+
+def root_for(kind: str, roots: RootsConfig) -> Path:
+    return Path({"claude": roots.claude, "codex": roots.codex, "pi": roots.pi}[kind]).expanduser()
+
+
+def resolve_file_ref(kind: str, path: str, roots: RootsConfig) -> str:
+    """The real path of a file ref, which must lie inside the kind's configured root."""
+    if kind not in FILE_KINDS:
+        raise BadInput(f'unknown upstream kind "{kind}" (known: claude, codex, pi)')
+    root = os.path.realpath(root_for(kind, roots))
+    real = os.path.realpath(Path(path).expanduser())
+    if os.path.commonpath([root, real]) != root:
+        raise BadInput(f"{path} is not inside the configured {kind} root {root}")
+    if not os.path.isfile(real):
+        raise Declined(f"cannot read {path}: no such file")
+    return real
+
+
+def thread_id_for(kind: str, path: str) -> str:
+    stem = Path(path).name.removesuffix(".jsonl")
+    if kind == "codex" and stem.startswith("rollout-"):
+        return stem[len("rollout-") :][20:] or stem  # after the timestamp part
+    if kind == "pi" and "_" in stem:
+        return stem.rsplit("_", 1)[1]
+    return stem
+
+
+def read_link(conn: sqlite3.Connection, key: str, agent_id: str) -> UpstreamLink | None:
+    row = conn.execute(
+        f"SELECT {_LINK_COLUMNS} FROM session_upstream_links"
+        " WHERE session_key = ? AND agent_id = ?",
+        (key, agent_id),
+    ).fetchone()
+    return UpstreamLink.from_row(row) if row else None
+
+
+def upsert_link(
+    conn: sqlite3.Connection,
+    *,
+    key: str,
+    agent_id: str,
+    kind: str,
+    ref: dict[str, Any],
+    marker: Marker,
+    thread_id: str,
+    now: int,
+) -> UpstreamLink:
+    """Create the link, keep the marker of the same source, rebase a different one."""
+    existing = read_link(conn, key, agent_id)
+    ref_json = orjson.dumps(ref, option=orjson.OPT_SORT_KEYS).decode()
+    same = (
+        existing is not None
+        and existing.kind == kind
+        and orjson.dumps(existing.ref, option=orjson.OPT_SORT_KEYS).decode() == ref_json
+        and existing.thread_id == thread_id
+    )
+    if same and existing is not None:
+        conn.execute(
+            "UPDATE session_upstream_links SET updated_at = ? WHERE session_key = ?"
+            " AND agent_id = ?",
+            (now, key, agent_id),
+        )
+    else:
+        conn.execute(
+            f"INSERT INTO session_upstream_links ({_LINK_COLUMNS})"
+            " VALUES (?, ?, ?, NULL, ?, ?, ?, ?, NULL, ?, ?)"
+            " ON CONFLICT(session_key, agent_id) DO UPDATE SET catalog_id = excluded.catalog_id,"
+            " host_id = NULL, thread_id = excluded.thread_id,"
+            " upstream_kind = excluded.upstream_kind,"
+            " upstream_ref_json = excluded.upstream_ref_json,"
+            " last_marker_json = excluded.last_marker_json, last_scanned_at = NULL,"
+            " updated_at = excluded.updated_at",
+            (
+                key,
+                agent_id,
+                kind,
+                thread_id,
+                kind,
+                ref_json,
+                orjson.dumps(marker).decode(),
+                now,
+                now,
+            ),
+        )
+        conn.execute(
+            "DELETE FROM sessionwatch_link_state WHERE session_key = ? AND agent_id = ?",
+            (key, agent_id),
+        )
+    link = read_link(conn, key, agent_id)
+    assert link is not None
+    return link

@@ -1,0 +1,72 @@
+"""``sessionwatch replay``: a file read from offset 0, tick by tick, through the same tailer,
+classifier and self-echo filter as the monitor, writing nothing anywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from adapters.base import Declined, text_hash
+from adapters.jsonl import FORMATS, scan
+from adapters.pi import state_from_header
+from adapters.tailer import read_tail
+from monitor.errors import BadInput
+
+MAX_TICKS = 10_000_000
+
+
+def replay(
+    kind: str, path: str, *, own_texts: list[str], scan_cap: int
+) -> Iterator[dict[str, Any]]:
+    """Yield one ``turn`` object per detected turn, then the ``summary``."""
+    fmt = FORMATS.get(kind)
+    if fmt is None:
+        raise BadInput(f'unknown adapter "{kind}" (known: {", ".join(FORMATS)})')
+    if scan_cap < 1:
+        raise BadInput("--scan-cap must be positive")
+    own = frozenset(text_hash(t) for t in own_texts)
+    try:
+        first = read_tail(path, 0, scan_cap, None)
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    if kind == "pi":
+        try:
+            header = orjson.loads(first.lines[0][1]) if first.lines else None
+            state_from_header(header)
+        except (Declined, orjson.JSONDecodeError) as exc:
+            raise BadInput(str(exc) if isinstance(exc, Declined) else "invalid Pi header") from None
+    state = fmt.state_from_marker({})
+    offset, ticks, turns = 0, 0, 0
+    blocked: dict[str, Any] | None = None
+    while ticks < MAX_TICKS:
+        ticks += 1
+        read = read_tail(path, offset, scan_cap, None)
+        if read.status == "blocked":
+            blocked = {
+                "offset": offset,
+                "reason": f"a line longer than the scan cap ({scan_cap} bytes)",
+            }
+            break
+        if read.status != "lines":
+            break
+        result = scan(fmt, read.lines, state, own)
+        for turn in result.turns:
+            turns += 1
+            yield {"type": "turn", "offset": turn.offset, "id": turn.native_id}
+        if result.stopped_at is not None:
+            offset = result.stopped_at
+            if result.stopped_at == read.lines[0][0]:
+                blocked = {"offset": offset, "reason": "invalid row"}
+                break
+            continue
+        offset = read.end
+    marker = {"offset": offset, **{k: v for k, v in state.to_marker().items() if k != "pending"}}
+    yield {
+        "type": "summary",
+        "humanTurns": turns,
+        "ticks": ticks,
+        "blocked": blocked,
+        "marker": marker,
+    }

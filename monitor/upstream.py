@@ -1,0 +1,425 @@
+"""The upstream monitor: adoption, and the tick over watched links (SPEC.md section 7).
+
+Per link, what a tick found is settled in one transaction: the ``human_direct_message`` (or
+``upstream_missing``) event and the marker (or link deletion) that depends on it commit
+together, compare-and-set against the link as it was when the scan began.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from adapters.base import Adapter, Declined, Outcome, Probe
+from adapters.registry import build_adapters
+from monitor.config import Config
+from monitor.cursors import is_watched
+from monitor.errors import BadInput, SessionwatchError
+from monitor.events import ActorType, EventKind
+from monitor.kernel import Kernel
+from monitor.keys import normalize_key, resolve_agent
+from monitor.links import (
+    UpstreamLink,
+    read_link,
+    resolve_file_ref,
+    thread_id_for,
+    upsert_link,
+)
+from monitor.notices import Notice
+from monitor.signal_log import make_draft, record_event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LinkResult:
+    session_key: str
+    outcome: str
+    turns: int = 0
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "sessionKey": self.session_key,
+            "outcome": self.outcome,
+            "turns": self.turns,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Work:
+    link: UpstreamLink
+    probe: Probe
+
+
+def _load(conn: sqlite3.Connection, own_limit: int) -> tuple[list[UpstreamLink], dict[Any, Any]]:
+    rows = conn.execute(
+        "SELECT l.session_key, l.agent_id, l.catalog_id, l.host_id, l.thread_id, l.upstream_kind,"
+        " l.upstream_ref_json, l.last_marker_json, l.last_scanned_at, l.created_at, l.updated_at"
+        " FROM session_upstream_links l WHERE EXISTS (SELECT 1 FROM session_watch_cursors c"
+        " WHERE c.target_session_key = l.session_key) ORDER BY l.session_key, l.agent_id"
+    ).fetchall()
+    links = [UpstreamLink.from_row(r) for r in rows]
+    sessions = {
+        (r[0], r[1]): (r[2], bool(r[3]))
+        for r in conn.execute(
+            "SELECT session_key, agent_id, session_id, run_active FROM sessionwatch_sessions"
+        )
+    }
+    own: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for key, agent, digest in conn.execute(
+        "SELECT session_key, agent_id, text_hash FROM (SELECT session_key, agent_id, text_hash,"
+        " row_number() OVER (PARTITION BY session_key, agent_id ORDER BY id DESC) AS n"
+        " FROM sessionwatch_own_messages) WHERE n <= ?",
+        (own_limit,),
+    ):
+        own[(key, agent)].add(digest)
+    return links, {"sessions": sessions, "own": own}
+
+
+def _link_state(conn: sqlite3.Connection, link: UpstreamLink) -> tuple[int, int | None]:
+    """The durable missing streak and blocked offset; both reset when the link changed."""
+    row = conn.execute(
+        "SELECT source_key, link_updated_at, missing_streak, blocked_offset"
+        " FROM sessionwatch_link_state WHERE session_key = ? AND agent_id = ?",
+        (link.session_key, link.agent_id),
+    ).fetchone()
+    if row is None or row[0] != link.source_key or row[1] != link.updated_at:
+        return 0, None
+    return int(row[2]), row[3]
+
+
+def _write_state(
+    conn: sqlite3.Connection, link: UpstreamLink, streak: int, blocked: tuple[int, str] | None
+) -> None:
+    conn.execute(
+        "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
+        " link_updated_at, missing_streak, blocked_offset, blocked_reason)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+        " source_key = excluded.source_key, link_updated_at = excluded.link_updated_at,"
+        " missing_streak = excluded.missing_streak, blocked_offset = excluded.blocked_offset,"
+        " blocked_reason = excluded.blocked_reason",
+        (
+            link.session_key,
+            link.agent_id,
+            link.source_key,
+            link.updated_at,
+            streak,
+            blocked[0] if blocked else None,
+            blocked[1] if blocked else None,
+        ),
+    )
+
+
+class UpstreamMonitor:
+    """Adopts native sources and runs ticks; one tick at a time."""
+
+    def __init__(
+        self, kernel: Kernel, config: Config, adapters: dict[str, Adapter] | None = None
+    ) -> None:
+        self.kernel = kernel
+        self.config = config
+        self.adapters = adapters or build_adapters(scan_cap=config.monitor.scan_cap_bytes)
+        self._lock = asyncio.Lock()
+        self._ambiguous_logged: set[str] = set()
+
+    # -- adoption ----------------------------------------------------------------------
+
+    async def adopt(
+        self,
+        *,
+        kind: str,
+        path: str,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Adopt a native file: baseline its marker at the end and record ``adopted``.
+
+        A baseline that cannot be trusted declines the link; the adoption still succeeds.
+        """
+        key = normalize_key(session_key)
+        agent = resolve_agent(key, agent_id)
+        declined: str | None = None
+        ref: dict[str, Any] = {}
+        marker: dict[str, Any] = {}
+        try:
+            real = resolve_file_ref(kind, path, self.config.roots)
+            ref = {"filePath": real}
+            marker = await self.adapters[kind].baseline(ref)
+        except Declined as exc:
+            declined = str(exc)
+        now = self.kernel.clock()
+        adopted = make_draft(
+            session_key=key,
+            agent_id=agent,
+            kind=EventKind.ADOPTED,
+            actor_type=ActorType.SYSTEM,
+            session_id=session_id,
+            now=now,
+            payload={"catalogId": kind, "hostId": "local"},
+        )
+
+        def run(conn: sqlite3.Connection) -> UpstreamLink | None:
+            conn.execute(
+                "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
+                " run_active, created_at, updated_at) VALUES (?, ?, ?, 0, ?, ?)"
+                " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+                " session_id = coalesce(excluded.session_id, session_id),"
+                " updated_at = excluded.updated_at",
+                (key, agent, session_id, now, now),
+            )
+            record_event(conn, adopted, now)
+            if declined is not None:
+                return None
+            existing = read_link(conn, key, agent)
+            thread = thread_id_for(kind, ref["filePath"])
+            keep = existing is not None and existing.ref == ref and existing.kind == kind
+            return upsert_link(
+                conn,
+                key=key,
+                agent_id=agent,
+                kind=kind,
+                ref=ref,
+                marker=existing.marker if keep and existing else marker,
+                thread_id=thread,
+                now=now,
+            )
+
+        link = await self.kernel.store.write(run)
+        return {"link": link.as_json() if link else None, "declined": declined}
+
+    # -- the tick ----------------------------------------------------------------------
+
+    async def tick(self, only: set[str] | None = None) -> list[LinkResult]:
+        """One pass over the watched links (or the ``only`` keys among them)."""
+        async with self._lock:
+            return await self._tick(only)
+
+    async def _tick(self, only: set[str] | None) -> list[LinkResult]:
+        links, extra = await self.kernel.store.read(
+            lambda c: _load(c, self.config.monitor.own_text_limit)
+        )
+        agents_per_key: dict[str, int] = defaultdict(int)
+        for link in links:
+            agents_per_key[link.session_key] += 1
+        results: list[LinkResult] = []
+        batches: dict[str, list[_Work]] = defaultdict(list)
+        for link in links:
+            if only is not None and link.session_key not in only:
+                continue
+            skip = self._skip_reason(link, agents_per_key, extra["sessions"])
+            if skip:
+                results.append(
+                    LinkResult(session_key=link.session_key, outcome="skipped", reason=skip)
+                )
+                continue
+            probe = Probe(
+                session_key=link.session_key,
+                ref=link.ref,
+                marker=link.marker,
+                own_hashes=frozenset(extra["own"].get((link.session_key, link.agent_id), ())),
+            )
+            batches[link.kind].append(_Work(link=link, probe=probe))
+        checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
+        for works, outcomes in checked:
+            for work, outcome in zip(works, outcomes, strict=True):
+                results.append(await self._settle(work.link, outcome))
+        return results
+
+    def _skip_reason(
+        self, link: UpstreamLink, agents: dict[str, int], sessions: dict[Any, Any]
+    ) -> str | None:
+        if agents[link.session_key] > 1:
+            if link.session_key not in self._ambiguous_logged:
+                log.warning(
+                    "%s is linked under several agents; skipped as ambiguous", link.session_key
+                )
+                self._ambiguous_logged.add(link.session_key)
+            return "ambiguous: linked under several agent ids"
+        if link.kind not in self.adapters:
+            return f"no adapter for {link.kind}"
+        session_id, run_active = sessions.get((link.session_key, link.agent_id), (None, False))
+        if not session_id:
+            return "no session id"
+        if run_active:
+            return "run active"
+        return None
+
+    async def _check(self, kind: str, works: list[_Work]) -> tuple[list[_Work], list[Outcome]]:
+        budget = self.config.monitor.adapter_budget_s
+        try:
+            outcomes = await asyncio.wait_for(
+                self.adapters[kind].check([w.probe for w in works]), budget
+            )
+            if len(outcomes) != len(works):
+                raise SessionwatchError(f"{kind} adapter answered {len(outcomes)} outcomes")
+        except TimeoutError:
+            outcomes = [Outcome(status="inconclusive", reason="adapter budget exceeded")] * len(
+                works
+            )
+        except Exception as exc:
+            log.exception("%s adapter failed", kind)
+            outcomes = [Outcome(status="inconclusive", reason=f"adapter failed: {exc}")] * len(
+                works
+            )
+        return works, outcomes
+
+    async def _settle(self, link: UpstreamLink, outcome: Outcome) -> LinkResult:
+        now = self.kernel.clock()
+        try:
+            result, notices = await self.kernel.store.write(
+                lambda c: self._settle_in(c, link, outcome, now)
+            )
+        except SessionwatchError as exc:
+            log.warning("%s: could not settle the tick: %s", link.session_key, exc)
+            return LinkResult(session_key=link.session_key, outcome="inconclusive", reason=str(exc))
+        self.kernel.deliver(notices)
+        return result
+
+    def _settle_in(
+        self, conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
+    ) -> tuple[LinkResult, list[Notice]]:
+        key = link.session_key
+        current = read_link(conn, key, link.agent_id)
+        if current is None or current.updated_at != link.updated_at or current.ref != link.ref:
+            return LinkResult(
+                session_key=key, outcome="skipped", reason="link changed during the scan"
+            ), []
+        active = conn.execute(
+            "SELECT run_active FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
+            (key, link.agent_id),
+        ).fetchone()
+        if active and active[0]:
+            return LinkResult(session_key=key, outcome="skipped", reason="run active"), []
+        streak, blocked_at = _link_state(conn, link)
+        if outcome.status == "missing":
+            return self._missing(conn, link, streak + 1, now, outcome.reason)
+        if outcome.status == "blocked":
+            assert outcome.blocked_offset is not None
+            if blocked_at != outcome.blocked_offset:
+                log.warning("%s: blocked: %s", key, outcome.reason)
+            _write_state(conn, link, 0, (outcome.blocked_offset, outcome.reason or "blocked"))
+            return LinkResult(session_key=key, outcome="blocked", reason=outcome.reason), []
+        _write_state(conn, link, 0, None)
+        if outcome.status == "inconclusive" or outcome.marker is None:
+            return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason), []
+        notices: list[Notice] = []
+        turns = len(outcome.turns)
+        if turns:
+            notices = self._record_turns(conn, link, outcome, now)
+        conn.execute(
+            "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?"
+            " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
+            (orjson.dumps(outcome.marker).decode(), now, key, link.agent_id, link.updated_at),
+        )
+        status = "activity" if turns else "quiet"
+        return LinkResult(
+            session_key=key, outcome=status, turns=turns, reason=outcome.reason
+        ), notices
+
+    def _record_turns(
+        self, conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
+    ) -> list[Notice]:
+        turns = len(outcome.turns)
+        payload: dict[str, Any] = {"channel": link.kind}
+        if turns > 1:
+            payload["turns"] = turns
+        draft = make_draft(
+            session_key=link.session_key,
+            agent_id=link.agent_id,
+            kind=EventKind.HUMAN_DIRECT_MESSAGE,
+            actor_type=ActorType.HUMAN,
+            now=now,
+            payload=payload,
+            occurred_at=outcome.latest_at,
+            dedupe_key=f"upstream:{link.session_key}:{link.source_key}:{outcome.dedupe_id}",
+        )
+        return record_event(conn, draft, now).notices
+
+    def _missing(
+        self,
+        conn: sqlite3.Connection,
+        link: UpstreamLink,
+        streak: int,
+        now: int,
+        reason: str | None,
+    ) -> tuple[LinkResult, list[Notice]]:
+        key = link.session_key
+        if streak < self.config.monitor.missing_threshold:
+            _write_state(conn, link, streak, None)
+            return LinkResult(session_key=key, outcome="missing", reason=reason), []
+        draft = make_draft(
+            session_key=key,
+            agent_id=link.agent_id,
+            kind=EventKind.UPSTREAM_MISSING,
+            actor_type=ActorType.SYSTEM,
+            now=now,
+            payload={"channel": link.catalog_id or link.kind},
+            dedupe_key=f"upstream-missing:{key}:{link.source_key}:{link.updated_at}",
+        )
+        notices = record_event(conn, draft, now).notices
+        for table in ("session_upstream_links", "sessionwatch_link_state"):
+            conn.execute(
+                f"DELETE FROM {table} WHERE session_key = ? AND agent_id = ?", (key, link.agent_id)
+            )
+        log.warning("%s: upstream missing %d times; link removed", key, streak)
+        return LinkResult(
+            session_key=key, outcome="missing", reason="upstream_missing recorded"
+        ), notices
+
+    async def tick_done(self) -> None:
+        """Wait for the tick in flight, if any, to finish."""
+        async with self._lock:
+            return
+
+    # -- listing -----------------------------------------------------------------------
+
+    async def links(self) -> list[dict[str, Any]]:
+        def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind,"
+                " upstream_ref_json, last_marker_json, last_scanned_at, created_at, updated_at"
+                " FROM session_upstream_links ORDER BY session_key, agent_id"
+            ).fetchall()
+            out = []
+            for row in rows:
+                link = UpstreamLink.from_row(row)
+                streak, blocked_at = _link_state(conn, link)
+                reason = conn.execute(
+                    "SELECT blocked_reason FROM sessionwatch_link_state WHERE session_key = ?"
+                    " AND agent_id = ?",
+                    (link.session_key, link.agent_id),
+                ).fetchone()
+                shown = link.as_json()
+                out.append(
+                    {
+                        "sessionKey": link.session_key,
+                        "agentId": link.agent_id,
+                        "kind": link.kind,
+                        "ref": link.ref,
+                        "marker": shown["marker"],
+                        "watched": is_watched(conn, link.session_key),
+                        "blocked": None
+                        if blocked_at is None
+                        else {"offset": blocked_at, "reason": reason[0] if reason else None},
+                        "missingStreak": streak,
+                        "lastScannedAt": link.last_scanned_at,
+                    }
+                )
+            return out
+
+        return await self.kernel.store.read(run)
+
+
+def check_kind(kind: str) -> str:
+    if kind not in {"claude", "codex", "pi"}:
+        raise BadInput(f'unknown upstream kind "{kind}" (known: claude, codex, pi)')
+    return kind
