@@ -34,6 +34,7 @@ class JsonlFormat:
     state_from_first: Callable[[Any], Any]  # the first record (None for an empty file)
     prefilter: tuple[bytes, ...] | None  # None: parse every line
     strict: bool  # stop at the first invalid row instead of counting it
+    declines: Callable[[Any], str | None] = lambda state: None  # why a source is not adoptable
 
 
 def _claude_first(_: Any) -> claude.ClaudeState:
@@ -41,12 +42,11 @@ def _claude_first(_: Any) -> claude.ClaudeState:
 
 
 def _codex_first(record: Any) -> codex.CodexState:
-    if isinstance(record, dict):
-        state = codex.state_from_first_record(record)
-        if state.subagent:
-            raise Declined("a Codex sub-agent rollout is not adoptable")
-        return state
-    return codex.CodexState()
+    return codex.state_from_first_record(record) if isinstance(record, dict) else codex.CodexState()
+
+
+def _codex_declines(state: Any) -> str | None:
+    return "a Codex sub-agent rollout is not adoptable" if state.subagent else None
 
 
 def _pi_first(record: Any) -> pi.PiState:
@@ -71,6 +71,7 @@ FORMATS = {
         state_from_first=_codex_first,
         prefilter=codex.PREFILTER,
         strict=False,
+        declines=_codex_declines,
     ),
     "pi": JsonlFormat(
         kind="pi",
@@ -130,18 +131,24 @@ def scan(
     return result
 
 
+def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
+    """The file's first complete line, parsed; None when there is none or it is not JSON."""
+    read = read_tail(path, 0, cap, None)
+    if not read.lines:
+        return None
+    try:
+        return orjson.loads(read.lines[0][1])
+    except orjson.JSONDecodeError:
+        return None
+
+
 def baseline_file(fmt: JsonlFormat, path: str) -> Marker:
     """The marker at the end of the file's last complete line. Raises Declined / OSError."""
     offset, head = end_of_last_line(path)
-    first = None
-    if offset > 0:
-        read = read_tail(path, 0, DEFAULT_SCAN_CAP, None)
-        if read.lines:
-            try:
-                first = orjson.loads(read.lines[0][1])
-            except orjson.JSONDecodeError:
-                first = None
-    state = fmt.state_from_first(first)
+    state = fmt.state_from_first(first_record(path) if offset > 0 else None)
+    reason = fmt.declines(state)
+    if reason:
+        raise Declined(reason)
     return {"offset": offset, "head": head, **state.to_marker()}
 
 

@@ -132,15 +132,21 @@ def main() -> None:
         d = Path(tmp)
         base = baseline_sync(d / "baseline.db", args.events)
         ours = asyncio.run(kernel_async(d / "kernel.db", args.events))
-        print(f"(a) record, 10 watchers: kernel {ours:,.0f} events/s,"
-              f" sync sqlite3 baseline {base:,.0f} events/s, ratio {ours / base:.2f}"
-              " (target >= 0.5)")
+        print(
+            f"(a) record, 10 watchers: kernel {ours:,.0f} events/s,"
+            f" sync sqlite3 baseline {base:,.0f} events/s, ratio {ours / base:.2f}"
+            " (target >= 0.5)"
+        )
         p50, p99 = asyncio.run(changes_since_latency(d / "status.db", args.samples))
-        print(f"(b) changesSince at {MAX_ROWS:,} rows: p50 {p50:.3f} ms, p99 {p99:.3f} ms"
-              " (target p99 < 2 ms)")
+        print(
+            f"(b) changesSince at {MAX_ROWS:,} rows: p50 {p50:.3f} ms, p99 {p99:.3f} ms"
+            " (target p99 < 2 ms)"
+        )
         ms, deleted = prune_at_cap(d / "prune.db")
-        print(f"(c) prune at the {MAX_ROWS:,}-row cap: {ms:.1f} ms, {deleted} rows deleted"
-              " (target < 100 ms)")
+        print(
+            f"(c) prune at the {MAX_ROWS:,}-row cap: {ms:.1f} ms, {deleted} rows deleted"
+            " (target < 100 ms)"
+        )
 
 
 if __name__ == "__main__":

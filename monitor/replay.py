@@ -6,11 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
-
 from adapters.base import Declined, text_hash
-from adapters.jsonl import FORMATS, scan
-from adapters.pi import state_from_header
+from adapters.jsonl import FORMATS, first_record, scan
 from adapters.tailer import read_tail
 from monitor.errors import BadInput
 
@@ -28,16 +25,11 @@ def replay(
         raise BadInput("--scan-cap must be positive")
     own = frozenset(text_hash(t) for t in own_texts)
     try:
-        first = read_tail(path, 0, scan_cap, None)
+        state = fmt.state_from_first(first_record(path, scan_cap))
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
-    if kind == "pi":
-        try:
-            header = orjson.loads(first.lines[0][1]) if first.lines else None
-            state_from_header(header)
-        except (Declined, orjson.JSONDecodeError) as exc:
-            raise BadInput(str(exc) if isinstance(exc, Declined) else "invalid Pi header") from None
-    state = fmt.state_from_marker({})
+    except Declined as exc:
+        raise BadInput(str(exc)) from None
     offset, ticks, turns = 0, 0, 0
     blocked: dict[str, Any] | None = None
     while ticks < MAX_TICKS:

@@ -1,0 +1,294 @@
+"""The upstream monitor end to end: real files appended to, real SQLite, one tick at a time."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from monitor.config import Config, RootsConfig
+from monitor.errors import BadInput
+from monitor.kernel import Kernel
+from monitor.upstream import UpstreamMonitor
+from tests.conftest import notice
+
+KEY = "agent:main:adopted:x"
+MAIN = "agent:main:main"
+
+
+def user_line(text: str, uuid: str = "u") -> bytes:
+    record = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
+    return orjson.dumps(record) + b"\n"
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> RootsConfig:
+    for name in ("claude", "codex", "pi"):
+        (tmp_path / name).mkdir()
+    return RootsConfig(
+        claude=str(tmp_path / "claude"), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")
+    )
+
+
+@pytest.fixture
+def monitor(kernel: Kernel, roots: RootsConfig) -> UpstreamMonitor:
+    return UpstreamMonitor(kernel, Config(roots=roots))
+
+
+async def adopt_watched(monitor: UpstreamMonitor, path: Path, kind: str = "claude") -> Any:
+    result = await monitor.adopt(kind=kind, path=str(path), session_key=KEY, session_id="s1")
+    assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
+    return result
+
+
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+async def outcomes(monitor: UpstreamMonitor) -> list[tuple[str, int]]:
+    return [(r.outcome, r.turns) for r in await monitor.tick()]
+
+
+async def test_a_human_prompt_gives_one_event_and_one_notice(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(user_line("before adoption"))
+    adopted = await adopt_watched(monitor, path)
+    assert {"offset": path.stat().st_size} == adopted["link"]["marker"]
+    append(path, user_line("fix the test", "u1"))
+    assert await outcomes(monitor) == [("activity", 1)]
+    assert await outcomes(monitor) == [("quiet", 0)]
+    status = await monitor.kernel.status(KEY, changes_since=0)
+    kinds = [(e["kind"], e["summary"]) for e in status["stateChanges"]["events"]]
+    assert kinds == [
+        ("adopted", "session adopted via claude"),
+        ("human_direct_message", "human message via claude"),
+    ]
+    assert [notice(KEY, 1)] == [n.text for n in await monitor.kernel.notices(watcher=MAIN)]
+
+
+async def test_a_burst_is_one_event_with_turns(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    append(path, user_line("one", "u1") + user_line("two", "u2") + user_line("three", "u3"))
+    assert await outcomes(monitor) == [("activity", 3)]
+    events = (await monitor.kernel.status(KEY, changes_since=1))["stateChanges"]["events"]
+    assert [e["payload"] for e in events] == [{"channel": "claude", "turns": 3}]
+
+
+async def test_self_echo_advances_without_an_event(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    await monitor.kernel.remember_own_message(KEY, "sent  by the\ngateway")
+    append(path, user_line(" sent by the gateway "))
+    assert await outcomes(monitor) == [("quiet", 0)]
+    assert (await monitor.kernel.status(KEY))["stateVersion"] == 1
+
+
+async def test_unwatched_links_are_never_probed(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    append(path, user_line("hello"))
+    assert await outcomes(monitor) == []
+
+
+async def test_three_misses_record_upstream_missing_and_drop_the_link(
+    kernel: Kernel, roots: RootsConfig
+) -> None:
+    """Each tick here is a fresh monitor, as separate ``tick`` processes would be."""
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(UpstreamMonitor(kernel, Config(roots=roots)), path)
+    path.unlink()
+    seen = [await outcomes(UpstreamMonitor(kernel, Config(roots=roots))) for _ in range(3)]
+    assert seen == [[("missing", 0)]] * 3
+    assert await UpstreamMonitor(kernel, Config(roots=roots)).links() == []
+    pending = await kernel.notices(watcher=MAIN)
+    assert [notice(KEY, 1)] == [n.text for n in pending]
+    events = (await kernel.status(KEY, changes_since=1))["stateChanges"]["events"]
+    assert [e["summary"] for e in events] == ["upstream missing via claude"]
+
+
+async def test_a_quiet_check_resets_the_missing_streak(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    path.rename(path.with_suffix(".bak"))
+    await monitor.tick()
+    await monitor.tick()
+    path.with_suffix(".bak").rename(path)
+    await monitor.tick()
+    path.unlink()
+    await monitor.tick()
+    assert (await monitor.links())[0]["missingStreak"] == 1
+
+
+async def test_a_busy_session_is_deferred_and_its_marker_stays(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    append(path, user_line("while busy"))
+    await monitor.kernel.upsert_session(KEY, run_active=True)
+    assert await outcomes(monitor) == [("skipped", 0)]
+    assert (await monitor.links())[0]["marker"] == {"offset": 0}
+    await monitor.kernel.upsert_session(KEY, run_active=False)
+    assert await outcomes(monitor) == [("activity", 1)]
+
+
+async def test_a_failing_insert_leaves_the_marker(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+
+    def trap(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
+            " BEGIN SELECT RAISE(ABORT, 'no'); END"
+        )
+
+    await monitor.kernel.store.write(trap)
+    append(path, user_line("do not lose me"))
+    assert await outcomes(monitor) == [("inconclusive", 0)]
+    assert (await monitor.links())[0]["marker"] == {"offset": 0}
+    await monitor.kernel.store.write(lambda c: c.execute("DROP TRIGGER refuse"))
+    assert await outcomes(monitor) == [("activity", 1)]
+
+
+async def test_a_long_line_blocks_visibly_and_logs_once(
+    monitor: UpstreamMonitor, roots: RootsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    monitor.adapters["claude"].scan_cap = 64  # type: ignore[attr-defined]
+    append(path, user_line("x" * 200))
+    with caplog.at_level(logging.WARNING):
+        assert await outcomes(monitor) == [("blocked", 0)]
+        assert await outcomes(monitor) == [("blocked", 0)]
+    assert caplog.text.count("blocked:") == 1
+    link = (await monitor.links())[0]
+    assert link["blocked"]["offset"] == 0
+    assert "longer than the scan cap" in link["blocked"]["reason"]
+
+
+async def test_a_replaced_file_rebaselines_and_records_nothing(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(user_line("a" * 50))
+    await adopt_watched(monitor, path)
+    path.write_bytes(user_line("new file"))  # shorter than the marker
+    assert await outcomes(monitor) == [("quiet", 0)]
+    assert {"offset": path.stat().st_size} == (await monitor.links())[0]["marker"]
+    assert (await monitor.kernel.status(KEY))["stateVersion"] == 1
+
+
+async def test_readopting_keeps_the_marker_and_a_new_source_rebases(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    append(path, user_line("unseen"))
+    again = await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    assert again["link"]["marker"] == {"offset": 0}
+    other = Path(roots.claude) / "t.jsonl"
+    other.write_bytes(user_line("old"))
+    moved = await monitor.adopt(kind="claude", path=str(other), session_key=KEY, session_id="s1")
+    assert {"offset": other.stat().st_size} == moved["link"]["marker"]
+    assert moved["link"]["lastScannedAt"] is None
+
+
+async def test_refs_must_stay_inside_the_roots(
+    monitor: UpstreamMonitor, roots: RootsConfig, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(b"")
+    with pytest.raises(BadInput, match="not inside"):
+        await monitor.adopt(kind="claude", path=str(outside), session_key=KEY)
+    link = Path(roots.claude) / "escape.jsonl"
+    os.symlink(outside, link)
+    with pytest.raises(BadInput, match="not inside"):
+        await monitor.adopt(kind="claude", path=str(link), session_key=KEY)
+
+
+async def test_untrusted_baselines_decline_with_the_reason(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    samples = Path(__file__).parent.parent / "sample_transcripts"
+    pi_old = Path(roots.pi) / "old.jsonl"
+    pi_old.write_bytes((samples / "pi_legacy.jsonl").read_bytes())
+    sub = Path(roots.codex) / "rollout-sub.jsonl"
+    sub.write_bytes((samples / "codex_subagent.jsonl").read_bytes())
+    pi = await monitor.adopt(kind="pi", path=str(pi_old), session_key=KEY, session_id="s1")
+    assert pi["link"] is None
+    assert "resume it once in Pi to migrate it to v3" in pi["declined"]
+    codex = await monitor.adopt(kind="codex", path=str(sub), session_key="agent:main:adopted:y")
+    assert (
+        codex["link"],
+        codex["declined"],
+    ) == (None, "a Codex sub-agent rollout is not adoptable")
+    gone = await monitor.adopt(
+        kind="claude",
+        path=str(Path(roots.claude) / "nope.jsonl"),
+        session_key="agent:main:adopted:z",
+    )
+    assert gone["link"] is None and "no such file" in gone["declined"]
+    assert (await monitor.kernel.status(KEY))["stateVersion"] == 1  # adoption still recorded
+
+
+async def test_codex_and_pi_links_report_their_turns(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    samples = Path(__file__).parent.parent / "sample_transcripts"
+    rollout = Path(roots.codex) / "rollout-2026-03-01T10-00-00-019c.jsonl"
+    rollout.write_bytes((samples / "codex_rollout.jsonl").read_bytes().splitlines(True)[0])
+    await adopt_watched(monitor, rollout, "codex")
+    append(
+        rollout,
+        orjson.dumps(
+            {"type": "event_msg", "payload": {"type": "user_message", "message": "typed in codex"}}
+        )
+        + b"\n",
+    )
+    pi = Path(roots.pi) / "s.jsonl"
+    pi.write_bytes((samples / "pi_session.jsonl").read_bytes().splitlines(True)[0])
+    await monitor.adopt(
+        kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
+    )
+    await monitor.kernel.watch(watcher=MAIN, target="agent:main:adopted:pi")
+    append(
+        pi,
+        orjson.dumps(
+            {
+                "type": "message",
+                "id": "z1",
+                "timestamp": "2026-03-01T11:00:00Z",
+                "message": {"role": "user", "content": "typed in pi"},
+            }
+        )
+        + b"\n",
+    )
+    assert sorted(await outcomes(monitor)) == [("activity", 1), ("activity", 1)]
