@@ -36,8 +36,23 @@ _EXCLUDING_FLAGS = (
     "turnCompanion",
     "isVirtual",
 )
-# A line can only be a human turn if it holds one of these; others are not parsed at all.
-PREFILTER = (b'"user"', b"queue-operation", b"queued_command")
+
+
+def may_be_turn(line: bytes) -> bool:
+    """Whether a raw line could be a human turn; lines that cannot are never parsed.
+
+    A turn holds ``"user"`` (a user record) or ``queue`` (``queue-operation``,
+    ``queued_command``). An unescaped quote cannot occur inside a JSON string, so a match of
+    ``"type":"assistant"``, ``"type":"tool_result"`` or ``"toolUseResult":`` is JSON
+    structure: an assistant record, or a tool result, never a human turn. Those records are
+    most of a transcript's bytes, and their tokens sit near the start of the line.
+    """
+    if b'"type":"assistant"' in line[:1024]:
+        return False
+    if b'"user"' in line:
+        if b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line:
+            return True
+    return b"queue" in line
 
 
 @dataclass

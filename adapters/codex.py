@@ -24,7 +24,12 @@ CONTEXTUAL_MARKERS = (
     "<hook_prompt",
 )
 SHELL_ESCAPE = "<user_shell_command>"
-PREFILTER = (b"user_message", b'"user"', b"session_meta")
+
+
+def may_be_turn(line: bytes) -> bool:
+    """Whether a raw line could be a turn or change the rollout's state (a legacy rollout's
+    bare meta line has no ``"type"`` key)."""
+    return b'"user' in line or b"session_meta" in line or b'"type"' not in line
 
 
 @dataclass

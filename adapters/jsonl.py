@@ -32,7 +32,7 @@ class JsonlFormat:
     native_id: Callable[[dict[str, Any]], str | None]
     state_from_marker: Callable[[Marker], Any]
     state_from_first: Callable[[Any], Any]  # the first record (None for an empty file)
-    prefilter: tuple[bytes, ...] | None  # None: parse every line
+    prefilter: Callable[[bytes], bool] | None  # False: cannot matter; None: parse every line
     strict: bool  # stop at the first invalid row instead of counting it
     declines: Callable[[Any], str | None] = lambda state: None  # why a source is not adoptable
 
@@ -60,7 +60,7 @@ FORMATS = {
         native_id=claude.claude_native_id,
         state_from_marker=claude.ClaudeState.from_marker,
         state_from_first=_claude_first,
-        prefilter=claude.PREFILTER,
+        prefilter=claude.may_be_turn,
         strict=False,
     ),
     "codex": JsonlFormat(
@@ -69,7 +69,7 @@ FORMATS = {
         native_id=lambda record: None,
         state_from_marker=codex.CodexState.from_marker,
         state_from_first=_codex_first,
-        prefilter=codex.PREFILTER,
+        prefilter=codex.may_be_turn,
         strict=False,
         declines=_codex_declines,
     ),
@@ -93,10 +93,6 @@ class ScanResult:
     latest_at: int | None = None
 
 
-def _looks_like_object(line: bytes) -> bool:
-    return line.startswith(b"{") and line.endswith(b"}")
-
-
 def _time_ms(record: dict[str, Any]) -> int | None:
     at = parse_time(record.get("timestamp"))
     return int(at.timestamp() * 1000) if at else None
@@ -109,8 +105,8 @@ def scan(
     result = ScanResult()
     prefilter = fmt.prefilter
     for offset, line in lines:
-        if prefilter is not None and not any(p in line for p in prefilter):
-            if not _looks_like_object(line):
+        if prefilter is not None and not prefilter(line):
+            if not (line[:1] == b"{" and line[-1:] == b"}"):
                 result.invalid.append(offset)
             continue
         try:

@@ -81,7 +81,14 @@ def _load(conn: sqlite3.Connection, own_limit: int) -> tuple[list[UpstreamLink],
         (own_limit,),
     ):
         own[(key, agent)].add(digest)
-    return links, {"sessions": sessions, "own": own}
+    stateful = {
+        (r[0], r[1])
+        for r in conn.execute(
+            "SELECT session_key, agent_id FROM sessionwatch_link_state"
+            " WHERE missing_streak > 0 OR blocked_offset IS NOT NULL"
+        )
+    }
+    return links, {"sessions": sessions, "own": own, "stateful": stateful}
 
 
 def _link_state(conn: sqlite3.Connection, link: UpstreamLink) -> tuple[int, int | None]:
@@ -115,6 +122,15 @@ def _write_state(
             blocked[0] if blocked else None,
             blocked[1] if blocked else None,
         ),
+    )
+
+
+def _unchanged(link: UpstreamLink, outcome: Outcome, stateful: set[tuple[str, str]]) -> bool:
+    return (
+        outcome.status == "quiet"
+        and outcome.marker == link.marker
+        and not outcome.reason
+        and (link.session_key, link.agent_id) not in stateful
     )
 
 
@@ -229,10 +245,33 @@ class UpstreamMonitor:
             )
             batches[link.kind].append(_Work(link=link, probe=probe))
         checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
+        idle: list[UpstreamLink] = []
         for works, outcomes in checked:
             for work, outcome in zip(works, outcomes, strict=True):
-                results.append(await self._settle(work.link, outcome))
+                link = work.link
+                if _unchanged(link, outcome, extra["stateful"]):
+                    idle.append(link)
+                    results.append(LinkResult(session_key=link.session_key, outcome="quiet"))
+                else:
+                    results.append(await self._settle(link, outcome))
+        if idle:
+            await self._touch(idle)
         return results
+
+    async def _touch(self, links: list[UpstreamLink]) -> None:
+        """Quiet links whose marker and state did not change: one transaction for all."""
+        now = self.kernel.clock()
+        rows = [(now, x.session_key, x.agent_id, x.updated_at) for x in links]
+        try:
+            await self.kernel.store.write(
+                lambda c: c.executemany(
+                    "UPDATE session_upstream_links SET last_scanned_at = ? WHERE session_key = ?"
+                    " AND agent_id = ? AND updated_at = ?",
+                    rows,
+                )
+            )
+        except SessionwatchError as exc:
+            log.warning("could not stamp the scan time of quiet links: %s", exc)
 
     def _skip_reason(
         self, link: UpstreamLink, agents: dict[str, int], sessions: dict[Any, Any]

@@ -1,0 +1,98 @@
+"""The byte pre-filters never change a decision: a line they skip is never a turn."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapters.jsonl import FORMATS, JsonlFormat, scan
+from adapters.tailer import split_lines
+
+SAMPLES = Path(__file__).parent.parent / "sample_transcripts"
+TOKENS = [
+    '"type":"assistant"',
+    '"type":"tool_result"',
+    '"toolUseResult":',
+    "queue",
+    '"user"',
+    "user_message",
+    "session_meta",
+    "\n",
+    "\\",
+    '"',
+]
+TEXT = st.lists(st.sampled_from(TOKENS) | st.text(max_size=8), max_size=6).map("".join)
+CONTENT = st.one_of(
+    TEXT,
+    st.lists(
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["text", "tool_result", "image"]), "text": TEXT}
+        ),
+        max_size=3,
+    ),
+)
+RECORD = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["user", "assistant", "attachment", "queue-operation"]),
+            "message": st.fixed_dictionaries(
+                {"role": st.sampled_from(["user", "assistant"]), "content": CONTENT}
+            ),
+            "content": TEXT,
+            "operation": st.sampled_from(["enqueue", "remove"]),
+        },
+        optional={
+            "origin": st.fixed_dictionaries({"kind": st.sampled_from(["human", "tool"])}),
+            "attachment": st.fixed_dictionaries(
+                {
+                    "type": st.just("queued_command"),
+                    "prompt": TEXT,
+                    "commandMode": st.just("prompt"),
+                }
+            ),
+            "toolUseResult": TEXT,
+        },
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["event_msg", "response_item", "session_meta"]),
+            "payload": st.fixed_dictionaries(
+                {
+                    "type": st.sampled_from(["user_message", "message"]),
+                    "message": TEXT,
+                    "role": st.just("user"),
+                    "content": CONTENT,
+                }
+            ),
+        }
+    ),
+)
+
+
+def both_ways(fmt: JsonlFormat, data: bytes) -> tuple[list[int], list[int]]:
+    lines = split_lines(data if data.endswith(b"\n") else data + b"\n", 0)
+    fast = scan(fmt, lines, fmt.state_from_marker({}), frozenset())
+    slow = scan(replace(fmt, prefilter=None), lines, fmt.state_from_marker({}), frozenset())
+    return [t.offset or 0 for t in fast.turns], [t.offset or 0 for t in slow.turns]
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(RECORD, max_size=12), kind=st.sampled_from(["claude", "codex"]))
+def test_generated_records_decide_the_same_with_and_without_the_prefilter(
+    records: list[dict[str, object]], kind: str
+) -> None:
+    data = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    fast, slow = both_ways(FORMATS[kind], data)
+    assert slow == fast
+
+
+def test_samples_decide_the_same_with_and_without_the_prefilter() -> None:
+    for path in SAMPLES.glob("*.jsonl"):
+        kind = path.name.split("_")[0]
+        if kind in {"claude", "codex"}:
+            fast, slow = both_ways(FORMATS[kind], path.read_bytes())
+            assert slow == fast, path.name
