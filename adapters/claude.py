@@ -49,9 +49,9 @@ def may_be_turn(line: bytes) -> bool:
     """
     if b'"type":"assistant"' in line[:1024]:
         return False
-    if b'"user"' in line:
-        if b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line:
-            return True
+    user = b'"user"' in line
+    if user and b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line:
+        return True
     return b"queue" in line
 
 

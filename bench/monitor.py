@@ -26,10 +26,10 @@ import orjson
 # ``monitor`` package; take it off.
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
-from monitor.config import Config, RootsConfig
-from monitor.kernel import Kernel
-from monitor.replay import replay
-from monitor.upstream import UpstreamMonitor
+from monitor.config import Config, RootsConfig  # noqa: E402
+from monitor.kernel import Kernel  # noqa: E402
+from monitor.replay import replay  # noqa: E402
+from monitor.upstream import UpstreamMonitor  # noqa: E402
 
 
 def claude_lines(rng: random.Random) -> list[bytes]:
