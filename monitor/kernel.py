@@ -6,6 +6,7 @@ transaction on the database thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 from dataclasses import dataclass
@@ -103,6 +104,9 @@ class Kernel:
         now = self.clock()
         fields.setdefault("watcher_store_path", self.settings.default_store_path)
         draft = make_draft(now=now, **fields)
+        if self._starts_ambient_watch(draft.kind, draft.actor_type, draft.session_key):
+            main = main_key_for(draft.agent_id, self.settings.main_key)
+            draft = dataclasses.replace(draft, ambient_watcher=main)
         result = await self.store.write(lambda conn: record_event(conn, draft, now))
         self.deliver(result.notices)
         await self._maybe_prune(now)
@@ -165,6 +169,15 @@ class Kernel:
             lambda conn: cursors.register_watch(
                 conn, watcher=w, target=t, store_path=path, provenance=provenance, now=now
             )
+        )
+
+    def _starts_ambient_watch(self, kind: EventKind, actor: ActorType, key: str) -> bool:
+        """A group session's human turn makes the agent's main session watch it ambiently."""
+        return (
+            kind is EventKind.HUMAN_DIRECT_MESSAGE
+            and actor is ActorType.HUMAN
+            and self.settings.group_scope == "per-group"
+            and is_group_key(key)
         )
 
     def _ambient_allowed(self, watcher: str, target: str) -> bool:

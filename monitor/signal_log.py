@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from monitor.clock import DAY_MS
-from monitor.cursors import advance_watchers, seed_cursor
+from monitor.cursors import advance_watchers, register_watch, seed_cursor
 from monitor.errors import BadInput
 from monitor.events import (
     NOTIFYING_KINDS,
@@ -25,7 +25,7 @@ from monitor.events import (
     render_summary,
 )
 from monitor.keys import normalize_key, resolve_agent
-from monitor.notices import Notice
+from monitor.notices import PROVENANCE_AMBIENT, Notice
 
 OCCURRED_AT_MAX_SKEW_MS = DAY_MS
 MAX_ID_LENGTH = 256
@@ -53,6 +53,7 @@ class EventDraft:
     payload: dict[str, Any]
     dedupe_key: str | None
     watcher_store_path: str | None = None
+    ambient_watcher: str | None = None  # a main session that starts watching this group
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,6 +112,7 @@ def make_draft(
     payload: Any = None,
     occurred_at: int | None = None,
     watcher_store_path: str | None = None,
+    ambient_watcher: str | None = None,
 ) -> EventDraft:
     """Validate producer input into an :class:`EventDraft`; raises :class:`BadInput`."""
     key = normalize_key(session_key)
@@ -136,6 +138,7 @@ def make_draft(
         payload=compact,
         dedupe_key=dedupe,
         watcher_store_path=watcher_store_path,
+        ambient_watcher=ambient_watcher,
     )
 
 
@@ -233,6 +236,15 @@ def record_event(conn: sqlite3.Connection, draft: EventDraft, now: int) -> Recor
     elif draft.kind in NOTIFYING_KINDS and draft.session_key.startswith("agent:"):
         notices = advance_watchers(
             conn, target=draft.session_key, sequence=sequence, actor_id=draft.actor_id, now=now
+        )
+    if draft.ambient_watcher and draft.watcher_store_path:
+        register_watch(
+            conn,
+            watcher=draft.ambient_watcher,
+            target=draft.session_key,
+            store_path=draft.watcher_store_path,
+            provenance=PROVENANCE_AMBIENT,
+            now=now,
         )
     event = StateEvent(
         sequence=sequence,

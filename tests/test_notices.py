@@ -326,3 +326,30 @@ async def test_created_summary_is_capped_at_8_kib(kernel: Kernel) -> None:
     assert text is not None
     assert len(text) <= 8192
     assert "agent:main:subagent:" + f"{399:040d}" in text
+
+
+async def test_a_group_turn_makes_main_an_ambient_watcher_once(
+    open_kernel: KernelFactory,
+) -> None:
+    """The first human turn registers one ambient watch; later turns queue without a wake."""
+    wakes = WakeLog()
+    kernel: Kernel = await open_kernel(wake=wakes)
+    first = await human(kernel, GROUP)
+    assert [] == first.notices  # the watch starts after the first turn
+    second = await human(kernel, GROUP)
+    third = await human(kernel, GROUP)
+    assert [notice(GROUP, first.event.sequence)] == [n.text for n in second.notices]
+    assert [] == third.notices  # coalesced into the pending one
+    assert [] == wakes.woken
+    assert [notice(GROUP, 1)] == await texts(kernel, MAIN)
+
+
+async def test_no_ambient_watch_for_non_groups_or_shared_scope(open_kernel: KernelFactory) -> None:
+    kernel: Kernel = await open_kernel()
+    await human(kernel, CHILD)
+    await human(kernel, CHILD)
+    await human(kernel, MAIN)
+    shared: Kernel = await open_kernel(settings=KernelSettings(group_scope="shared"))
+    await human(shared, "agent:main:slack:channel:c9")
+    await human(shared, "agent:main:slack:channel:c9")
+    assert [] == await texts(kernel, MAIN)

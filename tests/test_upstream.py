@@ -292,3 +292,88 @@ async def test_codex_and_pi_links_report_their_turns(
         + b"\n",
     )
     assert sorted(await outcomes(monitor)) == [("activity", 1), ("activity", 1)]
+
+
+class ReadoptingAdapter:
+    """Wraps the real Claude adapter and re-adopts the link (another source) mid-scan."""
+
+    kind = "claude"
+
+    def __init__(self, inner: Any, monitor: UpstreamMonitor, other: Path) -> None:
+        self.inner, self.monitor, self.other = inner, monitor, other
+
+    async def baseline(self, ref: dict[str, Any]) -> dict[str, Any]:
+        marker: dict[str, Any] = await self.inner.baseline(ref)
+        return marker
+
+    async def check(self, probes: list[Any]) -> list[Any]:
+        outcomes: list[Any] = await self.inner.check(probes)
+        await self.monitor.adopt(
+            kind="claude", path=str(self.other), session_key=KEY, session_id="s1"
+        )
+        return outcomes
+
+
+async def test_a_link_refreshed_mid_scan_records_nothing(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    other = Path(roots.claude) / "t.jsonl"
+    other.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    append(path, user_line("typed during the refresh"))
+    monitor.adapters["claude"] = ReadoptingAdapter(monitor.adapters["claude"], monitor, other)
+    result = await monitor.tick()
+    assert [("skipped", "link changed during the scan")] == [(r.outcome, r.reason) for r in result]
+    assert 1 == (await monitor.kernel.status(KEY))["stateVersion"]
+    assert {"offset": 0} == (await monitor.links())[0]["marker"]
+
+
+class BrokenAdapter:
+    kind = "pi"
+
+    async def baseline(self, ref: dict[str, Any]) -> dict[str, Any]:
+        return {"offset": 0}
+
+    async def check(self, probes: list[Any]) -> list[Any]:
+        raise RuntimeError("adapter exploded")
+
+
+async def test_adapter_failures_are_isolated(monitor: UpstreamMonitor, roots: RootsConfig) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    pi = Path(roots.pi) / "p.jsonl"
+    pi.write_bytes(b'{"type":"session","version":3,"id":"x","timestamp":"2026-03-01T10:00:00Z"}\n')
+    await monitor.adopt(
+        kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
+    )
+    await monitor.kernel.watch(watcher=MAIN, target="agent:main:adopted:pi")
+    monitor.adapters["pi"] = BrokenAdapter()
+    append(path, user_line("still seen"))
+    result = {r.session_key: (r.outcome, r.turns) for r in await monitor.tick()}
+    assert {KEY: ("activity", 1), "agent:main:adopted:pi": ("inconclusive", 0)} == result
+
+
+async def test_a_key_linked_under_two_agents_is_skipped(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    for agent in ("a", "b"):
+        await monitor.adopt(
+            kind="claude", path=str(path), session_key="shared", agent_id=agent, session_id="s1"
+        )
+    await monitor.kernel.watch(watcher=MAIN, target="shared")
+    assert [] == await outcomes(monitor)  # bare keys get no cursor, so nothing is watched
+
+    def watch_bare(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO session_watch_cursors (watcher_session_key, watcher_store_path,"
+            " target_session_key, updated_at) VALUES (?, 'default', 'shared', 0)",
+            (MAIN,),
+        )
+
+    await monitor.kernel.store.write(watch_bare)
+    assert [("skipped", 0), ("skipped", 0)] == await outcomes(monitor)
