@@ -28,6 +28,7 @@ from monitor.keys import (
     parse_agent_key,
     resolve_agent,
 )
+from monitor.metrics import Metrics
 from monitor.notices import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
@@ -77,6 +78,7 @@ class Kernel:
         self.clock: Clock = store.clock
         self._waker = WakeCoalescer(wake, clock=self.clock) if wake else None
         self.created_notices = CreatedNotices()
+        self.metrics: Metrics | None = None
         self._next_prune_at = 0
 
     @classmethod
@@ -108,7 +110,7 @@ class Kernel:
             main = main_key_for(draft.agent_id, self.settings.main_key)
             draft = dataclasses.replace(draft, ambient_watcher=main)
         result = await self.store.write(lambda conn: record_event(conn, draft, now))
-        self.deliver(result.notices)
+        self.observe([result])
         await self._maybe_prune(now)
         return result
 
@@ -136,6 +138,15 @@ class Kernel:
             actor_id=parent_key,
             run_id=run_id,
         )
+
+    def observe(self, recorded: list[Recorded]) -> None:
+        """After a commit: count what was recorded and wake whom its notices concern."""
+        fresh = [r for r in recorded if not r.duplicate]
+        if self.metrics:
+            for r in fresh:
+                self.metrics.events.labels(r.event.kind).inc()
+                self.metrics.notices_queued.inc(len(r.notices))
+        self.deliver([n for r in fresh for n in r.notices])
 
     def deliver(self, notices: list[Notice]) -> None:
         if self._waker is None:
@@ -212,7 +223,10 @@ class Kernel:
                 cursors.acknowledge(conn, pending, now)
             return [c.notice() for c in pending]
 
-        return await (self.store.write(run) if drain else self.store.read(run))
+        notices = await (self.store.write(run) if drain else self.store.read(run))
+        if drain and self.metrics:
+            self.metrics.notices_drained.inc(len(notices))
+        return notices
 
     async def sweep(self) -> list[Notice]:
         """Startup recovery: freeze unfrozen work, then list (and wake) every pending notice."""

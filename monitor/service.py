@@ -1,33 +1,48 @@
 """``sessionwatch serve``: the sidecar's main job.
 
-Start-up runs the sweep and a prune, then the scheduler (the tick 15 s after start and every
-60 s, never two at once) and file watching (a change to a linked file wakes an early,
-debounced check of its links). Everything starts and stops through one ``AsyncExitStack``;
-SIGTERM/SIGINT finish the tick in flight and close the database.
+Start-up takes the database's instance lock, runs the sweep and a prune, then starts the HTTP
+API, the scheduler (the tick 15 s after start and every 60 s, never two at once) and file
+watching (a change to a linked file wakes an early, debounced check of its links), all
+through one ``AsyncExitStack``. SIGTERM/SIGINT stop accepting requests, finish the tick in
+flight and close the database, in that order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
+import secrets
 import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import IO
 
+from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
+from monitor.api import build_app
 from monitor.config import Config
-from monitor.errors import SessionwatchError
+from monitor.errors import ConfigError, SessionwatchError, StoreError
 from monitor.kernel import Kernel, KernelSettings
+from monitor.metrics import Metrics
 from monitor.upstream import UpstreamMonitor
+from monitor.wake import GatewayWaker
 
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 300
+REARM_S = 10.0
+
+
+class AlreadyRunning(StoreError):
+    """Another ``serve`` holds the database's instance lock."""
 
 
 def settings_from(config: Config) -> KernelSettings:
@@ -40,26 +55,76 @@ def settings_from(config: Config) -> KernelSettings:
     )
 
 
-class Sidecar:
-    """The running service: kernel, monitor, scheduler and file watcher."""
+def take_instance_lock(db: Path) -> IO[str]:
+    """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
+    path = db.with_name(db.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise AlreadyRunning(
+            f"another sessionwatch serve (pid {holder}) is running on {db}; refusing to start"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
-    def __init__(self, kernel: Kernel, monitor: UpstreamMonitor, config: Config) -> None:
+
+def load_token(path: Path) -> str:
+    """The API token; a new random one is written with mode 0600 when the file is absent."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(token + "\n")
+        log.info("created the API token file %s", path)
+        return token
+    except OSError as exc:
+        raise ConfigError(f"cannot read the API token file {path}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"the API token file {path} is empty")
+    return token
+
+
+class Sidecar:
+    """The running service: kernel, monitor, metrics, scheduler and file watcher."""
+
+    def __init__(
+        self, kernel: Kernel, monitor: UpstreamMonitor, config: Config, metrics: Metrics
+    ) -> None:
         self.kernel = kernel
         self.monitor = monitor
         self.config = config
+        self.metrics = metrics
         self.stopping = asyncio.Event()
+        self.addresses: list[str] = []
         self._paths_changed = asyncio.Event()
+        monitor.on_links_changed = self._paths_changed.set
 
-    async def run_tick(self, only: set[str] | None = None) -> None:
+    async def run_tick(self, only: set[str] | None = None, *, rearm: bool = True) -> None:
+        start = time.perf_counter()
         try:
             results = await self.monitor.tick(only)
         except SessionwatchError as exc:
             log.warning("tick failed: %s", exc)
             return
-        active = [r for r in results if r.outcome not in {"quiet", "skipped"}]
-        for r in active:
-            log.info("%s: %s (turns %d) %s", r.session_key, r.outcome, r.turns, r.reason or "")
-        self._paths_changed.set()
+        self.metrics.ticks.inc()
+        self.metrics.tick_seconds.observe(time.perf_counter() - start)
+        for r in results:
+            self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
+            if r.outcome not in {"quiet", "skipped"}:
+                log.info("%s: %s (turns %d) %s", r.session_key, r.outcome, r.turns, r.reason or "")
+        if rearm and any(r.outcome == "missing" for r in results):
+            self._paths_changed.set()
 
     async def _watched_files(self) -> dict[str, set[str]]:
         """Linked file path -> the session keys linked to it."""
@@ -73,7 +138,12 @@ class Sidecar:
     async def watch_files(self) -> None:
         """Wake an early check of the links whose files changed; the tick stays the truth."""
         while not self.stopping.is_set():
-            files = await self._watched_files()
+            try:
+                files = await self._watched_files()
+            except SessionwatchError as exc:
+                log.warning("file watching paused: %s", exc)
+                await asyncio.sleep(5)
+                continue
             dirs = sorted({str(Path(p).parent) for p in files if Path(p).parent.is_dir()})
             self._paths_changed.clear()
             if not dirs:
@@ -82,6 +152,8 @@ class Sidecar:
                 continue
             stop = asyncio.Event()
             watcher = asyncio.ensure_future(self._wait_changed(stop))
+            # Whatever changed before the watch was armed is caught by one check now.
+            await self.run_tick(set().union(*files.values()), rearm=False)
             try:
                 async for changes in awatch(
                     *dirs, stop_event=stop, debounce=DEBOUNCE_MS, recursive=False
@@ -94,18 +166,59 @@ class Sidecar:
                 watcher.cancel()
 
     async def _wait_changed(self, stop: asyncio.Event) -> None:
-        await self._paths_changed.wait()
+        """Re-arm on a link change here, or every 10 s for links other processes changed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
         stop.set()
+
+
+async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
+    app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
+    site: web.BaseSite
+    if listen.startswith("unix:"):
+        path = listen.removeprefix("unix:")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        site = web.UnixSite(runner, path)
+        await site.start()
+        os.chmod(path, 0o600)
+        return [f"unix:{path}"]
+    host, _, port = listen.rpartition(":")
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise ConfigError(f"[api] listen must be HOST:PORT or unix:PATH, got {listen!r}") from None
+    site = web.TCPSite(runner, host or "127.0.0.1", port_number)
+    try:
+        await site.start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {listen}: {exc.strerror}") from None
+    return [f"http://{a[0]}:{a[1]}" for a in runner.addresses]
 
 
 @contextlib.asynccontextmanager
 async def running(config: Config, db: Path) -> AsyncIterator[Sidecar]:
     async with AsyncExitStack() as stack:
-        kernel = await Kernel.open(db, settings_from(config))
+        stack.callback(take_instance_lock(db).close)
+        token = load_token(Path(config.api.token_file).expanduser())
+        metrics = Metrics()
+        waker = (
+            GatewayWaker(config.gateway.wake_url, metrics=metrics)
+            if config.gateway.wake_url
+            else None
+        )
+        kernel = await Kernel.open(db, settings_from(config), wake=waker)
         stack.push_async_callback(kernel.close)
+        if waker:
+            stack.push_async_callback(waker.close)
+        kernel.metrics = metrics
+        kernel.store.on_error = metrics.db_errors.inc
         monitor = UpstreamMonitor(kernel, config)
-        stack.push_async_callback(monitor.tick_done)  # runs after the scheduler stopped
-        sidecar = Sidecar(kernel, monitor, config)
+        stack.push_async_callback(monitor.tick_done)  # after the scheduler and API stopped
+        sidecar = Sidecar(kernel, monitor, config, metrics)
         pending = await kernel.sweep()
         pruned = await kernel.prune()
         log.info(
@@ -127,6 +240,7 @@ async def running(config: Config, db: Path) -> AsyncIterator[Sidecar]:
         if config.monitor.watch_files:
             task = asyncio.ensure_future(sidecar.watch_files())
             stack.callback(task.cancel)
+        sidecar.addresses = await _start_api(stack, sidecar, token, config.api.listen)
         yield sidecar
 
 
@@ -136,6 +250,6 @@ async def serve(config: Config, db: Path) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, sidecar.stopping.set)
-        log.info("sessionwatch serving %s", db)
+        log.info("sessionwatch serving %s on %s", db, ", ".join(sidecar.addresses))
         await sidecar.stopping.wait()
-        log.info("stopping: finishing the tick in flight")
+        log.info("stopping: no new requests; finishing the tick in flight")

@@ -61,6 +61,7 @@ class Store:
         self._conn = conn
         self.path = path
         self.clock = clock
+        self.on_error: Callable[[], None] | None = None  # counts failures (metrics)
 
     @classmethod
     async def open(cls, path: Path | str, *, clock: Clock = now_ms) -> Store:
@@ -87,6 +88,8 @@ class Store:
         except SessionwatchError:
             raise
         except sqlite3.Error as exc:
+            if self.on_error:
+                self.on_error()
             raise StoreError(f"state database error: {exc}") from exc
         return result
 

@@ -8,9 +8,11 @@ together, compare-and-set against the link as it was when the scan began.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sqlite3
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +20,13 @@ import orjson
 
 from adapters.base import Adapter, Declined, Outcome, Probe
 from adapters.registry import build_adapters
+from monitor.catalog import KINDS, scan_catalog
 from monitor.config import Config
 from monitor.cursors import is_watched
-from monitor.errors import BadInput, SessionwatchError
+from monitor.errors import BadInput, NotFound, SessionwatchError
 from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel
-from monitor.keys import normalize_key, resolve_agent
+from monitor.keys import normalize_key, parse_agent_key, resolve_agent
 from monitor.links import (
     UpstreamLink,
     read_link,
@@ -31,8 +34,7 @@ from monitor.links import (
     thread_id_for,
     upsert_link,
 )
-from monitor.notices import Notice
-from monitor.signal_log import make_draft, record_event
+from monitor.signal_log import Recorded, make_draft, record_event
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ class LinkResult:
     outcome: str
     turns: int = 0
     reason: str | None = None
+    adapter: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +148,11 @@ class UpstreamMonitor:
         self.adapters = adapters or build_adapters(scan_cap=config.monitor.scan_cap_bytes)
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
+        self.on_links_changed: Callable[[], None] | None = None  # the file watcher re-arms
+
+    def links_changed(self) -> None:
+        if self.on_links_changed:
+            self.on_links_changed()
 
     # -- adoption ----------------------------------------------------------------------
 
@@ -183,6 +191,8 @@ class UpstreamMonitor:
             payload={"catalogId": kind, "hostId": "local"},
         )
 
+        recorded: list[Recorded] = []
+
         def run(conn: sqlite3.Connection) -> UpstreamLink | None:
             conn.execute(
                 "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
@@ -192,7 +202,7 @@ class UpstreamMonitor:
                 " updated_at = excluded.updated_at",
                 (key, agent, session_id, now, now),
             )
-            record_event(conn, adopted, now)
+            recorded.append(record_event(conn, adopted, now))
             if declined is not None:
                 return None
             existing = read_link(conn, key, agent)
@@ -210,6 +220,8 @@ class UpstreamMonitor:
             )
 
         link = await self.kernel.store.write(run)
+        self.kernel.observe(recorded)
+        self.links_changed()
         return {"link": link.as_json() if link else None, "declined": declined}
 
     # -- the tick ----------------------------------------------------------------------
@@ -251,9 +263,10 @@ class UpstreamMonitor:
                 link = work.link
                 if _unchanged(link, outcome, extra["stateful"]):
                     idle.append(link)
-                    results.append(LinkResult(session_key=link.session_key, outcome="quiet"))
+                    result = LinkResult(session_key=link.session_key, outcome="quiet")
                 else:
-                    results.append(await self._settle(link, outcome))
+                    result = await self._settle(link, outcome)
+                results.append(dataclasses.replace(result, adapter=link.kind))
         if idle:
             await self._touch(idle)
         return results
@@ -314,18 +327,18 @@ class UpstreamMonitor:
     async def _settle(self, link: UpstreamLink, outcome: Outcome) -> LinkResult:
         now = self.kernel.clock()
         try:
-            result, notices = await self.kernel.store.write(
+            result, recorded = await self.kernel.store.write(
                 lambda c: self._settle_in(c, link, outcome, now)
             )
         except SessionwatchError as exc:
             log.warning("%s: could not settle the tick: %s", link.session_key, exc)
             return LinkResult(session_key=link.session_key, outcome="inconclusive", reason=str(exc))
-        self.kernel.deliver(notices)
+        self.kernel.observe(recorded)
         return result
 
     def _settle_in(
         self, conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
-    ) -> tuple[LinkResult, list[Notice]]:
+    ) -> tuple[LinkResult, list[Recorded]]:
         key = link.session_key
         current = read_link(conn, key, link.agent_id)
         if current is None or current.updated_at != link.updated_at or current.ref != link.ref:
@@ -350,10 +363,10 @@ class UpstreamMonitor:
         _write_state(conn, link, 0, None)
         if outcome.status == "inconclusive" or outcome.marker is None:
             return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason), []
-        notices: list[Notice] = []
+        recorded: list[Recorded] = []
         turns = len(outcome.turns)
         if turns:
-            notices = self._record_turns(conn, link, outcome, now)
+            recorded.append(self._record_turns(conn, link, outcome, now))
         conn.execute(
             "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?"
             " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
@@ -362,11 +375,11 @@ class UpstreamMonitor:
         status = "activity" if turns else "quiet"
         return LinkResult(
             session_key=key, outcome=status, turns=turns, reason=outcome.reason
-        ), notices
+        ), recorded
 
     def _record_turns(
         self, conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
-    ) -> list[Notice]:
+    ) -> Recorded:
         turns = len(outcome.turns)
         payload: dict[str, Any] = {"channel": link.kind}
         if turns > 1:
@@ -381,7 +394,7 @@ class UpstreamMonitor:
             occurred_at=outcome.latest_at,
             dedupe_key=f"upstream:{link.session_key}:{link.source_key}:{outcome.dedupe_id}",
         )
-        return record_event(conn, draft, now).notices
+        return record_event(conn, draft, now)
 
     def _missing(
         self,
@@ -390,7 +403,7 @@ class UpstreamMonitor:
         streak: int,
         now: int,
         reason: str | None,
-    ) -> tuple[LinkResult, list[Notice]]:
+    ) -> tuple[LinkResult, list[Recorded]]:
         key = link.session_key
         if streak < self.config.monitor.missing_threshold:
             _write_state(conn, link, streak, None)
@@ -404,15 +417,70 @@ class UpstreamMonitor:
             payload={"channel": link.catalog_id or link.kind},
             dedupe_key=f"upstream-missing:{key}:{link.source_key}:{link.updated_at}",
         )
-        notices = record_event(conn, draft, now).notices
+        recorded = record_event(conn, draft, now)
         for table in ("session_upstream_links", "sessionwatch_link_state"):
             conn.execute(
                 f"DELETE FROM {table} WHERE session_key = ? AND agent_id = ?", (key, link.agent_id)
             )
         log.warning("%s: upstream missing %d times; link removed", key, streak)
-        return LinkResult(
-            session_key=key, outcome="missing", reason="upstream_missing recorded"
-        ), notices
+        return LinkResult(session_key=key, outcome="missing", reason="upstream_missing recorded"), [
+            recorded
+        ]
+
+    async def catalog(self, kind: str | None = None) -> dict[str, Any]:
+        """The native sessions under the configured roots (see :mod:`monitor.catalog`)."""
+        kinds = (check_kind(kind),) if kind else KINDS
+        found = await asyncio.to_thread(scan_catalog, self.config.roots, kinds)
+        return found.as_json()
+
+    async def adopt_catalog(
+        self,
+        catalog_id: str,
+        *,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Adopt a catalog entry by its id (the path form is :meth:`adopt`)."""
+        kind = catalog_id.split(":", 1)[0]
+        found = await asyncio.to_thread(scan_catalog, self.config.roots, (check_kind(kind),))
+        entry = next((e for e in found.entries if e.catalog_id == catalog_id), None)
+        if entry is None:
+            raise NotFound(f"no catalog session {catalog_id!r}")
+        return await self.adopt(
+            kind=entry.kind,
+            path=entry.path,
+            session_key=session_key,
+            agent_id=agent_id,
+            session_id=session_id,
+        )
+
+    async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:
+        """Remove a session's link (all agents' for a bare key without ``agent_id``)."""
+        key = normalize_key(session_key)
+        agent = resolve_agent(key, agent_id) if agent_id or parse_agent_key(key) else None
+        scope = "session_key = ?" + (" AND agent_id = ?" if agent else "")
+        params = (key, agent) if agent else (key,)
+
+        def run(conn: sqlite3.Connection) -> bool:
+            conn.execute(f"DELETE FROM sessionwatch_link_state WHERE {scope}", params)
+            return (
+                conn.execute(f"DELETE FROM session_upstream_links WHERE {scope}", params).rowcount
+                > 0
+            )
+
+        return await self.kernel.store.write(run)
+
+    async def blocked_count(self) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT count(*) FROM sessionwatch_link_state s JOIN session_upstream_links l"
+                " ON l.session_key = s.session_key AND l.agent_id = s.agent_id"
+                " WHERE s.blocked_offset IS NOT NULL AND s.link_updated_at = l.updated_at"
+            ).fetchone()
+            return int(row[0])
+
+        return await self.kernel.store.read(run)
 
     async def tick_done(self) -> None:
         """Wait for the tick in flight, if any, to finish."""

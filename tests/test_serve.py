@@ -29,6 +29,7 @@ def test_serve_detects_an_appended_prompt_long_before_the_interval(tmp_path: Pat
     config = tmp_path / "sessionwatch.toml"
     config.write_text(
         f'[roots]\nclaude = "{root}"\n[monitor]\ninterval_s = 3600\ninitial_delay_s = 3600\n'
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
     )
     db = tmp_path / "state.db"
     transcript = root / "s.jsonl"

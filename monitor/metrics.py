@@ -1,0 +1,58 @@
+"""Prometheus metrics of one running sidecar (``GET /metrics``).
+
+Each :class:`Metrics` owns its registry, so several sidecars in one process (the tests) do
+not share counters.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events = Counter(
+            "sessionwatch_events_recorded_total",
+            "State events recorded, by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.notices_queued = Counter(
+            "sessionwatch_notices_queued_total", "Stale-state notices opened", registry=r
+        )
+        self.notices_drained = Counter(
+            "sessionwatch_notices_drained_total", "Notices returned and acknowledged", registry=r
+        )
+        self.ticks = Counter("sessionwatch_ticks_total", "Monitor ticks run", registry=r)
+        self.tick_seconds = Histogram(
+            "sessionwatch_tick_duration_seconds", "Duration of monitor ticks", registry=r
+        )
+        self.outcomes = Counter(
+            "sessionwatch_link_outcomes_total",
+            "Tick outcomes, by adapter and outcome",
+            ["adapter", "outcome"],
+            registry=r,
+        )
+        self.blocked_links = Gauge(
+            "sessionwatch_blocked_links",
+            "Links blocked at a line longer than the scan cap",
+            registry=r,
+        )
+        self.db_errors = Counter(
+            "sessionwatch_database_errors_total",
+            "State database operations that failed",
+            registry=r,
+        )
+        self.wakes = Counter(
+            "sessionwatch_wake_calls_total",
+            "Wake calls to the gateway, by result",
+            ["result"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,301 @@
+"""The HTTP API on a real server on loopback, called with aiohttp's client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from monitor.config import ApiConfig, Config, GatewayConfig, MonitorConfig, RootsConfig
+from monitor.service import AlreadyRunning, Sidecar, running
+from tests.conftest import notice
+
+MAIN = "agent:main:main"
+CHILD = "agent:main:subagent:child"
+KEY = "agent:main:adopted:x"
+
+
+@dataclass
+class Client:
+    base: str
+    token: str
+    http: aiohttp.ClientSession
+    sidecar: Sidecar
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
+        data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
+        if data is not None:
+            headers["Content-Type"] = content_type
+        async with self.http.request(method, self.base + path, data=data, headers=headers) as r:
+            text = await r.read()
+            try:
+                return r.status, orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return r.status, text.decode()
+
+
+def make_config(tmp_path: Path, **extra: Any) -> Config:
+    root = tmp_path / "claude"
+    root.mkdir(exist_ok=True)
+    return Config(
+        roots=RootsConfig(claude=str(root), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")),
+        api=ApiConfig(listen="127.0.0.1:0", token_file=str(tmp_path / "token")),
+        monitor=MonitorConfig(initial_delay_s=3600, interval_s=3600, watch_files=True),
+        **extra,
+    )
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[Client]:
+    config = make_config(tmp_path)
+    async with running(config, tmp_path / "state.db") as sidecar, aiohttp.ClientSession() as http:
+        token = (tmp_path / "token").read_text().strip()
+        yield Client(sidecar.addresses[0], token, http, sidecar)
+
+
+async def test_healthz_needs_no_token_and_the_rest_does(client: Client, tmp_path: Path) -> None:
+    assert (200, {"ok": True}) == await client.call("GET", "/healthz", token="")
+    status, answer = await client.call("GET", "/v1/sessions", token="wrong")
+    assert 401 == status
+    assert "unauthorized" == answer["error"]["code"]
+    assert 0o600 == (tmp_path / "token").stat().st_mode & 0o777
+
+
+async def test_spawn_record_notices_status_round_trip(client: Client) -> None:
+    status, spawned = await client.call(
+        "POST", "/v1/spawns", {"parent": MAIN, "child": CHILD, "runId": "r1"}
+    )
+    assert (200, "child_spawned") == (status, spawned["kind"])
+    for _ in range(2):
+        status, event = await client.call(
+            "POST",
+            "/v1/events",
+            {
+                "sessionKey": CHILD,
+                "kind": "human_direct_message",
+                "actorType": "human",
+                "payload": {"channel": "telegram"},
+            },
+        )
+        assert (200, True) == (status, event["recorded"])
+    expected = {"notices": [{"target": CHILD, "text": notice(CHILD, 1)}]}
+    assert (200, expected) == await client.call("GET", f"/v1/watchers/{MAIN}/notices")
+    assert (200, expected) == await client.call("POST", f"/v1/watchers/{MAIN}/notices/drain")
+    reopened = {"notices": [{"target": CHILD, "text": notice(CHILD, 2)}]}
+    assert (200, reopened) == await client.call("POST", f"/v1/watchers/{MAIN}/notices/drain")
+    status, answer = await client.call("GET", f"/v1/sessions/{CHILD}/status?changesSince=2")
+    assert [3] == [e["sequence"] for e in answer["stateChanges"]["events"]]
+    status, answer = await client.call("GET", f"/v1/sessions?keys={CHILD},{MAIN}")
+    assert [3, 0] == [s["stateVersion"] for s in answer["sessions"]]
+
+
+async def test_watch_reset_delete_and_sessions(client: Client) -> None:
+    assert (200, {"watched": True}) == await client.call(
+        "POST", "/v1/watches", {"watcher": MAIN, "target": CHILD, "storePath": "/s.json"}
+    )
+    assert (200, {"watched": False}) == await client.call(
+        "POST", "/v1/watches", {"watcher": "global", "target": CHILD}
+    )
+    status, info = await client.call(
+        "PUT", f"/v1/sessions/{CHILD}", {"sessionId": "s1", "runActive": True}
+    )
+    assert (200, True, "s1") == (status, info["runActive"], info["sessionId"])
+    assert (200, {"ok": True}) == await client.call("POST", f"/v1/sessions/{MAIN}/reset")
+    assert (200, {"ok": True}) == await client.call("DELETE", f"/v1/sessions/{CHILD}")
+    assert (200, {"ok": True}) == await client.call(
+        "POST", f"/v1/sessions/{CHILD}/own-messages", {"text": "hello"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        (
+            "POST",
+            "/v1/events",
+            {"sessionKey": CHILD, "kind": "bogus", "actorType": "human"},
+            400,
+            "bad_request",
+        ),
+        ("POST", "/v1/events", {"sessionKey": CHILD, "kind": "goal_changed"}, 400, "bad_request"),
+        (
+            "POST",
+            "/v1/events",
+            {
+                "sessionKey": CHILD,
+                "kind": "goal_changed",
+                "actorType": "human",
+                "occurredAt": "now",
+            },
+            400,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/v1/events",
+            {"sessionKey": CHILD, "kind": "goal_changed", "actorType": "human", "extra": 1},
+            400,
+            "bad_request",
+        ),
+        ("POST", "/v1/events", [1, 2], 400, "bad_request"),
+        ("POST", "/v1/spawns", {"parent": MAIN, "child": CHILD}, 400, "bad_request"),
+        ("GET", f"/v1/sessions/{CHILD}/status?changesSince=-3", None, 400, "bad_request"),
+        ("GET", "/v1/sessions/global/status", None, 400, "bad_request"),
+        ("GET", "/v1/nowhere", None, 404, "not_found"),
+        ("PATCH", "/v1/events", None, 405, "method_not_allowed"),
+        ("DELETE", "/v1/links/agent:main:none", None, 404, "not_found"),
+        (
+            "POST",
+            "/v1/links",
+            {"kind": "claude", "path": "/etc/passwd", "sessionKey": KEY},
+            400,
+            "bad_request",
+        ),
+        ("POST", "/v1/links", {"catalogId": "claude:0000", "sessionKey": KEY}, 404, "not_found"),
+    ],
+)
+async def test_client_mistakes_get_a_clear_4xx_and_write_nothing(
+    client: Client, method: str, path: str, body: Any, status: int, code: str
+) -> None:
+    got_status, answer = await client.call(method, path, body)
+    assert (status, code) == (got_status, answer["error"]["code"])
+    assert answer["error"]["message"]
+    assert (200, {"sessions": []}) == await client.call("GET", "/v1/sessions")
+
+
+async def test_bad_json_wrong_type_and_oversized_bodies(client: Client) -> None:
+    status, answer = await client.call("POST", "/v1/events", raw=b"{nope")
+    assert (400, "bad_request") == (status, answer["error"]["code"])
+    status, answer = await client.call("POST", "/v1/events", raw=b"{}", content_type="text/plain")
+    assert (415, "unsupported_media_type") == (status, answer["error"]["code"])
+    big = orjson.dumps(
+        {
+            "sessionKey": CHILD,
+            "kind": "goal_changed",
+            "actorType": "human",
+            "summary": "x" * (2 * 1024 * 1024),
+        }
+    )
+    status, answer = await client.call("POST", "/v1/events", raw=big)
+    assert (413, "body_too_large") == (status, answer["error"]["code"])
+
+
+async def test_a_database_failure_answers_503_recorded_false(client: Client) -> None:
+    await client.sidecar.kernel.store.write(
+        lambda c: c.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
+            " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+    )
+    status, answer = await client.call(
+        "POST", "/v1/events", {"sessionKey": CHILD, "kind": "goal_changed", "actorType": "human"}
+    )
+    assert (503, False) == (status, answer["recorded"])
+    status, metrics = await client.call("GET", "/metrics")
+    assert "sessionwatch_database_errors_total 1.0" in metrics
+
+
+async def test_links_catalog_and_metrics(client: Client, tmp_path: Path) -> None:
+    transcript = tmp_path / "claude" / "proj" / "abc.jsonl"
+    transcript.parent.mkdir()
+    transcript.write_bytes(b'{"type":"user","cwd":"/w","message":{"role":"user","content":"x"}}\n')
+    status, catalog = await client.call("GET", "/v1/catalog")
+    assert 200 == status
+    [entry] = catalog["sessions"]
+    assert ("claude", "abc", "/w") == (entry["kind"], entry["nativeId"], entry["cwd"])
+    status, adopted = await client.call(
+        "POST", "/v1/links", {"catalogId": entry["catalogId"], "sessionKey": KEY, "sessionId": "s1"}
+    )
+    assert (200, None) == (status, adopted["declined"])
+    status, links = await client.call("GET", "/v1/links")
+    assert [KEY] == [link["sessionKey"] for link in links["links"]]
+    assert (200, {"ok": True}) == await client.call("DELETE", f"/v1/links/{KEY}")
+    status, metrics = await client.call("GET", "/metrics")
+    assert 'sessionwatch_events_recorded_total{kind="adopted"} 1.0' in metrics
+
+
+async def test_a_second_instance_refuses_to_start(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with running(config, tmp_path / "state.db"):
+        with pytest.raises(AlreadyRunning, match="refusing to start"):
+            async with running(config, tmp_path / "state.db"):
+                pass
+
+
+async def test_unix_socket_is_private(tmp_path: Path) -> None:
+    sock = tmp_path / "sw.sock"
+    base = make_config(tmp_path)
+    config = Config(
+        roots=base.roots,
+        monitor=base.monitor,
+        api=ApiConfig(listen=f"unix:{sock}", token_file=str(tmp_path / "token")),
+    )
+    async with running(config, tmp_path / "state.db"):
+        assert 0o600 == sock.stat().st_mode & 0o777
+        conn = aiohttp.UnixConnector(path=str(sock))
+        async with (
+            aiohttp.ClientSession(connector=conn) as http,
+            http.get("http://sidecar/healthz") as r,
+        ):
+            assert 200 == r.status
+
+
+async def test_end_to_end_a_typed_prompt_wakes_the_gateway(tmp_path: Path) -> None:
+    """A prompt appended to an adopted, watched transcript reaches a tiny gateway as a wake
+    call (through file watching, long before the hour-long tick), then drains as a notice."""
+    woken: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def wake(request: web.Request) -> web.Response:
+        await woken.put(await request.json())
+        return web.json_response({"ok": True})
+
+    gateway = web.Application()
+    gateway.router.add_post("/wake", wake)
+    runner = web.AppRunner(gateway)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    config = make_config(tmp_path, gateway=GatewayConfig(wake_url=f"http://{host}:{port}/wake"))
+    transcript = tmp_path / "claude" / "s.jsonl"
+    transcript.write_bytes(b"")
+    try:
+        async with (
+            running(config, tmp_path / "state.db") as sidecar,
+            aiohttp.ClientSession() as http,
+        ):
+            c = Client(
+                sidecar.addresses[0], (tmp_path / "token").read_text().strip(), http, sidecar
+            )
+            await c.call(
+                "POST",
+                "/v1/links",
+                {"kind": "claude", "path": str(transcript), "sessionKey": KEY, "sessionId": "s1"},
+            )
+            await c.call("POST", "/v1/watches", {"watcher": MAIN, "target": KEY})
+            await asyncio.sleep(0.5)  # let the file watcher pick up the new link
+            with transcript.open("ab") as f:
+                f.write(b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}\n')
+            call = await asyncio.wait_for(woken.get(), 30)
+            assert {"sessionKey": MAIN, "source": "session-state", "intent": "immediate"} == call
+            status, drained = await c.call("POST", f"/v1/watchers/{MAIN}/notices/drain")
+            assert [notice(KEY, 1)] == [n["text"] for n in drained["notices"]]
+    finally:
+        await runner.cleanup()
