@@ -296,6 +296,7 @@ async def test_end_to_end_a_typed_prompt_wakes_the_gateway(tmp_path: Path) -> No
             call = await asyncio.wait_for(woken.get(), 30)
             assert {"sessionKey": MAIN, "source": "session-state", "intent": "immediate"} == call
             status, drained = await c.call("POST", f"/v1/watchers/{MAIN}/notices/drain")
+            assert 200 == status
             assert [notice(KEY, 1)] == [n["text"] for n in drained["notices"]]
     finally:
         await runner.cleanup()
