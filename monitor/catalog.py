@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+from rich.console import Console
+from rich.table import Table
 
 from adapters.codex import is_subagent_meta
 from monitor.config import RootsConfig
@@ -193,3 +196,28 @@ def scan_catalog(roots: RootsConfig, kinds: tuple[str, ...] = KINDS) -> Catalog:
                 catalog.entries.append(entry)
     catalog.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
     return catalog
+
+
+def print_catalog(catalog: Catalog) -> None:
+    """The catalog as a table for people (``sessionwatch catalog``)."""
+    table = Table(title="Native sessions", show_lines=False)
+    for column in (
+        "catalog id",
+        "kind",
+        "native id",
+        "working directory",
+        "title",
+        "updated",
+        "size",
+    ):
+        table.add_column(column, overflow="fold")
+    for e in catalog.entries:
+        updated = datetime.fromtimestamp(e.updated_at / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+        table.add_row(
+            e.catalog_id, e.kind, e.native_id, e.cwd or "", e.title or "", updated, f"{e.size:,}"
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"{len(catalog.entries)} sessions; {catalog.skipped} skipped (not adoptable)")
+    for err in catalog.errors:
+        console.print(f"[yellow]skipped {err['path']}: {err['reason']}[/yellow]")

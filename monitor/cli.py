@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from monitor.catalog import KINDS, print_catalog, scan_catalog
 from monitor.config import Config, load_config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.events import parse_actor, parse_kind
@@ -142,13 +143,14 @@ def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
 
 @command("adopt")
 async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    return await _monitor(kernel, a).adopt(
-        kind=check_kind(a.kind),
-        path=a.path,
-        session_key=a.session_key,
-        agent_id=a.agent,
-        session_id=a.session_id,
-    )
+    common = {"session_key": a.session_key, "agent_id": a.agent, "session_id": a.session_id}
+    if a.catalog_id is not None:
+        if a.kind or a.path:
+            raise BadInput("give either CATALOG_ID or --kind and --path, not both")
+        return await _monitor(kernel, a).adopt_catalog(a.catalog_id, **common)
+    if not a.kind or not a.path:
+        raise BadInput("adopt needs CATALOG_ID, or --kind and --path")
+    return await _monitor(kernel, a).adopt(kind=check_kind(a.kind), path=a.path, **common)
 
 
 @command("own-message")
@@ -238,9 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--store-path")
     se.add_argument("--run", choices=["active", "idle"])
 
-    ad = sub.add_parser("adopt", help="adopt a native session file")
-    ad.add_argument("--kind", required=True)
-    ad.add_argument("--path", required=True)
+    ad = sub.add_parser("adopt", help="adopt a native session (catalog id, or kind and path)")
+    ad.add_argument("catalog_id", nargs="?", metavar="CATALOG_ID")
+    ad.add_argument("--kind")
+    ad.add_argument("--path")
     ad.add_argument("--session-key", required=True)
     ad.add_argument("--agent")
     ad.add_argument("--session-id")
@@ -253,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("tick", help="run one monitor tick now")
     sub.add_parser("serve", help="run the sidecar until SIGINT/SIGTERM")
     sub.add_parser("config", help="print the effective configuration")
+    ca = sub.add_parser("catalog", help="list the native sessions under the roots")
+    ca.add_argument("--kind", choices=["claude", "codex", "pi"])
+    ca.add_argument("--json", action="store_true", help="JSON instead of a table")
 
     rp = sub.add_parser("replay", help="replay a native file through the classifier")
     rp.add_argument("--adapter", required=True)
@@ -277,6 +283,16 @@ def _replay(args: argparse.Namespace) -> int:
     lines = list(replay(args.adapter, args.file, own_texts=args.own_text, scan_cap=cap))
     for line in lines:
         sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+    return 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    kinds = (args.kind,) if args.kind else KINDS
+    found = scan_catalog(args.config_obj.roots, kinds)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(found.as_json()) + b"\n")
+        return 0
+    print_catalog(found)
     return 0
 
 
@@ -307,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         args.config_obj = load_config(args.config)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "catalog":
+            return _catalog(args)
         if args.command == "config":
             sys.stdout.buffer.write(orjson.dumps(args.config_obj.as_json()) + b"\n")
             return 0

@@ -1,0 +1,56 @@
+"""The curl examples of docs/gateway-integration.md really work against ``serve``."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+DOC = Path(__file__).parent.parent / "docs" / "gateway-integration.md"
+
+
+def blocks() -> list[str]:
+    found = re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
+    return [b for b in found if "export SW=" not in b]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_every_curl_example_succeeds(tmp_path: Path) -> None:
+    config = tmp_path / "sessionwatch.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+        f'[roots]\nclaude = "{tmp_path}"\n[monitor]\ninitial_delay_s = 3600\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "--db", str(tmp_path / "state.db"),
+         "--config", str(config), "serve"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        address = ""
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the start-up line names the address
+            match = re.search(r"serving .* on (http://\S+)", line)
+            if match:
+                address = match.group(1)
+                break
+        assert address
+        env = {**os.environ, "SW": address, "TOKEN": (tmp_path / "token").read_text().strip()}
+        assert len(blocks()) >= 8
+        for block in blocks():
+            out = subprocess.run(["bash", "-euo", "pipefail", "-c", block], env=env,
+                                 capture_output=True, text=True, check=False)
+            assert 0 == out.returncode, (block, out.stderr)
+            for line in out.stdout.replace("}{", "}\n{").splitlines():
+                orjson.loads(line)  # every answer is JSON
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert 0 == proc.returncode
