@@ -14,17 +14,22 @@ import argparse
 import asyncio
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from monitor.clock import now_ms
-from monitor.events import ActorType, EventKind
-from monitor.kernel import Kernel
-from monitor.retention import MAX_ROWS, prune
-from monitor.schema import migrate
-from monitor.signal_log import make_draft, record_event
-from monitor.store import configure, run_write
+# Run as a script, this folder is first on sys.path and bench/monitor.py would shadow the
+# ``monitor`` package; take it off.
+sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
+
+from monitor.clock import now_ms  # noqa: E402
+from monitor.events import ActorType, EventKind  # noqa: E402
+from monitor.kernel import Kernel  # noqa: E402
+from monitor.retention import MAX_ROWS, prune  # noqa: E402
+from monitor.schema import migrate  # noqa: E402
+from monitor.signal_log import make_draft, record_event  # noqa: E402
+from monitor.store import configure, run_write  # noqa: E402
 
 TARGET = "agent:main:subagent:target"
 WATCHERS = [f"agent:w{i}:main" for i in range(10)]

@@ -223,7 +223,7 @@ class Kernel:
                 cursors.acknowledge(conn, pending, now)
             return [c.notice() for c in pending]
 
-        notices = await (self.store.write(run) if drain else self.store.read(run))
+        notices = await self.store.write(run) if drain else self.store.read_now(run)
         if drain and self.metrics:
             self.metrics.notices_drained.inc(len(notices))
         return notices
@@ -263,7 +263,7 @@ class Kernel:
                 }
             return out
 
-        return await self.store.read(run)
+        return self.store.read_now(run)
 
     async def state_versions(self, keys: list[str]) -> list[dict[str, Any]]:
         """``stateVersion`` per session; all sessions with a head when ``keys`` is empty."""

@@ -59,6 +59,7 @@ class Store:
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock) -> None:
         self._conn = conn
+        self._reader: sqlite3.Connection | None = None
         self.path = path
         self.clock = clock
         self.on_error: Callable[[], None] | None = None  # counts failures (metrics)
@@ -76,8 +77,12 @@ class Store:
         try:
             await store._call(configure)
             await store.write(lambda c: migrate(c, clock()))
+            store._reader = sqlite3.connect(str(db_path), check_same_thread=False)
+            store._reader.isolation_level = None
+            store._reader.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            store._reader.execute("PRAGMA query_only = ON")
         except BaseException:
-            await conn.close()
+            await store.close()
             raise
         return store
 
@@ -101,5 +106,25 @@ class Store:
         """Run ``fn`` as one read transaction on the database thread."""
         return await self._call(run_read, fn)
 
+    def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a small read inline on a separate read-only connection.
+
+        WAL readers never wait for the writer, and a point read costs less than the hop to
+        the database thread; only the hot, bounded reads of the API use this.
+        """
+        if self._reader is None:
+            raise StoreError("the state database is closed")
+        try:
+            return run_read(self._reader, fn)
+        except SessionwatchError:
+            raise
+        except sqlite3.Error as exc:
+            if self.on_error:
+                self.on_error()
+            raise StoreError(f"state database error: {exc}") from exc
+
     async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         await self._conn.close()

@@ -29,9 +29,18 @@ def test_every_curl_example_succeeds(tmp_path: Path) -> None:
         f'[roots]\nclaude = "{tmp_path}"\n[monitor]\ninitial_delay_s = 3600\n'
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "--db", str(tmp_path / "state.db"),
-         "--config", str(config), "serve"],
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "--db",
+            str(tmp_path / "state.db"),
+            "--config",
+            str(config),
+            "serve",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         address = ""
@@ -45,8 +54,13 @@ def test_every_curl_example_succeeds(tmp_path: Path) -> None:
         env = {**os.environ, "SW": address, "TOKEN": (tmp_path / "token").read_text().strip()}
         assert len(blocks()) >= 8
         for block in blocks():
-            out = subprocess.run(["bash", "-euo", "pipefail", "-c", block], env=env,
-                                 capture_output=True, text=True, check=False)
+            out = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", block],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             assert 0 == out.returncode, (block, out.stderr)
             for line in out.stdout.replace("}{", "}\n{").splitlines():
                 orjson.loads(line)  # every answer is JSON

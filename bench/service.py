@@ -1,0 +1,217 @@
+"""Service speed: requests/s and p99 under 50 concurrent clients, and append-to-wake time.
+
+Run: python bench/service.py [--requests 5000] [--samples 30]
+
+The sidecar runs as a real ``sessionwatch serve`` process; the baseline is a bare aiohttp
+server process answering a constant JSON body; the load comes from this process over
+loopback with aiohttp's client, 50 requests in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+CONCURRENCY = 50
+BASELINE = """
+import sys
+from aiohttp import web
+async def handler(request):
+    return web.Response(body=b'{"ok":true,"stateVersion":1}', content_type="application/json")
+app = web.Application()
+app.router.add_route("*", "/{tail:.*}", handler)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+"""
+
+
+async def load(
+    url: str, method: str, bodies: list[bytes | None], token: str
+) -> tuple[float, float]:
+    """Requests/s and p99 latency (ms) with CONCURRENCY requests in flight."""
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    for b in bodies:
+        queue.put_nowait(b)
+    conn = aiohttp.TCPConnector(limit=CONCURRENCY)
+    async with aiohttp.ClientSession(connector=conn) as http:
+
+        async def worker() -> None:
+            while not queue.empty():
+                body = queue.get_nowait()
+                start = time.perf_counter()
+                async with http.request(method, url, data=body, headers=headers) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        elapsed = time.perf_counter() - start
+    latencies.sort()
+    return len(bodies) / elapsed, latencies[int(len(latencies) * 0.99) - 1] * 1000
+
+
+def start_serve(tmp: Path, wake_url: str) -> tuple[subprocess.Popen[str], str, str]:
+    config = tmp / "sessionwatch.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
+        f'[roots]\nclaude = "{tmp / "claude"}"\n[gateway]\nwake_url = "{wake_url}"\n'
+        "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "--db",
+            str(tmp / "state.db"),
+            "--config",
+            str(config),
+            "serve",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        match = re.search(r"serving .* on (http://\S+)", line)
+        if match:
+            return proc, match.group(1), (tmp / "token").read_text().strip()
+    raise RuntimeError("serve did not start")
+
+
+def sw(tmp: Path, *args: str) -> Any:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "--db",
+            str(tmp / "state.db"),
+            "--config",
+            str(tmp / "sessionwatch.toml"),
+            *args,
+        ],
+        capture_output=True,
+        check=True,
+    )
+    return orjson.loads(out.stdout)
+
+
+async def bench_requests(base: str, token: str, baseline: str, n: int) -> None:
+    key = "agent:main:subagent:bench"
+    events = [
+        orjson.dumps(
+            {
+                "sessionKey": key,
+                "kind": "human_direct_message",
+                "actorType": "human",
+                "payload": {"channel": "bench"},
+            }
+        )
+    ] * n
+    for label, method, url, bodies in [
+        ("POST /v1/events", "POST", f"{base}/v1/events", events),
+        (
+            "GET status?changesSince",
+            "GET",
+            f"{base}/v1/sessions/{key}/status?changesSince={n - 20}",
+            [None] * n,
+        ),
+    ]:
+        rps, p99 = await load(url, method, bodies, token)
+        base_rps, base_p99 = await load(f"{baseline}/x", method, bodies, token)
+        print(
+            f"{label}: {rps:,.0f} req/s, p99 {p99:.1f} ms; constant-JSON aiohttp baseline"
+            f" {base_rps:,.0f} req/s, p99 {base_p99:.1f} ms; ratio {rps / base_rps:.2f}"
+        )
+
+
+async def bench_wake(
+    tmp: Path, base: str, token: str, samples: int, woken: asyncio.Queue[tuple[str, float]]
+) -> None:
+    root = tmp / "claude"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    latencies = []
+    async with aiohttp.ClientSession(headers=headers) as http:
+        for i in range(samples):
+            path = root / f"s{i}.jsonl"
+            path.write_bytes(b"")
+            key = f"agent:main:adopted:{i}"
+            async with http.post(
+                f"{base}/v1/links",
+                data=orjson.dumps(
+                    {"kind": "claude", "path": str(path), "sessionKey": key, "sessionId": f"s{i}"}
+                ),
+            ) as r:
+                assert r.status == 200
+            async with http.post(
+                f"{base}/v1/watches",
+                data=orjson.dumps({"watcher": f"agent:w{i}:main", "target": key}),
+            ) as r:
+                assert r.status == 200
+            await asyncio.sleep(1.0)  # the watcher re-arms on the new link
+            start = time.perf_counter()
+            with path.open("ab") as f:
+                f.write(b'{"type":"user","uuid":"u","message":{"role":"user","content":"hi"}}\n')
+            watcher, at = await asyncio.wait_for(woken.get(), 30)
+            assert watcher == f"agent:w{i}:main"
+            latencies.append(at - start)
+    latencies.sort()
+    p99 = latencies[max(int(len(latencies) * 0.99) - 1, 0)]
+    print(
+        f"append to wake call, {samples} samples: median {statistics.median(latencies) * 1000:.0f}"
+        f" ms, p99 {p99 * 1000:.0f} ms (target p99 < 2000 ms)"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--samples", type=int, default=30)
+    args = parser.parse_args()
+    woken: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
+
+    async def wake(request: web.Request) -> web.Response:
+        body = await request.json()
+        await woken.put((body["sessionKey"], time.perf_counter()))
+        return web.json_response({"ok": True})
+
+    gateway = web.Application()
+    gateway.router.add_post("/wake", wake)
+    runner = web.AppRunner(gateway, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "claude").mkdir()
+        proc, base, token = start_serve(tmp, f"http://{host}:{port}/wake")
+        baseline = subprocess.Popen([sys.executable, "-c", BASELINE, "18765"])
+        try:
+            await asyncio.sleep(1.0)
+            await bench_requests(base, token, "http://127.0.0.1:18765", args.requests)
+            await bench_wake(tmp, base, token, args.samples, woken)
+        finally:
+            proc.terminate()
+            baseline.terminate()
+            proc.wait()
+            baseline.wait()
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
