@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from adapters.base import Adapter
 from adapters.jsonl import FORMATS, JsonlAdapter
+from adapters.opencode import OpenCodeAdapter
 
 
-def build_adapters(*, scan_cap: int) -> dict[str, Adapter]:
+def build_adapters(
+    *, scan_cap: int, export_concurrency: int = 4, replay_lookback: int = 50
+) -> dict[str, Adapter]:
     return {
         "claude": JsonlAdapter(FORMATS["claude"], scan_cap=scan_cap),
         "codex": JsonlAdapter(FORMATS["codex"], scan_cap=scan_cap),
         "pi": JsonlAdapter(FORMATS["pi"], scan_cap=scan_cap),
+        "opencode": OpenCodeAdapter(concurrency=export_concurrency, lookback=replay_lookback),
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,11 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.codex import is_subagent_meta
+from adapters.opencode import open_readonly
 from monitor.config import RootsConfig
 
 HEAD_BYTES = 16 * 1024
 TAIL_BYTES = 16 * 1024
-KINDS = ("claude", "codex", "pi")
+KINDS = ("claude", "codex", "opencode", "pi")
 _TITLE_TYPES = {"custom-title": "customTitle", "ai-title": "aiTitle", "session_info": "name"}
 
 
@@ -38,7 +40,7 @@ class CatalogEntry:
     cwd: str | None
     title: str | None
     updated_at: int
-    size: int
+    size: int  # bytes of a file; messages of an OpenCode session
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -171,7 +173,46 @@ def _candidates(kind: str, root: Path) -> tuple[list[str], int]:
 
 
 def root_of(kind: str, roots: RootsConfig) -> Path:
-    return Path({"claude": roots.claude, "codex": roots.codex, "pi": roots.pi}[kind]).expanduser()
+    paths = {
+        "claude": roots.claude,
+        "codex": roots.codex,
+        "pi": roots.pi,
+        "opencode": roots.opencode_db,
+    }
+    return Path(paths[kind]).expanduser()
+
+
+def _opencode(db: Path, catalog: Catalog) -> None:
+    """Root OpenCode sessions (child sessions are sub-agent runs: skipped and counted)."""
+    real = os.path.realpath(db)
+    try:
+        conn = open_readonly(real)
+        try:
+            rows = conn.execute(
+                "SELECT s.id, s.parent_id, s.directory, s.title, s.time_updated,"
+                " (SELECT count(*) FROM message m WHERE m.session_id = s.id) FROM session s"
+            ).fetchall()
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        catalog.errors.append({"path": real, "reason": str(exc)})
+        return
+    for sid, parent, directory, title, updated, messages in rows:
+        if parent:
+            catalog.skipped += 1
+            continue
+        catalog.entries.append(
+            CatalogEntry(
+                catalog_id=catalog_id("opencode", f"{real}\n{sid}"),
+                kind="opencode",
+                native_id=sid,
+                path=real,
+                cwd=directory,
+                title=title or None,
+                updated_at=int(updated or 0),
+                size=int(messages),
+            )
+        )
 
 
 def scan_catalog(roots: RootsConfig, kinds: tuple[str, ...] = KINDS) -> Catalog:
@@ -179,6 +220,10 @@ def scan_catalog(roots: RootsConfig, kinds: tuple[str, ...] = KINDS) -> Catalog:
     catalog = Catalog()
     for kind in kinds:
         root = root_of(kind, roots)
+        if kind == "opencode":
+            if root.is_file():
+                _opencode(root, catalog)
+            continue
         if not root.is_dir():
             continue
         paths, skipped = _candidates(kind, root)

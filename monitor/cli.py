@@ -22,7 +22,7 @@ from monitor.config import Config, load_config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.events import parse_actor, parse_kind
 from monitor.kernel import Kernel
-from monitor.replay import replay
+from monitor.replay import replay, replay_opencode
 from monitor.service import serve, settings_from
 from monitor.upstream import UpstreamMonitor, check_kind
 
@@ -150,7 +150,9 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
         return await _monitor(kernel, a).adopt_catalog(a.catalog_id, **common)
     if not a.kind or not a.path:
         raise BadInput("adopt needs CATALOG_ID, or --kind and --path")
-    return await _monitor(kernel, a).adopt(kind=check_kind(a.kind), path=a.path, **common)
+    return await _monitor(kernel, a).adopt(
+        kind=check_kind(a.kind), path=a.path, thread=a.thread, **common
+    )
 
 
 @command("own-message")
@@ -244,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("catalog_id", nargs="?", metavar="CATALOG_ID")
     ad.add_argument("--kind")
     ad.add_argument("--path")
+    ad.add_argument("--thread", help="the native session id (OpenCode)")
     ad.add_argument("--session-key", required=True)
     ad.add_argument("--agent")
     ad.add_argument("--session-id")
@@ -257,12 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="run the sidecar until SIGINT/SIGTERM")
     sub.add_parser("config", help="print the effective configuration")
     ca = sub.add_parser("catalog", help="list the native sessions under the roots")
-    ca.add_argument("--kind", choices=["claude", "codex", "pi"])
+    ca.add_argument("--kind", choices=list(KINDS))
     ca.add_argument("--json", action="store_true", help="JSON instead of a table")
 
     rp = sub.add_parser("replay", help="replay a native file through the classifier")
     rp.add_argument("--adapter", required=True)
     rp.add_argument("file")
+    rp.add_argument("--session", help="the session id (OpenCode)")
     rp.add_argument("--own-text", action="append", default=[])
     rp.add_argument("--scan-cap", type=_non_negative)
     return p
@@ -280,7 +284,13 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _replay(args: argparse.Namespace) -> int:
     cap = args.scan_cap or args.config_obj.monitor.scan_cap_bytes
-    lines = list(replay(args.adapter, args.file, own_texts=args.own_text, scan_cap=cap))
+    if args.adapter == "opencode":
+        if not args.session:
+            raise BadInput("replay --adapter opencode needs --session SESSION_ID")
+        lookback = args.config_obj.monitor.replay_lookback
+        lines = replay_opencode(args.file, args.session, own_texts=args.own_text, lookback=lookback)
+    else:
+        lines = list(replay(args.adapter, args.file, own_texts=args.own_text, scan_cap=cap))
     for line in lines:
         sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
     return 0

@@ -16,10 +16,11 @@ from typing import Any
 import orjson
 
 from adapters.base import Declined, Marker
-from monitor.config import RootsConfig
+from monitor.config import Config, RootsConfig
 from monitor.errors import BadInput
 
-FILE_KINDS = {"claude": "claude", "codex": "codex", "pi": "pi"}
+FILE_KINDS = ("claude", "codex", "pi")
+UPSTREAM_KINDS = (*FILE_KINDS, "opencode")
 _LINK_COLUMNS = (
     "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"
     " last_marker_json, last_scanned_at, created_at, updated_at"
@@ -89,10 +90,27 @@ def root_for(kind: str, roots: RootsConfig) -> Path:
     return Path({"claude": roots.claude, "codex": roots.codex, "pi": roots.pi}[kind]).expanduser()
 
 
+def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tuple[Marker, str]:
+    """The upstream ref of a source and its thread id; refs stay inside the configured roots."""
+    if kind == "opencode":
+        db = os.path.realpath(Path(config.roots.opencode_db).expanduser())
+        if os.path.realpath(Path(path).expanduser()) != db:
+            raise BadInput(f"{path} is not the configured OpenCode database {db}")
+        if not thread or not thread.strip():
+            raise BadInput("an OpenCode adoption needs the session id (--thread)")
+        return {"dbPath": db, "threadId": thread.strip()}, thread.strip()
+    if kind not in FILE_KINDS:
+        raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(UPSTREAM_KINDS)})')
+    real = resolve_file_ref(kind, path, config.roots)
+    thread_id = thread_id_for(kind, real)
+    ref: Marker = {"filePath": real}
+    if kind == "codex":
+        ref["threadId"] = thread_id
+    return ref, thread_id
+
+
 def resolve_file_ref(kind: str, path: str, roots: RootsConfig) -> str:
     """The real path of a file ref, which must lie inside the kind's configured root."""
-    if kind not in FILE_KINDS:
-        raise BadInput(f'unknown upstream kind "{kind}" (known: claude, codex, pi)')
     root = os.path.realpath(root_for(kind, roots))
     real = os.path.realpath(Path(path).expanduser())
     if os.path.commonpath([root, real]) != root:

@@ -3,11 +3,18 @@ classifier and self-echo filter as the monitor, writing nothing anywhere."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
 from adapters.base import Declined, text_hash
 from adapters.jsonl import FORMATS, first_record, scan
+from adapters.opencode import (
+    classify_user_messages,
+    export_user_messages,
+    open_readonly,
+    session_signals,
+)
 from adapters.tailer import read_tail
 from monitor.errors import BadInput
 
@@ -62,3 +69,35 @@ def replay(
         "blocked": blocked,
         "marker": marker,
     }
+
+
+def replay_opencode(
+    db_path: str, session_id: str, *, own_texts: list[str], lookback: int
+) -> list[dict[str, Any]]:
+    """The OpenCode replay: every user message of one session through the classifier."""
+    own = frozenset(text_hash(t) for t in own_texts)
+    try:
+        conn = open_readonly(db_path)
+        try:
+            signals = session_signals(conn, [session_id])
+            messages = export_user_messages(conn, session_id)
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        raise BadInput(f"cannot read the OpenCode database {db_path}: {exc}") from None
+    if session_id not in signals:
+        raise BadInput(f"no OpenCode session {session_id} in {db_path}")
+    result = classify_user_messages(messages, None, own, lookback)
+    out: list[dict[str, Any]] = [
+        {"type": "turn", "offset": None, "id": t.native_id} for t in result.turns
+    ]
+    out.append(
+        {
+            "type": "summary",
+            "humanTurns": len(result.turns),
+            "ticks": 1,
+            "blocked": None,
+            "marker": {"seq": signals[session_id][1], "lastHumanMessageId": result.consumed_to},
+        }
+    )
+    return out

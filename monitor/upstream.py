@@ -28,10 +28,10 @@ from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel
 from monitor.keys import normalize_key, parse_agent_key, resolve_agent
 from monitor.links import (
+    UPSTREAM_KINDS,
     UpstreamLink,
     read_link,
-    resolve_file_ref,
-    thread_id_for,
+    resolve_ref,
     upsert_link,
 )
 from monitor.signal_log import Recorded, make_draft, record_event
@@ -145,7 +145,12 @@ class UpstreamMonitor:
     ) -> None:
         self.kernel = kernel
         self.config = config
-        self.adapters = adapters or build_adapters(scan_cap=config.monitor.scan_cap_bytes)
+        m = config.monitor
+        self.adapters = adapters or build_adapters(
+            scan_cap=m.scan_cap_bytes,
+            export_concurrency=m.export_concurrency,
+            replay_lookback=m.replay_lookback,
+        )
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
         self.on_links_changed: Callable[[], None] | None = None  # the file watcher re-arms
@@ -164,8 +169,9 @@ class UpstreamMonitor:
         session_key: str,
         agent_id: str | None = None,
         session_id: str | None = None,
+        thread: str | None = None,
     ) -> dict[str, Any]:
-        """Adopt a native file: baseline its marker at the end and record ``adopted``.
+        """Adopt a native source: baseline its marker at the end and record ``adopted``.
 
         A baseline that cannot be trusted declines the link; the adoption still succeeds.
         """
@@ -174,9 +180,9 @@ class UpstreamMonitor:
         declined: str | None = None
         ref: dict[str, Any] = {}
         marker: dict[str, Any] = {}
+        thread_id = ""
         try:
-            real = resolve_file_ref(kind, path, self.config.roots)
-            ref = {"filePath": real}
+            ref, thread_id = resolve_ref(kind, path, thread, self.config)
             marker = await self.adapters[kind].baseline(ref)
         except Declined as exc:
             declined = str(exc)
@@ -206,7 +212,6 @@ class UpstreamMonitor:
             if declined is not None:
                 return None
             existing = read_link(conn, key, agent)
-            thread = thread_id_for(kind, ref["filePath"])
             keep = existing is not None and existing.ref == ref and existing.kind == kind
             return upsert_link(
                 conn,
@@ -215,7 +220,7 @@ class UpstreamMonitor:
                 kind=kind,
                 ref=ref,
                 marker=existing.marker if keep and existing else marker,
-                thread_id=thread,
+                thread_id=thread_id,
                 now=now,
             )
 
@@ -450,6 +455,7 @@ class UpstreamMonitor:
         return await self.adopt(
             kind=entry.kind,
             path=entry.path,
+            thread=entry.native_id if entry.kind == "opencode" else None,
             session_key=session_key,
             agent_id=agent_id,
             session_id=session_id,
@@ -527,6 +533,6 @@ class UpstreamMonitor:
 
 
 def check_kind(kind: str) -> str:
-    if kind not in {"claude", "codex", "pi"}:
-        raise BadInput(f'unknown upstream kind "{kind}" (known: claude, codex, pi)')
+    if kind not in UPSTREAM_KINDS:
+        raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(UPSTREAM_KINDS)})')
     return kind

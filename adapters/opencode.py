@@ -1,0 +1,306 @@
+"""OpenCode's SQLite database (``opencode.db``): direct human turns, conservatively.
+
+OpenCode's v1 tables keep no message origin, so ambiguous rows are not reported: only
+non-synthetic, non-ignored text parts count, ``@file`` mention spans are cut out, messages
+with a compaction part or a compaction-continue text are not turns, image- or file-only
+turns are not turns, nor the shell sentinel, nor subtask parts. Text equal to any of the
+session's previous 50 user messages is a compaction replay and is suppressed.
+
+:func:`classify_user_messages` is pure; :class:`OpenCodeAdapter` holds the I/O: one batched
+read-only query per database per tick, and an export (messages and parts) only for the
+sessions whose event sequence advanced, at most 4 at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from adapters.base import Declined, Marker, Outcome, Probe, Turn, normalize_text, text_hash
+
+log = logging.getLogger(__name__)
+
+SHELL_SENTINEL = "The following tool was executed by the user"
+REPLAY_LOOKBACK = 50
+EXPORT_CONCURRENCY = 4
+QUERY_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserMessage:
+    """A user message with its parts, as stored (``data`` columns parsed)."""
+
+    id: str
+    parts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _cut_mentions(text: str, parts: list[dict[str, Any]]) -> str:
+    """Remove ``@file``/``@agent`` mention spans (their ``source.text`` ranges) from text."""
+    spans = []
+    for part in parts:
+        source = part.get("source")
+        span = source.get("text") if isinstance(source, dict) else None
+        if isinstance(span, dict):
+            start, end = span.get("start"), span.get("end")
+            if isinstance(start, int) and isinstance(end, int) and 0 <= start < end:
+                spans.append((start, end))
+    for start, end in sorted(spans, reverse=True):
+        text = text[:start] + text[end:]
+    return text
+
+
+def human_text(parts: list[dict[str, Any]]) -> str | None:
+    """The typed text of a user message, or None when it is not a direct human turn."""
+    texts: list[str] = []
+    for part in parts:
+        kind = part.get("type")
+        if kind == "compaction":
+            return None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            continue
+        metadata = part.get("metadata")
+        if isinstance(metadata, dict) and metadata.get("compaction_continue"):
+            return None
+        if part.get("synthetic") is True or part.get("ignored") is True:
+            continue
+        texts.append(part["text"])
+    if not texts:
+        return None
+    texts[0] = _cut_mentions(texts[0], parts)
+    text = "\n".join(texts)
+    if not normalize_text(text) or text.strip().startswith(SHELL_SENTINEL):
+        return None
+    return text
+
+
+def replay_key(parts: list[dict[str, Any]]) -> str:
+    """What a compaction replay is compared by: all text, attachments as placeholders."""
+    pieces = []
+    for part in parts:
+        if part.get("type") == "text" and isinstance(part.get("text"), str):
+            if part.get("synthetic") is not True:
+                pieces.append(part["text"])
+        elif part.get("type") == "file":
+            pieces.append(f"[Attached {part.get('mime', '')}: {part.get('filename', '')}]")
+    return text_hash(" ".join(pieces))
+
+
+@dataclass
+class Classified:
+    turns: list[Turn]
+    consumed_to: str | None  # the newest user message consumed (turn or not)
+    pending: bool  # a user message whose parts have not arrived yet stopped the scan
+
+
+def classify_user_messages(
+    messages: list[UserMessage],
+    after: str | None,
+    own: frozenset[str] = frozenset(),
+    lookback: int = REPLAY_LOOKBACK,
+) -> Classified:
+    """Turns among the user messages after ``after`` (messages in creation order).
+
+    A message with no parts yet stops the scan before it, so it is reported once, when its
+    text arrives.
+    """
+    # Message ids ascend with time, so a consumed message that was since removed (a revert)
+    # still tells where to resume.
+    start = (
+        0
+        if after is None
+        else next((i for i, m in enumerate(messages) if m.id > after), len(messages))
+    )
+    history = [replay_key(m.parts) for m in messages[:start]]
+    turns: list[Turn] = []
+    consumed = after
+    for message in messages[start:]:
+        if not message.parts:
+            return Classified(turns=turns, consumed_to=consumed, pending=True)
+        key = replay_key(message.parts)
+        text = human_text(message.parts)
+        replayed = key in history[-lookback:]
+        history.append(key)
+        consumed = message.id
+        if text is None or replayed:
+            continue
+        digest = text_hash(text)
+        if digest not in own:
+            turns.append(Turn(offset=None, native_id=message.id, text_hash=digest))
+    return Classified(turns=turns, consumed_to=consumed, pending=False)
+
+
+# -- I/O --------------------------------------------------------------------------------
+
+
+def open_readonly(db_path: str) -> sqlite3.Connection:
+    if not os.path.exists(db_path):
+        raise FileNotFoundError(db_path)
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=QUERY_TIMEOUT_S)
+    conn.execute(f"PRAGMA busy_timeout = {int(QUERY_TIMEOUT_S * 1000)}")
+    return conn
+
+
+def has_event_sequence(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'event_sequence'"
+    ).fetchone()
+    return row is not None
+
+
+def session_signals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple[Any, int]]:
+    """One query for all linked sessions: id -> (parent id, change signal)."""
+    marks = ",".join("?" * len(ids))
+    if has_event_sequence(conn):
+        sql = (
+            "SELECT s.id, s.parent_id, es.seq FROM session s LEFT JOIN event_sequence es"
+            f" ON es.aggregate_id = s.id WHERE s.id IN ({marks})"
+        )
+    else:
+        sql = f"SELECT id, parent_id, time_updated FROM session WHERE id IN ({marks})"
+    return {row[0]: (row[1], int(row[2] or 0)) for row in conn.execute(sql, ids)}
+
+
+def export_user_messages(conn: sqlite3.Connection, session_id: str) -> list[UserMessage]:
+    """The session's user messages with their parts, in creation order (short reads)."""
+    rows = conn.execute(
+        "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
+        (session_id,),
+    ).fetchall()
+    users = []
+    for message_id, data in rows:
+        try:
+            info = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(info, dict) and info.get("role") == "user":
+            users.append(message_id)
+    parts: dict[str, list[dict[str, Any]]] = {m: [] for m in users}
+    for message_id, data in conn.execute(
+        "SELECT message_id, data FROM part WHERE session_id = ? ORDER BY id", (session_id,)
+    ):
+        if message_id in parts:
+            try:
+                value = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                parts[message_id].append(value)
+    return [UserMessage(id=m, parts=parts[m]) for m in users]
+
+
+def baseline_session(db_path: str, session_id: str) -> Marker:
+    conn = open_readonly(db_path)
+    try:
+        signals = session_signals(conn, [session_id])
+        if session_id not in signals:
+            raise Declined(f"no OpenCode session {session_id} in {db_path}")
+        parent, seq = signals[session_id]
+        if parent:
+            raise Declined("an OpenCode child session (a sub-agent run) is not adoptable")
+        messages = export_user_messages(conn, session_id)
+    finally:
+        conn.close()
+    return {"seq": seq, "lastHumanMessageId": messages[-1].id if messages else None}
+
+
+class OpenCodeAdapter:
+    """Checks linked OpenCode sessions; see the module docstring."""
+
+    kind = "opencode"
+
+    def __init__(
+        self, *, concurrency: int = EXPORT_CONCURRENCY, lookback: int = REPLAY_LOOKBACK
+    ) -> None:
+        self.concurrency = concurrency
+        self.lookback = lookback
+        self.exports = 0  # how many sessions were exported (observability, tests)
+
+    async def baseline(self, ref: dict[str, Any]) -> Marker:
+        db, thread = str(ref.get("dbPath", "")), str(ref.get("threadId", ""))
+        try:
+            return await asyncio.to_thread(baseline_session, db, thread)
+        except (OSError, sqlite3.Error) as exc:
+            raise Declined(f"cannot read the OpenCode database {db}: {exc}") from None
+
+    async def check(self, probes: list[Probe]) -> list[Outcome]:
+        by_db: dict[str, list[int]] = {}
+        for i, probe in enumerate(probes):
+            by_db.setdefault(str(probe.ref.get("dbPath", "")), []).append(i)
+        outcomes: list[Outcome] = [Outcome(status="inconclusive")] * len(probes)
+        gate = asyncio.Semaphore(self.concurrency)
+        for db, indexes in by_db.items():
+            await self._check_db(db, [probes[i] for i in indexes], indexes, outcomes, gate)
+        return outcomes
+
+    async def _check_db(
+        self,
+        db: str,
+        probes: list[Probe],
+        indexes: list[int],
+        outcomes: list[Outcome],
+        gate: asyncio.Semaphore,
+    ) -> None:
+        ids = [str(p.ref.get("threadId", "")) for p in probes]
+        try:
+            signals = await asyncio.to_thread(self._signals, db, ids)
+        except FileNotFoundError:
+            for i in indexes:
+                outcomes[i] = Outcome(status="missing", reason="no such database")
+            return
+        except (OSError, sqlite3.Error) as exc:
+            for i in indexes:
+                outcomes[i] = Outcome(status="inconclusive", reason=f"query failed: {exc}")
+            return
+
+        async def one(i: int, probe: Probe, thread: str) -> None:
+            if thread not in signals:
+                outcomes[i] = Outcome(status="missing", reason="no such session")
+                return
+            seq = signals[thread][1]
+            last = probe.marker.get("seq")
+            last_seq = last if isinstance(last, int) else 0
+            if seq == last_seq:
+                outcomes[i] = Outcome(status="quiet", marker=probe.marker)
+            elif seq < last_seq:
+                marker = {**probe.marker, "seq": seq}
+                outcomes[i] = Outcome(status="quiet", marker=marker, reason="sequence regressed")
+            else:
+                async with gate:
+                    outcomes[i] = await asyncio.to_thread(self._export, db, thread, seq, probe)
+
+        await asyncio.gather(*(one(i, p, t) for i, p, t in zip(indexes, probes, ids, strict=True)))
+
+    def _signals(self, db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
+        conn = open_readonly(db)
+        try:
+            return session_signals(conn, ids)
+        finally:
+            conn.close()
+
+    def _export(self, db: str, thread: str, seq: int, probe: Probe) -> Outcome:
+        self.exports += 1
+        try:
+            conn = open_readonly(db)
+            try:
+                messages = export_user_messages(conn, thread)
+            finally:
+                conn.close()
+        except (OSError, sqlite3.Error) as exc:
+            return Outcome(status="inconclusive", reason=f"export failed: {exc}")
+        after = probe.marker.get("lastHumanMessageId")
+        result = classify_user_messages(
+            messages, after if isinstance(after, str) else None, probe.own_hashes, self.lookback
+        )
+        # A half-written message keeps the sequence where it was, so the next tick looks again.
+        marker = {
+            "seq": probe.marker.get("seq", 0) if result.pending else seq,
+            "lastHumanMessageId": result.consumed_to,
+        }
+        dedupe = result.turns[-1].native_id if result.turns else None
+        return Outcome(status="activity", marker=marker, turns=result.turns, dedupe_id=dedupe)
