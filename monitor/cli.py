@@ -23,7 +23,7 @@ from monitor.errors import BadInput, SessionwatchError
 from monitor.events import parse_actor, parse_kind
 from monitor.kernel import Kernel
 from monitor.replay import replay, replay_opencode
-from monitor.service import serve, settings_from
+from monitor.service import serve, serve_node, settings_from
 from monitor.upstream import UpstreamMonitor, check_kind
 
 Handler = Callable[[Kernel, argparse.Namespace], Awaitable[dict[str, Any]]]
@@ -148,8 +148,10 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
         if a.kind or a.path:
             raise BadInput("give either CATALOG_ID or --kind and --path, not both")
         return await _monitor(kernel, a).adopt_catalog(a.catalog_id, **common)
+    if a.kind == "claude-node" and a.node:
+        a.path = a.node
     if not a.kind or not a.path:
-        raise BadInput("adopt needs CATALOG_ID, or --kind and --path")
+        raise BadInput("adopt needs CATALOG_ID, or --kind and --path (--node for claude-node)")
     return await _monitor(kernel, a).adopt(
         kind=check_kind(a.kind), path=a.path, thread=a.thread, **common
     )
@@ -246,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("catalog_id", nargs="?", metavar="CATALOG_ID")
     ad.add_argument("--kind")
     ad.add_argument("--path")
-    ad.add_argument("--thread", help="the native session id (OpenCode)")
+    ad.add_argument("--thread", help="the native session id (OpenCode, claude-node)")
+    ad.add_argument("--node", help="the paired node's name (claude-node)")
     ad.add_argument("--session-key", required=True)
     ad.add_argument("--agent")
     ad.add_argument("--session-id")
@@ -259,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("tick", help="run one monitor tick now")
     sub.add_parser("serve", help="run the sidecar until SIGINT/SIGTERM")
     sub.add_parser("config", help="print the effective configuration")
+    nd = sub.add_parser("node", help="serve this machine's Claude transcripts to a paired sidecar")
+    nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
+    nd.add_argument("--token-file", required=True, type=Path)
     ca = sub.add_parser("catalog", help="list the native sessions under the roots")
     ca.add_argument("--kind", choices=list(KINDS))
     ca.add_argument("--json", action="store_true", help="JSON instead of a table")
@@ -337,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
             return _catalog(args)
         if args.command == "config":
             sys.stdout.buffer.write(orjson.dumps(args.config_obj.as_json()) + b"\n")
+            return 0
+        if args.command == "node":
+            _setup_logging(args.log_format)
+            asyncio.run(serve_node(args.config_obj, args.listen, args.token_file))
             return 0
         if args.command == "serve":
             _setup_logging(args.log_format)

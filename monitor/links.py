@@ -20,7 +20,7 @@ from monitor.config import Config, RootsConfig
 from monitor.errors import BadInput
 
 FILE_KINDS = ("claude", "codex", "pi")
-UPSTREAM_KINDS = (*FILE_KINDS, "opencode")
+UPSTREAM_KINDS = (*FILE_KINDS, "opencode", "claude-node")
 _LINK_COLUMNS = (
     "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"
     " last_marker_json, last_scanned_at, created_at, updated_at"
@@ -99,6 +99,13 @@ def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tup
         if not thread or not thread.strip():
             raise BadInput("an OpenCode adoption needs the session id (--thread)")
         return {"dbPath": db, "threadId": thread.strip()}, thread.strip()
+    if kind == "claude-node":
+        if path not in config.nodes:
+            known = ", ".join(sorted(config.nodes)) or "none configured"
+            raise BadInput(f"unknown node {path!r} (known: {known})")
+        if not thread or not thread.strip():
+            raise BadInput("a claude-node adoption needs the thread id (--thread)")
+        return {"nodeId": path, "threadId": thread.strip()}, thread.strip()
     if kind not in FILE_KINDS:
         raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(UPSTREAM_KINDS)})')
     real = resolve_file_ref(kind, path, config.roots)

@@ -32,6 +32,7 @@ from monitor.config import Config
 from monitor.errors import ConfigError, SessionwatchError, StoreError
 from monitor.kernel import Kernel, KernelSettings
 from monitor.metrics import Metrics
+from monitor.node import build_node_app
 from monitor.upstream import UpstreamMonitor
 from monitor.wake import GatewayWaker
 
@@ -253,3 +254,27 @@ async def serve(config: Config, db: Path) -> None:
         log.info("sessionwatch serving %s on %s", db, ", ".join(sidecar.addresses))
         await sidecar.stopping.wait()
         log.info("stopping: no new requests; finishing the tick in flight")
+
+
+async def serve_node(config: Config, listen: str, token_file: Path) -> None:
+    """``sessionwatch node``: serve the Claude root read-only until SIGINT/SIGTERM."""
+    token = load_token(token_file.expanduser())
+    app = build_node_app(Path(config.roots.claude).expanduser(), token)
+    async with AsyncExitStack() as stack:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopping.set)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        host, _, port = listen.rpartition(":")
+        if not port.isdigit():
+            raise ConfigError(f"--listen must be HOST:PORT, got {listen!r}")
+        try:
+            await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {listen}: {exc.strerror}") from None
+        addresses = ", ".join(f"http://{a[0]}:{a[1]}" for a in runner.addresses)
+        log.info("sessionwatch node serving %s on %s", config.roots.claude, addresses)
+        await stopping.wait()

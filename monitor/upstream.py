@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from adapters.base import Adapter, Declined, Outcome, Probe
+from adapters.claude_node import Node
 from adapters.registry import build_adapters
 from monitor.catalog import KINDS, scan_catalog
 from monitor.config import Config
@@ -150,6 +151,8 @@ class UpstreamMonitor:
             scan_cap=m.scan_cap_bytes,
             export_concurrency=m.export_concurrency,
             replay_lookback=m.replay_lookback,
+            nodes={n: Node(url=c.url, token_file=c.token_file) for n, c in config.nodes.items()},
+            node_pages=m.node_pages,
         )
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()

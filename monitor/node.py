@@ -1,0 +1,129 @@
+"""``sessionwatch node``: this machine's Claude transcripts, read-only, for a paired sidecar.
+
+``GET /v1/threads/{threadId}/items?before=UUID&limit=N`` answers the thread's items newest
+first, at most 50 a page, with ``before`` naming the cursor of the next (older) page. Every
+request needs the bearer token; only threads under the configured Claude root are served.
+Records that cannot be a human turn (the byte pre-filter says so exactly) are sent as
+``{"uuid", "type"}`` only, so tool output never crosses the wire.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from adapters.claude import may_be_turn
+from monitor.api import error, errors_middleware, json_response
+from monitor.errors import BadInput, NotFound
+
+PAGE_LIMIT = 50
+BLOCK = 64 * 1024
+_THREAD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+ROOT = web.AppKey("root", Path)
+NODE_TOKEN = web.AppKey("node_token", str)
+
+
+def find_thread(root: Path, thread_id: str) -> Path:
+    """The transcript of a thread under the Claude root (one project level down)."""
+    if not _THREAD.match(thread_id):
+        raise BadInput(f"invalid thread id {thread_id!r}")
+    real_root = os.path.realpath(root)
+    for candidate in sorted(root.glob(f"*/{thread_id}.jsonl")):
+        real = os.path.realpath(candidate)
+        if os.path.commonpath([real_root, real]) == real_root and os.path.isfile(real):
+            return Path(real)
+    raise NotFound(f"no thread {thread_id!r} under the Claude root")
+
+
+def lines_newest_first(path: Path) -> Iterator[bytes]:
+    """Complete lines of a file from the last one back (a partial last line is left out)."""
+    with path.open("rb") as f:
+        pos = f.seek(0, os.SEEK_END)
+        carry = b""
+        first = True
+        while pos > 0:
+            start = max(0, pos - BLOCK)
+            f.seek(start)
+            chunk = f.read(pos - start) + carry
+            pos = start
+            pieces = chunk.split(b"\n")
+            carry = pieces[0]
+            tail = pieces[1:]
+            if first:
+                tail = tail[:-1]  # whatever follows the last newline is not complete yet
+                first = False
+            for line in reversed(tail):
+                line = line.lstrip(b"\x00").strip()
+                if line:
+                    yield line
+        if carry.strip() and not first:
+            yield carry.lstrip(b"\x00").strip()
+
+
+def project(line: bytes) -> dict[str, Any]:
+    """What the paired adapter needs of one line."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {"uuid": None, "type": "invalid"}
+    if not isinstance(record, dict):
+        return {"uuid": None, "type": "invalid"}
+    if may_be_turn(line):
+        return record
+    uuid = record.get("uuid")
+    return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}
+
+
+def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    needle = b'"' + before.encode() + b'"' if before is not None else None
+    seeking = needle is not None
+    more = False
+    for line in lines_newest_first(path):
+        if seeking:
+            if needle is not None and needle in line and project(line).get("uuid") == before:
+                seeking = False
+            continue
+        if len(items) == limit:
+            more = True
+            break
+        items.append(project(line))
+    if seeking:
+        raise NotFound(f"no item {before!r} in this thread")
+    cursor = next((i["uuid"] for i in reversed(items) if i.get("uuid")), None)
+    return {"items": items, "before": cursor if more else None}
+
+
+@web.middleware
+async def node_auth(request: web.Request, handler: Any) -> web.StreamResponse:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip(), request.app[NODE_TOKEN]
+    ):
+        return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+async def thread_items(request: web.Request) -> web.Response:
+    raw_limit = request.query.get("limit", str(PAGE_LIMIT))
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= PAGE_LIMIT:
+        raise BadInput(f"limit must be an integer from 1 to {PAGE_LIMIT}")
+    path = find_thread(request.app[ROOT], request.match_info["thread"])
+    page = read_page(path, request.query.get("before"), int(raw_limit))
+    return json_response({"threadId": request.match_info["thread"], **page})
+
+
+def build_node_app(root: Path, token: str) -> web.Application:
+    app = web.Application(middlewares=[errors_middleware, node_auth])
+    app[ROOT] = root
+    app[NODE_TOKEN] = token
+    app.router.add_get("/v1/threads/{thread}/items", thread_items)
+    return app

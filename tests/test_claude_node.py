@@ -1,0 +1,250 @@
+"""The paired node (``sessionwatch node``) and the claude-node adapter, over real HTTP."""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from adapters.base import Declined, Probe
+from adapters.claude_node import ClaudeNodeAdapter, Node
+from monitor.node import build_node_app
+
+THREAD = "0b9c-41f2"
+
+
+def user(text: str, uuid: str) -> bytes:
+    return (
+        orjson.dumps({"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}})
+        + b"\n"
+    )
+
+
+def tool_result(uuid: str) -> bytes:
+    return (
+        orjson.dumps(
+            {
+                "type": "user",
+                "uuid": uuid,
+                "toolUseResult": {"stdout": "SECRET"},
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "content": "SECRET"}],
+                },
+            }
+        )
+        + b"\n"
+    )
+
+
+def enqueue(text: str) -> bytes:
+    return (
+        orjson.dumps({"type": "queue-operation", "operation": "enqueue", "content": text}) + b"\n"
+    )
+
+
+@pytest.fixture
+def transcript(tmp_path: Path) -> Path:
+    path = tmp_path / "claude" / "proj" / f"{THREAD}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(user("old", "u0"))
+    return path
+
+
+@pytest.fixture
+async def node(tmp_path: Path, transcript: Path) -> AsyncIterator[str]:
+    (tmp_path / "node.token").write_text("node-secret\n")
+    runner = web.AppRunner(build_node_app(tmp_path / "claude", "node-secret"))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    yield f"http://{host}:{port}"
+    await runner.cleanup()
+
+
+def adapter(tmp_path: Path, url: str, pages: int = 4) -> ClaudeNodeAdapter:
+    return ClaudeNodeAdapter(
+        {"laptop": Node(url=url, token_file=str(tmp_path / "node.token"))}, pages=pages
+    )
+
+
+REF = {"nodeId": "laptop", "threadId": THREAD}
+
+
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+async def get(url: str, token: str = "node-secret") -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(url, headers={"Authorization": f"Bearer {token}"}) as r,
+    ):
+        return r.status, await r.json()
+
+
+async def test_node_pages_newest_first_and_hides_tool_output(node: str, transcript: Path) -> None:
+    append(transcript, tool_result("t1") + user("latest", "u2") + b'{"type":"user","uuid":"par')
+    status, page = await get(f"{node}/v1/threads/{THREAD}/items?limit=2")
+    assert 200 == status
+    assert ["u2", "t1"] == [i["uuid"] for i in page["items"]]
+    assert {"uuid": "t1", "type": "user"} == page["items"][1]
+    assert "SECRET" not in orjson.dumps(page).decode()
+    status, older = await get(f"{node}/v1/threads/{THREAD}/items?limit=2&before={page['before']}")
+    assert (["u0"], None) == ([i["uuid"] for i in older["items"]], older["before"])
+
+
+@pytest.mark.parametrize(
+    ("path", "token", "status"),
+    [
+        (f"/v1/threads/{THREAD}/items", "wrong", 401),
+        ("/v1/threads/nope/items", "node-secret", 404),
+        ("/v1/threads/..%2F..%2Fetc/items", "node-secret", 400),
+        (f"/v1/threads/{THREAD}/items?limit=500", "node-secret", 400),
+    ],
+)
+async def test_node_refuses_what_it_must(node: str, path: str, token: str, status: int) -> None:
+    got, body = await get(node + path, token)
+    assert status == got
+    assert body["error"]["message"]
+
+
+async def test_adapter_reports_new_turns_after_the_marker(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    a = adapter(tmp_path, node)
+    marker = await a.baseline(REF)
+    assert {"uuid": "u0", "tail": 0, "pending": []} == marker
+    append(transcript, tool_result("t1") + user("typed on the laptop", "u1") + enqueue("queued"))
+    [out] = await a.check([Probe(session_key="k", ref=REF, marker=marker)])
+    assert ["u1", None] == [t.native_id for t in out.turns]
+    assert out.marker is not None and (out.marker["uuid"], out.marker["tail"]) == ("u1", 1)
+    [again] = await a.check([Probe(session_key="k", ref=REF, marker=out.marker)])
+    assert [] == again.turns  # the uuid-less enqueue is not counted twice
+
+
+async def test_a_burst_larger_than_a_page_pages_back(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    a = adapter(tmp_path, node)
+    marker = await a.baseline(REF)
+    burst = b"".join(
+        user(f"prompt {i}", f"b{i}") if i % 10 == 0 else tool_result(f"r{i}") for i in range(130)
+    )
+    append(transcript, burst)
+    [out] = await a.check([Probe(session_key="k", ref=REF, marker=marker)])
+    assert [f"b{i}" for i in range(0, 130, 10)] == [t.native_id for t in out.turns]
+
+
+async def test_a_burst_beyond_the_pages_records_what_it_saw(
+    node: str, transcript: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = adapter(tmp_path, node, pages=1)
+    marker = await a.baseline(REF)
+    append(transcript, b"".join(user(f"p{i}", f"b{i}") for i in range(80)))
+    with caplog.at_level(logging.WARNING):
+        [out] = await a.check([Probe(session_key="k", ref=REF, marker=marker)])
+    assert 50 == len(out.turns)
+    assert "more than 1 pages back" in caplog.text
+
+
+async def test_a_node_that_is_down_is_inconclusive_never_missing(tmp_path: Path) -> None:
+    (tmp_path / "node.token").write_text("x")
+    a = adapter(tmp_path, "http://127.0.0.1:9")
+    [out] = await a.check([Probe(session_key="k", ref=REF, marker={"uuid": "u0"})])
+    assert "inconclusive" == out.status
+    with pytest.raises(Declined):
+        await a.baseline(REF)
+
+
+async def test_a_newest_item_without_uuid_declines(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    append(transcript, enqueue("x"))
+    with pytest.raises(Declined, match="no uuid"):
+        await adapter(tmp_path, node).baseline(REF)
+
+
+def test_two_sidecars_end_to_end(tmp_path: Path, transcript: Path) -> None:
+    """A real ``sessionwatch node`` process and a gateway-side sidecar driven by its CLI."""
+    (tmp_path / "node.token").write_text("pairing-token\n")
+    node_cfg = tmp_path / "node.toml"
+    node_cfg.write_text(f'[roots]\nclaude = "{tmp_path / "claude"}"\n')
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "--config",
+            str(node_cfg),
+            "node",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            str(tmp_path / "node.token"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        url = next(m.group(1) for line in proc.stderr if (m := re.search(r"on (http://\S+)", line)))
+        gw_cfg = tmp_path / "gateway.toml"
+        gw_cfg.write_text(
+            f'[nodes.laptop]\nurl = "{url}"\ntoken_file = "{tmp_path / "node.token"}"\n'
+        )
+
+        def sw(*args: str) -> Any:
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "monitor",
+                    "--db",
+                    str(tmp_path / "gw.db"),
+                    "--config",
+                    str(gw_cfg),
+                    *args,
+                ],
+                capture_output=True,
+                text=True,
+            )
+            assert 0 == out.returncode, out.stderr
+            return orjson.loads(out.stdout)
+
+        key = "agent:main:adopted:laptop"
+        adopted = sw(
+            "adopt",
+            "--kind",
+            "claude-node",
+            "--node",
+            "laptop",
+            "--thread",
+            THREAD,
+            "--session-key",
+            key,
+            "--session-id",
+            "s1",
+        )
+        assert adopted["declined"] is None
+        sw("watch", "--watcher", "agent:main:main", "--target", key)
+        append(transcript, user("typed on the paired laptop", "u9"))
+        assert [{"sessionKey": key, "outcome": "activity", "turns": 1, "reason": None}] == sw(
+            "tick"
+        )["outcomes"]
+        assert 1 == len(sw("notices", "--watcher", "agent:main:main")["notices"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert 0 == proc.returncode
