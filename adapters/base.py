@@ -30,6 +30,19 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
+def content_text(content: Any, block_types: frozenset[str]) -> str:
+    """The text of a message's content: a string, or its text blocks joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        b["text"]
+        for b in content
+        if isinstance(b, dict) and b.get("type") in block_types and isinstance(b.get("text"), str)
+    )
+
+
 def text_hash(text: str) -> str:
     """Prompts are compared by the hash of their normalized text, never stored as text."""
     return hashlib.sha256(normalize_text(text).encode()).hexdigest()[:32]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import normalize_text, text_hash
+from adapters.base import content_text, normalize_text, text_hash
 
 CONTEXTUAL_MARKERS = (
     "# AGENTS.md instructions for ",
@@ -60,18 +60,7 @@ def state_from_first_record(record: dict[str, Any]) -> CodexState:
     return CodexState(legacy=legacy)
 
 
-def _input_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        b["text"]
-        for b in content
-        if isinstance(b, dict)
-        and b.get("type") in {"input_text", "text"}
-        and isinstance(b.get("text"), str)
-    )
+INPUT_BLOCKS = frozenset({"input_text", "text"})
 
 
 def _typed(text: str) -> str | None:
@@ -84,7 +73,7 @@ def _typed(text: str) -> str | None:
 def _user_message_item(item: dict[str, Any]) -> str:
     if item.get("type") != "message" or item.get("role") != "user":
         return ""
-    return _input_text(item.get("content"))
+    return content_text(item.get("content"), INPUT_BLOCKS)
 
 
 def classify_codex_record(record: dict[str, Any], state: CodexState) -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from adapters.base import Declined, normalize_text, text_hash
+from adapters.base import Declined, content_text, normalize_text, text_hash
 
 MIGRATE_HINT = "not a Pi v3 session: resume it once in Pi to migrate it to v3"
 
@@ -47,16 +47,7 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
-def _user_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        b["text"]
-        for b in content
-        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-    )
+TEXT_BLOCKS = frozenset({"text"})
 
 
 def classify_pi_record(record: dict[str, Any], state: PiState) -> str | None:
@@ -79,7 +70,7 @@ def classify_pi_record(record: dict[str, Any], state: PiState) -> str | None:
         return text_hash(f"!{command}") if isinstance(command, str) and command else None
     if role != "user":
         return None
-    text = _user_text(message.get("content"))
+    text = content_text(message.get("content"), TEXT_BLOCKS)
     return text_hash(text) if normalize_text(text) else None
 
 

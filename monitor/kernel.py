@@ -27,6 +27,7 @@ from monitor.keys import (
     normalize_key,
     parse_agent_key,
     resolve_agent,
+    session_scope,
 )
 from monitor.metrics import Metrics
 from monitor.notices import (
@@ -307,9 +308,7 @@ class Kernel:
     async def delete(self, key: str, *, agent_id: str | None = None) -> None:
         """Delete a session: its events, head, cursors on both sides, link and our rows."""
         k = normalize_key(key)
-        agent = resolve_agent(k, agent_id) if (agent_id or parse_agent_key(k)) else None
-        scope = "session_key = ?" + (" AND agent_id = ?" if agent else "")
-        params = (k, agent) if agent else (k,)
+        scope, params = session_scope(k, agent_id)
 
         def run(conn: sqlite3.Connection) -> None:
             cursors.delete_session_cursors(conn, k)
@@ -396,19 +395,14 @@ class Kernel:
             )
 
         def run(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
-            existed = conn.execute(
-                "SELECT 1 FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
-                (k, agent),
-            ).fetchone()
-            conn.execute(
-                "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
-                " store_path, run_active, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-                " session_id = coalesce(excluded.session_id, session_id),"
-                " store_path = coalesce(excluded.store_path, store_path),"
-                " run_active = CASE WHEN ? IS NULL THEN run_active ELSE excluded.run_active END,"
-                " updated_at = excluded.updated_at",
-                (k, agent, session_id, path, int(bool(run_active)), now, now, run_active),
+            existed = write_session_row(
+                conn,
+                k,
+                agent,
+                session_id=session_id,
+                store_path=path,
+                run_active=run_active,
+                now=now,
             )
             created = not existed and created_draft is not None
             if created and created_draft is not None:
@@ -423,6 +417,34 @@ class Kernel:
 
 def _version_row(key: str, agent_id: str | None, version: int) -> dict[str, Any]:
     return {"sessionKey": key, "agentId": agent_id, "stateVersion": version}
+
+
+def write_session_row(
+    conn: sqlite3.Connection,
+    key: str,
+    agent_id: str,
+    *,
+    session_id: str | None,
+    now: int,
+    store_path: str | None = None,
+    run_active: bool | None = None,
+) -> bool:
+    """Create or update a known session (None leaves a field as it is); True if it existed."""
+    existed = conn.execute(
+        "SELECT 1 FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
+        (key, agent_id),
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
+        " store_path, run_active, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+        " session_id = coalesce(excluded.session_id, session_id),"
+        " store_path = coalesce(excluded.store_path, store_path),"
+        " run_active = CASE WHEN ? IS NULL THEN run_active ELSE excluded.run_active END,"
+        " updated_at = excluded.updated_at",
+        (key, agent_id, session_id, store_path, int(bool(run_active)), now, now, run_active),
+    )
+    return existed is not None
 
 
 def read_session(conn: sqlite3.Connection, key: str, agent_id: str) -> dict[str, Any] | None:

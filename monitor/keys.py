@@ -91,3 +91,12 @@ def is_internal_key(key: str) -> bool:
     parsed = parse_agent_key(key)
     head = (parsed.rest if parsed else key).split(":", 1)[0]
     return head in {"cron", "hook", "internal", "draft", "incognito"}
+
+
+def session_scope(key: str, agent_id: str | None) -> tuple[str, tuple[str, ...]]:
+    """A SQL condition and its parameters for one session: the key under its agent, or a
+    bare key under every agent when no agent id is given."""
+    agent = resolve_agent(key, agent_id) if agent_id or parse_agent_key(key) else None
+    if agent is None:
+        return "session_key = ?", (key,)
+    return "session_key = ? AND agent_id = ?", (key, agent)

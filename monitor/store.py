@@ -7,8 +7,9 @@ whole transaction crosses to the database thread once instead of once per statem
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -86,16 +87,22 @@ class Store:
             raise
         return store
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        # aiosqlite runs ``fn`` on its connection thread; this is the one place that uses it.
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        """sqlite3 errors leave the store as :class:`StoreError`, counted by ``on_error``."""
         try:
-            result: T = await self._conn._execute(fn, self._conn._conn, *args)  # type: ignore[no-untyped-call]
+            yield
         except SessionwatchError:
             raise
         except sqlite3.Error as exc:
             if self.on_error:
                 self.on_error()
             raise StoreError(f"state database error: {exc}") from exc
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        # aiosqlite runs ``fn`` on its connection thread; this is the one place that uses it.
+        with self._translated():
+            result: T = await self._conn._execute(fn, self._conn._conn, *args)  # type: ignore[no-untyped-call]
         return result
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -114,14 +121,8 @@ class Store:
         """
         if self._reader is None:
             raise StoreError("the state database is closed")
-        try:
+        with self._translated():
             return run_read(self._reader, fn)
-        except SessionwatchError:
-            raise
-        except sqlite3.Error as exc:
-            if self.on_error:
-                self.on_error()
-            raise StoreError(f"state database error: {exc}") from exc
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -26,8 +26,8 @@ from monitor.config import Config
 from monitor.cursors import is_watched
 from monitor.errors import BadInput, NotFound, SessionwatchError
 from monitor.events import ActorType, EventKind
-from monitor.kernel import Kernel
-from monitor.keys import normalize_key, parse_agent_key, resolve_agent
+from monitor.kernel import Kernel, write_session_row
+from monitor.keys import normalize_key, resolve_agent, session_scope
 from monitor.links import (
     UPSTREAM_KINDS,
     UpstreamLink,
@@ -203,14 +203,7 @@ class UpstreamMonitor:
         recorded: list[Recorded] = []
 
         def run(conn: sqlite3.Connection) -> UpstreamLink | None:
-            conn.execute(
-                "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
-                " run_active, created_at, updated_at) VALUES (?, ?, ?, 0, ?, ?)"
-                " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-                " session_id = coalesce(excluded.session_id, session_id),"
-                " updated_at = excluded.updated_at",
-                (key, agent, session_id, now, now),
-            )
+            write_session_row(conn, key, agent, session_id=session_id, now=now)
             recorded.append(record_event(conn, adopted, now))
             if declined is not None:
                 return None
@@ -466,10 +459,7 @@ class UpstreamMonitor:
 
     async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:
         """Remove a session's link (all agents' for a bare key without ``agent_id``)."""
-        key = normalize_key(session_key)
-        agent = resolve_agent(key, agent_id) if agent_id or parse_agent_key(key) else None
-        scope = "session_key = ?" + (" AND agent_id = ?" if agent else "")
-        params = (key, agent) if agent else (key,)
+        scope, params = session_scope(normalize_key(session_key), agent_id)
 
         def run(conn: sqlite3.Connection) -> bool:
             conn.execute(f"DELETE FROM sessionwatch_link_state WHERE {scope}", params)
