@@ -177,7 +177,12 @@ def check_file(fmt: JsonlFormat, probe: Probe, cap: int) -> Outcome:
     if result.stopped_at is not None and result.stopped_at == offset:
         reason = f"invalid row at offset {offset}"
         return Outcome(status="blocked", blocked_offset=offset, reason=reason)
-    new_marker = {**marker, "offset": end, **state.to_marker()}
+    new_marker = {
+        **marker,
+        "offset": end,
+        "head": marker.get("head") or read.head,
+        **state.to_marker(),
+    }
     new_marker.pop("size", None)
     return Outcome(
         status="activity",

@@ -24,12 +24,16 @@ class TailRead:
     lines: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, line)
     end: int = 0  # the offset after the last complete line read
     size: int = 0
+    head: str | None = None  # the file's head digest, when it was opened
 
 
-def head_digest(fd: int) -> str:
-    """Identity of a file: a digest of its first line (or first 4 KiB of it)."""
+def head_digest(fd: int) -> str | None:
+    """Identity of a file: a digest of its first line (or of its first 4 KiB); None while
+    the first line is not complete, since its bytes may still change."""
     chunk = os.pread(fd, HEAD_BYTES, 0)
     newline = chunk.find(b"\n")
+    if newline < 0 and len(chunk) < HEAD_BYTES:
+        return None
     return hashlib.sha256(chunk if newline < 0 else chunk[: newline + 1]).hexdigest()[:16]
 
 
@@ -74,7 +78,7 @@ def read_tail(path: str, offset: int, cap: int, head: str | None) -> TailRead:
     )
 
 
-def end_of_last_line(path: str) -> tuple[int, str]:
+def end_of_last_line(path: str) -> tuple[int, str | None]:
     """Baseline: the offset after the last complete line, and the file's head digest."""
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -377,3 +377,21 @@ async def test_a_key_linked_under_two_agents_is_skipped(
 
     await monitor.kernel.store.write(watch_bare)
     assert [("skipped", 0), ("skipped", 0)] == await outcomes(monitor)
+
+
+async def test_a_file_adopted_empty_keeps_being_read(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    """The file's identity is taken once its first line is complete, not from the empty
+    file, so the second append is not mistaken for a replaced file."""
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    append(path, user_line("first", "u1"))
+    assert [("activity", 1)] == await outcomes(monitor)
+    append(path, user_line("second", "u2"))
+    assert [("activity", 1)] == await outcomes(monitor)
+    append(path, b'{"type":"user","uuid":"u3","message":{"role":"user","con')
+    assert [("quiet", 0)] == await outcomes(monitor)
+    append(path, b'tent":"third"}}\n')
+    assert [("activity", 1)] == await outcomes(monitor)
