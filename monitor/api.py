@@ -176,10 +176,12 @@ async def delete(request: web.Request) -> web.Response:
 
 @routes.post("/v1/sessions/{key}/own-messages")
 async def own_message(request: web.Request) -> web.Response:
-    data = await body(request, {"text"})
+    data = await body(request, {"text", "agentId"})
     limit = request.app[MONITOR].config.monitor.own_text_limit
     text = field(data, "text", str, required=True)
-    await request.app[KERNEL].remember_own_message(request.match_info["key"], text, limit=limit)
+    await request.app[KERNEL].remember_own_message(
+        request.match_info["key"], text, agent_id=field(data, "agentId", str), limit=limit
+    )
     return json_response({"ok": True})
 
 

@@ -159,7 +159,9 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 
 @command("own-message")
 async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    await kernel.remember_own_message(a.key, a.text, limit=a.config_obj.monitor.own_text_limit)
+    await kernel.remember_own_message(
+        a.key, a.text, agent_id=a.agent, limit=a.config_obj.monitor.own_text_limit
+    )
     return {"ok": True}
 
 
@@ -257,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     om = sub.add_parser("own-message", help="remember an OpenClaw-side message (self-echo)")
     om.add_argument("key")
     om.add_argument("text")
+    om.add_argument("--agent")
 
     sub.add_parser("links", help="the upstream links and their state")
     sub.add_parser("tick", help="run one monitor tick now")

@@ -339,10 +339,12 @@ class Kernel:
         except SessionwatchError as exc:
             log.warning("retention failed: %s", exc)
 
-    async def remember_own_message(self, key: str, text: str, *, limit: int = 10) -> int:
+    async def remember_own_message(
+        self, key: str, text: str, *, agent_id: str | None = None, limit: int = 10
+    ) -> int:
         """Remember an OpenClaw-side user message (as a hash) for self-echo; keeps ``limit``."""
         k = normalize_key(key)
-        agent = resolve_agent(k, None) if parse_agent_key(k) else "main"
+        agent = resolve_agent(k, agent_id)
         if not normalize_text(text):
             raise BadInput("own message text is empty")
         digest, now = text_hash(text), self.clock()
