@@ -137,22 +137,23 @@ class Sidecar:
         return by_path
 
     async def watch_files(self) -> None:
-        """Wake an early check of the links whose files changed; the tick stays the truth."""
+        """Wake an early check of the links whose files changed; the tick stays the truth.
+
+        The watch is re-armed only when the set of directories changes; a link change that
+        keeps the directories only updates which keys a path wakes.
+        """
         while not self.stopping.is_set():
-            try:
-                files = await self._watched_files()
-            except SessionwatchError as exc:
-                log.warning("file watching paused: %s", exc)
-                await asyncio.sleep(5)
+            files = await self._watched_files_or_none()
+            if files is None:
                 continue
-            dirs = sorted({str(Path(p).parent) for p in files if Path(p).parent.is_dir()})
-            self._paths_changed.clear()
+            dirs = _dirs_of(files)
             if not dirs:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._paths_changed.wait(), 5)
+                    await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
+                self._paths_changed.clear()
                 continue
             stop = asyncio.Event()
-            watcher = asyncio.ensure_future(self._wait_changed(stop))
+            refresher = asyncio.ensure_future(self._refresh(files, dirs, stop))
             # Whatever changed before the watch was armed is caught by one check now.
             await self.run_tick(set().union(*files.values()), rearm=False)
             try:
@@ -164,13 +165,37 @@ class Sidecar:
                         await self.run_tick(keys)
             finally:
                 stop.set()
-                watcher.cancel()
+                refresher.cancel()
 
-    async def _wait_changed(self, stop: asyncio.Event) -> None:
-        """Re-arm on a link change here, or every 10 s for links other processes changed."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
-        stop.set()
+    async def _watched_files_or_none(self) -> dict[str, set[str]] | None:
+        try:
+            return await self._watched_files()
+        except SessionwatchError as exc:
+            log.warning("file watching paused: %s", exc)
+            await asyncio.sleep(REARM_S)
+            return None
+
+    async def _refresh(
+        self, files: dict[str, set[str]], dirs: list[str], stop: asyncio.Event
+    ) -> None:
+        """On a link change here, or every 10 s for changes by other processes, update the
+        path-to-keys map in place; stop the watch (to re-arm) only when directories change."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
+            self._paths_changed.clear()
+            fresh = await self._watched_files_or_none()
+            if fresh is None:
+                continue
+            if _dirs_of(fresh) != dirs:
+                stop.set()
+                return
+            files.clear()
+            files.update(fresh)
+
+
+def _dirs_of(files: dict[str, set[str]]) -> list[str]:
+    return sorted({str(Path(p).parent) for p in files if Path(p).parent.is_dir()})
 
 
 async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
