@@ -200,3 +200,71 @@ def upsert_link(
     link = read_link(conn, key, agent_id)
     assert link is not None
     return link
+
+
+def link_state(conn: sqlite3.Connection, link: UpstreamLink) -> tuple[int, int | None]:
+    """The durable missing streak and blocked offset; both reset when the link changed."""
+    row = conn.execute(
+        "SELECT source_key, link_updated_at, missing_streak, blocked_offset"
+        " FROM sessionwatch_link_state WHERE session_key = ? AND agent_id = ?",
+        (link.session_key, link.agent_id),
+    ).fetchone()
+    if row is None or row[0] != link.source_key or row[1] != link.updated_at:
+        return 0, None
+    return int(row[2]), row[3]
+
+
+def write_link_state(
+    conn: sqlite3.Connection, link: UpstreamLink, streak: int, blocked: tuple[int, str] | None
+) -> None:
+    conn.execute(
+        "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
+        " link_updated_at, missing_streak, blocked_offset, blocked_reason)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+        " source_key = excluded.source_key, link_updated_at = excluded.link_updated_at,"
+        " missing_streak = excluded.missing_streak, blocked_offset = excluded.blocked_offset,"
+        " blocked_reason = excluded.blocked_reason",
+        (
+            link.session_key,
+            link.agent_id,
+            link.source_key,
+            link.updated_at,
+            streak,
+            blocked[0] if blocked else None,
+            blocked[1] if blocked else None,
+        ),
+    )
+
+
+def list_links(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Every link with its state, as ``sessionwatch links`` shows it (one query)."""
+    rows = conn.execute(
+        f"SELECT {', '.join('l.' + c.strip() for c in _LINK_COLUMNS.split(','))},"
+        " s.source_key, s.link_updated_at, s.missing_streak, s.blocked_offset,"
+        " s.blocked_reason, EXISTS (SELECT 1 FROM session_watch_cursors c"
+        " WHERE c.target_session_key = l.session_key)"
+        " FROM session_upstream_links l LEFT JOIN sessionwatch_link_state s"
+        " ON s.session_key = l.session_key AND s.agent_id = l.agent_id"
+        " ORDER BY l.session_key, l.agent_id"
+    ).fetchall()
+    out = []
+    for row in rows:
+        link = UpstreamLink.from_row(row[:11])
+        source, updated, streak, blocked_at, reason, watched = row[11:]
+        current = source == link.source_key and updated == link.updated_at
+        out.append(
+            {
+                "sessionKey": link.session_key,
+                "agentId": link.agent_id,
+                "kind": link.kind,
+                "ref": link.ref,
+                "marker": public_marker(link.marker),
+                "watched": bool(watched),
+                "blocked": {"offset": blocked_at, "reason": reason}
+                if current and blocked_at is not None
+                else None,
+                "missingStreak": int(streak) if current and streak else 0,
+                "lastScannedAt": link.last_scanned_at,
+            }
+        )
+    return out

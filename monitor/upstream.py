@@ -23,7 +23,6 @@ from adapters.claude_node import Node
 from adapters.registry import build_adapters
 from monitor.catalog import KINDS, scan_catalog
 from monitor.config import Config
-from monitor.cursors import is_watched
 from monitor.errors import BadInput, NotFound, SessionwatchError
 from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel, write_session_row
@@ -31,9 +30,12 @@ from monitor.keys import normalize_key, resolve_agent, session_scope
 from monitor.links import (
     UPSTREAM_KINDS,
     UpstreamLink,
+    link_state,
+    list_links,
     read_link,
     resolve_ref,
     upsert_link,
+    write_link_state,
 )
 from monitor.signal_log import Recorded, make_draft, record_event
 
@@ -93,40 +95,6 @@ def _load(conn: sqlite3.Connection, own_limit: int) -> tuple[list[UpstreamLink],
         )
     }
     return links, {"sessions": sessions, "own": own, "stateful": stateful}
-
-
-def _link_state(conn: sqlite3.Connection, link: UpstreamLink) -> tuple[int, int | None]:
-    """The durable missing streak and blocked offset; both reset when the link changed."""
-    row = conn.execute(
-        "SELECT source_key, link_updated_at, missing_streak, blocked_offset"
-        " FROM sessionwatch_link_state WHERE session_key = ? AND agent_id = ?",
-        (link.session_key, link.agent_id),
-    ).fetchone()
-    if row is None or row[0] != link.source_key or row[1] != link.updated_at:
-        return 0, None
-    return int(row[2]), row[3]
-
-
-def _write_state(
-    conn: sqlite3.Connection, link: UpstreamLink, streak: int, blocked: tuple[int, str] | None
-) -> None:
-    conn.execute(
-        "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
-        " link_updated_at, missing_streak, blocked_offset, blocked_reason)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-        " source_key = excluded.source_key, link_updated_at = excluded.link_updated_at,"
-        " missing_streak = excluded.missing_streak, blocked_offset = excluded.blocked_offset,"
-        " blocked_reason = excluded.blocked_reason",
-        (
-            link.session_key,
-            link.agent_id,
-            link.source_key,
-            link.updated_at,
-            streak,
-            blocked[0] if blocked else None,
-            blocked[1] if blocked else None,
-        ),
-    )
 
 
 def _unchanged(link: UpstreamLink, outcome: Outcome, stateful: set[tuple[str, str]]) -> bool:
@@ -352,16 +320,16 @@ class UpstreamMonitor:
         ).fetchone()
         if active and active[0]:
             return LinkResult(session_key=key, outcome="skipped", reason="run active"), []
-        streak, blocked_at = _link_state(conn, link)
+        streak, blocked_at = link_state(conn, link)
         if outcome.status == "missing":
             return self._missing(conn, link, streak + 1, now, outcome.reason)
         if outcome.status == "blocked":
             assert outcome.blocked_offset is not None
             if blocked_at != outcome.blocked_offset:
                 log.warning("%s: blocked: %s", key, outcome.reason)
-            _write_state(conn, link, 0, (outcome.blocked_offset, outcome.reason or "blocked"))
+            write_link_state(conn, link, 0, (outcome.blocked_offset, outcome.reason or "blocked"))
             return LinkResult(session_key=key, outcome="blocked", reason=outcome.reason), []
-        _write_state(conn, link, 0, None)
+        write_link_state(conn, link, 0, None)
         if outcome.status == "inconclusive" or outcome.marker is None:
             return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason), []
         recorded: list[Recorded] = []
@@ -407,7 +375,7 @@ class UpstreamMonitor:
     ) -> tuple[LinkResult, list[Recorded]]:
         key = link.session_key
         if streak < self.config.monitor.missing_threshold:
-            _write_state(conn, link, streak, None)
+            write_link_state(conn, link, streak, None)
             return LinkResult(session_key=key, outcome="missing", reason=reason), []
         draft = make_draft(
             session_key=key,
@@ -489,40 +457,7 @@ class UpstreamMonitor:
     # -- listing -----------------------------------------------------------------------
 
     async def links(self) -> list[dict[str, Any]]:
-        def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = conn.execute(
-                "SELECT session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind,"
-                " upstream_ref_json, last_marker_json, last_scanned_at, created_at, updated_at"
-                " FROM session_upstream_links ORDER BY session_key, agent_id"
-            ).fetchall()
-            out = []
-            for row in rows:
-                link = UpstreamLink.from_row(row)
-                streak, blocked_at = _link_state(conn, link)
-                reason = conn.execute(
-                    "SELECT blocked_reason FROM sessionwatch_link_state WHERE session_key = ?"
-                    " AND agent_id = ?",
-                    (link.session_key, link.agent_id),
-                ).fetchone()
-                shown = link.as_json()
-                out.append(
-                    {
-                        "sessionKey": link.session_key,
-                        "agentId": link.agent_id,
-                        "kind": link.kind,
-                        "ref": link.ref,
-                        "marker": shown["marker"],
-                        "watched": is_watched(conn, link.session_key),
-                        "blocked": None
-                        if blocked_at is None
-                        else {"offset": blocked_at, "reason": reason[0] if reason else None},
-                        "missingStreak": streak,
-                        "lastScannedAt": link.last_scanned_at,
-                    }
-                )
-            return out
-
-        return await self.kernel.store.read(run)
+        return await self.kernel.store.read(list_links)
 
 
 def check_kind(kind: str) -> str:
