@@ -322,6 +322,7 @@ def _setup_logging(fmt: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per tick
 
 
 class _JsonFormatter(logging.Formatter):
