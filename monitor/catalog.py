@@ -172,16 +172,6 @@ def _candidates(kind: str, root: Path) -> tuple[list[str], int]:
     return sorted(found), skipped
 
 
-def root_of(kind: str, roots: RootsConfig) -> Path:
-    paths = {
-        "claude": roots.claude,
-        "codex": roots.codex,
-        "pi": roots.pi,
-        "opencode": roots.opencode_db,
-    }
-    return Path(paths[kind]).expanduser()
-
-
 def _opencode(db: Path, catalog: Catalog) -> None:
     """Root OpenCode sessions (child sessions are sub-agent runs: skipped and counted)."""
     real = os.path.realpath(db)
@@ -219,7 +209,7 @@ def scan_catalog(roots: RootsConfig, kinds: tuple[str, ...] = KINDS) -> Catalog:
     """List the native sessions under the roots, newest first."""
     catalog = Catalog()
     for kind in kinds:
-        root = root_of(kind, roots)
+        root = roots.path_of(kind)
         if kind == "opencode":
             if root.is_file():
                 _opencode(root, catalog)

@@ -41,6 +41,16 @@ class RootsConfig:
     opencode_db: str = "~/.local/share/opencode/opencode.db"
     pi: str = "~/.pi/agent/sessions"
 
+    def path_of(self, kind: str) -> Path:
+        """The configured root of an upstream kind (OpenCode's is its database file)."""
+        paths = {
+            "claude": self.claude,
+            "codex": self.codex,
+            "pi": self.pi,
+            "opencode": self.opencode_db,
+        }
+        return Path(paths[kind]).expanduser()
+
 
 @dataclass(frozen=True, kw_only=True)
 class ApiConfig:

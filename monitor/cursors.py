@@ -245,10 +245,3 @@ def delete_session_cursors(conn: sqlite3.Connection, key: str) -> int:
         (key, key),
     )
     return cur.rowcount
-
-
-def is_watched(conn: sqlite3.Connection, target: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM session_watch_cursors WHERE target_session_key = ? LIMIT 1", (target,)
-    ).fetchone()
-    return row is not None

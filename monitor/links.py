@@ -86,14 +86,10 @@ def public_marker(marker: Marker) -> Marker:
     return {k: v for k, v in marker.items() if k not in {"pending", "head"}}
 
 
-def root_for(kind: str, roots: RootsConfig) -> Path:
-    return Path({"claude": roots.claude, "codex": roots.codex, "pi": roots.pi}[kind]).expanduser()
-
-
 def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tuple[Marker, str]:
     """The upstream ref of a source and its thread id; refs stay inside the configured roots."""
     if kind == "opencode":
-        db = os.path.realpath(Path(config.roots.opencode_db).expanduser())
+        db = os.path.realpath(config.roots.path_of("opencode"))
         if os.path.realpath(Path(path).expanduser()) != db:
             raise BadInput(f"{path} is not the configured OpenCode database {db}")
         if not thread or not thread.strip():
@@ -118,7 +114,7 @@ def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tup
 
 def resolve_file_ref(kind: str, path: str, roots: RootsConfig) -> str:
     """The real path of a file ref, which must lie inside the kind's configured root."""
-    root = os.path.realpath(root_for(kind, roots))
+    root = os.path.realpath(roots.path_of(kind))
     real = os.path.realpath(Path(path).expanduser())
     if os.path.commonpath([root, real]) != root:
         raise BadInput(f"{path} is not inside the configured {kind} root {root}")
