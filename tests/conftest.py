@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -78,3 +80,13 @@ def notice(target: str, since: int) -> str:
         f'Session "{target}" changed (other actor). Reconcile before acting: '
         f'session_status sessionKey "{target}" changesSince {since}.'
     )
+
+
+def served_address(proc: subprocess.Popen[str]) -> str:
+    """The http:// address a ``serve`` or ``node`` process names in its start-up line."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        match = re.search(r"serving .* on (http://\S+)", line)
+        if match:
+            return match.group(1)
+    raise AssertionError("the process exited without naming its address")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from aiohttp import web
 from adapters.base import Declined, Probe
 from adapters.claude_node import ClaudeNodeAdapter, Node
 from monitor.node import build_node_app
+from tests.conftest import served_address
 
 THREAD = "0b9c-41f2"
 
@@ -198,8 +198,7 @@ def test_two_sidecars_end_to_end(tmp_path: Path, transcript: Path) -> None:
         text=True,
     )
     try:
-        assert proc.stderr is not None
-        url = next(m.group(1) for line in proc.stderr if (m := re.search(r"on (http://\S+)", line)))
+        url = served_address(proc)
         gw_cfg = tmp_path / "gateway.toml"
         gw_cfg.write_text(
             f'[nodes.laptop]\nurl = "{url}"\ntoken_file = "{tmp_path / "node.token"}"\n'

@@ -13,6 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import served_address
+
 DOC = Path(__file__).parent.parent / "docs" / "gateway-integration.md"
 
 
@@ -43,14 +45,7 @@ def test_every_curl_example_succeeds(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        address = ""
-        assert proc.stderr is not None
-        for line in proc.stderr:  # the start-up line names the address
-            match = re.search(r"serving .* on (http://\S+)", line)
-            if match:
-                address = match.group(1)
-                break
-        assert address
+        address = served_address(proc)
         env = {**os.environ, "SW": address, "TOKEN": (tmp_path / "token").read_text().strip()}
         assert len(blocks()) >= 8
         for block in blocks():
