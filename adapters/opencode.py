@@ -215,23 +215,31 @@ class OpenCodeAdapter:
     kind = "opencode"
 
     def __init__(
-        self, *, concurrency: int = EXPORT_CONCURRENCY, lookback: int = REPLAY_LOOKBACK
+        self,
+        *,
+        concurrency: int = EXPORT_CONCURRENCY,
+        lookback: int = REPLAY_LOOKBACK,
+        default_db: str = "",
     ) -> None:
         self.concurrency = concurrency
         self.lookback = lookback
+        self.default_db = default_db  # for refs without ``dbPath`` (OpenClaw writes ``{threadId}``)
         self.exports = 0  # how many sessions were exported (observability, tests)
 
     async def baseline(self, ref: dict[str, Any]) -> Marker:
-        db, thread = str(ref.get("dbPath", "")), str(ref.get("threadId", ""))
+        db, thread = self._db_of(ref), str(ref.get("threadId", ""))
         try:
             return await asyncio.to_thread(baseline_session, db, thread)
         except (OSError, sqlite3.Error) as exc:
             raise Declined(f"cannot read the OpenCode database {db}: {exc}") from None
 
+    def _db_of(self, ref: dict[str, Any]) -> str:
+        return str(ref.get("dbPath") or self.default_db)
+
     async def check(self, probes: list[Probe]) -> list[Outcome]:
         by_db: dict[str, list[int]] = {}
         for i, probe in enumerate(probes):
-            by_db.setdefault(str(probe.ref.get("dbPath", "")), []).append(i)
+            by_db.setdefault(self._db_of(probe.ref), []).append(i)
         outcomes: list[Outcome] = [Outcome(status="inconclusive")] * len(probes)
         gate = asyncio.Semaphore(self.concurrency)
         for db, indexes in by_db.items():

@@ -69,6 +69,7 @@ class SessionConfig:
     scope: str = "per-sender"
     group_scope: str = "per-group"
     notify_on_create: bool = True
+    store_path: str = ""  # template with {agentId}; see monitor.store_paths
 
 
 @dataclass(frozen=True, kw_only=True)

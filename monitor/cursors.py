@@ -8,6 +8,7 @@ pending notice) and ``material`` (the latest notifiable sequence). A notice is p
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from monitor.keys import parse_agent_key
@@ -109,9 +110,10 @@ def register_watch(
 ) -> bool:
     """Register ``watcher`` on ``target`` from the target's current state version.
 
-    Re-registering keeps the cursor; an explicit watch upgrades an ambient one and an ambient
-    registration never downgrades an explicit one. A different store path (or a legacy cursor
-    with none) starts afresh: queued notices never carry over to another store.
+    Re-registering keeps the cursor as it is, ``updated_at`` included; an explicit watch
+    upgrades an ambient one and an ambient registration never downgrades an explicit one.
+    A different store path (or a legacy cursor with none) starts afresh: queued notices
+    never carry over to another store.
     """
     target_key = parse_agent_key(target)
     if parse_agent_key(watcher) is None or target_key is None or watcher == target:
@@ -131,13 +133,13 @@ def register_watch(
             now=now,
         )
         return True
-    upgraded = PROVENANCE_EXPLICIT if provenance == PROVENANCE_EXPLICIT else existing.provenance
-    conn.execute(
-        "UPDATE session_watch_cursors SET provenance = ?, updated_at = ?"
-        " WHERE watcher_session_key = ? AND target_session_key = ?",
-        (upgraded, now, watcher, target),
-    )
-    return True
+    if provenance == PROVENANCE_EXPLICIT and existing.provenance != PROVENANCE_EXPLICIT:
+        conn.execute(
+            "UPDATE session_watch_cursors SET provenance = ?, updated_at = ?"
+            " WHERE watcher_session_key = ? AND target_session_key = ?",
+            (PROVENANCE_EXPLICIT, now, watcher, target),
+        )
+    return True  # a re-registration that changes nothing leaves the cursor untouched
 
 
 def seed_cursor(
@@ -245,3 +247,26 @@ def delete_session_cursors(conn: sqlite3.Connection, key: str) -> int:
         (key, key),
     )
     return cur.rowcount
+
+
+def migrate_store_paths(
+    conn: sqlite3.Connection, legacy: str, resolve: Callable[[str], str]
+) -> int:
+    """Rewrite cursors stored under the placeholder ``legacy`` with the watcher's real path."""
+    rows = conn.execute(
+        "SELECT watcher_session_key, target_session_key FROM session_watch_cursors"
+        " WHERE watcher_store_path = ?",
+        (legacy,),
+    ).fetchall()
+    moved = 0
+    for watcher, target in rows:
+        path = resolve(watcher)
+        if not path:
+            continue
+        conn.execute(
+            "UPDATE session_watch_cursors SET watcher_store_path = ?"
+            " WHERE watcher_session_key = ? AND target_session_key = ?",
+            (path, watcher, target),
+        )
+        moved += 1
+    return moved

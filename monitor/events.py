@@ -38,6 +38,7 @@ NOTIFYING_KINDS = frozenset(
     {EventKind.HUMAN_DIRECT_MESSAGE, EventKind.UPSTREAM_MISSING, EventKind.GOAL_CHANGED}
 )
 
+DELTA_PAYLOAD_FIELDS = ("outcome", "channel", "turns")
 RUN_FAILED_OUTCOMES = {"error": "failed", "timeout": "timed out", "cancelled": "cancelled"}
 _TOKEN = re.compile(r"^[a-z0-9][a-z0-9._:/@+-]{0,63}$")
 _MAX_TURNS = 1_000_000
@@ -178,10 +179,14 @@ class StateEvent:
         }
         if self.actor_id is not None:
             out["actorId"] = self.actor_id
+        if self.run_id is not None:
+            out["runId"] = self.run_id
         out["summary"] = self.summary
         out["occurredAt"] = self.occurred_at
-        if self.payload:
-            out["payload"] = self.payload
+        # OpenClaw's session_status projects a payload to these three fields only.
+        payload = {k: self.payload[k] for k in DELTA_PAYLOAD_FIELDS if k in self.payload}
+        if payload:
+            out["payload"] = payload
         return out
 
     def record_json(self, *, duplicate: bool) -> dict[str, Any]:

@@ -47,11 +47,9 @@ from monitor.signal_log import (
     state_changes,
 )
 from monitor.store import Store
+from monitor.store_paths import LEGACY_DEFAULT, StorePathRule
 
 log = logging.getLogger(__name__)
-
-DEFAULT_STORE_PATH = "default"
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KernelSettings:
@@ -61,7 +59,7 @@ class KernelSettings:
     scope: str = "per-sender"
     group_scope: str = "per-group"
     notify_on_create: bool = True
-    default_store_path: str = DEFAULT_STORE_PATH
+    store_path_template: str = ""  # ``[session] store_path``; see monitor.store_paths
 
 
 class Kernel:
@@ -81,6 +79,7 @@ class Kernel:
         self.created_notices = CreatedNotices()
         self.metrics: Metrics | None = None
         self._next_prune_at = 0
+        self.store_paths = StorePathRule.for_database(store.path, settings.store_path_template)
 
     @classmethod
     async def open(
@@ -93,9 +92,18 @@ class Kernel:
     ) -> Kernel:
         store = await Store.open(path, clock=clock)
         kernel = cls(store, settings or KernelSettings(), wake=wake)
-        last = await store.read(retention.last_prune_at)
+        try:
+            last = await store.read(retention.last_prune_at)
+            await store.write(kernel._migrate_legacy_store_paths)
+        except BaseException:
+            await store.close()
+            raise
         kernel._next_prune_at = last + retention.PRUNE_INTERVAL_MS
         return kernel
+
+    def _migrate_legacy_store_paths(self, conn: sqlite3.Connection) -> int:
+        """Cursors an earlier sidecar wrote with the store path "default" get the real one."""
+        return cursors.migrate_store_paths(conn, LEGACY_DEFAULT, self._default_store_path)
 
     async def close(self) -> None:
         await self.store.close()
@@ -105,11 +113,15 @@ class Kernel:
     async def record(self, **fields: Any) -> Recorded:
         """Validate and record one event; raises :class:`BadInput` or ``StoreError``."""
         now = self.clock()
-        fields.setdefault("watcher_store_path", self.settings.default_store_path)
+        explicit_path = fields.pop("watcher_store_path", None)
         draft = make_draft(now=now, **fields)
+        watcher = draft.actor_id if draft.kind is EventKind.CHILD_SPAWNED else None
         if self._starts_ambient_watch(draft.kind, draft.actor_type, draft.session_key):
-            main = main_key_for(draft.agent_id, self.settings.main_key)
-            draft = dataclasses.replace(draft, ambient_watcher=main)
+            watcher = main_key_for(draft.agent_id, self.settings.main_key)
+            draft = dataclasses.replace(draft, ambient_watcher=watcher)
+        if watcher is not None:
+            path = self._store_path(explicit_path, watcher)
+            draft = dataclasses.replace(draft, watcher_store_path=path)
         result = await self.store.write(lambda conn: record_event(conn, draft, now))
         self.observe([result])
         await self._maybe_prune(now)
@@ -157,12 +169,9 @@ class Kernel:
                 self._waker.request(notice.watcher)
 
     def should_wake(self, notice: Notice) -> bool:
-        """Main-session watchers are woken; sub-agent and ambient watchers are not."""
-        return (
-            not notice.queue_only
-            and is_main_key(notice.watcher, self.settings.main_key)
-            and not is_subagent_key(notice.watcher)
-        )
+        """Every explicit watcher that is not a sub-agent is woken (a main session, or a
+        coordinator that watched a peer); sub-agent and ambient watchers are not."""
+        return not notice.queue_only and not is_subagent_key(notice.watcher)
 
     # -- watches and notices -----------------------------------------------------------
 
@@ -172,7 +181,7 @@ class Kernel:
         """Register a watch; ``False`` when the pair cannot be watched (bare keys, self,
         an ambient watch the group scope does not allow)."""
         w, t = normalize_key(watcher), normalize_key(target)
-        path = self._store_path(store_path)
+        path = self._store_path(store_path, w)
         if ambient and not self._ambient_allowed(w, t):
             return False
         provenance = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
@@ -199,13 +208,23 @@ class Kernel:
         main = main_key_for(target_key.agent_id, self.settings.main_key)
         return watcher == main and target != main and is_group_key(target)
 
-    def _store_path(self, store_path: str | None) -> str:
+    def _store_path(self, store_path: str | None, key: str) -> str:
+        """The explicit store path, else the watcher's default (see monitor.store_paths)."""
         if store_path is None or not store_path.strip():
-            return self.settings.default_store_path
+            return self._default_store_path(key)
         path = store_path.strip()
         if len(path) > 4096 or any(ch in path for ch in "\r\n\x00"):
             raise BadInput("store path must be one line of at most 4096 characters")
         return path
+
+    def _default_store_path(self, key: str) -> str:
+        parsed = parse_agent_key(key)
+        # A bare key never holds a cursor, so it has no store to name.
+        return self.store_paths.resolve(parsed.agent_id) if parsed else ""
+
+    def default_store_path(self, key: str) -> str:
+        """The store path a watch of ``key`` gets when the caller names none."""
+        return self._default_store_path(normalize_key(key))
 
     async def notices(
         self, *, watcher: str, store_path: str | None = None, drain: bool = False
@@ -215,7 +234,7 @@ class Kernel:
         w = normalize_key(watcher)
         if parse_agent_key(w) is None:
             raise BadInput(f'watcher "{w}" is not an agent-qualified session key')
-        path = self._store_path(store_path)
+        path = self._store_path(store_path, w)
         now = self.clock()
 
         def run(conn: sqlite3.Connection) -> list[Notice]:
@@ -259,7 +278,8 @@ class Kernel:
                 out["stateChanges"] = {
                     "events": [e.delta_json() for e in events],
                     "truncated": truncated,
-                    "earliestAvailableSequence": earliest_sequence(conn, k, agent),
+                    "earliestAvailableSequence": earliest_sequence(conn, k, agent)
+                    or (version + 1 if version else 0),
                     "historyGap": changes_since < pruned,
                 }
             return out
@@ -383,7 +403,7 @@ class Kernel:
         """
         k = normalize_key(key)
         agent = resolve_agent(k, agent_id)
-        path = self._store_path(store_path) if store_path is not None else None
+        path = self._store_path(store_path, k) if store_path is not None else None
         now = self.clock()
         created_draft = None
         if not is_main_key(k, self.settings.main_key) and not is_internal_key(k):

@@ -16,11 +16,12 @@ from typing import Any
 import orjson
 
 from adapters.base import Declined, Marker
+from adapters.registry import ADAPTER_NAMES, VOCABULARY, adapter_for_link, host_id_for
 from monitor.config import Config, RootsConfig
 from monitor.errors import BadInput
 
 FILE_KINDS = ("claude", "codex", "pi")
-UPSTREAM_KINDS = (*FILE_KINDS, "opencode", "claude-node")
+UPSTREAM_KINDS = ADAPTER_NAMES
 _LINK_COLUMNS = (
     "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"
     " last_marker_json, last_scanned_at, created_at, updated_at"
@@ -29,12 +30,16 @@ _LINK_COLUMNS = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UpstreamLink:
+    """A link row. ``upstream_kind`` is the stored (OpenClaw) kind; ``kind`` is the adapter
+    of ours that reads it, or None for a kind we do not read (a foreign link)."""
+
     session_key: str
     agent_id: str
     catalog_id: str | None
     host_id: str | None
     thread_id: str | None
-    kind: str
+    upstream_kind: str
+    kind: str | None
     ref: dict[str, Any]
     marker: Marker
     last_scanned_at: int | None
@@ -43,27 +48,33 @@ class UpstreamLink:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> UpstreamLink:
-        ref = orjson.loads(row[6]) if row[6] else {}
-        marker = orjson.loads(row[7]) if row[7] else {}
+        ref = _json_object(row[6])
         return cls(
             session_key=row[0],
             agent_id=row[1],
             catalog_id=row[2],
             host_id=row[3],
             thread_id=row[4],
-            kind=row[5],
-            ref=ref if isinstance(ref, dict) else {},
-            marker=marker if isinstance(marker, dict) else {},
+            upstream_kind=row[5],
+            kind=adapter_for_link(row[5], row[3], ref),
+            ref=ref,
+            marker=_json_object(row[7]),
             last_scanned_at=row[8],
             created_at=row[9],
             updated_at=row[10],
         )
 
     @property
+    def foreign(self) -> bool:
+        """A kind we do not read: left untouched, never ticked, never deleted by us."""
+        return self.kind is None
+
+    @property
     def source_key(self) -> str:
-        """16 hex digits naming the source (host, thread, ref): the dedupe keys use it."""
-        ref = orjson.dumps(self.ref, option=orjson.OPT_SORT_KEYS).decode()
-        raw = f"{self.host_id or ''}\n{self.thread_id or ''}\n{ref}"
+        """16 hex digits naming the source (host, thread, ref), computed as OpenClaw does, so
+        the dedupe keys of a turn are the same whichever side records it."""
+        ref = orjson.dumps(self.ref).decode()
+        raw = f"{self.host_id or ''}\0{self.thread_id or ''}\0{ref}"
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
     def as_json(self) -> dict[str, Any]:
@@ -71,7 +82,9 @@ class UpstreamLink:
             "sessionKey": self.session_key,
             "agentId": self.agent_id,
             "kind": self.kind,
+            "upstreamKind": self.upstream_kind,
             "catalogId": self.catalog_id,
+            "hostId": self.host_id,
             "threadId": self.thread_id,
             "ref": self.ref,
             "marker": public_marker(self.marker),
@@ -79,6 +92,17 @@ class UpstreamLink:
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }
+
+
+def _json_object(raw: str | None) -> dict[str, Any]:
+    """A ref or marker column as an object; anything else (NULL, garbage) reads as empty."""
+    if not raw:
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def public_marker(marker: Marker) -> Marker:
@@ -152,50 +176,47 @@ def upsert_link(
     thread_id: str,
     now: int,
 ) -> UpstreamLink:
-    """Create the link, keep the marker of the same source, rebase a different one."""
-    existing = read_link(conn, key, agent_id)
-    ref_json = orjson.dumps(ref, option=orjson.OPT_SORT_KEYS).decode()
-    same = (
-        existing is not None
-        and existing.kind == kind
-        and orjson.dumps(existing.ref, option=orjson.OPT_SORT_KEYS).decode() == ref_json
-        and existing.thread_id == thread_id
+    """Create the link, keep the marker of the same source, rebase a different one.
+
+    The row is written in OpenClaw's vocabulary (see :mod:`adapters.registry`); "the same
+    source" means what OpenClaw's own upsert compares: host, thread, kind and ref.
+    """
+    vocab = VOCABULARY[kind]
+    conn.execute(
+        f"INSERT INTO session_upstream_links ({_LINK_COLUMNS})"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)"
+        " ON CONFLICT(session_key, agent_id) DO UPDATE SET catalog_id = excluded.catalog_id,"
+        " host_id = excluded.host_id, thread_id = excluded.thread_id,"
+        " upstream_kind = excluded.upstream_kind,"
+        " upstream_ref_json = excluded.upstream_ref_json,"
+        " last_marker_json = CASE WHEN " + _SOURCE_CHANGED + " THEN excluded.last_marker_json"
+        " ELSE last_marker_json END,"
+        " last_scanned_at = CASE WHEN " + _SOURCE_CHANGED + " THEN NULL"
+        " ELSE last_scanned_at END,"
+        " updated_at = excluded.updated_at",
+        (
+            key,
+            agent_id,
+            vocab.catalog_id,
+            host_id_for(kind, ref),
+            thread_id,
+            vocab.upstream_kind,
+            orjson.dumps(ref, option=orjson.OPT_SORT_KEYS).decode(),
+            orjson.dumps(marker).decode(),
+            now,
+            now,
+        ),
     )
-    if same and existing is not None:
-        conn.execute(
-            "UPDATE session_upstream_links SET updated_at = ? WHERE session_key = ?"
-            " AND agent_id = ?",
-            (now, key, agent_id),
-        )
-    else:
-        conn.execute(
-            f"INSERT INTO session_upstream_links ({_LINK_COLUMNS})"
-            " VALUES (?, ?, ?, NULL, ?, ?, ?, ?, NULL, ?, ?)"
-            " ON CONFLICT(session_key, agent_id) DO UPDATE SET catalog_id = excluded.catalog_id,"
-            " host_id = NULL, thread_id = excluded.thread_id,"
-            " upstream_kind = excluded.upstream_kind,"
-            " upstream_ref_json = excluded.upstream_ref_json,"
-            " last_marker_json = excluded.last_marker_json, last_scanned_at = NULL,"
-            " updated_at = excluded.updated_at",
-            (
-                key,
-                agent_id,
-                kind,
-                thread_id,
-                kind,
-                ref_json,
-                orjson.dumps(marker).decode(),
-                now,
-                now,
-            ),
-        )
-        conn.execute(
-            "DELETE FROM sessionwatch_link_state WHERE session_key = ? AND agent_id = ?",
-            (key, agent_id),
-        )
     link = read_link(conn, key, agent_id)
     assert link is not None
     return link
+
+
+_SOURCE_CHANGED = (
+    "(thread_id IS NOT excluded.thread_id OR host_id IS NOT excluded.host_id"
+    " OR upstream_kind IS NOT excluded.upstream_kind"
+    " OR upstream_ref_json IS NOT excluded.upstream_ref_json)"
+)
 
 
 def link_state(conn: sqlite3.Connection, link: UpstreamLink) -> tuple[int, int | None]:
@@ -253,6 +274,11 @@ def list_links(conn: sqlite3.Connection) -> list[dict[str, Any]]:
                 "sessionKey": link.session_key,
                 "agentId": link.agent_id,
                 "kind": link.kind,
+                "upstreamKind": link.upstream_kind,
+                "catalogId": link.catalog_id,
+                "hostId": link.host_id,
+                "threadId": link.thread_id,
+                "foreign": link.foreign,
                 "ref": link.ref,
                 "marker": public_marker(link.marker),
                 "watched": bool(watched),

@@ -12,7 +12,18 @@ import sqlite3
 
 from monitor.errors import SchemaTooNew
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# How the links an earlier sessionwatch (schema 1) wrote map to OpenClaw's vocabulary: its
+# adapter name becomes (upstream_kind, catalog_id); a paired node's host is ``node:<nodeId>``.
+_LEGACY_LINK_KINDS = {
+    "claude": ("claude-cli", "claude"),
+    "claude-node": ("claude-cli", "claude"),
+    "codex": ("codex-rollout", "codex"),
+    "pi": ("pi-cli", "pi"),
+    "opencode": ("opencode-cli", "opencode"),
+}
+LOCAL_HOST_ID = "gateway:local"
 
 _OPENCLAW_TABLES = {
     "session_state_events": """
@@ -52,15 +63,17 @@ _OPENCLAW_TABLES = {
             updated_at INTEGER NOT NULL,
             PRIMARY KEY (watcher_session_key, target_session_key)
         ) STRICT""",
+    # OpenClaw's exact definition: its schema check compares every column, constraint and
+    # index, and refuses a database that differs.
     "session_upstream_links": """
         CREATE TABLE IF NOT EXISTS session_upstream_links (
             session_key TEXT NOT NULL,
             agent_id TEXT NOT NULL,
-            catalog_id TEXT,
-            host_id TEXT,
-            thread_id TEXT,
+            catalog_id TEXT NOT NULL,
+            host_id TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
             upstream_kind TEXT NOT NULL,
-            upstream_ref_json TEXT NOT NULL,
+            upstream_ref_json TEXT,
             last_marker_json TEXT,
             last_scanned_at INTEGER,
             created_at INTEGER NOT NULL,
@@ -92,9 +105,6 @@ _ADDABLE_COLUMNS = {
         "updated_at": "INTEGER NOT NULL DEFAULT 0",
     },
     "session_upstream_links": {
-        "catalog_id": "TEXT",
-        "host_id": "TEXT",
-        "thread_id": "TEXT",
         "last_marker_json": "TEXT",
         "last_scanned_at": "INTEGER",
     },
@@ -169,6 +179,54 @@ def _ensure_unique_dedupe_key(conn: sqlite3.Connection) -> None:
     )
 
 
+def _table_shape(conn: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
+    return [tuple(row[1:]) for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _canonical_shape(table: str) -> list[tuple[object, ...]]:
+    scratch = sqlite3.connect(":memory:")
+    try:
+        scratch.execute(_OPENCLAW_TABLES[table])
+        return _table_shape(scratch, table)
+    finally:
+        scratch.close()
+
+
+def _rebuild_links(conn: sqlite3.Connection, found: int) -> None:
+    """Give ``session_upstream_links`` OpenClaw's exact shape, keeping every link and marker.
+
+    Schema 1 of sessionwatch made ``catalog_id``, ``host_id`` and ``thread_id`` nullable and
+    wrote its adapter names as kinds; their rows are carried over in OpenClaw's vocabulary.
+    """
+    if found != 1:  # only sessionwatch's own schema-1 table is rebuilt, never a gateway's
+        return
+    if _table_shape(conn, "session_upstream_links") == _canonical_shape("session_upstream_links"):
+        return
+    conn.execute("ALTER TABLE session_upstream_links RENAME TO sessionwatch_links_schema1")
+    conn.execute("DROP INDEX IF EXISTS idx_session_upstream_links_catalog_id")
+    conn.execute(_OPENCLAW_TABLES["session_upstream_links"])
+    kind_case = " ".join(
+        f"WHEN '{old}' THEN '{new}'" for old, (new, _) in _LEGACY_LINK_KINDS.items()
+    )
+    catalog_case = " ".join(
+        f"WHEN '{old}' THEN '{catalog}'" for old, (_, catalog) in _LEGACY_LINK_KINDS.items()
+    )
+    conn.execute(
+        "INSERT INTO session_upstream_links (session_key, agent_id, catalog_id, host_id,"
+        " thread_id, upstream_kind, upstream_ref_json, last_marker_json, last_scanned_at,"
+        " created_at, updated_at)"
+        f" SELECT session_key, agent_id, CASE upstream_kind {catalog_case}"
+        " ELSE coalesce(catalog_id, upstream_kind) END,"
+        " coalesce(host_id, CASE WHEN upstream_kind = 'claude-node'"
+        f" THEN 'node:' || json_extract(upstream_ref_json, '$.nodeId') ELSE '{LOCAL_HOST_ID}' END),"
+        " coalesce(thread_id, json_extract(upstream_ref_json, '$.threadId'), ''),"
+        f" CASE upstream_kind {kind_case} ELSE upstream_kind END,"
+        " upstream_ref_json, last_marker_json, last_scanned_at, created_at, updated_at"
+        " FROM sessionwatch_links_schema1"
+    )
+    conn.execute("DROP TABLE sessionwatch_links_schema1")
+
+
 def read_schema_version(conn: sqlite3.Connection) -> int:
     """The recorded schema version, 0 for a database sessionwatch never opened."""
     exists = conn.execute(
@@ -199,6 +257,7 @@ def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
         for column, clause in _ADDABLE_COLUMNS[table].items():
             if column not in present:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {clause}")
+    _rebuild_links(conn, found)
     _ensure_unique_dedupe_key(conn)
     for statement in (*_INDEXES, *_OWN_TABLES):
         conn.execute(statement)

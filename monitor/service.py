@@ -53,6 +53,7 @@ def settings_from(config: Config) -> KernelSettings:
         scope=s.scope,
         group_scope=s.group_scope,
         notify_on_create=s.notify_on_create,
+        store_path_template=s.store_path,
     )
 
 

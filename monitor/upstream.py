@@ -20,12 +20,12 @@ import orjson
 
 from adapters.base import Adapter, Declined, Outcome, Probe
 from adapters.claude_node import Node
-from adapters.registry import build_adapters
+from adapters.registry import VOCABULARY, build_adapters, host_id_for
 from monitor.catalog import KINDS, scan_catalog
 from monitor.config import Config
 from monitor.errors import BadInput, NotFound, SessionwatchError
 from monitor.events import ActorType, EventKind
-from monitor.kernel import Kernel, write_session_row
+from monitor.kernel import Kernel, read_session, write_session_row
 from monitor.keys import normalize_key, resolve_agent, session_scope
 from monitor.links import (
     UPSTREAM_KINDS,
@@ -121,6 +121,7 @@ class UpstreamMonitor:
             replay_lookback=m.replay_lookback,
             nodes={n: Node(url=c.url, token_file=c.token_file) for n, c in config.nodes.items()},
             node_pages=m.node_pages,
+            opencode_db=str(config.roots.path_of("opencode")),
         )
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
@@ -158,32 +159,36 @@ class UpstreamMonitor:
         except Declined as exc:
             declined = str(exc)
         now = self.kernel.clock()
+        catalog = VOCABULARY[kind].catalog_id
+        # As OpenClaw records an adoption: once per session key, by the person who adopted.
         adopted = make_draft(
             session_key=key,
             agent_id=agent,
             kind=EventKind.ADOPTED,
-            actor_type=ActorType.SYSTEM,
+            actor_type=ActorType.HUMAN,
             session_id=session_id,
             now=now,
-            payload={"catalogId": kind, "hostId": "local"},
+            payload={"catalogId": catalog, "hostId": host_id_for(kind, ref)},
+            dedupe_key=f"adopted:{key}",
         )
 
         recorded: list[Recorded] = []
 
         def run(conn: sqlite3.Connection) -> UpstreamLink | None:
-            write_session_row(conn, key, agent, session_id=session_id, now=now)
+            known = read_session(conn, key, agent)
+            # A session without an id takes the given one, else the native session id.
+            sid = session_id or (None if known and known["sessionId"] else thread_id or None)
+            write_session_row(conn, key, agent, session_id=sid, now=now)
             recorded.append(record_event(conn, adopted, now))
             if declined is not None:
                 return None
-            existing = read_link(conn, key, agent)
-            keep = existing is not None and existing.ref == ref and existing.kind == kind
             return upsert_link(
                 conn,
                 key=key,
                 agent_id=agent,
                 kind=kind,
                 ref=ref,
-                marker=existing.marker if keep and existing else marker,
+                marker=marker,
                 thread_id=thread_id,
                 now=now,
             )
@@ -224,6 +229,7 @@ class UpstreamMonitor:
                 marker=link.marker,
                 own_hashes=frozenset(extra["own"].get((link.session_key, link.agent_id), ())),
             )
+            assert link.kind is not None  # foreign links were skipped
             batches[link.kind].append(_Work(link=link, probe=probe))
         checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
         idle: list[UpstreamLink] = []
@@ -265,9 +271,14 @@ class UpstreamMonitor:
                 )
                 self._ambiguous_logged.add(link.session_key)
             return "ambiguous: linked under several agent ids"
+        if link.kind is None:
+            return f"foreign: {link.upstream_kind} links are read by the gateway, not by us"
         if link.kind not in self.adapters:
             return f"no adapter for {link.kind}"
-        session_id, run_active = sessions.get((link.session_key, link.agent_id), (None, False))
+        known = sessions.get((link.session_key, link.agent_id))
+        if known is None:  # a session we were never told of (a link the gateway wrote)
+            return None
+        session_id, run_active = known
         if not session_id:
             return "no session id"
         if run_active:
@@ -350,7 +361,7 @@ class UpstreamMonitor:
         self, conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
     ) -> Recorded:
         turns = len(outcome.turns)
-        payload: dict[str, Any] = {"channel": link.kind}
+        payload: dict[str, Any] = {"channel": link.catalog_id or link.kind}
         if turns > 1:
             payload["turns"] = turns
         draft = make_draft(

@@ -198,7 +198,8 @@ async def test_head_survives_pruning_all_rows(kernel: Kernel, clock: ManualClock
     status = await kernel.status(CHILD, changes_since=0)
     assert status["stateVersion"] == 2
     assert status["stateChanges"]["historyGap"] is True
-    assert status["stateChanges"]["earliestAvailableSequence"] is None
+    # As OpenClaw answers when every row is gone: one past the head.
+    assert status["stateChanges"]["earliestAvailableSequence"] == 3
     assert (await human(kernel, CHILD)).event.sequence == 3  # autoincrement never reuses
 
 

@@ -1,0 +1,72 @@
+"""Where a watcher's session store is, resolved as OpenClaw resolves it.
+
+A watch cursor records the watcher's physical session store (``watcher_store_path``), and
+OpenClaw skips a cursor whose store path is not the one it resolves for that watcher. So the
+sidecar never makes one up. In order:
+
+1. the store path the gateway gives explicitly;
+2. when the state database sits where OpenClaw keeps it, ``<stateDir>/state/openclaw.sqlite``:
+   OpenClaw's own per-agent path, ``<stateDir>/agents/<agentId>/agent/openclaw-agent.sqlite``;
+3. elsewhere, the ``[session] store_path`` template, with ``{agentId}`` replaced;
+4. else OpenClaw's default state directory (``$OPENCLAW_STATE_DIR``, else ``~/.openclaw``)
+   with the same per-agent layout: what a gateway with a default configuration resolves.
+
+Paths are resolved through their longest existing ancestor (symlinks followed), as OpenClaw
+does, so both sides write the same string.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+OPENCLAW_DB_NAME = "openclaw.sqlite"
+AGENT_PLACEHOLDER = "{agentId}"
+LEGACY_DEFAULT = "default"  # what sessionwatch schema 1 wrote; migrated on open
+
+
+def _identity_path(path: Path) -> str:
+    return os.path.realpath(path.expanduser())
+
+
+def openclaw_state_dir(db_path: Path) -> Path | None:
+    """OpenClaw's state directory when ``db_path`` is its state database, else None."""
+    if db_path.name == OPENCLAW_DB_NAME and db_path.parent.name == "state":
+        return db_path.parent.parent
+    return None
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    override = env.get("OPENCLAW_STATE_DIR", "").strip()
+    return Path(override).expanduser() if override else Path("~/.openclaw").expanduser()
+
+
+def agent_store_path(state_dir: Path, agent_id: str) -> str:
+    """OpenClaw's per-agent session store under a state directory."""
+    return _identity_path(state_dir / "agents" / agent_id / "agent" / "openclaw-agent.sqlite")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StorePathRule:
+    """The default store path of a watcher, per agent (see the module docstring)."""
+
+    state_dir: Path | None = None
+    template: str = ""
+
+    @classmethod
+    def for_database(
+        cls, db_path: Path, template: str = "", env: Mapping[str, str] | None = None
+    ) -> StorePathRule:
+        found = openclaw_state_dir(db_path)
+        if found is not None:
+            return cls(state_dir=found)
+        if template.strip():
+            return cls(template=template.strip())
+        return cls(state_dir=default_state_dir(os.environ if env is None else env))
+
+    def resolve(self, agent_id: str) -> str:
+        if self.state_dir is not None:
+            return agent_store_path(self.state_dir, agent_id)
+        return _identity_path(Path(self.template.replace(AGENT_PLACEHOLDER, agent_id)))
