@@ -111,7 +111,7 @@ def compact_payload(kind: EventKind, raw: Any) -> dict[str, Any]:
 _VIA = {
     EventKind.HUMAN_DIRECT_MESSAGE: ("human message via ", "channel"),
     EventKind.UPSTREAM_MISSING: ("upstream missing via ", "channel"),
-    EventKind.ADOPTED: ("session adopted via ", "catalogId"),
+    EventKind.ADOPTED: ("adopted from ", "catalogId"),  # OpenClaw's wording
     EventKind.IMPORTED: ("history imported via ", "catalogId"),
 }
 _FIXED = {

@@ -58,7 +58,7 @@ async def test_default_dedupe_keys_of_producer_kinds(kernel: Kernel) -> None:
         (
             EventKind.ADOPTED,
             {"payload": {"catalogId": "claude", "hostId": "local", "text": "secret"}},
-            "session adopted via claude",
+            "adopted from claude",
             {"catalogId": "claude", "hostId": "local"},
         ),
         (

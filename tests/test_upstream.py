@@ -68,7 +68,7 @@ async def test_a_human_prompt_gives_one_event_and_one_notice(
     status = await monitor.kernel.status(KEY, changes_since=0)
     kinds = [(e["kind"], e["summary"]) for e in status["stateChanges"]["events"]]
     assert kinds == [
-        ("adopted", "session adopted via claude"),
+        ("adopted", "adopted from claude"),
         ("human_direct_message", "human message via claude"),
     ]
     assert [notice(KEY, 1)] == [n.text for n in await monitor.kernel.notices(watcher=MAIN)]
