@@ -51,6 +51,7 @@ from monitor.store_paths import LEGACY_DEFAULT, StorePathRule
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KernelSettings:
     """The ``[session]`` settings the kernel obeys."""
