@@ -12,8 +12,9 @@ An adapter has two entry points:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from monitor.errors import SessionwatchError
 
@@ -44,8 +45,30 @@ def content_text(content: Any, block_types: frozenset[str]) -> str:
 
 
 def text_hash(text: str) -> str:
-    """Prompts are compared by the hash of their normalized text, never stored as text."""
-    return hashlib.sha256(normalize_text(text).encode()).hexdigest()[:32]
+    """Prompts are compared by the hash of their normalized text, never stored as text.
+
+    Text parsed from odd bytes may hold lone surrogates; they are hashed as they are."""
+    return hashlib.sha256(normalize_text(text).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """What a classifier found in one record (most records give None: nothing to report).
+
+    ``turn``: the text hash of a direct human turn. ``compaction``: the native id of a
+    compaction the harness wrote itself. ``unclassified``: the record looks like a user's,
+    but no rule of ours classifies it (format drift). ``unknown_type``: a record type this
+    format never had. ``version``: the format version the record declares.
+    """
+
+    turn: str | None = None
+    compaction: str | None = None
+    unclassified: bool = False
+    unknown_type: str | None = None
+    version: str | None = None
+
+
+UNCLASSIFIED = Verdict(unclassified=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,12 +82,127 @@ class Turn:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Probe:
-    """One link to check: its ref and marker, and the session's own recent messages."""
+    """One link to check: its ref and marker, the session's own recent messages as
+    ``(id, text hash)`` pairs oldest first, and when the link was last scanned (ms)."""
 
     session_key: str
     ref: dict[str, Any]
     marker: Marker
-    own_hashes: frozenset[str] = frozenset()
+    own: tuple[tuple[int, str], ...] = ()
+    last_scanned_at: int | None = None
+
+
+class OwnPool:
+    """The session's remembered OpenClaw-side messages. Each suppresses at most one upstream
+    prompt (the oldest that matches goes first); what was used is in ``consumed``, for the
+    monitor to forget in the same transaction as the marker."""
+
+    def __init__(self, entries: Iterable[tuple[int, str]] = ()) -> None:
+        self._entries = list(entries)
+        self.consumed: list[int] = []
+
+    @classmethod
+    def of_texts(cls, texts: Iterable[str]) -> OwnPool:
+        return cls(enumerate(text_hash(t) for t in texts))
+
+    def consume(self, digest: str) -> bool:
+        for i, (entry, seen) in enumerate(self._entries):
+            if seen == digest:
+                del self._entries[i]
+                self.consumed.append(entry)
+                return True
+        return False
+
+
+@dataclass
+class Drift:
+    """What a format's reader met that it does not know, per link, cumulative.
+
+    ``version``: the newest format version a record declared, ``newer`` when it is newer
+    than the newest we tested; ``unknown_types``: record types never seen, with counts;
+    ``unclassified``: records that look like a user's but that no rule classifies;
+    ``invalid``: complete lines that are not JSON at all, and where the last one was.
+    """
+
+    version: str | None = None
+    newer: bool = False
+    unknown_types: dict[str, int] = field(default_factory=dict)
+    unclassified: int = 0
+    invalid: int = 0
+    last_invalid_offset: int | None = None
+
+    MAX_TYPES: ClassVar[int] = 32
+
+    def count_type(self, kind: str) -> None:
+        if kind in self.unknown_types or len(self.unknown_types) < self.MAX_TYPES:
+            self.unknown_types[kind] = self.unknown_types.get(kind, 0) + 1
+
+    def see_version(self, version: str, tested: str) -> None:
+        if self.version is None or version_key(version) > version_key(self.version):
+            self.version = version
+            self.newer = version_key(version) > version_key(tested)
+
+    def merged(self, other: Drift) -> Drift:
+        out = Drift(
+            version=self.version,
+            newer=self.newer,
+            unknown_types=dict(self.unknown_types),
+            unclassified=self.unclassified + other.unclassified,
+            invalid=self.invalid + other.invalid,
+            last_invalid_offset=other.last_invalid_offset or self.last_invalid_offset,
+        )
+        if other.version is not None and (
+            out.version is None or version_key(other.version) >= version_key(out.version)
+        ):
+            out.version, out.newer = other.version, other.newer
+        for kind, n in other.unknown_types.items():
+            if kind in out.unknown_types or len(out.unknown_types) < self.MAX_TYPES:
+                out.unknown_types[kind] = out.unknown_types.get(kind, 0) + n
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.version or self.unknown_types or self.unclassified or self.invalid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "newerThanTested": self.newer,
+            "unknownTypes": dict(self.unknown_types),
+            "unclassifiedUserRecords": self.unclassified,
+            "invalidLines": self.invalid,
+            "lastInvalidOffset": self.last_invalid_offset,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Drift:
+        if not isinstance(raw, dict):
+            return cls()
+        types = raw.get("unknownTypes")
+        version = raw.get("version")
+        last = raw.get("lastInvalidOffset")
+        return cls(
+            version=version if isinstance(version, str) else None,
+            newer=raw.get("newerThanTested") is True,
+            unknown_types={str(k): int(v) for k, v in types.items() if isinstance(v, int)}
+            if isinstance(types, dict)
+            else {},
+            unclassified=_count(raw.get("unclassifiedUserRecords")),
+            invalid=_count(raw.get("invalidLines")),
+            last_invalid_offset=last if isinstance(last, int) else None,
+        )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"2.1.152"`` as ``(2, 1, 152)``; non-numeric parts count as 0."""
+    parts = []
+    for part in version.strip().lstrip("v").split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +215,9 @@ class Outcome:
     reason: str | None = None
     blocked_offset: int | None = None
     invalid_lines: int = 0
+    compactions: list[str] = field(default_factory=list)  # native ids, in file order
+    consumed_own: list[int] = field(default_factory=list)  # own messages that suppressed
+    drift: Drift | None = None  # what this check met that is new (for logs and metrics)
 
 
 class Adapter(Protocol):

@@ -1,7 +1,8 @@
 """Claude Code JSONL transcripts: which record is a direct human turn.
 
 :func:`classify_claude_record` is pure: a parsed record and the link's pending-queue state in,
-the hash of a human turn's text (or None) out. See ``reference/native-formats.md`` section 1.
+a :class:`Verdict` (a human turn's text hash, a compaction, drift) or None out. See
+``reference/native-formats.md`` section 1.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.base import normalize_text, text_hash
+from adapters.base import UNCLASSIFIED, Verdict, normalize_text, text_hash
 
 NOT_PROMPT_PREFIXES = (
     "<local-command-caveat>",
@@ -28,6 +29,37 @@ NOT_PROMPT_PREFIXES = (
 ACTION_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
 IDE_BLOCKS = (("<ide_opened_file>", "</ide_opened_file>"), ("<ide_selection>", "</ide_selection>"))
 PENDING_LIMIT = 20
+TESTED_VERSION = "2.1.152"
+KNOWN_TYPES = frozenset(
+    {
+        "user",
+        "assistant",
+        "system",
+        "attachment",
+        "progress",
+        "summary",
+        "file-history-snapshot",
+        "file-history-delta",
+        "queue-operation",
+        "last-prompt",
+        "custom-title",
+        "ai-title",
+        "agent-name",
+        "agent-setting",
+        "mode",
+        "permission-mode",
+        "atis-latch",
+        "bridge-session",
+        "tag",
+        "ended",
+        "pr-link",
+        "worktree-state",
+        "content-replacement",
+        "marble-origami-commit",
+        "marble-origami-snapshot",
+        "speculation-accept",
+    }
+)
 _EXCLUDING_FLAGS = (
     "isSidechain",
     "isMeta",
@@ -39,20 +71,19 @@ _EXCLUDING_FLAGS = (
 
 
 def may_be_turn(line: bytes) -> bool:
-    """Whether a raw line could be a human turn; lines that cannot are never parsed.
+    """Whether a raw line could matter; lines that cannot are never parsed.
 
-    A turn holds ``"user"`` (a user record) or ``queue`` (``queue-operation``,
-    ``queued_command``). An unescaped quote cannot occur inside a JSON string, so a match of
+    An unescaped quote cannot occur inside a JSON string, so a match of
     ``"type":"assistant"``, ``"type":"tool_result"`` or ``"toolUseResult":`` is JSON
-    structure: an assistant record, or a tool result, never a human turn. Those records are
-    most of a transcript's bytes, and their tokens sit near the start of the line.
+    structure: an assistant record, or a tool result, never a human turn, a compaction or a
+    record of an unknown type. Those records are most of a transcript's bytes, and their
+    tokens sit near the start of the line. Everything else is parsed.
     """
     if b'"type":"assistant"' in line[:1024]:
         return False
-    user = b'"user"' in line
-    if user and b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line:
+    if b"queue" in line:  # a queued prompt, whatever else the record carries
         return True
-    return b"queue" in line
+    return b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line
 
 
 @dataclass
@@ -141,23 +172,56 @@ def _queued_command(attachment: dict[str, Any], state: ClaudeState) -> str | Non
     return _prompt_hash(text, state, slash_allowed=False)
 
 
-def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> str | None:
-    """The text hash of a direct human turn, or None. Updates ``state.pending``."""
+def _turn(digest: str | None) -> Verdict | None:
+    return Verdict(turn=digest) if digest else None
+
+
+def compaction_id(record: dict[str, Any]) -> str | None:
+    """A compaction Claude wrote itself: its boundary, or (older versions) its summary row,
+    both named by the boundary's uuid."""
+    if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
+        uuid = record.get("uuid")
+    elif record.get("type") == "user" and record.get("isCompactSummary") is True:
+        uuid = record.get("logicalParentUuid") or record.get("parentUuid") or record.get("uuid")
+    else:
+        return None
+    return f"claude:{uuid}" if isinstance(uuid, str) and uuid else None
+
+
+def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdict | None:
+    """What one transcript record is. Updates ``state.pending``."""
     kind = record.get("type")
     if kind == "queue-operation":
-        return (
-            _enqueue(record.get("content"), state) if record.get("operation") == "enqueue" else None
-        )
+        if record.get("operation") != "enqueue":
+            return None
+        return _turn(_enqueue(record.get("content"), state))
     if kind == "attachment":
         attachment = record.get("attachment")
         if isinstance(attachment, dict) and attachment.get("type") == "queued_command":
-            return _queued_command(attachment, state)
+            return _turn(_queued_command(attachment, state))
         return None
+    compaction = compaction_id(record)
+    if compaction is not None:
+        return Verdict(compaction=compaction)
     if kind != "user":
+        if kind not in KNOWN_TYPES:
+            return Verdict(unknown_type=str(kind))
         return None
+    version = record.get("version")
     message = record.get("message")
     if not isinstance(message, dict) or message.get("role") != "user":
-        return None
+        return UNCLASSIFIED
+    if not isinstance(message.get("content"), str | list):
+        return UNCLASSIFIED
+    verdict = _user_turn(record, message, state)
+    if isinstance(version, str):
+        return Verdict(turn=verdict.turn if verdict else None, version=version)
+    return verdict
+
+
+def _user_turn(
+    record: dict[str, Any], message: dict[str, Any], state: ClaudeState
+) -> Verdict | None:
     if any(record.get(flag) is True for flag in _EXCLUDING_FLAGS):
         return None
     if "toolUseResult" in record or "planContent" in record:
@@ -170,7 +234,7 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> str | 
     text, tool_result = block_text(message.get("content"))
     if tool_result:
         return None
-    return _prompt_hash(text, state, slash_allowed=True)
+    return _turn(_prompt_hash(text, state, slash_allowed=True))
 
 
 def claude_native_id(record: dict[str, Any]) -> str | None:

@@ -1,25 +1,30 @@
-"""Claude Code on a paired node: the node's latest items over HTTP, classified here with the
-same Claude classifier.
+"""Claude Code on a paired node: the node's items over HTTP, classified here with the same
+Claude classifier as local transcripts.
 
-ref ``{nodeId, threadId}``, marker ``{uuid, tail, pending}``: the newest item with a uuid,
-how many uuid-less items (queue operations) after it were already read, and the Claude
-queue state. When the marker's uuid is not on the first page the adapter pages back, up to
-``pages`` pages, so a burst of more than 50 items loses no turn; if even that does not reach
-it, what was seen is recorded and the gap is logged. A remote read never says "not found"
-for sure, so this adapter never reports ``missing``.
+ref ``{nodeId, threadId}``, marker ``{uuid, tail, pending, ...}``: the newest item with a
+uuid (what OpenClaw's checker reads), how many uuid-less items (queue operations) after it
+were already read, and the Claude queue state. Each tick reads forward from the marker,
+oldest first, ``pages`` pages of 50 at most, and the next tick goes on from there: a burst of
+any size is read whole, and nothing is skipped. A marker item the node no longer has (the
+transcript was rewritten) is handled like a rotated file: the thread is read again and only
+what is newer than the last record seen counts. A thread the node says it does not have is
+``missing``; any other failure is inconclusive.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from adapters.base import Declined, Marker, Outcome, Probe, Turn
-from adapters.claude import ClaudeState, classify_claude_record
+from adapters.base import Declined, Marker, Outcome, OwnPool, Probe
+from adapters.claude import ClaudeState
+from adapters.jsonl import FORMATS, Cutoff, classify_records
 
 log = logging.getLogger(__name__)
 
@@ -97,53 +102,104 @@ class ClaudeNodeAdapter:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             return [await self._check_one(http, p) for p in probes]
 
-    async def _check_one(self, http: aiohttp.ClientSession, probe: Probe) -> Outcome:
-        marker_uuid = probe.marker.get("uuid")
-        seen: list[dict[str, Any]] = []  # newest first
-        before: str | None = None
-        found = False
+    async def _forward(
+        self, http: aiohttp.ClientSession, ref: dict[str, Any], after: Any, skip: int
+    ) -> dict[str, Any]:
+        node = self.nodes.get(str(ref.get("nodeId")))
+        if node is None:
+            raise NodeError(f"unknown node {ref.get('nodeId')!r}")
+        params = {"limit": "50", "skip": str(skip), **({"after": after} if after else {})}
+        url = f"{node.url.rstrip('/')}/v1/threads/{ref.get('threadId')}/items"
+        headers = {"Authorization": f"Bearer {node.token()}"}
+        try:
+            async with http.get(url, params=params, headers=headers) as resp:
+                body: dict[str, Any] = await resp.json(content_type=None)
+                if resp.status == 404:
+                    code = (body.get("error") or {}).get("code")
+                    if code in ("no_such_thread", "no_such_item"):
+                        raise Gone(code)
+                if resp.status != 200:
+                    raise NodeError(f"node answered {resp.status}")
+                return body
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
+            raise NodeError(str(exc) or type(exc).__name__) from None
+
+    async def _check_one(
+        self, http: aiohttp.ClientSession, probe: Probe, again: bool = False
+    ) -> Outcome:
+        marker = probe.marker
+        raw_anchor, raw_tail = marker.get("uuid"), marker.get("tail")
+        anchor = raw_anchor if isinstance(raw_anchor, str) else None
+        tail = raw_tail if isinstance(raw_tail, int) else 0
+        items: list[dict[str, Any]] = []
         try:
             for _ in range(self.pages):
-                page = await self._page(http, probe.ref, before)
-                items = page.get("items") or []
-                for item in items:
-                    if marker_uuid is not None and item.get("uuid") == marker_uuid:
-                        found = True
-                        break
-                    seen.append(item)
-                before = page.get("before")
-                if found or not before:
+                page = await self._forward(http, probe.ref, anchor, tail + len(items))
+                items += [i for i in page.get("items") or [] if isinstance(i, dict)]
+                if not page.get("more"):
                     break
+        except Gone as exc:
+            if str(exc) == "no_such_thread":
+                return Outcome(status="missing", reason="the node has no such thread")
+            if again:
+                return Outcome(status="inconclusive", reason="the node keeps losing the marker")
+            return await self._check_one(http, _reread(probe), again=True)
         except NodeError as exc:
             return Outcome(status="inconclusive", reason=str(exc))
-        if marker_uuid is not None and not found and before:
-            log.warning(
-                "%s: the marker is more than %d pages back on the node; recording what"
-                " was seen, earlier turns may be missed",
-                probe.session_key,
-                self.pages,
-            )
-        newer = list(reversed(seen))  # chronological
-        tail = probe.marker.get("tail")
-        if found and isinstance(tail, int):
-            newer = newer[tail:]
-        state = ClaudeState.from_marker(probe.marker)
-        turns = []
-        for item in newer:
-            digest = classify_claude_record(item, state)
-            if digest is not None and digest not in probe.own_hashes:
-                uuid = item.get("uuid")
-                turns.append(
-                    Turn(
-                        offset=None,
-                        native_id=uuid if isinstance(uuid, str) else None,
-                        text_hash=digest,
-                    )
-                )
-        anchor, after = newest_anchor(seen) if seen else (marker_uuid, 0)
-        if not seen:
-            after = tail if isinstance(tail, int) else 0
-        elif anchor is None:  # only uuid-less items are new: keep the old anchor
-            anchor, after = marker_uuid, (tail if isinstance(tail, int) else 0) + len(newer)
-        marker = {"uuid": anchor, "tail": after, **state.to_marker()}
-        return Outcome(status="activity", marker=marker, turns=turns, dedupe_id=f"{anchor}:{after}")
+        return _classified(probe, anchor, tail, items)
+
+
+class Gone(Exception):
+    """The node answered that the thread, or the marker's item, is not there."""
+
+
+def _reread(probe: Probe) -> Probe:
+    marker = probe.marker
+    seen = marker.get("seenAt")
+    after = seen if isinstance(seen, int) else probe.last_scanned_at or int(time.time() * 1000)
+    log.warning("%s: the node no longer has the marker item; re-reading", probe.session_key)
+    fresh = {
+        "uuid": None,
+        "tail": 0,
+        "reread": {"reason": "rewritten", "after": after},
+        "recent": marker.get("recent") or [],
+        "seenAt": seen,
+    }
+    return dataclasses.replace(probe, marker=fresh)
+
+
+def _classified(
+    probe: Probe, anchor: str | None, tail: int, items: list[dict[str, Any]]
+) -> Outcome:
+    marker = probe.marker
+    fmt = FORMATS["claude"]
+    state = ClaudeState.from_marker(marker)
+    own = OwnPool(probe.own)
+    reread = marker.get("reread")
+    cutoff = (
+        Cutoff(
+            after=reread["after"],
+            recent=frozenset(r for r in marker.get("recent") or [] if isinstance(r, str)),
+        )
+        if isinstance(reread, dict) and isinstance(reread.get("after"), int)
+        else None
+    )
+    result = classify_records(fmt, [(None, i) for i in items], state, own, cutoff)
+    newest, after = newest_anchor(list(reversed(items)))
+    if newest is None:  # only uuid-less items are new: keep the anchor
+        newest, after = anchor, tail + len(items)
+    recent = [r for r in marker.get("recent") or [] if isinstance(r, str)]
+    recent += [t.native_id for t in result.turns if t.native_id]
+    seen = max(marker.get("seenAt") or 0, result.seen_at or 0) or None
+    new_marker = {"uuid": newest, "tail": after, **state.to_marker(), "seenAt": seen}
+    new_marker["recent"] = recent[-32:]
+    return Outcome(
+        status="activity",
+        marker=new_marker,
+        turns=result.turns,
+        dedupe_id=f"{newest}:{after}",
+        latest_at=result.latest_at,
+        compactions=result.compactions,
+        consumed_own=own.consumed,
+        drift=result.drift if result.drift else None,
+    )

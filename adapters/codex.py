@@ -1,15 +1,29 @@
 """Codex CLI rollout JSONL: which record is a direct human turn.
 
-Pure: a parsed record and the rollout's state (legacy envelope? sub-agent?) in, the hash of
-a human turn's text (or None) out. See ``reference/native-formats.md`` section 2.
+Pure: a parsed record and the rollout's state in, a :class:`Verdict` (or None) out. See
+``reference/native-formats.md`` section 2. A typed prompt is written in whichever form the
+version writes, and some versions write two or three forms of the same prompt:
+
+- ``event_msg`` ``user_message`` (every envelope version up to about 0.147);
+- ``event_msg`` ``item_completed`` with an ``item`` of type ``UserMessage`` (newer);
+- a role-``user`` ``response_item`` beside either. In a ``legacy`` envelope rollout it only
+  duplicates the event and never counts (but for the ``!cmd`` shell escape, which has no
+  event); in a ``paginated`` rollout it counts when its ``content_item_kinds`` say typed
+  input, as the fallback for a file without ``UserMessage`` items;
+- a bare role-``user`` item in a pre-envelope (legacy bare) rollout.
+
+The forms of one prompt are counted once: each counted prompt waits (by text hash) for its
+twins in the other forms, which it consumes. Contextual items (``CONTEXTUAL_MARKERS``, kinds
+other than typed input), heartbeats, inherited lines of forked and sub-agent threads, and
+everything in a sub-agent or automation rollout never count.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.base import content_text, normalize_text, text_hash
+from adapters.base import UNCLASSIFIED, Verdict, content_text, normalize_text, text_hash
 
 CONTEXTUAL_MARKERS = (
     "# AGENTS.md instructions for ",
@@ -22,45 +36,120 @@ CONTEXTUAL_MARKERS = (
     "<extension_context>",
     "<goal_context>",
     "<hook_prompt",
+    "<recommended_plugins>",
+    "<heartbeat",
+    "<collaboration_mode>",
+    "<permissions instructions>",
+    "<model_switch>",
 )
 SHELL_ESCAPE = "<user_shell_command>"
+SHELL_KIND = "shell.user_command"
+TYPED_KINDS = frozenset({"user.text", "user.image", "user.audio"})
+KNOWN_TYPES = frozenset(
+    {
+        "session_meta",
+        "response_item",
+        "event_msg",
+        "turn_context",
+        "compacted",
+        "world_state",
+        "inter_agent_communication",
+        "inter_agent_communication_metadata",
+    }
+)
+HUMAN_THREAD_SOURCES = (None, "user", "cli")
+TESTED_VERSION = "0.152.0"
+ECHO_LIMIT = 16
+INPUT_BLOCKS = frozenset({"input_text", "text"})
 
 
 def may_be_turn(line: bytes) -> bool:
-    """Whether a raw line could be a turn or change the rollout's state (a legacy rollout's
-    bare meta line has no ``"type"`` key)."""
-    return b'"user' in line or b"session_meta" in line or b'"type"' not in line
+    """Whether a raw line could matter: a turn, a state change, a compaction, or a record of
+    a type we may not know. Only lines that positively are model traffic are skipped:
+    ``reasoning``, function calls and their outputs, assistant messages, token counts."""
+    head = line[:160]
+    if b'"type":"response_item"' in head:
+        return b'"role":"user"' in line
+    if b'"type":"event_msg"' in head:
+        return b'"user' in line or b"UserMessage" in line or b"user_message" in line
+    return True
 
 
 @dataclass
 class CodexState:
-    legacy: bool = False
-    subagent: bool = False
+    legacy: bool = False  # a pre-envelope rollout (bare items)
+    subagent: bool = False  # a sub-agent or automation rollout: nothing in it is human
+    paginated: bool = False  # ``session_meta.history_mode == "paginated"``
+    history_start: int | None = None  # ``subagent_history_start_ordinal``
+    fork_cutoff: str | None = None  # a forked thread's own start; older lines are copies
+    echo: list[list[str]] = field(default_factory=list)  # [form, hash] awaiting its twins
 
     def to_marker(self) -> dict[str, Any]:
-        return {"legacy": self.legacy, "subagent": self.subagent}
+        return {
+            "legacy": self.legacy,
+            "subagent": self.subagent,
+            "paginated": self.paginated,
+            "historyStart": self.history_start,
+            "forkCutoff": self.fork_cutoff,
+            "echo": [list(e) for e in self.echo],
+        }
 
     @classmethod
     def from_marker(cls, marker: dict[str, Any]) -> CodexState:
-        return cls(legacy=marker.get("legacy") is True, subagent=marker.get("subagent") is True)
+        start = marker.get("historyStart")
+        cutoff = marker.get("forkCutoff")
+        echo = marker.get("echo")
+        pairs = (
+            [list(e) for e in echo if isinstance(e, list) and len(e) == 2]
+            if isinstance(echo, list)
+            else []
+        )
+        return cls(
+            legacy=marker.get("legacy") is True,
+            subagent=marker.get("subagent") is True,
+            paginated=marker.get("paginated") is True,
+            history_start=start if isinstance(start, int) else None,
+            fork_cutoff=cutoff if isinstance(cutoff, str) else None,
+            echo=[[str(a), str(b)] for a, b in pairs],
+        )
+
+    def apply_meta(self, payload: dict[str, Any], timestamp: Any) -> None:
+        self.legacy = False
+        self.subagent = is_subagent_meta(payload)
+        self.paginated = payload.get("history_mode") == "paginated"
+        start = payload.get("subagent_history_start_ordinal")
+        self.history_start = start if isinstance(start, int) else None
+        forked = payload.get("forked_from_id")
+        own_start = payload.get("timestamp", timestamp)
+        self.fork_cutoff = own_start if forked and isinstance(own_start, str) else None
 
 
 def is_subagent_meta(payload: dict[str, Any]) -> bool:
+    """A rollout whose prompts come from another agent or from automation."""
     source = payload.get("source")
-    if isinstance(source, dict) and "subagent" in source:
+    if isinstance(source, dict) and ("subagent" in source or "internal" in source):
+        return True
+    if payload.get("thread_source") not in HUMAN_THREAD_SOURCES:
         return True
     return bool(payload.get("parent_thread_id"))
 
 
 def state_from_first_record(record: dict[str, Any]) -> CodexState:
     """A rollout's first line tells its shape: an envelope ``session_meta`` or legacy."""
+    state = CodexState()
     if record.get("type") == "session_meta" and isinstance(record.get("payload"), dict):
-        return CodexState(subagent=is_subagent_meta(record["payload"]))
-    legacy = "payload" not in record and "id" in record and "type" not in record
-    return CodexState(legacy=legacy)
+        state.apply_meta(record["payload"], record.get("timestamp"))
+        return state
+    state.legacy = "payload" not in record and "id" in record and "type" not in record
+    return state
 
 
-INPUT_BLOCKS = frozenset({"input_text", "text"})
+def declared_version(record: dict[str, Any]) -> str | None:
+    payload = record.get("payload")
+    if record.get("type") == "session_meta" and isinstance(payload, dict):
+        version = payload.get("cli_version")
+        return version if isinstance(version, str) else None
+    return None
 
 
 def _typed(text: str) -> str | None:
@@ -70,39 +159,138 @@ def _typed(text: str) -> str | None:
     return text_hash(body)
 
 
-def _user_message_item(item: dict[str, Any]) -> str:
+def _once(state: CodexState, form: str, digest: str | None) -> Verdict | None:
+    """Count a prompt once across its forms: a twin of a counted prompt is consumed."""
+    if digest is None:
+        return None
+    for i, (seen_form, seen) in enumerate(state.echo):
+        if seen == digest and seen_form != form:
+            del state.echo[i]
+            return None
+    state.echo.append([form, digest])
+    del state.echo[:-ECHO_LIMIT]
+    return Verdict(turn=digest)
+
+
+def _suppress(state: CodexState, digest: str) -> None:
+    """A contextual twin: the same text in another form is not a prompt either."""
+    state.echo.append(["context", digest])
+    del state.echo[:-ECHO_LIMIT]
+
+
+def _inherited(record: dict[str, Any], payload: dict[str, Any], state: CodexState) -> bool:
+    ordinal = record.get("ordinal")
+    start = state.history_start
+    if start is not None and isinstance(ordinal, int) and ordinal < start:
+        return True
+    for holder in (record, payload):
+        metadata = holder.get("metadata")
+        if isinstance(metadata, dict) and metadata.get("inherited_user_message") is True:
+            return True
+    at = record.get("timestamp")
+    return state.fork_cutoff is not None and isinstance(at, str) and at < state.fork_cutoff
+
+
+def _user_item(item: dict[str, Any]) -> str:
     if item.get("type") != "message" or item.get("role") != "user":
         return ""
     return content_text(item.get("content"), INPUT_BLOCKS)
 
 
-def classify_codex_record(record: dict[str, Any], state: CodexState) -> str | None:
-    """The text hash of a direct human turn, or None. A ``session_meta`` updates ``state``."""
+def _legacy(record: dict[str, Any]) -> Verdict | None:
+    text = _user_item(record)
+    if text.lstrip().startswith(SHELL_ESCAPE):
+        return Verdict(turn=text_hash(text))
+    digest = _typed(text)
+    return Verdict(turn=digest) if digest else None
+
+
+def _user_message_event(payload: dict[str, Any], state: CodexState) -> Verdict | None:
+    message = payload.get("message")
+    if not isinstance(message, str):
+        return UNCLASSIFIED
+    if payload.get("kind") not in (None, "plain"):
+        return None
+    return _once(state, "event", _typed(message))
+
+
+def _completed_item(payload: dict[str, Any], state: CodexState) -> Verdict | None:
+    item = payload.get("item")
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")  # a ContextCompaction item repeats the ``compacted`` record
+    if kind != "UserMessage":
+        return UNCLASSIFIED if isinstance(kind, str) and kind.lower() == "usermessage" else None
+    content = item.get("content")
+    if not isinstance(content, list):
+        return UNCLASSIFIED
+    return _once(state, "item", _typed(content_text(content, INPUT_BLOCKS)))
+
+
+def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None:
+    if payload.get("type") != "message" or payload.get("role") != "user":
+        return None
+    if not isinstance(payload.get("content"), list):
+        return UNCLASSIFIED
+    text = content_text(payload.get("content"), INPUT_BLOCKS)
+    passthrough = payload.get("internal_chat_message_metadata_passthrough")
+    kinds = passthrough.get("content_item_kinds") if isinstance(passthrough, dict) else None
+    if text.lstrip().startswith(SHELL_ESCAPE) or kinds == [SHELL_KIND]:
+        return Verdict(turn=text_hash(text))  # the !cmd shell escape has no other form
+    if not state.paginated:
+        return None  # it duplicates the user_message event, which is what counts
+    if isinstance(kinds, list):
+        typed = bool(kinds) and set(kinds) <= TYPED_KINDS and "user.text" in kinds
+        if not typed:
+            if normalize_text(text):
+                _suppress(state, text_hash(text.lstrip()))
+            return None
+    return _once(state, "response", _typed(text))
+
+
+def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict | None:
+    """What one rollout line is (see the module docstring). Updates ``state``."""
     kind = record.get("type")
     payload = record.get("payload")
     if kind == "session_meta" and isinstance(payload, dict):
-        state.subagent = is_subagent_meta(payload)
-        state.legacy = False
-        return None
+        state.apply_meta(payload, record.get("timestamp"))
+        version = declared_version(record)
+        return Verdict(version=version) if version else None
     if kind is None and "payload" not in record and "id" in record:
         state.legacy = True  # a legacy rollout's bare meta line
         return None
-    if state.subagent:
-        return None
     if state.legacy:
-        text = _user_message_item(record)
-        if text.lstrip().startswith(SHELL_ESCAPE):
-            return text_hash(text)
-        return _typed(text)
-    if not isinstance(payload, dict):
+        return None if state.subagent else _legacy(record)
+    if kind not in KNOWN_TYPES:
+        return Verdict(unknown_type=str(kind))
+    if state.subagent or not isinstance(payload, dict):
         return None
-    if kind == "event_msg" and payload.get("type") == "user_message":
-        if payload.get("kind") not in (None, "plain"):
-            return None
-        message = payload.get("message")
-        return _typed(message) if isinstance(message, str) else None
+    if _inherited(record, payload, state):
+        return None
+    if kind == "compacted":
+        at = record.get("timestamp")
+        ordinal = record.get("ordinal")
+        native = ordinal if isinstance(ordinal, int) else at
+        return Verdict(compaction=f"codex:{native}") if native is not None else None
+    if kind == "event_msg":
+        event = payload.get("type")
+        if event == "user_message":
+            return _user_message_event(payload, state)
+        if event == "item_completed":
+            return _completed_item(payload, state)
+        return None
     if kind == "response_item":
-        text = _user_message_item(payload)
-        if text.lstrip().startswith(SHELL_ESCAPE):
-            return text_hash(text)
+        return _response_item(payload, state)
+    return None
+
+
+def codex_native_id(record: dict[str, Any]) -> str | None:
+    """The id of a prompt's record where the format gives one (``UserMessage`` items)."""
+    payload = record.get("payload")
+    if isinstance(payload, dict):
+        item = payload.get("item")
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            return str(item["id"])
+        if isinstance(payload.get("id"), str):
+            return str(payload["id"])
     return None

@@ -1,14 +1,21 @@
 """The JSONL adapters (Claude, Codex, Pi): one tailer, three classifiers.
 
-A :class:`JsonlFormat` names a format's classifier, its cheap pre-filter and its per-file
-state; :class:`JsonlAdapter` tails each linked file from its marker and classifies what it
-reads. :func:`scan` is the part both the monitor and ``sessionwatch replay`` run.
+A :class:`JsonlFormat` names a format's classifier, its cheap pre-filter, its per-file state
+and the newest version we tested it on; :func:`scan` classifies complete lines (what both the
+monitor and ``sessionwatch replay`` run), and :mod:`adapters.jsonl_check` tails linked files.
+
+Lines are parsed by orjson; only a line orjson refuses goes to :func:`parse_line`'s tolerant
+fallback (a lone surrogate escape, invalid UTF-8 read with replacement characters, or, for
+Claude and Codex, a record written after a torn fragment on the same line). Only a line that
+is not JSON at all is invalid: Pi stops there (its own reader's rule: the cursor blocks);
+Claude and Codex count it in the link's drift (``invalidLines``, ``lastInvalidOffset``),
+log it once, and read on, since their writers append whole records and a torn line can
+carry no record we could read.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,24 +23,20 @@ from typing import Any
 import orjson
 
 from adapters import claude, codex, pi
-from adapters.base import Declined, Marker, Outcome, Probe, Turn
+from adapters.base import Drift, Marker, OwnPool, Turn, Verdict
 from adapters.pi import parse_time
-from adapters.tailer import end_of_last_line, read_tail
-
-log = logging.getLogger(__name__)
-
-DEFAULT_SCAN_CAP = 1_048_576
 
 
 @dataclass(frozen=True, kw_only=True)
 class JsonlFormat:
     kind: str
-    classify: Callable[[dict[str, Any], Any], str | None]
+    classify: Callable[[dict[str, Any], Any], Verdict | None]
     native_id: Callable[[dict[str, Any]], str | None]
     state_from_marker: Callable[[Marker], Any]
     state_from_first: Callable[[Any], Any]  # the first record (None for an empty file)
     prefilter: Callable[[bytes], bool] | None  # False: cannot matter; None: parse every line
     strict: bool  # stop at the first invalid row instead of counting it
+    tested_version: str  # the newest format version the classifier was checked against
     declines: Callable[[Any], str | None] = lambda state: None  # why a source is not adoptable
 
 
@@ -62,15 +65,17 @@ FORMATS = {
         state_from_first=_claude_first,
         prefilter=claude.may_be_turn,
         strict=False,
+        tested_version=claude.TESTED_VERSION,
     ),
     "codex": JsonlFormat(
         kind="codex",
         classify=codex.classify_codex_record,
-        native_id=lambda record: None,
+        native_id=codex.codex_native_id,
         state_from_marker=codex.CodexState.from_marker,
         state_from_first=_codex_first,
         prefilter=codex.may_be_turn,
         strict=False,
+        tested_version=codex.TESTED_VERSION,
         declines=_codex_declines,
     ),
     "pi": JsonlFormat(
@@ -81,143 +86,137 @@ FORMATS = {
         state_from_first=_pi_first,
         prefilter=None,
         strict=True,
+        tested_version=pi.TESTED_VERSION,
     ),
 }
+
+
+def parse_line(line: bytes, *, recover: bool) -> Any:
+    """A line's JSON value, tolerating what orjson refuses; None when it is not JSON."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        pass
+    try:  # lone surrogates are JSON; invalid UTF-8 is read with replacement characters
+        return json.loads(line.decode("utf-8", "replace"))
+    except ValueError:
+        pass
+    if not recover:
+        return None
+    start = line.find(b'{"', 1)
+    while start > 0:  # a torn fragment, then a whole record on the same line
+        try:
+            return json.loads(line[start:].decode("utf-8", "replace"))
+        except ValueError:
+            start = line.find(b'{"', start + 1)
+    return None
+
+
+def time_ms(record: dict[str, Any]) -> int | None:
+    at = parse_time(record.get("timestamp"))
+    return int(at.timestamp() * 1000) if at else None
 
 
 @dataclass
 class ScanResult:
     turns: list[Turn] = field(default_factory=list)
+    compactions: list[str] = field(default_factory=list)
     invalid: list[int] = field(default_factory=list)  # offsets of invalid complete lines
     stopped_at: int | None = None  # strict formats: the first invalid row
-    latest_at: int | None = None
+    latest_at: int | None = None  # the newest turn's time
+    seen_at: int | None = None  # the newest record time read
+    drift: Drift = field(default_factory=Drift)
 
 
-def _time_ms(record: dict[str, Any]) -> int | None:
-    at = parse_time(record.get("timestamp"))
-    return int(at.timestamp() * 1000) if at else None
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cutoff:
+    """While a rotated or truncated file is re-read: only what is newer than ``after`` (ms)
+    and not among the ``recent`` native ids is new."""
+
+    after: int
+    recent: frozenset[str] = frozenset()
+
+    def is_old(self, record: dict[str, Any], native_id: str | None) -> bool:
+        if native_id is not None and native_id in self.recent:
+            return True
+        at = time_ms(record)
+        return at is not None and at <= self.after
+
+
+def _note(result: ScanResult, fmt: JsonlFormat, verdict: Verdict) -> None:
+    drift = result.drift
+    if verdict.version is not None:
+        drift.see_version(verdict.version, fmt.tested_version)
+    if verdict.unknown_type is not None:
+        drift.count_type(verdict.unknown_type)
+    if verdict.unclassified:
+        drift.unclassified += 1
 
 
 def scan(
-    fmt: JsonlFormat, lines: list[tuple[int, bytes]], state: Any, own: frozenset[str]
+    fmt: JsonlFormat,
+    lines: list[tuple[int, bytes]],
+    state: Any,
+    own: OwnPool,
+    cutoff: Cutoff | None = None,
 ) -> ScanResult:
-    """Classify complete lines in order; updates ``state``."""
+    """Classify complete lines in order; updates ``state`` and consumes from ``own``."""
     result = ScanResult()
     prefilter = fmt.prefilter
+    records: list[tuple[int | None, dict[str, Any]]] = []
     for offset, line in lines:
         if prefilter is not None and not prefilter(line):
             if not (line[:1] == b"{" and line[-1:] == b"}"):
-                result.invalid.append(offset)
+                _invalid(result, offset)
             continue
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            record = None
+        record = parse_line(line, recover=not fmt.strict)
         if not isinstance(record, dict):
             if fmt.strict:
                 result.stopped_at = offset
-                return result
-            result.invalid.append(offset)
+                break
+            _invalid(result, offset)
             continue
-        digest = fmt.classify(record, state)
-        if digest is None or digest in own:
+        records.append((offset, record))
+    return classify_records(fmt, records, state, own, cutoff, result)
+
+
+def classify_records(
+    fmt: JsonlFormat,
+    records: list[tuple[int | None, dict[str, Any]]],
+    state: Any,
+    own: OwnPool,
+    cutoff: Cutoff | None = None,
+    result: ScanResult | None = None,
+) -> ScanResult:
+    """Classify parsed records (with their offsets, where they have one) in order."""
+    result = result if result is not None else ScanResult()
+    for offset, record in records:
+        verdict = fmt.classify(record, state)
+        if verdict is None:
             continue
-        result.turns.append(Turn(offset=offset, native_id=fmt.native_id(record), text_hash=digest))
-        result.latest_at = _time_ms(record) or result.latest_at
+        _note(result, fmt, verdict)
+        if verdict.compaction is None and verdict.turn is None:
+            continue
+        native = fmt.native_id(record)
+        at = time_ms(record)
+        if at is not None:  # every candidate counts, suppressed or not: the re-read cutoff
+            result.seen_at = max(result.seen_at or 0, at)
+        if cutoff is not None and cutoff.is_old(record, native):
+            continue
+        if verdict.compaction is not None and verdict.compaction not in result.compactions:
+            result.compactions.append(verdict.compaction)
+        if verdict.turn is None or own.consume(verdict.turn):
+            continue
+        result.turns.append(Turn(offset=offset, native_id=native, text_hash=verdict.turn))
+        result.latest_at = at or result.latest_at
+    if records:
+        last = time_ms(records[-1][1])
+        if last is not None:
+            result.seen_at = max(result.seen_at or 0, last)
     return result
 
 
-def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
-    """The file's first complete line, parsed; None when there is none or it is not JSON."""
-    read = read_tail(path, 0, cap, None)
-    if not read.lines:
-        return None
-    try:
-        return orjson.loads(read.lines[0][1])
-    except orjson.JSONDecodeError:
-        return None
-
-
-def baseline_file(fmt: JsonlFormat, path: str) -> Marker:
-    """The marker at the end of the file's last complete line. Raises Declined / OSError."""
-    offset, head = end_of_last_line(path)
-    state = fmt.state_from_first(first_record(path) if offset > 0 else None)
-    reason = fmt.declines(state)
-    if reason:
-        raise Declined(reason)
-    return {"offset": offset, "head": head, **state.to_marker()}
-
-
-def check_file(fmt: JsonlFormat, probe: Probe, cap: int) -> Outcome:
-    """One link, one tick. Only "no such file" is a miss; other OS errors are inconclusive."""
-    path = str(probe.ref.get("filePath", ""))
-    marker = probe.marker
-    offset = int(marker.get("offset", marker.get("size", 0)) or 0)
-    try:
-        read = read_tail(path, offset, cap, marker.get("head"))
-        if read.status == "replaced":
-            log.info("%s: %s was replaced; re-baselined at its end", probe.session_key, path)
-            return Outcome(status="quiet", marker=baseline_file(fmt, path), reason="replaced")
-    except FileNotFoundError:
-        return Outcome(status="missing", reason="no such file")
-    except Declined as exc:
-        return Outcome(status="inconclusive", reason=str(exc))
-    except OSError as exc:
-        return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
-    if read.status in ("idle", "waiting"):
-        return Outcome(status="quiet", marker=marker)
-    if read.status == "blocked":
-        reason = f"a line longer than the scan cap ({cap} bytes) starts at offset {offset}"
-        return Outcome(status="blocked", blocked_offset=offset, reason=reason)
-    state = fmt.state_from_marker(marker)
-    result = scan(fmt, read.lines, state, probe.own_hashes)
-    for bad in result.invalid:
-        log.warning("%s: invalid line at offset %d of %s", probe.session_key, bad, path)
-    end = read.end if result.stopped_at is None else result.stopped_at
-    if result.stopped_at is not None and result.stopped_at == offset:
-        reason = f"invalid row at offset {offset}"
-        return Outcome(status="blocked", blocked_offset=offset, reason=reason)
-    new_marker = {
-        **marker,
-        "offset": end,
-        "head": marker.get("head") or read.head,
-        **state.to_marker(),
-    }
-    new_marker.pop("size", None)
-    return Outcome(
-        status="activity",
-        marker=new_marker,
-        turns=result.turns,
-        dedupe_id=str(end),
-        latest_at=result.latest_at,
-        invalid_lines=len(result.invalid),
-    )
-
-
-class JsonlAdapter:
-    """Tails linked JSONL files; the whole batch runs in one worker thread."""
-
-    def __init__(self, fmt: JsonlFormat, *, scan_cap: int = DEFAULT_SCAN_CAP) -> None:
-        self.kind = fmt.kind
-        self.format = fmt
-        self.scan_cap = scan_cap
-
-    async def baseline(self, ref: dict[str, Any]) -> Marker:
-        path = str(ref.get("filePath", ""))
-        try:
-            return await asyncio.to_thread(baseline_file, self.format, path)
-        except OSError as exc:
-            raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
-
-    async def check(self, probes: list[Probe]) -> list[Outcome]:
-        return await asyncio.to_thread(self._check_all, probes)
-
-    def _check_all(self, probes: list[Probe]) -> list[Outcome]:
-        out = []
-        for probe in probes:
-            try:
-                out.append(check_file(self.format, probe, self.scan_cap))
-            except Exception as exc:  # one link's failure is its own
-                log.exception("%s: check failed", probe.session_key)
-                out.append(Outcome(status="inconclusive", reason=type(exc).__name__))
-        return out
+def _invalid(result: ScanResult, offset: int) -> None:
+    result.invalid.append(offset)
+    result.drift.invalid += 1
+    result.drift.last_invalid_offset = offset

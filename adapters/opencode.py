@@ -22,7 +22,16 @@ from typing import Any
 
 import orjson
 
-from adapters.base import Declined, Marker, Outcome, Probe, Turn, normalize_text, text_hash
+from adapters.base import (
+    Declined,
+    Marker,
+    Outcome,
+    OwnPool,
+    Probe,
+    Turn,
+    normalize_text,
+    text_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +39,7 @@ SHELL_SENTINEL = "The following tool was executed by the user"
 REPLAY_LOOKBACK = 50
 EXPORT_CONCURRENCY = 4
 QUERY_TIMEOUT_S = 1.0
+CHILD_SESSION = "an OpenCode child session (a sub-agent run) is not adoptable"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,7 +94,7 @@ def replay_key(parts: list[dict[str, Any]]) -> str:
     pieces = []
     for part in parts:
         if part.get("type") == "text" and isinstance(part.get("text"), str):
-            if part.get("synthetic") is not True:
+            if part.get("synthetic") is not True and part.get("ignored") is not True:
                 pieces.append(part["text"])
         elif part.get("type") == "file":
             pieces.append(f"[Attached {part.get('mime', '')}: {part.get('filename', '')}]")
@@ -96,19 +106,30 @@ class Classified:
     turns: list[Turn]
     consumed_to: str | None  # the newest user message consumed (turn or not)
     pending: bool  # a user message whose parts have not arrived yet stopped the scan
+    compactions: list[str] = field(default_factory=list)  # native ids
+
+
+def _may_still_grow(message: UserMessage, newest: str | None) -> bool:
+    """No text part yet, and nothing newer in the session: its text may be on the way."""
+    if any(p.get("type") == "text" for p in message.parts):
+        return False
+    return newest is None or newest <= message.id
 
 
 def classify_user_messages(
     messages: list[UserMessage],
     after: str | None,
-    own: frozenset[str] = frozenset(),
+    own: OwnPool | None = None,
     lookback: int = REPLAY_LOOKBACK,
+    newest: str | None = None,
 ) -> Classified:
     """Turns among the user messages after ``after`` (messages in creation order).
 
-    A message with no parts yet stops the scan before it, so it is reported once, when its
-    text arrives.
+    Parts are written in stages, in their own transactions. A message with no text part yet
+    and no newer message of any role (``newest``: the session's newest message id) stops the
+    scan before it, so it is reported once, when its text arrives.
     """
+    pool = own if own is not None else OwnPool()
     # Message ids ascend with time, so a consumed message that was since removed (a revert)
     # still tells where to resume.
     start = (
@@ -119,9 +140,12 @@ def classify_user_messages(
     history = [replay_key(m.parts) for m in messages[:start]]
     turns: list[Turn] = []
     consumed = after
+    compactions: list[str] = []
     for message in messages[start:]:
-        if not message.parts:
-            return Classified(turns=turns, consumed_to=consumed, pending=True)
+        if not message.parts or _may_still_grow(message, newest):
+            return Classified(turns, consumed, pending=True, compactions=compactions)
+        if any(p.get("type") == "compaction" for p in message.parts):
+            compactions.append(f"opencode:{message.id}")
         key = replay_key(message.parts)
         text = human_text(message.parts)
         replayed = key in history[-lookback:]
@@ -130,9 +154,9 @@ def classify_user_messages(
         if text is None or replayed:
             continue
         digest = text_hash(text)
-        if digest not in own:
+        if not pool.consume(digest):
             turns.append(Turn(offset=None, native_id=message.id, text_hash=digest))
-    return Classified(turns=turns, consumed_to=consumed, pending=False)
+    return Classified(turns, consumed, pending=False, compactions=compactions)
 
 
 # -- I/O --------------------------------------------------------------------------------
@@ -164,6 +188,12 @@ def session_signals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple
     else:
         sql = f"SELECT id, parent_id, time_updated FROM session WHERE id IN ({marks})"
     return {row[0]: (row[1], int(row[2] or 0)) for row in conn.execute(sql, ids)}
+
+
+def newest_message(conn: sqlite3.Connection, session_id: str) -> str | None:
+    """The id of the session's newest message of any role."""
+    row = conn.execute("SELECT max(id) FROM message WHERE session_id = ?", (session_id,)).fetchone()
+    return str(row[0]) if row and row[0] is not None else None
 
 
 def export_user_messages(conn: sqlite3.Connection, session_id: str) -> list[UserMessage]:
@@ -202,7 +232,7 @@ def baseline_session(db_path: str, session_id: str) -> Marker:
             raise Declined(f"no OpenCode session {session_id} in {db_path}")
         parent, seq = signals[session_id]
         if parent:
-            raise Declined("an OpenCode child session (a sub-agent run) is not adoptable")
+            raise Declined(CHILD_SESSION)
         messages = export_user_messages(conn, session_id)
     finally:
         conn.close()
@@ -297,13 +327,15 @@ class OpenCodeAdapter:
             conn = open_readonly(db)
             try:
                 messages = export_user_messages(conn, thread)
+                newest = newest_message(conn, thread)
             finally:
                 conn.close()
         except (OSError, sqlite3.Error) as exc:
             return Outcome(status="inconclusive", reason=f"export failed: {exc}")
         after = probe.marker.get("lastHumanMessageId")
+        own = OwnPool(probe.own)
         result = classify_user_messages(
-            messages, after if isinstance(after, str) else None, probe.own_hashes, self.lookback
+            messages, after if isinstance(after, str) else None, own, self.lookback, newest
         )
         # A half-written message keeps the sequence where it was, so the next tick looks again.
         marker = {
@@ -311,4 +343,11 @@ class OpenCodeAdapter:
             "lastHumanMessageId": result.consumed_to,
         }
         dedupe = result.turns[-1].native_id if result.turns else None
-        return Outcome(status="activity", marker=marker, turns=result.turns, dedupe_id=dedupe)
+        return Outcome(
+            status="activity",
+            marker=marker,
+            turns=result.turns,
+            dedupe_id=dedupe,
+            compactions=result.compactions,
+            consumed_own=own.consumed,
+        )

@@ -10,9 +10,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from adapters.base import Declined, content_text, normalize_text, text_hash
+from adapters.base import UNCLASSIFIED, Declined, Verdict, content_text, normalize_text, text_hash
 
 MIGRATE_HINT = "not a Pi v3 session: resume it once in Pi to migrate it to v3"
+TESTED_VERSION = "3"
+KNOWN_TYPES = frozenset(
+    {
+        "session",
+        "message",
+        "model_change",
+        "thinking_level_change",
+        "compaction",
+        "branch_summary",
+        "custom",
+        "custom_message",
+        "label",
+        "session_info",
+    }
+)
+KNOWN_ROLES = frozenset({"user", "assistant", "toolResult", "bashExecution", "custom"})
 
 
 @dataclass
@@ -50,28 +66,46 @@ def parse_time(value: Any) -> datetime | None:
 TEXT_BLOCKS = frozenset({"text"})
 
 
-def classify_pi_record(record: dict[str, Any], state: PiState) -> str | None:
-    """The text hash of a direct human turn (a prompt or a ``!`` shell escape), or None."""
-    if record.get("type") == "session":
+def _copied_by_fork(record: dict[str, Any], state: PiState) -> bool:
+    if state.fork_cutoff is None:
+        return False
+    cutoff, at = parse_time(state.fork_cutoff), parse_time(record.get("timestamp"))
+    return cutoff is not None and at is not None and at < cutoff
+
+
+def classify_pi_record(record: dict[str, Any], state: PiState) -> Verdict | None:
+    """What one entry is: a direct human turn (a prompt or a ``!`` shell escape), a
+    compaction, or drift."""
+    kind = record.get("type")
+    if kind == "session":
         state.fork_cutoff = state_from_header(record).fork_cutoff
+        return Verdict(version=str(record.get("version")))
+    if kind not in KNOWN_TYPES:
+        return Verdict(unknown_type=str(kind))
+    if _copied_by_fork(record, state):
         return None
-    if record.get("type") != "message":
+    if kind == "compaction":
+        entry = record.get("id")
+        return Verdict(compaction=f"pi:{entry}") if isinstance(entry, str) else None
+    if kind != "message":
         return None
     message = record.get("message")
     if not isinstance(message, dict):
-        return None
-    if state.fork_cutoff is not None:
-        cutoff, at = parse_time(state.fork_cutoff), parse_time(record.get("timestamp"))
-        if cutoff is not None and at is not None and at < cutoff:
-            return None  # copied from the parent session by a fork
+        return UNCLASSIFIED
     role = message.get("role")
     if role == "bashExecution":
         command = message.get("command")
-        return text_hash(f"!{command}") if isinstance(command, str) and command else None
+        if not isinstance(command, str) or not command:
+            return None
+        return Verdict(turn=text_hash(f"!{command}"))
     if role != "user":
-        return None
-    text = content_text(message.get("content"), TEXT_BLOCKS)
-    return text_hash(text) if normalize_text(text) else None
+        user_like = isinstance(role, str) and "user" in role.lower()
+        return UNCLASSIFIED if user_like or role not in KNOWN_ROLES else None
+    content = message.get("content")
+    if not isinstance(content, str | list):
+        return UNCLASSIFIED
+    text = content_text(content, TEXT_BLOCKS)
+    return Verdict(turn=text_hash(text)) if normalize_text(text) else None
 
 
 def pi_native_id(record: dict[str, Any]) -> str | None:

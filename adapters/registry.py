@@ -12,7 +12,8 @@ from typing import Any
 
 from adapters.base import Adapter
 from adapters.claude_node import ClaudeNodeAdapter, Node
-from adapters.jsonl import FORMATS, JsonlAdapter
+from adapters.jsonl import FORMATS
+from adapters.jsonl_check import DEFAULT_MAX_LINE, JsonlAdapter
 from adapters.opencode import OpenCodeAdapter
 
 LOCAL_HOST_ID = "gateway:local"  # OpenClaw's CLAUDE_LOCAL_SESSION_HOST_ID
@@ -66,11 +67,20 @@ def build_adapters(
     nodes: dict[str, Node] | None = None,
     node_pages: int = 4,
     opencode_db: str = "",
+    roots: dict[str, str] | None = None,
+    max_line: int = DEFAULT_MAX_LINE,
 ) -> dict[str, Adapter]:
+    """Every adapter; file adapters read only under their kind's root in ``roots``."""
+    root = roots or {}
+
+    def jsonl(kind: str) -> JsonlAdapter:
+        fmt = FORMATS[kind]
+        return JsonlAdapter(fmt, scan_cap=scan_cap, max_line=max_line, root=root.get(kind, ""))
+
     return {
-        "claude": JsonlAdapter(FORMATS["claude"], scan_cap=scan_cap),
-        "codex": JsonlAdapter(FORMATS["codex"], scan_cap=scan_cap),
-        "pi": JsonlAdapter(FORMATS["pi"], scan_cap=scan_cap),
+        "claude": jsonl("claude"),
+        "codex": jsonl("codex"),
+        "pi": jsonl("pi"),
         "opencode": OpenCodeAdapter(
             concurrency=export_concurrency, lookback=replay_lookback, default_db=opencode_db
         ),

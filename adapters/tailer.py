@@ -1,21 +1,59 @@
 """The one JSONL tailer Claude, Codex and Pi share.
 
 From a byte offset it reads at most the scan cap per tick, up to the last complete line. A
-partial last line waits for its newline; a single line longer than the cap blocks at its
-offset (it is never skipped). A file that did not grow is only stat'ed. A file that shrank
-below the offset, or whose first line changed, was replaced.
+partial last line waits for its newline. A file that did not grow is only stat'ed. A file
+that is no longer the one the marker was taken on (another inode, another first line) was
+``rotated``; one that shrank below the offset, or whose byte before the offset is no longer a
+line end, was ``truncated`` (rewritten).
+
+Only regular files are opened, and never in a way that can block: the type is checked with
+``stat`` first, the open is ``O_NONBLOCK``, and the opened file is checked again. A FIFO,
+socket, device or directory raises :class:`NotRegularFile`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Literal
 
 HEAD_BYTES = 4096
 
-ReadStatus = Literal["lines", "idle", "waiting", "blocked", "replaced"]
+ReadStatus = Literal["lines", "idle", "waiting", "long", "rotated", "truncated"]
+
+_TYPES = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+class NotRegularFile(OSError):
+    """The path is not a regular file; it is never opened."""
+
+
+def describe(mode: int) -> str:
+    return next((name for test, name in _TYPES if test(mode)), "not a regular file")
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Open a regular file for reading without ever blocking; its fd and ``fstat``."""
+    before = os.stat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise NotRegularFile(f"not a regular file ({describe(before.st_mode)})")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        after = os.fstat(fd)
+        if not stat.S_ISREG(after.st_mode):
+            raise NotRegularFile(f"not a regular file ({describe(after.st_mode)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, after
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,7 +62,9 @@ class TailRead:
     lines: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, line)
     end: int = 0  # the offset after the last complete line read
     size: int = 0
-    head: str | None = None  # the file's head digest, when it was opened
+    head: str | None = None  # the file's head digest
+    ino: int | None = None
+    chunk: bytes = b""  # "long": the bytes read of a line longer than the cap
 
 
 def head_digest(fd: int) -> str | None:
@@ -54,44 +94,83 @@ def split_lines(chunk: bytes, base: int) -> list[tuple[int, bytes]]:
     return out
 
 
-def read_tail(path: str, offset: int, cap: int, head: str | None) -> TailRead:
-    """One tick's read from ``offset``. Raises ``OSError`` (FileNotFoundError: missing)."""
-    fd = os.open(path, os.O_RDONLY)
+def _changed(fd: int, offset: int, head: str | None, ino: int | None, st: os.stat_result) -> str:
+    """Why the file is not the one the marker was taken on, or "" when it is."""
+    if ino is not None and st.st_ino != ino:
+        return "rotated"
+    if st.st_size < offset:
+        return "truncated"
+    if offset > 0 and head is not None and head_digest(fd) != head:
+        return "rotated"
+    if offset > 0 and os.pread(fd, 1, offset - 1) != b"\n":
+        return "truncated"  # rewritten: the marker no longer sits at a line end
+    return ""
+
+
+def read_tail(
+    path: str,
+    offset: int,
+    cap: int,
+    head: str | None,
+    ino: int | None = None,
+    resume: int = 0,
+) -> TailRead:
+    """One tick's read of at most ``cap`` bytes from ``offset + resume`` (``resume``: bytes
+    of a long line at ``offset`` already read). Raises ``OSError`` (FileNotFoundError:
+    missing; NotRegularFile: never opened)."""
+    fd, st = open_regular(path)
+    start = offset + resume
     try:
-        size = os.fstat(fd).st_size
-        if size < offset:
-            return TailRead(status="replaced", size=size)
-        if size == offset:
-            return TailRead(status="idle", end=offset, size=size)
-        if head is not None and offset > 0 and head_digest(fd) != head:
-            return TailRead(status="replaced", size=size)
-        chunk = os.pread(fd, min(cap + 1, size - offset), offset)
+        size = st.st_size
+        changed = _changed(fd, offset, head, ino, st) or ("truncated" if size < start else "")
+        if changed:
+            return TailRead(status=changed, size=size, ino=st.st_ino)  # type: ignore[arg-type]
+        if size == start:
+            return TailRead(status="idle", end=offset, size=size, ino=st.st_ino, head=head)
+        chunk = os.pread(fd, min(cap, size - start), start)
+        current_head = head if head is not None else head_digest(fd)
     finally:
         os.close(fd)
     last_nl = chunk.rfind(b"\n")
     if last_nl < 0:
-        status: ReadStatus = "blocked" if len(chunk) > cap else "waiting"
-        return TailRead(status=status, end=offset, size=size)
+        status: ReadStatus = "long" if len(chunk) >= cap else "waiting"
+        return TailRead(
+            status=status, end=offset, size=size, head=current_head, ino=st.st_ino, chunk=chunk
+        )
     complete = chunk[: last_nl + 1]
     return TailRead(
-        status="lines", lines=split_lines(complete, offset), end=offset + len(complete), size=size
+        status="lines",
+        lines=split_lines(complete, start),
+        end=start + len(complete),
+        size=size,
+        head=current_head,
+        ino=st.st_ino,
+        chunk=complete,
     )
 
 
-def end_of_last_line(path: str) -> tuple[int, str | None]:
-    """Baseline: the offset after the last complete line, and the file's head digest."""
-    fd = os.open(path, os.O_RDONLY)
+def read_at(path: str, start: int, length: int) -> bytes:
+    """``length`` bytes from ``start``: a long line's beginning, re-read after a restart."""
+    fd, _ = open_regular(path)
     try:
-        size = os.fstat(fd).st_size
-        pos = size
+        return os.pread(fd, length, start)
+    finally:
+        os.close(fd)
+
+
+def end_of_last_line(path: str) -> tuple[int, str | None, int]:
+    """Baseline: the offset after the last complete line, the head digest and the inode."""
+    fd, st = open_regular(path)
+    try:
+        pos = st.st_size
         step = 64 * 1024
         while pos > 0:
             start = max(0, pos - step)
             chunk = os.pread(fd, pos - start, start)
             nl = chunk.rfind(b"\n")
             if nl >= 0:
-                return start + nl + 1, head_digest(fd)
+                return start + nl + 1, head_digest(fd), st.st_ino
             pos = start
-        return 0, head_digest(fd)
+        return 0, head_digest(fd), st.st_ino
     finally:
         os.close(fd)

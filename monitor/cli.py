@@ -278,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--session", help="the session id (OpenCode)")
     rp.add_argument("--own-text", action="append", default=[])
     rp.add_argument("--scan-cap", type=_non_negative)
+    rp.add_argument("--max-line-bytes", type=_non_negative)
     return p
 
 
@@ -299,7 +300,12 @@ def _replay(args: argparse.Namespace) -> int:
         lookback = args.config_obj.monitor.replay_lookback
         lines = replay_opencode(args.file, args.session, own_texts=args.own_text, lookback=lookback)
     else:
-        lines = list(replay(args.adapter, args.file, own_texts=args.own_text, scan_cap=cap))
+        max_line = args.max_line_bytes or args.config_obj.monitor.max_line_bytes
+        lines = list(
+            replay(
+                args.adapter, args.file, own_texts=args.own_text, scan_cap=cap, max_line=max_line
+            )
+        )
     for line in lines:
         sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
     return 0

@@ -26,6 +26,7 @@ class MonitorConfig:
     initial_delay_s: float = 15.0
     adapter_budget_s: float = 45.0
     scan_cap_bytes: int = 1_048_576
+    max_line_bytes: int = 64 * 1_048_576
     missing_threshold: int = 3
     own_text_limit: int = 10
     replay_lookback: int = 50
@@ -82,7 +83,13 @@ _CHOICES = {
     ("session", "scope"): {"per-sender", "global"},
     ("session", "group_scope"): {"per-group", "shared"},
 }
-_POSITIVE = {"interval_s", "adapter_budget_s", "scan_cap_bytes", "missing_threshold"}
+_POSITIVE = {
+    "interval_s",
+    "adapter_budget_s",
+    "scan_cap_bytes",
+    "max_line_bytes",
+    "missing_threshold",
+}
 
 
 @dataclass(frozen=True, kw_only=True)

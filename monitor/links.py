@@ -105,9 +105,12 @@ def _json_object(raw: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+_PRIVATE_MARKER_FIELDS = frozenset({"pending", "head", "echo", "recent", "drift", "ino"})
+
+
 def public_marker(marker: Marker) -> Marker:
     """The marker as shown to people: bookkeeping hashes are left out."""
-    return {k: v for k, v in marker.items() if k not in {"pending", "head"}}
+    return {k: v for k, v in marker.items() if k not in _PRIVATE_MARKER_FIELDS}
 
 
 def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tuple[Marker, str]:
@@ -219,36 +222,57 @@ _SOURCE_CHANGED = (
 )
 
 
-def link_state(conn: sqlite3.Connection, link: UpstreamLink) -> tuple[int, int | None]:
-    """The durable missing streak and blocked offset; both reset when the link changed."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LinkState:
+    """What the monitor keeps of a link between ticks. It starts afresh when the link, or
+    the gateway session's id, changed."""
+
+    streak: int = 0
+    blocked_offset: int | None = None
+    outcome: str | None = None  # the last outcome that was not a plain quiet check
+    reason: str | None = None
+
+
+def link_state(conn: sqlite3.Connection, link: UpstreamLink, session_id: str | None) -> LinkState:
     row = conn.execute(
-        "SELECT source_key, link_updated_at, missing_streak, blocked_offset"
-        " FROM sessionwatch_link_state WHERE session_key = ? AND agent_id = ?",
+        "SELECT source_key, link_updated_at, session_id, missing_streak, blocked_offset,"
+        " last_outcome, last_reason FROM sessionwatch_link_state"
+        " WHERE session_key = ? AND agent_id = ?",
         (link.session_key, link.agent_id),
     ).fetchone()
     if row is None or row[0] != link.source_key or row[1] != link.updated_at:
-        return 0, None
-    return int(row[2]), row[3]
+        return LinkState()
+    streak = int(row[3]) if row[2] == session_id else 0
+    return LinkState(streak=streak, blocked_offset=row[4], outcome=row[5], reason=row[6])
 
 
 def write_link_state(
-    conn: sqlite3.Connection, link: UpstreamLink, streak: int, blocked: tuple[int, str] | None
+    conn: sqlite3.Connection,
+    link: UpstreamLink,
+    session_id: str | None,
+    state: LinkState,
+    blocked_reason: str | None = None,
 ) -> None:
     conn.execute(
         "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
-        " link_updated_at, missing_streak, blocked_offset, blocked_reason)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+        " link_updated_at, session_id, missing_streak, blocked_offset, blocked_reason,"
+        " last_outcome, last_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
         " source_key = excluded.source_key, link_updated_at = excluded.link_updated_at,"
-        " missing_streak = excluded.missing_streak, blocked_offset = excluded.blocked_offset,"
-        " blocked_reason = excluded.blocked_reason",
+        " session_id = excluded.session_id, missing_streak = excluded.missing_streak,"
+        " blocked_offset = excluded.blocked_offset, blocked_reason = excluded.blocked_reason,"
+        " last_outcome = excluded.last_outcome, last_reason = excluded.last_reason",
         (
             link.session_key,
             link.agent_id,
             link.source_key,
             link.updated_at,
-            streak,
-            blocked[0] if blocked else None,
-            blocked[1] if blocked else None,
+            session_id,
+            state.streak,
+            state.blocked_offset,
+            blocked_reason,
+            state.outcome,
+            state.reason,
         ),
     )
 
@@ -258,35 +282,45 @@ def list_links(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = conn.execute(
         f"SELECT {', '.join('l.' + c.strip() for c in _LINK_COLUMNS.split(','))},"
         " s.source_key, s.link_updated_at, s.missing_streak, s.blocked_offset,"
-        " s.blocked_reason, EXISTS (SELECT 1 FROM session_watch_cursors c"
+        " s.blocked_reason, s.last_outcome, s.last_reason,"
+        " EXISTS (SELECT 1 FROM session_watch_cursors c"
         " WHERE c.target_session_key = l.session_key)"
         " FROM session_upstream_links l LEFT JOIN sessionwatch_link_state s"
         " ON s.session_key = l.session_key AND s.agent_id = l.agent_id"
         " ORDER BY l.session_key, l.agent_id"
     ).fetchall()
-    out = []
-    for row in rows:
-        link = UpstreamLink.from_row(row[:11])
-        source, updated, streak, blocked_at, reason, watched = row[11:]
-        current = source == link.source_key and updated == link.updated_at
-        out.append(
-            {
-                "sessionKey": link.session_key,
-                "agentId": link.agent_id,
-                "kind": link.kind,
-                "upstreamKind": link.upstream_kind,
-                "catalogId": link.catalog_id,
-                "hostId": link.host_id,
-                "threadId": link.thread_id,
-                "foreign": link.foreign,
-                "ref": link.ref,
-                "marker": public_marker(link.marker),
-                "watched": bool(watched),
-                "blocked": {"offset": blocked_at, "reason": reason}
-                if current and blocked_at is not None
-                else None,
-                "missingStreak": int(streak) if current and streak else 0,
-                "lastScannedAt": link.last_scanned_at,
-            }
-        )
-    return out
+    return [_listed(UpstreamLink.from_row(row[:11]), *row[11:]) for row in rows]
+
+
+def _listed(
+    link: UpstreamLink,
+    source: str | None,
+    updated: int | None,
+    streak: int | None,
+    blocked_at: int | None,
+    blocked_reason: str | None,
+    outcome: str | None,
+    reason: str | None,
+    watched: int,
+) -> dict[str, Any]:
+    current = source == link.source_key and updated == link.updated_at
+    return {
+        "sessionKey": link.session_key,
+        "agentId": link.agent_id,
+        "kind": link.kind,
+        "upstreamKind": link.upstream_kind,
+        "catalogId": link.catalog_id,
+        "hostId": link.host_id,
+        "threadId": link.thread_id,
+        "foreign": link.foreign,
+        "ref": link.ref,
+        "marker": public_marker(link.marker),
+        "watched": bool(watched),
+        "blocked": {"offset": blocked_at, "reason": blocked_reason}
+        if current and blocked_at is not None
+        else None,
+        "missingStreak": int(streak) if current and streak else 0,
+        "status": {"outcome": outcome, "reason": reason} if current and outcome else None,
+        "drift": link.marker.get("drift"),
+        "lastScannedAt": link.last_scanned_at,
+    }

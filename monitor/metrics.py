@@ -54,5 +54,30 @@ class Metrics:
             registry=r,
         )
 
+        self.drift_unknown = Counter(
+            "sessionwatch_drift_unknown_records_total",
+            "Records of a type the adapter never saw, by adapter and type",
+            ["adapter", "type"],
+            registry=r,
+        )
+        self.drift_unclassified = Counter(
+            "sessionwatch_drift_unclassified_user_records_total",
+            "Records that look like a user's but that no rule classifies, by adapter",
+            ["adapter"],
+            registry=r,
+        )
+        self.drift_newer_version = Gauge(
+            "sessionwatch_drift_newer_version",
+            "1 for a format version newer than the adapter was tested on",
+            ["adapter", "version"],
+            registry=r,
+        )
+        self.invalid_lines = Counter(
+            "sessionwatch_invalid_lines_total",
+            "Complete transcript lines that are not JSON at all, by adapter",
+            ["adapter"],
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,8 +1,14 @@
 """``sessionwatch node``: this machine's Claude transcripts, read-only, for a paired sidecar.
 
 ``GET /v1/threads/{threadId}/items?before=UUID&limit=N`` answers the thread's items newest
-first, at most 50 a page, with ``before`` naming the cursor of the next (older) page. Every
-request needs the bearer token; only threads under the configured Claude root are served.
+first, at most 50 a page, with ``before`` naming the cursor of the next (older) page.
+``GET /v1/threads/{threadId}/items?after=UUID&skip=K&limit=N`` answers, oldest first, the
+items that follow the item ``UUID`` (from the start without ``after``), leaving out the first
+``K`` of them, with ``more`` saying whether more follow: a paired sidecar reads forward from
+its marker, page by page, and never skips an item. A thread that is not there answers 404
+``no_such_thread``; an ``after`` item the thread no longer has (it was rewritten) answers 404
+``no_such_item``. Every request needs the bearer token; only threads under the configured
+Claude root are served.
 Records that cannot be a human turn (the byte pre-filter says so exactly) are sent as
 ``{"uuid", "type"}`` only, so tool output never crosses the wire.
 """
@@ -81,6 +87,55 @@ def project(line: bytes) -> dict[str, Any]:
     return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}
 
 
+class ItemGone(NotFound):
+    """The ``after`` item is no longer in the thread."""
+
+
+def _line_after(data: bytes, uuid: str) -> int | None:
+    """The offset just past the line of the record whose uuid is ``uuid``."""
+    needle = b'"uuid":"' + uuid.encode() + b'"'
+    pos = data.find(needle)
+    while pos >= 0:
+        start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos)
+        if end < 0:
+            return None  # only a partial last line holds it
+        if project(data[start:end].lstrip(b"\x00").strip()).get("uuid") == uuid:
+            return end + 1
+        pos = data.find(needle, pos + 1)
+    return None
+
+
+def read_forward(path: Path, after: str | None, skip: int, limit: int) -> dict[str, Any]:
+    """Items after ``after``, oldest first, past the first ``skip``; at most ``limit``."""
+    data = path.read_bytes()
+    start = 0
+    if after is not None:
+        found = _line_after(data, after)
+        if found is None:
+            raise ItemGone(f"no item {after!r} in this thread")
+        start = found
+    end = data.rfind(b"\n") + 1  # a partial last line is not an item yet
+    items: list[dict[str, Any]] = []
+    seen = 0
+    more = False
+    pos = start
+    while pos < end:
+        nl = data.index(b"\n", pos)
+        line = data[pos:nl].lstrip(b"\x00").strip()
+        pos = nl + 1
+        if not line:
+            continue
+        seen += 1
+        if seen <= skip:
+            continue
+        if len(items) == limit:
+            more = True
+            break
+        items.append(project(line))
+    return {"items": items, "more": more}
+
+
 def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     needle = b'"' + before.encode() + b'"' if before is not None else None
@@ -113,12 +168,28 @@ async def node_auth(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 async def thread_items(request: web.Request) -> web.Response:
-    raw_limit = request.query.get("limit", str(PAGE_LIMIT))
+    query = request.query
+    raw_limit = query.get("limit", str(PAGE_LIMIT))
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= PAGE_LIMIT:
         raise BadInput(f"limit must be an integer from 1 to {PAGE_LIMIT}")
-    path = find_thread(request.app[ROOT], request.match_info["thread"])
-    page = read_page(path, request.query.get("before"), int(raw_limit))
-    return json_response({"threadId": request.match_info["thread"], **page})
+    raw_skip = query.get("skip", "0")
+    if not raw_skip.isdigit() or len(raw_skip) > 9:
+        raise BadInput("skip must be a non-negative integer")
+    if "before" in query and ("after" in query or "skip" in query):
+        raise BadInput("before pages backwards; after and skip page forwards: not both")
+    thread = request.match_info["thread"]
+    try:
+        path = find_thread(request.app[ROOT], thread)
+    except NotFound as exc:
+        return error(404, "no_such_thread", str(exc))
+    try:
+        if "after" in query or "skip" in query:
+            page = read_forward(path, query.get("after"), int(raw_skip), int(raw_limit))
+        else:
+            page = read_page(path, query.get("before"), int(raw_limit))
+    except ItemGone as exc:
+        return error(404, "no_such_item", str(exc))
+    return json_response({"threadId": thread, **page})
 
 
 def build_node_app(root: Path, token: str) -> web.Application:

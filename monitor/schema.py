@@ -156,9 +156,20 @@ _OWN_TABLES = (
         missing_streak INTEGER NOT NULL DEFAULT 0,
         blocked_offset INTEGER,
         blocked_reason TEXT,
+        session_id TEXT,
+        last_outcome TEXT,
+        last_reason TEXT,
         PRIMARY KEY (session_key, agent_id)
     ) STRICT""",
 )
+# Columns of our own tables added after they were first created.
+_OWN_ADDABLE = {
+    "sessionwatch_link_state": {
+        "session_id": "TEXT",
+        "last_outcome": "TEXT",
+        "last_reason": "TEXT",
+    },
+}
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -261,6 +272,11 @@ def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
     _ensure_unique_dedupe_key(conn)
     for statement in (*_INDEXES, *_OWN_TABLES):
         conn.execute(statement)
+    for table, columns in _OWN_ADDABLE.items():
+        present = _columns(conn, table)
+        for column, clause in columns.items():
+            if column not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {clause}")
     if found < SCHEMA_VERSION:
         conn.execute(
             "INSERT INTO sessionwatch_meta (key, value) VALUES ('schema_version', ?)"

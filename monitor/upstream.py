@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from adapters.base import Adapter, Declined, Outcome, Probe
 from adapters.claude_node import Node
 from adapters.registry import VOCABULARY, build_adapters, host_id_for
@@ -30,33 +28,14 @@ from monitor.keys import normalize_key, resolve_agent, session_scope
 from monitor.links import (
     UPSTREAM_KINDS,
     UpstreamLink,
-    link_state,
     list_links,
-    read_link,
     resolve_ref,
     upsert_link,
-    write_link_state,
 )
+from monitor.settle import LinkResult, settle
 from monitor.signal_log import Recorded, make_draft, record_event
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LinkResult:
-    session_key: str
-    outcome: str
-    turns: int = 0
-    reason: str | None = None
-    adapter: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "sessionKey": self.session_key,
-            "outcome": self.outcome,
-            "turns": self.turns,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,19 +58,19 @@ def _load(conn: sqlite3.Connection, own_limit: int) -> tuple[list[UpstreamLink],
             "SELECT session_key, agent_id, session_id, run_active FROM sessionwatch_sessions"
         )
     }
-    own: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for key, agent, digest in conn.execute(
-        "SELECT session_key, agent_id, text_hash FROM (SELECT session_key, agent_id, text_hash,"
-        " row_number() OVER (PARTITION BY session_key, agent_id ORDER BY id DESC) AS n"
-        " FROM sessionwatch_own_messages) WHERE n <= ?",
+    own: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    for row_id, key, agent, digest in conn.execute(
+        "SELECT id, session_key, agent_id, text_hash FROM (SELECT id, session_key, agent_id,"
+        " text_hash, row_number() OVER (PARTITION BY session_key, agent_id ORDER BY id DESC)"
+        " AS n FROM sessionwatch_own_messages) WHERE n <= ? ORDER BY id",
         (own_limit,),
     ):
-        own[(key, agent)].add(digest)
+        own[(key, agent)].append((row_id, digest))
     stateful = {
         (r[0], r[1])
         for r in conn.execute(
             "SELECT session_key, agent_id FROM sessionwatch_link_state"
-            " WHERE missing_streak > 0 OR blocked_offset IS NOT NULL"
+            " WHERE missing_streak > 0 OR blocked_offset IS NOT NULL OR last_outcome IS NOT NULL"
         )
     }
     return links, {"sessions": sessions, "own": own, "stateful": stateful}
@@ -122,6 +101,8 @@ class UpstreamMonitor:
             nodes={n: Node(url=c.url, token_file=c.token_file) for n, c in config.nodes.items()},
             node_pages=m.node_pages,
             opencode_db=str(config.roots.path_of("opencode")),
+            roots={k: str(config.roots.path_of(k)) for k in ("claude", "codex", "pi")},
+            max_line=m.max_line_bytes,
         )
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
@@ -227,7 +208,8 @@ class UpstreamMonitor:
                 session_key=link.session_key,
                 ref=link.ref,
                 marker=link.marker,
-                own_hashes=frozenset(extra["own"].get((link.session_key, link.agent_id), ())),
+                own=tuple(extra["own"].get((link.session_key, link.agent_id), ())),
+                last_scanned_at=link.last_scanned_at,
             )
             assert link.kind is not None  # foreign links were skipped
             batches[link.kind].append(_Work(link=link, probe=probe))
@@ -236,6 +218,7 @@ class UpstreamMonitor:
         for works, outcomes in checked:
             for work, outcome in zip(works, outcomes, strict=True):
                 link = work.link
+                self._count_drift(link.kind, outcome)
                 if _unchanged(link, outcome, extra["stateful"]):
                     idle.append(link)
                     result = LinkResult(session_key=link.session_key, outcome="quiet")
@@ -306,9 +289,10 @@ class UpstreamMonitor:
 
     async def _settle(self, link: UpstreamLink, outcome: Outcome) -> LinkResult:
         now = self.kernel.clock()
+        threshold = self.config.monitor.missing_threshold
         try:
             result, recorded = await self.kernel.store.write(
-                lambda c: self._settle_in(c, link, outcome, now)
+                lambda c: settle(c, link, outcome, now, threshold)
             )
         except SessionwatchError as exc:
             log.warning("%s: could not settle the tick: %s", link.session_key, exc)
@@ -316,96 +300,18 @@ class UpstreamMonitor:
         self.kernel.observe(recorded)
         return result
 
-    def _settle_in(
-        self, conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
-    ) -> tuple[LinkResult, list[Recorded]]:
-        key = link.session_key
-        current = read_link(conn, key, link.agent_id)
-        if current is None or current.updated_at != link.updated_at or current.ref != link.ref:
-            return LinkResult(
-                session_key=key, outcome="skipped", reason="link changed during the scan"
-            ), []
-        active = conn.execute(
-            "SELECT run_active FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
-            (key, link.agent_id),
-        ).fetchone()
-        if active and active[0]:
-            return LinkResult(session_key=key, outcome="skipped", reason="run active"), []
-        streak, blocked_at = link_state(conn, link)
-        if outcome.status == "missing":
-            return self._missing(conn, link, streak + 1, now, outcome.reason)
-        if outcome.status == "blocked":
-            assert outcome.blocked_offset is not None
-            if blocked_at != outcome.blocked_offset:
-                log.warning("%s: blocked: %s", key, outcome.reason)
-            write_link_state(conn, link, 0, (outcome.blocked_offset, outcome.reason or "blocked"))
-            return LinkResult(session_key=key, outcome="blocked", reason=outcome.reason), []
-        write_link_state(conn, link, 0, None)
-        if outcome.status == "inconclusive" or outcome.marker is None:
-            return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason), []
-        recorded: list[Recorded] = []
-        turns = len(outcome.turns)
-        if turns:
-            recorded.append(self._record_turns(conn, link, outcome, now))
-        conn.execute(
-            "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?"
-            " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
-            (orjson.dumps(outcome.marker).decode(), now, key, link.agent_id, link.updated_at),
-        )
-        status = "activity" if turns else "quiet"
-        return LinkResult(
-            session_key=key, outcome=status, turns=turns, reason=outcome.reason
-        ), recorded
-
-    def _record_turns(
-        self, conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
-    ) -> Recorded:
-        turns = len(outcome.turns)
-        payload: dict[str, Any] = {"channel": link.catalog_id or link.kind}
-        if turns > 1:
-            payload["turns"] = turns
-        draft = make_draft(
-            session_key=link.session_key,
-            agent_id=link.agent_id,
-            kind=EventKind.HUMAN_DIRECT_MESSAGE,
-            actor_type=ActorType.HUMAN,
-            now=now,
-            payload=payload,
-            occurred_at=outcome.latest_at,
-            dedupe_key=f"upstream:{link.session_key}:{link.source_key}:{outcome.dedupe_id}",
-        )
-        return record_event(conn, draft, now)
-
-    def _missing(
-        self,
-        conn: sqlite3.Connection,
-        link: UpstreamLink,
-        streak: int,
-        now: int,
-        reason: str | None,
-    ) -> tuple[LinkResult, list[Recorded]]:
-        key = link.session_key
-        if streak < self.config.monitor.missing_threshold:
-            write_link_state(conn, link, streak, None)
-            return LinkResult(session_key=key, outcome="missing", reason=reason), []
-        draft = make_draft(
-            session_key=key,
-            agent_id=link.agent_id,
-            kind=EventKind.UPSTREAM_MISSING,
-            actor_type=ActorType.SYSTEM,
-            now=now,
-            payload={"channel": link.catalog_id or link.kind},
-            dedupe_key=f"upstream-missing:{key}:{link.source_key}:{link.updated_at}",
-        )
-        recorded = record_event(conn, draft, now)
-        for table in ("session_upstream_links", "sessionwatch_link_state"):
-            conn.execute(
-                f"DELETE FROM {table} WHERE session_key = ? AND agent_id = ?", (key, link.agent_id)
-            )
-        log.warning("%s: upstream missing %d times; link removed", key, streak)
-        return LinkResult(session_key=key, outcome="missing", reason="upstream_missing recorded"), [
-            recorded
-        ]
+    def _count_drift(self, kind: str | None, outcome: Outcome) -> None:
+        metrics, drift = self.kernel.metrics, outcome.drift
+        if metrics is None or drift is None or kind is None:
+            return
+        for record_type, n in drift.unknown_types.items():
+            metrics.drift_unknown.labels(kind, record_type).inc(n)
+        if drift.unclassified:
+            metrics.drift_unclassified.labels(kind).inc(drift.unclassified)
+        if drift.invalid:
+            metrics.invalid_lines.labels(kind).inc(drift.invalid)
+        if drift.newer and drift.version:
+            metrics.drift_newer_version.labels(kind, drift.version).set(1)
 
     async def catalog(self, kind: str | None = None) -> dict[str, Any]:
         """The native sessions under the configured roots (see :mod:`monitor.catalog`)."""

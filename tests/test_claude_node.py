@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import subprocess
 import sys
@@ -147,16 +146,55 @@ async def test_a_burst_larger_than_a_page_pages_back(
     assert [f"b{i}" for i in range(0, 130, 10)] == [t.native_id for t in out.turns]
 
 
-async def test_a_burst_beyond_the_pages_records_what_it_saw(
-    node: str, transcript: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_a_burst_of_any_size_is_read_whole_over_several_ticks(
+    node: str, transcript: Path, tmp_path: Path
 ) -> None:
+    """120 prompts and 120 replies, one page per tick: every prompt once, in order."""
     a = adapter(tmp_path, node, pages=1)
     marker = await a.baseline(REF)
-    append(transcript, b"".join(user(f"p{i}", f"b{i}") for i in range(80)))
-    with caplog.at_level(logging.WARNING):
+    burst = b"".join(user(f"p{i}", f"b{i}") + tool_result(f"r{i}") for i in range(120))
+    append(transcript, burst)
+    seen: list[str | None] = []
+    for _ in range(6):
         [out] = await a.check([Probe(session_key="k", ref=REF, marker=marker)])
-    assert 50 == len(out.turns)
-    assert "more than 1 pages back" in caplog.text
+        assert out.marker is not None
+        seen += [t.native_id for t in out.turns]
+        marker = out.marker
+    assert [f"b{i}" for i in range(120)] == seen
+
+
+async def test_a_thread_deleted_on_the_node_is_missing(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    a = adapter(tmp_path, node)
+    marker = await a.baseline(REF)
+    transcript.unlink()
+    [out] = await a.check([Probe(session_key="k", ref=REF, marker=marker)])
+    assert ("missing", "the node has no such thread") == (out.status, out.reason)
+
+
+async def test_a_rewritten_thread_is_reread_for_what_is_new(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    """The marker item is gone (the transcript was rewritten): only newer records count."""
+    a = adapter(tmp_path, node)
+    marker = await a.baseline(REF)
+    stamped = {
+        "type": "user",
+        "uuid": "n1",
+        "timestamp": "2999-01-01T00:00:00Z",
+        "message": {"role": "user", "content": "after the rewrite"},
+    }
+    old = {
+        "type": "user",
+        "uuid": "o1",
+        "timestamp": "2000-01-01T00:00:00Z",
+        "message": {"role": "user", "content": "history"},
+    }
+    transcript.write_bytes(orjson.dumps(old) + b"\n" + orjson.dumps(stamped) + b"\n")
+    probe = Probe(session_key="k", ref=REF, marker=marker, last_scanned_at=1_700_000_000_000)
+    [out] = await a.check([probe])
+    assert ["n1"] == [t.native_id for t in out.turns]
 
 
 async def test_a_node_that_is_down_is_inconclusive_never_missing(tmp_path: Path) -> None:

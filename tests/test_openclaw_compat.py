@@ -369,7 +369,7 @@ async def test_links_openclaw_wrote_continue_and_foreign_ones_are_left_alone(
         listed = {x["sessionKey"]: x for x in await monitor.links()}
         assert listed["agent:main:adopted:codex"]["foreign"] is True
         assert listed[KEY]["foreign"] is False
-        assert {"offset": path.stat().st_size} == listed[KEY]["marker"]
+        assert path.stat().st_size == listed[KEY]["marker"]["offset"]
     finally:
         await monitor.kernel.close()
     rows = {r[0]: r for r in link_rows(db_path)}

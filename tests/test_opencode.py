@@ -235,9 +235,7 @@ async def test_self_echo_and_real_text_mixed_with_ignored(oc: OpenCodeDB) -> Non
     mid = oc.message(SID)
     oc.part(SID, mid, type="text", text="hidden", ignored=True)
     oc.part(SID, mid, type="text", text="typed by a person")
-    [out] = await adapter.check(
-        [probe(oc, marker, own_hashes=frozenset({text_hash("sent  by the gateway")}))]
-    )
+    [out] = await adapter.check([probe(oc, marker, own=((1, text_hash("sent  by the gateway")),))])
     assert [mid] == [t.native_id for t in out.turns]
 
 

@@ -9,6 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapters.base import OwnPool
 from adapters.jsonl import FORMATS, JsonlFormat, scan
 from adapters.tailer import split_lines
 
@@ -75,8 +76,8 @@ RECORD = st.one_of(
 
 def both_ways(fmt: JsonlFormat, data: bytes) -> tuple[list[int], list[int]]:
     lines = split_lines(data if data.endswith(b"\n") else data + b"\n", 0)
-    fast = scan(fmt, lines, fmt.state_from_marker({}), frozenset())
-    slow = scan(replace(fmt, prefilter=None), lines, fmt.state_from_marker({}), frozenset())
+    fast = scan(fmt, lines, fmt.state_from_marker({}), OwnPool())
+    slow = scan(replace(fmt, prefilter=None), lines, fmt.state_from_marker({}), OwnPool())
     return [t.offset or 0 for t in fast.turns], [t.offset or 0 for t in slow.turns]
 
 

@@ -52,9 +52,15 @@ def test_own_text_filters_a_self_echo() -> None:
     assert lines[-1]["humanTurns"] == 8
 
 
-def test_a_small_scan_cap_blocks_at_the_first_long_line() -> None:
-    proc = replay("--adapter", "claude", str(SAMPLES / "claude_session.jsonl"), "--scan-cap", "200")
-    summary = json.loads(proc.stdout.splitlines()[-1])
+def test_a_small_scan_cap_reads_long_lines_across_ticks() -> None:
+    """The cap is a per-tick budget: any cap finds the same turns; only max_line blocks."""
+    sample = str(SAMPLES / "claude_session.jsonl")
+    whole = replay("--adapter", "claude", sample).stdout.splitlines()
+    small = replay("--adapter", "claude", sample, "--scan-cap", "200").stdout.splitlines()
+    assert whole[:-1] == small[:-1]
+    assert json.loads(small[-1])["ticks"] > json.loads(whole[-1])["ticks"]
+    capped = replay("--adapter", "claude", sample, "--scan-cap", "64", "--max-line-bytes", "200")
+    summary = json.loads(capped.stdout.splitlines()[-1])
     assert summary["blocked"]["offset"] == 168  # the first line over 200 bytes
     assert summary["marker"]["offset"] == 168
 

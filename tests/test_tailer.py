@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.claude import ClaudeState
-from adapters.jsonl import FORMATS, scan
+from adapters.base import Probe
+from adapters.jsonl import FORMATS
+from adapters.jsonl_check import TailSettings, check_file
 from adapters.tailer import read_tail
 
 FMT = FORMATS["claude"]
@@ -38,18 +40,21 @@ LINES = st.lists(
 
 
 def tail_all(
-    path: Path, offset: int, cap: int, state: ClaudeState
-) -> tuple[list[int], int, int | None]:
-    """Tick until nothing more is readable: (turn offsets, final offset, blocked offset)."""
+    path: Path, marker: dict[str, Any], cap: int, held: dict[Any, bytearray]
+) -> tuple[list[int], dict[str, Any], int | None]:
+    """Tick until nothing more is readable: (turn offsets, final marker, blocked offset)."""
     found: list[int] = []
+    settings = TailSettings(cap=cap, max_line=10**9)
     while True:
-        read = read_tail(str(path), offset, cap, None)
-        if read.status == "blocked":
-            return found, offset, offset
-        if read.status != "lines":
-            return found, offset, None
-        found += [t.offset or 0 for t in scan(FMT, read.lines, state, frozenset()).turns]
-        offset = read.end
+        probe = Probe(session_key="k", ref={"filePath": str(path)}, marker=marker)
+        out = check_file(FMT, probe, settings, held)
+        if out.status == "blocked":
+            return found, marker, out.blocked_offset
+        assert out.marker is not None, out.reason
+        found += [t.offset or 0 for t in out.turns]
+        if out.marker == marker:
+            return found, marker, None
+        marker = out.marker
 
 
 @settings(
@@ -61,46 +66,47 @@ def tail_all(
     extra=st.integers(0, 50),
     data=st.data(),
 )
-def test_any_split_of_appends_equals_one_pass(
+def test_any_split_of_appends_and_any_cap_equal_one_pass(
     tmp_path: Path, lines: list[bytes], cuts: list[int], extra: int, data: st.DataObject
 ) -> None:
+    """Lines longer than the cap are read across ticks: no cap loses or repeats a turn."""
     blob = b"".join(line + b"\n" for line in lines)
     longest = max((len(line) for line in lines), default=1)
     path = tmp_path / "t.jsonl"
     path.write_bytes(blob)
-    whole, end, blocked = tail_all(path, 0, 10**9, ClaudeState())
-    assert (len(blob), None) == (end, blocked)
+    whole, marker, blocked = tail_all(path, {"offset": 0}, 10**9, {})
+    assert (len(blob), None) == (marker["offset"], blocked)
 
     cap = data.draw(st.integers(1, longest + extra))
+    restart = data.draw(st.booleans())  # the held part of a long line is lost with a restart
     points = sorted({min(c, len(blob)) for c in cuts} | {len(blob)})
     path.write_bytes(b"")
-    offset, state, found, block = 0, ClaudeState(), [], None
-    prev = 0
+    marker, found, prev = {"offset": 0}, [], 0
+    held: dict[Any, bytearray] = {}
     for point in points:
         with path.open("ab") as f:
             f.write(blob[prev:point])
         prev = point
-        got, offset, block = tail_all(path, offset, cap, state)
+        got, marker, block = tail_all(path, marker, cap, {} if restart else held)
+        assert block is None
         found += got
-        if block is not None:
+    assert whole == found
+    assert len(blob) == marker["offset"]
+
+
+def test_a_line_longer_than_max_line_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"type":"user","pad":"' + b"x" * 300 + b'"}\n')
+    settings = TailSettings(cap=64, max_line=200)
+    marker: dict[str, Any] = {"offset": 0}
+    for _ in range(5):
+        probe = Probe(session_key="k", ref={"filePath": str(path)}, marker=marker)
+        out = check_file(FMT, probe, settings, {})
+        if out.status == "blocked":
             break
-    if cap >= longest:
-        assert whole == found
-        assert len(blob) == offset
-    else:
-        first_long = next(
-            o for o, line in _offsets(lines) if len(line.lstrip(b"\x00")) > cap or len(line) > cap
-        )
-        assert first_long == block
-        assert [o for o in whole if o < first_long] == found
-
-
-def _offsets(lines: list[bytes]) -> list[tuple[int, bytes]]:
-    out, pos = [], 0
-    for line in lines:
-        out.append((pos, line))
-        pos += len(line) + 1
-    return out
+        assert out.marker is not None
+        marker = out.marker
+    assert ("blocked", 0) == (out.status, out.blocked_offset)
 
 
 def test_a_partial_last_line_waits(tmp_path: Path) -> None:
@@ -112,4 +118,10 @@ def test_a_partial_last_line_waits(tmp_path: Path) -> None:
 def test_a_shrunk_or_replaced_file_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_bytes(b'{"a":1}\n{"b":2}\n')
-    assert read_tail(str(path), 100, 1024, None).status == "replaced"
+    assert read_tail(str(path), 100, 1024, None).status == "truncated"
+    assert read_tail(str(path), 3, 1024, None).status == "truncated"  # not at a line end
+    ino = path.stat().st_ino
+    other = tmp_path / "u.jsonl"
+    other.write_bytes(b'{"a":1}\n{"b":2}\n')
+    other.replace(path)
+    assert read_tail(str(path), 8, 1024, None, ino).status == "rotated"

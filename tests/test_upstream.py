@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from monitor.config import Config, RootsConfig
+from monitor.config import Config, MonitorConfig, RootsConfig
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
@@ -176,33 +176,78 @@ async def test_a_failing_insert_leaves_the_marker(
     assert await outcomes(monitor) == [("activity", 1)]
 
 
-async def test_a_long_line_blocks_visibly_and_logs_once(
-    monitor: UpstreamMonitor, roots: RootsConfig, caplog: pytest.LogCaptureFixture
+async def test_a_long_line_is_read_across_ticks_and_counts_once(
+    monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
+    """A prompt longer than the per-tick budget (a pasted screenshot) is one turn."""
     path = Path(roots.claude) / "s.jsonl"
     path.write_bytes(b"")
     await adopt_watched(monitor, path)
     monitor.adapters["claude"].scan_cap = 64  # type: ignore[attr-defined]
+    append(path, user_line("x" * 200) + user_line("after"))
+    ticks = [(await outcomes(monitor))[0] for _ in range(8)]
+    assert [("quiet", 0)] * 3 == ticks[:3]  # the first 192 bytes, held aside
+    assert 2 == sum(turns for _, turns in ticks)
+    assert ("quiet", 0) == ticks[-1]
+    assert (await monitor.kernel.status(KEY))["stateVersion"] == 3
+
+
+async def test_a_line_over_max_line_bytes_blocks_visibly_and_logs_once(
+    kernel: Kernel, roots: RootsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = Config(roots=roots, monitor=MonitorConfig(scan_cap_bytes=64, max_line_bytes=128))
+    monitor = UpstreamMonitor(kernel, config)
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
     append(path, user_line("x" * 200))
     with caplog.at_level(logging.WARNING):
-        assert await outcomes(monitor) == [("blocked", 0)]
-        assert await outcomes(monitor) == [("blocked", 0)]
+        results = [(await outcomes(monitor))[0] for _ in range(4)]
+    assert [("quiet", 0), ("quiet", 0), ("blocked", 0), ("blocked", 0)] == results
     assert caplog.text.count("blocked:") == 1
     link = (await monitor.links())[0]
     assert link["blocked"]["offset"] == 0
-    assert "longer than the scan cap" in link["blocked"]["reason"]
+    assert "longer than max_line_bytes (128)" in link["blocked"]["reason"]
 
 
-async def test_a_replaced_file_rebaselines_and_records_nothing(
-    monitor: UpstreamMonitor, roots: RootsConfig
+def stamped_line(text: str, uuid: str, at: str) -> bytes:
+    record = {
+        "type": "user",
+        "uuid": uuid,
+        "timestamp": at,
+        "message": {"role": "user", "content": text},
+    }
+    return orjson.dumps(record) + b"\n"
+
+
+@pytest.mark.parametrize("how", ["rotated", "truncated"])
+async def test_a_rotated_or_truncated_file_loses_nothing_and_repeats_nothing(
+    monitor: UpstreamMonitor, roots: RootsConfig, how: str
 ) -> None:
+    """The new content is read from its start; only what was written since counts."""
     path = Path(roots.claude) / "s.jsonl"
-    path.write_bytes(user_line("a" * 50))
+    old = stamped_line("one", "u1", "2026-01-01T00:00:01Z") + stamped_line(
+        "two", "u2", "2026-01-01T00:00:02Z"
+    )
+    path.write_bytes(old)
     await adopt_watched(monitor, path)
-    path.write_bytes(user_line("new file"))  # shorter than the marker
+    append(path, stamped_line("three", "u3", "2026-01-01T00:00:03Z"))
+    assert await outcomes(monitor) == [("activity", 1)]
+    new = stamped_line("four", "u4", "2026-01-01T00:00:04Z") + stamped_line(
+        "five", "u5", "2026-01-01T00:00:05Z"
+    )
+    if how == "rotated":  # the history copied over, then two new prompts, in a new file
+        fresh = path.with_suffix(".new")
+        fresh.write_bytes(old + stamped_line("three", "u3", "2026-01-01T00:00:03Z") + new)
+        fresh.replace(path)
+    else:  # cut back to nothing, then written again
+        path.write_bytes(b"")
+        path.write_bytes(new)
+    assert await outcomes(monitor) == [("activity", 2)]
     assert await outcomes(monitor) == [("quiet", 0)]
-    assert {"offset": path.stat().st_size} == (await monitor.links())[0]["marker"]
-    assert (await monitor.kernel.status(KEY))["stateVersion"] == 1
+    link = (await monitor.links())[0]
+    assert {how: 1} == link["marker"]["changes"]
+    assert (await monitor.kernel.status(KEY))["stateVersion"] == 3
 
 
 async def test_readopting_keeps_the_marker_and_a_new_source_rebases(

@@ -1,0 +1,332 @@
+"""Tailing linked JSONL files (Claude, Codex, Pi): one check per link and tick.
+
+The marker of a JSONL link: ``offset`` (after the last complete line read), ``head`` and
+``ino`` (the file's identity), ``seenAt`` (the newest record time read), ``recent`` (native
+ids of the last turns reported), ``drift`` (see :class:`adapters.base.Drift`), ``changes``
+(how often the file was rotated or truncated), the format's own state, and while they last:
+
+- ``long``: bytes of a line longer than the scan cap read so far. Such a line (a prompt with
+  a pasted screenshot) is read a cap's worth per tick, held aside unparsed, and classified
+  once its newline arrives; only a line longer than ``max_line_bytes`` blocks the link.
+- ``reread``: a rotated or truncated file is read again from its start, and only records
+  newer than ``after`` (the newest record time read before) and not among ``recent`` count,
+  so nothing written since the last check is lost and nothing from before is repeated.
+
+The path is resolved at every read: one that now leads outside the configured root (a
+symlink swapped in, a moved directory) is not read. Only regular files are opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import time
+from typing import Any
+
+from adapters.base import Declined, Drift, Marker, Outcome, OwnPool, Probe
+from adapters.jsonl import Cutoff, JsonlFormat, ScanResult, parse_line, scan
+from adapters.tailer import (
+    NotRegularFile,
+    TailRead,
+    end_of_last_line,
+    read_at,
+    read_tail,
+    split_lines,
+)
+from adapters.threads import DaemonReads, SourceBusy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCAN_CAP = 1_048_576
+DEFAULT_MAX_LINE = 64 * 1_048_576
+READ_TIMEOUT_S = 10.0
+RECENT_IDS = 32
+OUTSIDE_ROOTS = "outside the configured roots"
+
+HeldLines = dict[tuple[str, int | None, int], bytearray]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TailSettings:
+    cap: int = DEFAULT_SCAN_CAP
+    max_line: int = DEFAULT_MAX_LINE
+    root: str = ""  # the configured root the file must resolve inside ("" checks nothing)
+
+
+def inside_root(path: str, root: str) -> str | None:
+    """The real path of ``path`` when it resolves inside ``root``, else None."""
+    real = os.path.realpath(os.path.expanduser(path))
+    if not root:
+        return real
+    base = os.path.realpath(os.path.expanduser(root))
+    return real if os.path.commonpath([base, real]) == base else None
+
+
+def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
+    """The file's first complete line, parsed; None when there is none or it is not JSON."""
+    read = read_tail(path, 0, cap, None)
+    if not read.lines:
+        return None
+    return parse_line(read.lines[0][1], recover=False)
+
+
+def baseline_file(fmt: JsonlFormat, path: str) -> Marker:
+    """The marker at the end of the file's last complete line. Raises Declined / OSError."""
+    try:
+        offset, head, ino = end_of_last_line(path)
+    except NotRegularFile as exc:
+        raise Declined(str(exc)) from None
+    state = fmt.state_from_first(first_record(path) if offset > 0 else None)
+    reason = fmt.declines(state)
+    if reason:
+        raise Declined(reason)
+    return {"offset": offset, "head": head, "ino": ino, **state.to_marker()}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def check_file(fmt: JsonlFormat, probe: Probe, settings: TailSettings, held: HeldLines) -> Outcome:
+    """One link, one tick. Only "no such file" is a miss; other failures are inconclusive."""
+    real = inside_root(str(probe.ref.get("filePath", "")), settings.root)
+    if real is None:
+        return Outcome(status="inconclusive", reason=OUTSIDE_ROOTS)
+    marker = probe.marker
+    offset = _int(marker.get("offset", marker.get("size", 0)))
+    resume = _int(marker.get("long"))
+    try:
+        read = read_tail(real, offset, settings.cap, marker.get("head"), marker.get("ino"), resume)
+        if read.status in ("rotated", "truncated"):
+            return _reread(fmt, probe, read, settings, held)
+        if read.status == "idle" or (read.status == "waiting" and not resume):
+            return _idle(marker, read)
+        if read.status in ("long", "waiting"):
+            return _hold(real, offset, resume, read, marker, settings, held)
+        lines = read.lines if not resume else _join(real, offset, resume, read, held)
+        state = fmt.state_from_marker(marker)
+        reread = marker.get("reread")
+        cutoff = _cutoff(reread, marker)
+        own = OwnPool(probe.own)
+        result = scan(fmt, lines, state, own, cutoff)
+    except FileNotFoundError:
+        return Outcome(status="missing", reason="no such file")
+    except (NotRegularFile, Declined) as exc:
+        return Outcome(status="inconclusive", reason=str(exc))
+    except OSError as exc:
+        return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
+    return _settled(fmt, probe, read, lines, result, state, own)
+
+
+def _cutoff(reread: Any, marker: Marker) -> Cutoff | None:
+    if not isinstance(reread, dict) or not isinstance(reread.get("after"), int):
+        return None
+    recent = marker.get("recent")
+    ids = frozenset(r for r in recent if isinstance(r, str)) if isinstance(recent, list) else None
+    return Cutoff(after=reread["after"], recent=ids or frozenset())
+
+
+def _idle(marker: Marker, read: TailRead) -> Outcome:
+    if "reread" in marker or (read.head and not marker.get("head")):
+        done = {k: v for k, v in marker.items() if k != "reread"}
+        return Outcome(status="quiet", marker={**done, "head": read.head, "ino": read.ino})
+    return Outcome(status="quiet", marker=marker)
+
+
+def _settled(
+    fmt: JsonlFormat,
+    probe: Probe,
+    read: TailRead,
+    lines: list[tuple[int, bytes]],
+    result: ScanResult,
+    state: Any,
+    own: OwnPool,
+) -> Outcome:
+    marker = probe.marker
+    first = lines[0][0] if lines else read.end
+    if result.stopped_at is not None and result.stopped_at == first:
+        reason = f"invalid row at offset {first}"
+        return Outcome(status="blocked", blocked_offset=first, reason=reason)
+    end = read.end if result.stopped_at is None else result.stopped_at
+    old = Drift.from_json(marker.get("drift"))
+    _log_drift(probe.session_key, fmt.kind, old, result)
+    recent = [r for r in marker.get("recent") or [] if isinstance(r, str)]
+    recent += [t.native_id for t in result.turns if t.native_id]
+    seen = max(_int(marker.get("seenAt")), result.seen_at or 0) or None
+    new_marker = {
+        **{k: v for k, v in marker.items() if k not in ("size", "long", "reread")},
+        "offset": end,
+        "head": read.head,
+        "ino": read.ino,
+        "seenAt": seen,
+        "recent": recent[-RECENT_IDS:],
+        "drift": old.merged(result.drift).to_json(),
+        **state.to_marker(),
+    }
+    if seen is None:
+        del new_marker["seenAt"]
+    if "reread" in marker and end < read.size:
+        new_marker["reread"] = marker["reread"]  # not caught up yet
+    return Outcome(
+        status="activity",
+        marker=new_marker,
+        turns=result.turns,
+        dedupe_id=str(end),
+        latest_at=result.latest_at,
+        invalid_lines=len(result.invalid),
+        compactions=result.compactions,
+        consumed_own=own.consumed,
+        drift=result.drift if result.drift else None,
+        reason=_reread_reason(marker),
+    )
+
+
+def _reread_reason(marker: Marker) -> str | None:
+    reread = marker.get("reread")
+    return f"re-reading a {reread.get('reason')} file" if isinstance(reread, dict) else None
+
+
+def _log_drift(key: str, kind: str, old: Drift, found: ScanResult) -> None:
+    """Once per link and kind of drift: a new record type, the first unclassified user
+    record, a newer declared version, and every invalid line (each is read once)."""
+    new = found.drift
+    for record_type in new.unknown_types:
+        if record_type not in old.unknown_types:
+            log.warning("%s: %s record of unknown type %r (format drift?)", key, kind, record_type)
+    if new.unclassified and not old.unclassified:
+        log.warning("%s: a %s record looks like a user's but no rule classifies it", key, kind)
+    if new.newer and new.version != old.version:
+        log.warning("%s: %s format version %s is newer than tested", key, kind, new.version)
+    for offset in found.invalid:
+        log.warning("%s: %s line at offset %d is not JSON; skipped", key, kind, offset)
+
+
+def _reread(
+    fmt: JsonlFormat, probe: Probe, read: TailRead, settings: TailSettings, held: HeldLines
+) -> Outcome:
+    marker = probe.marker
+    reason = read.status
+    after = _int(marker.get("seenAt")) or probe.last_scanned_at or int(time.time() * 1000)
+    changes = dict(marker.get("changes") or {})
+    changes[reason] = _int(changes.get(reason)) + 1
+    log.warning(
+        "%s: %s was %s; re-reading it for what was written after %d",
+        probe.session_key,
+        probe.ref.get("filePath"),
+        reason,
+        after,
+    )
+    fresh: Marker = {
+        "offset": 0,
+        "reread": {"reason": reason, "after": after},
+        "recent": marker.get("recent") or [],
+        "drift": marker.get("drift"),
+        "changes": changes,
+        "seenAt": marker.get("seenAt"),
+    }
+    return check_file(fmt, dataclasses.replace(probe, marker=fresh), settings, held)
+
+
+def _hold(
+    path: str,
+    offset: int,
+    resume: int,
+    read: TailRead,
+    marker: Marker,
+    settings: TailSettings,
+    held: HeldLines,
+) -> Outcome:
+    """A line longer than the cap: hold this tick's piece aside until its newline comes."""
+    key = (path, read.ino, offset)
+    buffer = held.get(key)
+    if buffer is None or len(buffer) != resume:
+        buffer = bytearray(read_at(path, offset, resume)) if resume else bytearray()
+    buffer += read.chunk
+    total = resume + len(read.chunk)
+    if total > settings.max_line:
+        held.pop(key, None)
+        reason = f"a line longer than max_line_bytes ({settings.max_line}) starts at {offset}"
+        return Outcome(status="blocked", blocked_offset=offset, reason=reason)
+    held[key] = buffer
+    return Outcome(
+        status="quiet",
+        marker={**marker, "long": total, "head": read.head, "ino": read.ino},
+        reason=f"reading a long line at offset {offset}: {total} bytes so far",
+    )
+
+
+def _join(
+    path: str, offset: int, resume: int, read: TailRead, held: HeldLines
+) -> list[tuple[int, bytes]]:
+    """The long line at ``offset`` completed by this read, then the lines after it."""
+    buffer = held.pop((path, read.ino, offset), None)
+    if buffer is None or len(buffer) != resume:
+        buffer = bytearray(read_at(path, offset, resume))  # after a restart: read it again
+    newline = read.chunk.find(b"\n")
+    line = (bytes(buffer) + read.chunk[:newline]).lstrip(b"\x00").strip()
+    rest = split_lines(read.chunk[newline + 1 :], offset + resume + newline + 1)
+    return ([(offset, line)] if line else []) + rest
+
+
+class JsonlAdapter:
+    """Tails linked JSONL files, each link's read in its own daemon thread."""
+
+    def __init__(
+        self,
+        fmt: JsonlFormat,
+        *,
+        scan_cap: int = DEFAULT_SCAN_CAP,
+        max_line: int = DEFAULT_MAX_LINE,
+        root: str = "",
+        read_timeout: float = READ_TIMEOUT_S,
+    ) -> None:
+        self.kind = fmt.kind
+        self.format = fmt
+        self.settings = TailSettings(cap=scan_cap, max_line=max_line, root=root)
+        self.read_timeout = read_timeout
+        self.reads = DaemonReads(fmt.kind)
+        self.held: HeldLines = {}
+
+    @property
+    def scan_cap(self) -> int:
+        return self.settings.cap
+
+    @scan_cap.setter
+    def scan_cap(self, cap: int) -> None:
+        self.settings = dataclasses.replace(self.settings, cap=cap)
+
+    async def baseline(self, ref: dict[str, Any]) -> Marker:
+        path = str(ref.get("filePath", ""))
+        try:
+            return await self.reads.run(
+                f"baseline:{path}", self.read_timeout, baseline_file, self.format, path
+            )
+        except (SourceBusy, TimeoutError):
+            raise Declined(f"cannot read {path}: the read did not return") from None
+        except OSError as exc:
+            raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
+
+    async def check(self, probes: list[Probe]) -> list[Outcome]:
+        return list(await asyncio.gather(*(self._check_one(p) for p in probes)))
+
+    async def _check_one(self, probe: Probe) -> Outcome:
+        try:
+            return await self.reads.run(
+                probe.session_key,
+                self.read_timeout,
+                check_file,
+                self.format,
+                probe,
+                self.settings,
+                self.held,
+            )
+        except SourceBusy:
+            reason = "the previous read of this source has not returned"
+        except TimeoutError:
+            reason = f"the read did not return within {self.read_timeout:g} s"
+        except Exception as exc:  # one link's failure is its own
+            log.exception("%s: check failed", probe.session_key)
+            reason = type(exc).__name__
+        return Outcome(status="inconclusive", reason=reason)
