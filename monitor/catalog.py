@@ -23,6 +23,7 @@ from rich.table import Table
 
 from adapters.codex import is_subagent_meta
 from adapters.opencode import open_readonly
+from adapters.tailer import open_regular
 from monitor.config import RootsConfig
 
 HEAD_BYTES = 16 * 1024
@@ -89,12 +90,15 @@ def _records(chunk: bytes, *, skip_first_partial: bool) -> list[dict[str, Any]]:
 
 
 def _head_and_tail(path: str, size: int) -> tuple[bytes, bytes]:
-    with open(path, "rb") as f:
-        head = f.read(HEAD_BYTES)
+    """Only a regular file is opened, never in a way that can block (a FIFO is refused)."""
+    fd, _ = open_regular(path)
+    try:
+        head = os.pread(fd, HEAD_BYTES, 0)
         if size <= HEAD_BYTES:
             return head, b""
-        f.seek(max(size - TAIL_BYTES, HEAD_BYTES))
-        return head, f.read(TAIL_BYTES)
+        return head, os.pread(fd, TAIL_BYTES, max(size - TAIL_BYTES, HEAD_BYTES))
+    finally:
+        os.close(fd)
 
 
 def _title(records: list[dict[str, Any]]) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import orjson
 
 from adapters.base import Declined, Marker
 from adapters.registry import ADAPTER_NAMES, VOCABULARY, adapter_for_link, host_id_for
+from adapters.tailer import describe
 from monitor.config import Config, RootsConfig
 from monitor.errors import BadInput
 
@@ -145,8 +147,14 @@ def resolve_file_ref(kind: str, path: str, roots: RootsConfig) -> str:
     real = os.path.realpath(Path(path).expanduser())
     if os.path.commonpath([root, real]) != root:
         raise BadInput(f"{path} is not inside the configured {kind} root {root}")
-    if not os.path.isfile(real):
-        raise Declined(f"cannot read {path}: no such file")
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        raise Declined(f"cannot read {path}: no such file") from None
+    except OSError as exc:
+        raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise Declined(f"cannot read {path}: not a regular file ({describe(mode)})")
     return real
 
 

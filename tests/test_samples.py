@@ -37,6 +37,9 @@ def test_sample_replays_to_its_expected_turns(case: str) -> None:
     summary = lines[-1]
     assert len(expected["turns"]) == summary["humanTurns"]
     assert expected.get("blocked") == summary["blocked"]
+    for field in ("compactions", "drift"):
+        if field in expected:
+            assert expected[field] == summary[field]
 
 
 def test_own_text_filters_a_self_echo() -> None:
