@@ -226,7 +226,7 @@ def scan_catalog(roots: RootsConfig, kinds: tuple[str, ...] = KINDS) -> Catalog:
             try:
                 entry = _entry(kind, path, os.stat(path))
             except (OSError, ValueError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+                reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
                 catalog.errors.append({"path": path, "reason": reason or "unreadable"})
                 continue
             if entry is None:
