@@ -138,6 +138,8 @@ class Drift:
             self.unknown_types[kind] = self.unknown_types.get(kind, 0) + 1
 
     def see_version(self, version: str, tested: str) -> None:
+        if version == self.version:
+            return
         if self.version is None or version_key(version) > version_key(self.version):
             self.version = version
             self.newer = version_key(version) > version_key(tested)

@@ -70,20 +70,30 @@ _EXCLUDING_FLAGS = (
 )
 
 
+# Record types that are most of a transcript's bytes and never a turn, a compaction or drift.
+_ASSISTANT = b'"type":"assistant"'
+_PROGRESS = b'"type":"progress"'
+_SNAPSHOT = b'"type":"file-history-snapshot"'
+
+
 def may_be_turn(line: bytes) -> bool:
     """Whether a raw line could matter; lines that cannot are never parsed.
 
     An unescaped quote cannot occur inside a JSON string, so a match of
-    ``"type":"assistant"``, ``"type":"tool_result"`` or ``"toolUseResult":`` is JSON
-    structure: an assistant record, or a tool result, never a human turn, a compaction or a
+    ``"type":"assistant"`` (or ``progress``, ``file-history-snapshot``) near the start,
+    ``"type":"tool_result"`` or ``"toolUseResult":`` is JSON structure: an assistant,
+    progress or snapshot record, or a tool result; never a human turn, a compaction or a
     record of an unknown type. Those records are most of a transcript's bytes, and their
-    tokens sit near the start of the line. Everything else is parsed.
+    type tokens sit near the start of the line. Everything else is parsed.
     """
-    if b'"type":"assistant"' in line[:1024]:
+    head = line[:1024]
+    if _ASSISTANT in head or _PROGRESS in head or _SNAPSHOT in head:
         return False
-    if b"queue" in line:  # a queued prompt, whatever else the record carries
+    if b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line:
         return True
-    return b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line
+    if b'"type":"user"' in head:
+        return False  # a user record carrying a tool result: never a turn
+    return b"queue" in line  # a queued prompt, whatever else the record carries
 
 
 @dataclass

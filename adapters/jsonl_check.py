@@ -18,10 +18,11 @@ symlink swapped in, a moved directory) is not read. Only regular files are opene
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import functools
 import logging
 import os
+import stat
 import time
 from typing import Any
 
@@ -55,13 +56,37 @@ class TailSettings:
     root: str = ""  # the configured root the file must resolve inside ("" checks nothing)
 
 
+class RootCheck:
+    """Where a linked path really leads, and whether that is inside the root.
+
+    Resolved at every read; directories are resolved once per batch (many links share a
+    project directory), the file itself with one ``lstat`` unless it is a symlink."""
+
+    def __init__(self, root: str) -> None:
+        self.base = os.path.realpath(os.path.expanduser(root)) if root else ""
+        self._dirs: dict[str, str] = {}
+
+    def resolve(self, path: str) -> str | None:
+        """The real path of ``path`` when it resolves inside the root, else None."""
+        path = os.path.expanduser(path)
+        folder, name = os.path.split(path)
+        real_dir = self._dirs.get(folder)
+        if real_dir is None:
+            real_dir = self._dirs[folder] = os.path.realpath(folder)
+        real = os.path.join(real_dir, name)
+        try:
+            if stat.S_ISLNK(os.lstat(real).st_mode):
+                real = os.path.realpath(real)
+        except OSError:
+            pass  # missing or unreadable: the read says which
+        if not self.base or real == self.base or real.startswith(self.base + os.sep):
+            return real
+        return None
+
+
 def inside_root(path: str, root: str) -> str | None:
     """The real path of ``path`` when it resolves inside ``root``, else None."""
-    real = os.path.realpath(os.path.expanduser(path))
-    if not root:
-        return real
-    base = os.path.realpath(os.path.expanduser(root))
-    return real if os.path.commonpath([base, real]) == base else None
+    return RootCheck(root).resolve(path)
 
 
 def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
@@ -89,9 +114,16 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def check_file(fmt: JsonlFormat, probe: Probe, settings: TailSettings, held: HeldLines) -> Outcome:
+def check_file(
+    fmt: JsonlFormat,
+    probe: Probe,
+    settings: TailSettings,
+    held: HeldLines,
+    roots: RootCheck | None = None,
+) -> Outcome:
     """One link, one tick. Only "no such file" is a miss; other failures are inconclusive."""
-    real = inside_root(str(probe.ref.get("filePath", "")), settings.root)
+    check = roots if roots is not None else RootCheck(settings.root)
+    real = check.resolve(str(probe.ref.get("filePath", "")))
     if real is None:
         return Outcome(status="inconclusive", reason=OUTSIDE_ROOTS)
     marker = probe.marker
@@ -226,7 +258,7 @@ def _reread(
         "changes": changes,
         "seenAt": marker.get("seenAt"),
     }
-    return check_file(fmt, dataclasses.replace(probe, marker=fresh), settings, held)
+    return check_file(fmt, dataclasses.replace(probe, marker=fresh), settings, held, None)
 
 
 def _hold(
@@ -266,7 +298,8 @@ def _join(
         buffer = bytearray(read_at(path, offset, resume))  # after a restart: read it again
     newline = read.chunk.find(b"\n")
     line = (bytes(buffer) + read.chunk[:newline]).lstrip(b"\x00").strip()
-    rest = split_lines(read.chunk[newline + 1 :], offset + resume + newline + 1)
+    complete = read.end - (offset + resume)  # the chunk's bytes up to its last newline
+    rest = split_lines(read.chunk[newline + 1 : complete], offset + resume + newline + 1)
     return ([(offset, line)] if line else []) + rest
 
 
@@ -285,8 +318,7 @@ class JsonlAdapter:
         self.kind = fmt.kind
         self.format = fmt
         self.settings = TailSettings(cap=scan_cap, max_line=max_line, root=root)
-        self.read_timeout = read_timeout
-        self.reads = DaemonReads(fmt.kind)
+        self.reads = DaemonReads(fmt.kind, timeout=read_timeout)
         self.held: HeldLines = {}
 
     @property
@@ -300,33 +332,30 @@ class JsonlAdapter:
     async def baseline(self, ref: dict[str, Any]) -> Marker:
         path = str(ref.get("filePath", ""))
         try:
-            return await self.reads.run(
-                f"baseline:{path}", self.read_timeout, baseline_file, self.format, path
-            )
+            return await self.reads.run(f"baseline:{path}", baseline_file, self.format, path)
         except (SourceBusy, TimeoutError):
             raise Declined(f"cannot read {path}: the read did not return") from None
         except OSError as exc:
             raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
 
     async def check(self, probes: list[Probe]) -> list[Outcome]:
-        return list(await asyncio.gather(*(self._check_one(p) for p in probes)))
+        settings, held = self.settings, self.held
+        roots = RootCheck(settings.root)  # directories resolved once per batch
+        jobs = [
+            (p.session_key, functools.partial(check_file, self.format, p, settings, held, roots))
+            for p in probes
+        ]
+        results = await self.reads.run_batch(jobs)
+        return [self._outcome(p, r) for p, r in zip(probes, results, strict=True)]
 
-    async def _check_one(self, probe: Probe) -> Outcome:
-        try:
-            return await self.reads.run(
-                probe.session_key,
-                self.read_timeout,
-                check_file,
-                self.format,
-                probe,
-                self.settings,
-                self.held,
-            )
-        except SourceBusy:
+    def _outcome(self, probe: Probe, result: Outcome | BaseException) -> Outcome:
+        if isinstance(result, Outcome):
+            return result
+        if isinstance(result, SourceBusy):
             reason = "the previous read of this source has not returned"
-        except TimeoutError:
-            reason = f"the read did not return within {self.read_timeout:g} s"
-        except Exception as exc:  # one link's failure is its own
-            log.exception("%s: check failed", probe.session_key)
-            reason = type(exc).__name__
+        elif isinstance(result, TimeoutError):
+            reason = str(result)
+        else:  # one link's failure is its own
+            log.error("%s: check failed: %r", probe.session_key, result)
+            reason = type(result).__name__
         return Outcome(status="inconclusive", reason=reason)

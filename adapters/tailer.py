@@ -77,21 +77,28 @@ def head_digest(fd: int) -> str | None:
     return hashlib.sha256(chunk if newline < 0 else chunk[: newline + 1]).hexdigest()[:16]
 
 
-def split_lines(chunk: bytes, base: int) -> list[tuple[int, bytes]]:
-    """Complete lines of ``chunk`` (which ends in a newline) with their file offsets.
+def split_lines(chunk: bytes, base: int, end: int | None = None) -> list[tuple[int, bytes]]:
+    """Complete lines of ``chunk[:end]`` (which ends in a newline) with their file offsets.
 
     Leading NUL padding is dropped; blank lines carry nothing and are left out.
     """
-    out = []
+    out: list[tuple[int, bytes]] = []
+    append = out.append
     pos = 0
-    end = len(chunk)
-    while pos < end:
-        nl = chunk.index(b"\n", pos)
-        line = chunk[pos:nl].lstrip(b"\x00").strip()
+    stop = len(chunk) if end is None else end
+    find = chunk.find
+    while pos < stop:
+        nl = find(b"\n", pos)
+        line = chunk[pos:nl]
+        if line and (line[0] in _PAD or line[-1] in _PAD):
+            line = line.lstrip(b"\x00").strip()
         if line:
-            out.append((base + pos, line))
+            append((base + pos, line))
         pos = nl + 1
     return out
+
+
+_PAD = frozenset(b"\x00 \t\r\x0b\x0c")
 
 
 def _changed(fd: int, offset: int, head: str | None, ino: int | None, st: os.stat_result) -> str:
@@ -118,15 +125,18 @@ def read_tail(
     """One tick's read of at most ``cap`` bytes from ``offset + resume`` (``resume``: bytes
     of a long line at ``offset`` already read). Raises ``OSError`` (FileNotFoundError:
     missing; NotRegularFile: never opened)."""
-    fd, st = open_regular(path)
     start = offset + resume
+    before = os.stat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise NotRegularFile(f"not a regular file ({describe(before.st_mode)})")
+    if before.st_size == start and (ino is None or ino == before.st_ino):  # a stat, no open
+        return TailRead(status="idle", end=offset, size=start, ino=before.st_ino, head=head)
+    fd, st = open_regular(path)
     try:
         size = st.st_size
         changed = _changed(fd, offset, head, ino, st) or ("truncated" if size < start else "")
         if changed:
             return TailRead(status=changed, size=size, ino=st.st_ino)  # type: ignore[arg-type]
-        if size == start:
-            return TailRead(status="idle", end=offset, size=size, ino=st.st_ino, head=head)
         chunk = os.pread(fd, min(cap, size - start), start)
         current_head = head if head is not None else head_digest(fd)
     finally:
@@ -137,15 +147,14 @@ def read_tail(
         return TailRead(
             status=status, end=offset, size=size, head=current_head, ino=st.st_ino, chunk=chunk
         )
-    complete = chunk[: last_nl + 1]
     return TailRead(
         status="lines",
-        lines=split_lines(complete, start),
-        end=start + len(complete),
+        lines=split_lines(chunk, start, last_nl + 1),
+        end=start + last_nl + 1,
         size=size,
         head=current_head,
         ino=st.st_ino,
-        chunk=complete,
+        chunk=chunk,  # may run past ``end``: a partial line that waits
     )
 
 

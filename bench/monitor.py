@@ -123,8 +123,9 @@ async def bench_tick(tmp: Path, n: int) -> tuple[float, float]:
             key = f"agent:main:adopted:{i}"
             conn.execute(
                 "INSERT INTO session_upstream_links (session_key, agent_id, catalog_id,"
-                " thread_id, upstream_kind, upstream_ref_json, last_marker_json, created_at,"
-                " updated_at) VALUES (?, 'main', 'claude', ?, 'claude', ?, ?, ?, ?)",
+                " host_id, thread_id, upstream_kind, upstream_ref_json, last_marker_json,"
+                " created_at, updated_at)"
+                " VALUES (?, 'main', 'claude', 'gateway:local', ?, 'claude-cli', ?, ?, ?, ?)",
                 (
                     key,
                     f"s{i}",

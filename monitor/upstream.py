@@ -215,16 +215,17 @@ class UpstreamMonitor:
             batches[link.kind].append(_Work(link=link, probe=probe))
         checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
         idle: list[UpstreamLink] = []
-        for works, outcomes in checked:
+        for kind, works, outcomes in checked:
             for work, outcome in zip(works, outcomes, strict=True):
                 link = work.link
                 self._count_drift(link.kind, outcome)
                 if _unchanged(link, outcome, extra["stateful"]):
                     idle.append(link)
-                    result = LinkResult(session_key=link.session_key, outcome="quiet")
+                    quiet = LinkResult(session_key=link.session_key, outcome="quiet", adapter=kind)
+                    results.append(quiet)
                 else:
                     result = await self._settle(link, outcome)
-                results.append(dataclasses.replace(result, adapter=link.kind))
+                    results.append(dataclasses.replace(result, adapter=kind))
         if idle:
             await self._touch(idle)
         return results
@@ -268,7 +269,7 @@ class UpstreamMonitor:
             return "run active"
         return None
 
-    async def _check(self, kind: str, works: list[_Work]) -> tuple[list[_Work], list[Outcome]]:
+    async def _check(self, kind: str, works: list[_Work]) -> tuple[str, list[_Work], list[Outcome]]:
         budget = self.config.monitor.adapter_budget_s
         try:
             outcomes = await asyncio.wait_for(
@@ -285,7 +286,7 @@ class UpstreamMonitor:
             outcomes = [Outcome(status="inconclusive", reason=f"adapter failed: {exc}")] * len(
                 works
             )
-        return works, outcomes
+        return kind, works, outcomes
 
     async def _settle(self, link: UpstreamLink, outcome: Outcome) -> LinkResult:
         now = self.kernel.clock()
