@@ -46,17 +46,20 @@ def host_id_for(name: str, ref: dict[str, Any]) -> str:
     return LOCAL_HOST_ID
 
 
+_BY_KIND: dict[str, dict[bool, str]] = {}
+for _name, _vocab in VOCABULARY.items():
+    _BY_KIND.setdefault(_vocab.upstream_kind, {})[_vocab.remote] = _name
+
+
 def adapter_for_link(upstream_kind: str, host_id: str | None, ref: dict[str, Any]) -> str | None:
     """Which of our adapters reads a link row; None for a kind we do not read (foreign)."""
-    for name, vocab in VOCABULARY.items():
-        if vocab.upstream_kind != upstream_kind:
-            continue
-        on_node = (host_id or "").startswith(NODE_HOST_PREFIX) or (
-            "nodeId" in ref and "filePath" not in ref
-        )
-        if on_node == vocab.remote:
-            return name
-    return None
+    names = _BY_KIND.get(upstream_kind)
+    if names is None:
+        return None
+    on_node = (host_id or "").startswith(NODE_HOST_PREFIX) or (
+        "nodeId" in ref and "filePath" not in ref
+    )
+    return names.get(on_node)
 
 
 def build_adapters(
