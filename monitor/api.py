@@ -16,7 +16,7 @@ import orjson
 from aiohttp import web
 
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
-from monitor.events import parse_actor, parse_kind
+from monitor.events import MAX_INT64, parse_actor, parse_kind
 from monitor.kernel import Kernel
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.notices import Notice
@@ -25,6 +25,7 @@ from monitor.upstream import UpstreamMonitor, check_kind
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
+RETRY_AFTER_S = "1"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 KERNEL = web.AppKey("kernel", Kernel)
@@ -39,6 +40,21 @@ def json_response(data: Any, status: int = 200) -> web.Response:
 
 def error(status: int, code: str, message: str) -> web.Response:
     return json_response({"error": {"code": code, "message": message}}, status)
+
+
+def unavailable(response: web.Response) -> web.Response:
+    """A 503 tells the client when to try again."""
+    response.headers["Retry-After"] = RETRY_AFTER_S
+    return response
+
+
+def token_matches(header: str, expected: str) -> bool:
+    """Constant-time comparison of a bearer token; any malformed header is just wrong."""
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    presented = given.strip().encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(presented, expected.encode())
 
 
 _HTTP_CODES = {
@@ -60,7 +76,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error(400, "bad_request", str(exc))
     except StoreError as exc:
         log.warning("%s %s: %s", request.method, request.path, exc)
-        return error(503, "store_unavailable", str(exc))
+        return unavailable(error(503, "store_unavailable", str(exc)))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -77,10 +93,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path == "/healthz":
         return await handler(request)
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    expected = request.app[TOKEN]
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), expected):
+    if not token_matches(request.headers.get("Authorization", ""), request.app[TOKEN]):
         return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
     return await handler(request)
 
@@ -110,6 +123,8 @@ def field(data: dict[str, Any], name: str, kind: type, *, required: bool = False
         return None
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise BadInput(f"{name} must be an integer")
+    if kind is int and not -MAX_INT64 - 1 <= value <= MAX_INT64:
+        raise BadInput(f"{name} is out of range (a 64-bit integer)")
     if not isinstance(value, kind):
         raise BadInput(f"{name} must be a {kind.__name__ if kind is not str else 'string'}")
     return value
@@ -123,8 +138,8 @@ def query_int(request: web.Request, name: str) -> int | None:
         value = int(raw)
     except ValueError:
         raise BadInput(f"{name} must be a non-negative integer, got {raw!r}") from None
-    if value < 0:
-        raise BadInput(f"{name} must be a non-negative integer, got {raw!r}")
+    if not 0 <= value <= MAX_INT64:
+        raise BadInput(f"{name} must be a non-negative 64-bit integer, got {raw!r}")
     return value
 
 
@@ -220,9 +235,8 @@ async def post_event(request: web.Request) -> web.Response:
         result = await request.app[KERNEL].record(**fields)
     except StoreError as exc:
         log.warning("event not recorded: %s", exc)  # best-effort: the gateway's turn goes on
-        return json_response(
-            {"recorded": False, "error": {"code": "store_unavailable", "message": str(exc)}}, 503
-        )
+        failed = {"recorded": False, "error": {"code": "store_unavailable", "message": str(exc)}}
+        return unavailable(json_response(failed, 503))
     return json_response({"recorded": True, **result.event.record_json(duplicate=result.duplicate)})
 
 

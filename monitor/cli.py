@@ -20,7 +20,7 @@ import orjson
 from monitor.catalog import KINDS, print_catalog, scan_catalog
 from monitor.config import Config, load_config
 from monitor.errors import BadInput, SessionwatchError
-from monitor.events import parse_actor, parse_kind
+from monitor.events import MAX_INT64, parse_actor, parse_kind
 from monitor.kernel import Kernel
 from monitor.replay import replay, replay_opencode
 from monitor.service import serve, serve_node, settings_from
@@ -182,6 +182,8 @@ def _non_negative(raw: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {raw}")
+    if value > MAX_INT64:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INT64}: {raw}")
     return value
 
 
@@ -343,8 +345,16 @@ class _JsonFormatter(logging.Formatter):
         ).decode()
 
 
+def _check_utf8(argv: list[str]) -> None:
+    """Arguments that are not valid UTF-8 reach Python as lone surrogates: refuse them."""
+    for i, arg in enumerate(argv, 1):
+        if any("\udc80" <= ch <= "\udcff" for ch in arg):
+            raise BadInput(f"argument {i} is not valid UTF-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        _check_utf8(sys.argv[1:] if argv is None else argv)
         args = build_parser().parse_args(argv)
         args.config_obj = load_config(args.config)
         if args.command == "replay":

@@ -6,7 +6,9 @@
     ├── BadInput                 a request, CLI argument or value from outside is wrong
     │   └── NotFound (LookupError)   a named session, link or catalog entry does not exist
     ├── StoreError               the state database failed or cannot be used
-    │   └── SchemaTooNew         the database was written by a newer sessionwatch
+    │   ├── StoreLocked          another process held the write lock past the wait bound
+    │   ├── SchemaTooNew         the database was written by a newer sessionwatch
+    │   └── NotPrivate           a database or token file others can read
     └── ConfigError              the configuration file is invalid
 
 Third-party exceptions are translated at the boundary (``raise ... from exc``); the CLI and
@@ -30,6 +32,14 @@ class NotFound(BadInput, LookupError):
 
 class StoreError(SessionwatchError):
     """The state database failed or cannot be used."""
+
+
+class StoreLocked(StoreError):
+    """Another process held the database's write lock for longer than a write may wait."""
+
+
+class NotPrivate(StoreError):
+    """A state file (database, token) is readable by group or others."""
 
 
 class SchemaTooNew(StoreError):

@@ -42,6 +42,7 @@ DELTA_PAYLOAD_FIELDS = ("outcome", "channel", "turns")
 RUN_FAILED_OUTCOMES = {"error": "failed", "timeout": "timed out", "cancelled": "cancelled"}
 _TOKEN = re.compile(r"^[a-z0-9][a-z0-9._:/@+-]{0,63}$")
 _MAX_TURNS = 1_000_000
+MAX_INT64 = 2**63 - 1  # SQLite's integers
 
 
 def parse_kind(raw: str) -> EventKind:

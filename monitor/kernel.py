@@ -145,6 +145,8 @@ class Kernel:
             raise BadInput(f'parent "{parent_key}" is not an agent-qualified session key')
         if not run_id.strip():
             raise BadInput("run id is empty")
+        if normalize_key(child) == parent_key:
+            raise BadInput("a session cannot spawn itself: parent and child are the same key")
         return await self.record(
             session_key=child,
             kind=EventKind.CHILD_SPAWNED,

@@ -15,7 +15,6 @@ Records that cannot be a human turn (the byte pre-filter says so exactly) are se
 
 from __future__ import annotations
 
-import hmac
 import os
 import re
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from adapters.claude import may_be_turn
-from monitor.api import error, errors_middleware, json_response
+from monitor.api import error, errors_middleware, json_response, token_matches
 from monitor.errors import BadInput, NotFound
 
 PAGE_LIMIT = 50
@@ -158,10 +157,7 @@ def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
 
 @web.middleware
 async def node_auth(request: web.Request, handler: Any) -> web.StreamResponse:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        given.strip(), request.app[NODE_TOKEN]
-    ):
+    if not token_matches(request.headers.get("Authorization", ""), request.app[NODE_TOKEN]):
         return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
     response: web.StreamResponse = await handler(request)
     return response

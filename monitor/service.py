@@ -16,12 +16,14 @@ import logging
 import os
 import secrets
 import signal
+import socket
+import stat
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -29,7 +31,7 @@ from watchfiles import awatch
 
 from monitor.api import build_app
 from monitor.config import Config
-from monitor.errors import ConfigError, SessionwatchError, StoreError
+from monitor.errors import ConfigError, NotPrivate, SessionwatchError, StoreError, StoreLocked
 from monitor.kernel import Kernel, KernelSettings
 from monitor.metrics import Metrics
 from monitor.node import build_node_app
@@ -78,8 +80,30 @@ def take_instance_lock(db: Path) -> IO[str]:
     return handle
 
 
+def refuse_if_shared(path: Path, what: str) -> None:
+    """A state file that group or others can read is refused, as ssh refuses a key file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"cannot check {what} {path}: {exc.strerror}") from None
+    if mode & 0o077:
+        raise NotPrivate(
+            f"{what} {path} is readable by others (mode {stat.S_IMODE(mode):04o});"
+            f" run: chmod 600 {path}"
+        )
+
+
+def check_private_state(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        refuse_if_shared(Path(f"{db}{suffix}"), "the state database")
+
+
 def load_token(path: Path) -> str:
-    """The API token; a new random one is written with mode 0600 when the file is absent."""
+    """The API token; a new random one is written with mode 0600 when the file is absent.
+    An existing one that others can read is refused."""
+    refuse_if_shared(path, "the token file")
     try:
         token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
@@ -110,7 +134,19 @@ class Sidecar:
         self.stopping = asyncio.Event()
         self.addresses: list[str] = []
         self._paths_changed = asyncio.Event()
+        self._skip_logged = False
         monitor.on_links_changed = self._paths_changed.set
+
+    async def scheduled_tick(self) -> None:
+        """The fixed tick. One still running (waiting for a locked database, say) is not
+        queued behind: this one is skipped, and that is logged once until a tick completes."""
+        if self.monitor.busy:
+            if not self._skip_logged:
+                log.warning("the previous tick is still running; skipping ticks until it ends")
+                self._skip_logged = True
+            return
+        self._skip_logged = False
+        await self.run_tick()
 
     async def run_tick(self, only: set[str] | None = None, *, rearm: bool = True) -> None:
         start = time.perf_counter()
@@ -207,8 +243,7 @@ async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen
     site: web.BaseSite
     if listen.startswith("unix:"):
         path = listen.removeprefix("unix:")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        clear_stale_socket(path)
         site = web.UnixSite(runner, path)
         await site.start()
         os.chmod(path, 0o600)
@@ -226,10 +261,56 @@ async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen
     return [f"http://{a[0]}:{a[1]}" for a in runner.addresses]
 
 
+def clear_stale_socket(path: str) -> None:
+    """Remove a socket nobody listens on; anything else at ``path`` is refused, never deleted."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"refusing to listen on {path}: it exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # stale: whoever made it is gone
+        return
+    finally:
+        probe.close()
+    raise ConfigError(f"refusing to listen on {path}: another process is listening there")
+
+
+async def open_kernel(
+    db: Path, settings: KernelSettings, wake: Any, stopping: asyncio.Event | None
+) -> Kernel | None:
+    """Open the state database, waiting while another process holds it locked: retried with
+    backoff, said once in the log, until it opens (the kernel) or ``stopping`` is set (None)."""
+    delay, said = 0.5, False
+    while True:
+        try:
+            return await Kernel.open(db, settings, wake=wake)
+        except StoreLocked as exc:
+            if not said:
+                log.warning("%s; retrying until it is free", exc)
+                said = True
+        if stopping is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), delay)
+            if stopping.is_set():
+                return None
+        delay = min(delay * 2, 5.0)
+
+
 @contextlib.asynccontextmanager
-async def running(config: Config, db: Path) -> AsyncIterator[Sidecar]:
+async def running(
+    config: Config, db: Path, stopping: asyncio.Event | None = None
+) -> AsyncIterator[Sidecar | None]:
+    """The whole service on one exit stack; None when stopped before the database opened."""
     async with AsyncExitStack() as stack:
         stack.callback(take_instance_lock(db).close)
+        check_private_state(db)
         token = load_token(Path(config.api.token_file).expanduser())
         metrics = Metrics()
         waker = (
@@ -237,15 +318,20 @@ async def running(config: Config, db: Path) -> AsyncIterator[Sidecar]:
             if config.gateway.wake_url
             else None
         )
-        kernel = await Kernel.open(db, settings_from(config), wake=waker)
-        stack.push_async_callback(kernel.close)
         if waker:
             stack.push_async_callback(waker.close)
+        kernel = await open_kernel(db, settings_from(config), waker, stopping)
+        if kernel is None:
+            yield None
+            return
+        stack.push_async_callback(kernel.close)
         kernel.metrics = metrics
         kernel.store.on_error = metrics.db_errors.inc
         monitor = UpstreamMonitor(kernel, config)
         stack.push_async_callback(monitor.tick_done)  # after the scheduler and API stopped
         sidecar = Sidecar(kernel, monitor, config, metrics)
+        if stopping is not None:
+            sidecar.stopping = stopping
         pending = await kernel.sweep()
         pruned = await kernel.prune()
         log.info(
@@ -254,11 +340,11 @@ async def running(config: Config, db: Path) -> AsyncIterator[Sidecar]:
         scheduler = AsyncIOScheduler(timezone=UTC)
         first = datetime.now(UTC) + timedelta(seconds=config.monitor.initial_delay_s)
         scheduler.add_job(
-            sidecar.run_tick,
+            sidecar.scheduled_tick,
             "interval",
             seconds=config.monitor.interval_s,
             next_run_time=first,
-            max_instances=1,
+            max_instances=2,  # a second instance only notices the first and returns
             coalesce=True,
             id="tick",
         )
@@ -273,12 +359,16 @@ async def running(config: Config, db: Path) -> AsyncIterator[Sidecar]:
 
 async def serve(config: Config, db: Path) -> None:
     """Run until SIGINT/SIGTERM."""
-    async with running(config, db) as sidecar:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, sidecar.stopping.set)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    async with running(config, db, stopping) as sidecar:
+        if sidecar is None:
+            log.info("stopped before the state database could be opened")
+            return
         log.info("sessionwatch serving %s on %s", db, ", ".join(sidecar.addresses))
-        await sidecar.stopping.wait()
+        await stopping.wait()
         log.info("stopping: no new requests; finishing the tick in flight")
 
 

@@ -1,27 +1,41 @@
-"""The state database: one SQLite file, one writer connection.
+"""The state database: one SQLite file, one writer connection, one reader connection.
 
-Every write is a plain synchronous function over a :class:`sqlite3.Connection` that
-:meth:`Store.write` runs inside ``BEGIN IMMEDIATE`` on aiosqlite's connection thread, so a
-whole transaction crosses to the database thread once instead of once per statement.
+Every write is a plain synchronous function over a :class:`sqlite3.Connection`. Writes that
+arrive while the writer is busy are folded into one ``BEGIN IMMEDIATE`` transaction (group
+commit) on aiosqlite's connection thread, one savepoint each: a write that fails rolls back
+alone and its caller gets its own error; the others commit together. Each write waits at
+most ``write_timeout`` seconds for a lock held by another process (the busy timeout is set
+per batch to what its oldest write has left), and then fails with :class:`StoreLocked`, so
+a locked database costs every caller one bounded wait, not a queue of them.
+
+Reads run on a separate read-only connection in a worker thread (or inline, for the API's
+small point reads): a WAL reader never waits for the writer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
 
 from monitor.clock import Clock, now_ms
-from monitor.errors import SessionwatchError, StoreError
+from monitor.errors import SessionwatchError, StoreError, StoreLocked
 from monitor.schema import migrate
 
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
+MAX_GROUP = 64  # writes folded into one transaction at most
+PRIVATE = 0o600
 
 
 def configure(conn: sqlite3.Connection) -> None:
@@ -55,14 +69,103 @@ def run_read(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) ->
         conn.execute("COMMIT")
 
 
+def _is_locked(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+@dataclass(slots=True)
+class _Write:
+    fn: Callable[[sqlite3.Connection], Any]
+    deadline: float  # time.monotonic() after which it no longer waits for a lock
+    future: asyncio.Future[Any]
+
+
+Result = tuple[bool, Any]  # (ok, value or exception)
+
+
+def _locked_error(waited: float) -> StoreLocked:
+    return StoreLocked(
+        f"the state database is locked by another process (waited {waited:.1f} s); try again"
+    )
+
+
+def _begin(conn: sqlite3.Connection, writes: list[_Write], results: list[Result | None]) -> bool:
+    """``BEGIN IMMEDIATE`` for the writes whose deadline has not passed; the others fail.
+    False when none is left."""
+    while True:
+        now = time.monotonic()
+        live = [i for i, w in enumerate(writes) if results[i] is None]
+        for i in live:
+            if writes[i].deadline <= now:
+                results[i] = (False, _locked_error(BUSY_TIMEOUT_MS / 1000))
+        live = [i for i in live if results[i] is None]
+        if not live:
+            return False
+        remaining = min(writes[i].deadline for i in live) - now
+        conn.execute(f"PRAGMA busy_timeout = {max(1, int(remaining * 1000))}")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return True
+        except sqlite3.OperationalError as exc:
+            if not _is_locked(exc):
+                for i in live:
+                    results[i] = (False, exc)
+                return False
+
+
+def run_group(conn: sqlite3.Connection, writes: list[_Write]) -> list[Result]:
+    """One transaction for several writes, a savepoint each (see the module docstring)."""
+    results: list[Result | None] = [None] * len(writes)
+    if not _begin(conn, writes, results):
+        return [r for r in results if r is not None]
+    done: list[int] = []
+    for i, write in enumerate(writes):
+        if results[i] is not None:
+            continue
+        conn.execute("SAVEPOINT write")
+        try:
+            results[i] = (True, write.fn(conn))
+            conn.execute("RELEASE write")
+            done.append(i)
+        except BaseException as exc:
+            results[i] = (False, exc)
+            if not conn.in_transaction:  # SQLite rolled the whole transaction back
+                for j in done:
+                    results[j] = (False, exc)
+                done = []
+                break
+            conn.execute("ROLLBACK TO write")
+            conn.execute("RELEASE write")
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        for j in done:
+            results[j] = (False, exc)
+    return [r if r is not None else (False, StoreError("write not run")) for r in results]
+
+
+def make_private(path: Path) -> None:
+    """The database and its WAL and SHM files: readable by their owner only."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", PRIVATE)
+
+
 class Store:
-    """The one connection to the state database, opened with :meth:`open`."""
+    """The writer and reader connections to the state database, opened with :meth:`open`."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock) -> None:
         self._conn = conn
         self._reader: sqlite3.Connection | None = None
+        self._reader_lock = threading.Lock()
+        self._pending: list[_Write] = []
+        self._drainer: asyncio.Task[None] | None = None
         self.path = path
         self.clock = clock
+        self.write_timeout = BUSY_TIMEOUT_MS / 1000
         self.on_error: Callable[[], None] | None = None  # counts failures (metrics)
 
     @classmethod
@@ -70,14 +173,20 @@ class Store:
         """Open (creating if needed) and migrate the database at ``path``."""
         db_path = Path(path).expanduser()
         try:
-            db_path.parent.mkdir(parents=True, exist_ok=True)
+            if not db_path.parent.exists():
+                db_path.parent.mkdir(parents=True, mode=0o700)
+            created = not db_path.exists()
             conn = await aiosqlite.connect(str(db_path), check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the state database {db_path}: {exc}") from exc
+            raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
         store = cls(conn, db_path, clock)
         try:
             await store._call(configure)
+            if created:
+                make_private(db_path)
             await store.write(lambda c: migrate(c, clock()))
+            if created:
+                make_private(db_path)
             store._reader = sqlite3.connect(str(db_path), check_same_thread=False)
             store._reader.isolation_level = None
             store._reader.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -95,37 +204,70 @@ class Store:
         except SessionwatchError:
             raise
         except sqlite3.Error as exc:
-            if self.on_error:
-                self.on_error()
-            raise StoreError(f"state database error: {exc}") from exc
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, SessionwatchError) or not isinstance(exc, sqlite3.Error):
+            return exc
+        if self.on_error:
+            self.on_error()
+        if _is_locked(exc):
+            return _locked_error(self.write_timeout)
+        return StoreError(f"state database error: {exc}")
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        # aiosqlite runs ``fn`` on its connection thread; this is the one place that uses it.
+        # aiosqlite runs ``fn`` on its connection thread.
         with self._translated():
             result: T = await self._conn._execute(fn, self._conn._conn, *args)  # type: ignore[no-untyped-call]
         return result
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` as one write transaction on the database thread."""
-        return await self._call(run_write, fn)
+        """Run ``fn`` as one write (a savepoint in a group transaction) on the writer thread."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        deadline = time.monotonic() + self.write_timeout
+        self._pending.append(_Write(fn=fn, deadline=deadline, future=future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch = self._pending[:MAX_GROUP]
+            del self._pending[:MAX_GROUP]
+            try:
+                results: list[Result] = await self._conn._execute(  # type: ignore[no-untyped-call]
+                    run_group, self._conn._conn, batch
+                )
+            except BaseException as exc:  # the connection itself failed
+                results = [(False, exc)] * len(batch)
+            for write, (ok, value) in zip(batch, results, strict=True):
+                if write.future.done():
+                    continue
+                if ok:
+                    write.future.set_result(value)
+                else:
+                    write.future.set_exception(self._translate(value))
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` as one read transaction on the database thread."""
-        return await self._call(run_read, fn)
+        """Run ``fn`` as one read transaction on the reader connection, in a worker thread;
+        it never waits for the writer."""
+        return await asyncio.to_thread(self.read_now, fn)
 
     def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run a small read inline on a separate read-only connection.
-
-        WAL readers never wait for the writer, and a point read costs less than the hop to
-        the database thread; only the hot, bounded reads of the API use this.
-        """
+        """Run a small read inline on the read-only connection (the API's hot point reads,
+        which cost less than the hop to a thread)."""
         if self._reader is None:
             raise StoreError("the state database is closed")
-        with self._translated():
+        with self._reader_lock, self._translated():
             return run_read(self._reader, fn)
 
     async def close(self) -> None:
+        if self._drainer is not None and not self._drainer.done():
+            with contextlib.suppress(BaseException):
+                await self._drainer
         if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+            with self._reader_lock:
+                self._reader.close()
+                self._reader = None
         await self._conn.close()

@@ -181,6 +181,11 @@ class UpstreamMonitor:
 
     # -- the tick ----------------------------------------------------------------------
 
+    @property
+    def busy(self) -> bool:
+        """A tick is running."""
+        return self._lock.locked()
+
     async def tick(self, only: set[str] | None = None) -> list[LinkResult]:
         """One pass over the watched links (or the ``only`` keys among them)."""
         async with self._lock:

@@ -1,0 +1,262 @@
+"""The service under faults and hostile input: a database another process holds locked,
+out-of-range integers, odd headers and arguments, private files, group commit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.errors import BadInput, StoreLocked
+from monitor.kernel import Kernel
+from monitor.service import running
+from monitor.store import Store
+from tests.test_api import Client, make_config
+
+CHILD = "agent:main:subagent:c1"
+EVENT = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}
+
+
+def sw(db: Path, *args: str | bytes) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), *args],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[Client]:
+    import aiohttp
+
+    async with running(make_config(tmp_path), tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        async with aiohttp.ClientSession() as http:
+            token = (tmp_path / "token").read_text().strip()
+            yield Client(sidecar.addresses[0], token, http, sidecar)
+
+
+@pytest.fixture
+def locked(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    """Another process's connection holding the write lock (released at the end)."""
+    conn = sqlite3.connect(tmp_path / "state.db", isolation_level=None, timeout=0)
+    yield conn
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    conn.close()
+
+
+async def test_a_locked_database_answers_503_to_writes_and_still_serves_reads(
+    client: Client, locked: sqlite3.Connection
+) -> None:
+    client.sidecar.kernel.store.write_timeout = 0.3
+    locked.execute("BEGIN IMMEDIATE")
+    answers = await asyncio.gather(*(client.call("POST", "/v1/events", EVENT) for _ in range(16)))
+    assert {503} == {status for status, _ in answers}
+    assert all(body["recorded"] is False for _, body in answers)
+    assert 200 == (await client.call("GET", f"/v1/sessions/{CHILD}/status"))[0]
+    assert 200 == (await client.call("GET", "/v1/links"))[0]
+    assert 200 == (await client.call("GET", "/v1/sessions"))[0]
+    assert 200 == (await client.call("GET", "/v1/watchers/agent:main:main/notices"))[0]
+    locked.execute("ROLLBACK")
+    status, body = await client.call("POST", "/v1/events", EVENT)
+    assert (200, 1) == (status, body["sequence"])  # nothing was half-written before
+
+
+async def test_a_503_says_when_to_retry(client: Client, locked: sqlite3.Connection) -> None:
+    client.sidecar.kernel.store.write_timeout = 0.2
+    locked.execute("BEGIN IMMEDIATE")
+    headers = {"Authorization": f"Bearer {client.token}", "Content-Type": "application/json"}
+    async with client.http.post(
+        client.base + "/v1/spawns",
+        json={"parent": "agent:main:main", "child": CHILD, "runId": "r1"},
+        headers=headers,
+    ) as resp:
+        assert (503, "1") == (resp.status, resp.headers.get("Retry-After"))
+
+
+def test_serve_waits_for_a_locked_database_and_says_so_once(
+    tmp_path: Path, locked: sqlite3.Connection
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+        "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\nwatch_files = false\n"
+    )
+    db = tmp_path / "state.db"
+    os.chmod(db, 0o600)
+    locked.execute("BEGIN EXCLUSIVE")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "--db", str(db), "--config", str(config), "serve"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        said = []
+        for line in proc.stderr:
+            if "locked by another process" in line:
+                said.append(line)
+                break
+        assert said and "retrying" in said[0]
+        locked.execute("ROLLBACK")
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "serving" in line:
+                break
+        assert "http://127.0.0.1:" in lines[-1]
+        assert not [x for x in lines if "locked by another process" in x]  # said once
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert 0 == proc.returncode
+
+
+async def test_group_commit_a_failing_write_rolls_back_alone(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "g.db")
+    try:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+
+        def insert(v: int) -> Any:
+            def fn(c: sqlite3.Connection) -> int:
+                c.execute("INSERT INTO t VALUES (?)", (v,))
+                if v == 3:
+                    raise BadInput("three is refused")
+                return v
+
+            return fn
+
+        results = await asyncio.gather(
+            *(store.write(insert(v)) for v in range(6)), return_exceptions=True
+        )
+        assert [0, 1, 2, "three is refused", 4, 5] == [
+            str(r) if isinstance(r, Exception) else r for r in results
+        ]
+        rows = await store.read(lambda c: c.execute("SELECT v FROM t ORDER BY v").fetchall())
+        assert [(0,), (1,), (2,), (4,), (5,)] == rows
+    finally:
+        await store.close()
+
+
+async def test_a_write_waits_for_a_lock_once_then_fails(
+    tmp_path: Path, locked: sqlite3.Connection
+) -> None:
+    store = await Store.open(tmp_path / "state.db")
+    store.write_timeout = 0.2
+    try:
+        locked.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreLocked, match="locked by another process"):
+            await store.write(lambda c: c.execute("CREATE TABLE x (v INTEGER)"))
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/v1/sessions/{CHILD}/status?changesSince=9223372036854775808",
+        f"/v1/sessions/{CHILD}/status?changesSince=99999999999999999999999",
+    ],
+)
+async def test_integers_beyond_sqlite_are_400(client: Client, path: str) -> None:
+    status, body = await client.call("GET", path)
+    assert (400, "bad_request") == (status, body["error"]["code"])
+
+
+async def test_an_occurred_at_beyond_sqlite_is_400_and_writes_nothing(client: Client) -> None:
+    status, _ = await client.call("POST", "/v1/events", {**EVENT, "occurredAt": 2**63})
+    assert 400 == status
+    assert 0 == (await client.call("GET", f"/v1/sessions/{CHILD}/status"))[1]["stateVersion"]
+
+
+def test_cli_integers_beyond_sqlite_exit_2(tmp_path: Path) -> None:
+    proc = sw(tmp_path / "s.db", "status", CHILD, "--changes-since", str(2**63))
+    assert 2 == proc.returncode
+    assert b"Traceback" not in proc.stderr and b"at most" in proc.stderr
+
+
+def test_cli_arguments_that_are_not_utf8_exit_2(tmp_path: Path) -> None:
+    proc = sw(tmp_path / "s.db", "status", b"agent:main:\xff\xfe")
+    assert 2 == proc.returncode
+    assert b"not valid UTF-8" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("header", [b"Bearer \xff\xfe\xfd", "Bearer ünïcödé".encode(), b"\x80"])
+async def test_a_non_ascii_authorization_is_401(client: Client, header: bytes) -> None:
+    host, port = client.base.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + header
+        + b"\r\nConnection: close\r\n\r\n"
+    )
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:80]
+    assert b'"unauthorized"' in answer
+
+
+async def test_a_spawn_of_itself_is_refused(client: Client, kernel: Kernel) -> None:
+    body = {"parent": CHILD, "child": CHILD, "runId": "r1"}
+    status, answer = await client.call("POST", "/v1/spawns", body)
+    assert (400, "bad_request") == (status, answer["error"]["code"])
+    with pytest.raises(BadInput, match="cannot spawn itself"):
+        await kernel.spawn(parent=CHILD, child=CHILD.upper(), run_id="r2")
+
+
+async def test_state_files_are_private_from_the_start(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "state.db"
+    kernel = await Kernel.open(db)
+    await kernel.close()
+    assert 0o700 == stat.S_IMODE(db.parent.stat().st_mode)
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{db}{suffix}")
+        if path.exists():
+            assert 0o600 == stat.S_IMODE(path.stat().st_mode), path
+
+
+@pytest.mark.parametrize("which", ["token", "state.db"])
+def test_serve_refuses_state_files_others_can_read(tmp_path: Path, which: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n')
+    target = tmp_path / which
+    target.write_bytes(b"secret-token\n" if which == "token" else b"")
+    os.chmod(target, 0o644)
+    proc = sw(tmp_path / "state.db", "--config", str(config), "serve")
+    assert 1 == proc.returncode
+    message = proc.stderr.decode()
+    assert str(target) in message and f"chmod 600 {target}" in message
+
+
+def test_a_unix_socket_path_holding_a_file_is_refused_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "api.sock"
+    path.write_text("precious")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[api]\nlisten = "unix:{path}"\ntoken_file = "{tmp_path / "token"}"\n')
+    proc = sw(tmp_path / "state.db", "--config", str(config), "serve")
+    assert 1 == proc.returncode
+    assert b"not a socket" in proc.stderr
+    assert "precious" == path.read_text()
+
+
+def test_a_stale_unix_socket_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "api.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # bound, nobody listening: stale
+    from monitor.service import clear_stale_socket
+
+    clear_stale_socket(str(path))
+    assert not path.exists()
