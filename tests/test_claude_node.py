@@ -217,6 +217,7 @@ async def test_a_newest_item_without_uuid_declines(
 def test_two_sidecars_end_to_end(tmp_path: Path, transcript: Path) -> None:
     """A real ``sessionwatch node`` process and a gateway-side sidecar driven by its CLI."""
     (tmp_path / "node.token").write_text("pairing-token\n")
+    (tmp_path / "node.token").chmod(0o600)  # a token others can read is refused
     node_cfg = tmp_path / "node.toml"
     node_cfg.write_text(f'[roots]\nclaude = "{tmp_path / "claude"}"\n')
     proc = subprocess.Popen(
