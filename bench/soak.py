@@ -1,0 +1,207 @@
+"""A soak with a verdict: steady API load and appends for a chosen time.
+
+Run: python bench/soak.py [--minutes 30] [--rate 40] [--sample-s 10]
+
+``sessionwatch serve`` runs as a real process with one adopted, watched Claude transcript.
+The load, from this process over loopback: ``--rate`` requests per second (recording an
+event, a status read with ``changesSince``, a notice drain, in turn) and one appended prompt
+per second. Every ``--sample-s`` seconds it samples the server's RSS, open fds and threads
+(from /proc) and the mean tick time so far (from /metrics). It prints the first and last
+samples, the slope of each per hour (least squares over the samples after the first tenth,
+the warm-up), and whether each slope is flat within its bound:
+
+- RSS: under 4 MiB per hour; open fds and threads: under 1 per hour; tick time: under
+  10 ms per hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+BOUNDS = {"rss_mib": 4.0, "fds": 1.0, "threads": 1.0, "tick_ms": 10.0}  # per hour
+
+
+def proc_stats(pid: int) -> dict[str, float]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+    threads = int(re.search(r"Threads:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+    fds = len(list(Path(f"/proc/{pid}/fd").iterdir()))
+    return {"rss_mib": rss / 1024, "fds": fds, "threads": threads}
+
+
+def slope_per_hour(times: list[float], values: list[float]) -> float:
+    n = len(times)
+    if n < 2:
+        return 0.0
+    mt, mv = sum(times) / n, sum(values) / n
+    den = sum((t - mt) ** 2 for t in times)
+    num = sum((t - mt) * (v - mv) for t, v in zip(times, values, strict=True))
+    return 0.0 if den == 0 else num / den * 3600
+
+
+def cli(tmp: Path, *args: str) -> Any:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "--db",
+            str(tmp / "state.db"),
+            "--config",
+            str(tmp / "c.toml"),
+            *args,
+        ],
+        capture_output=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+async def tick_ms(http: aiohttp.ClientSession, base: str) -> float:
+    async with http.get(f"{base}/metrics") as r:
+        text = await r.text()
+    total = re.search(r"sessionwatch_tick_duration_seconds_sum (\S+)", text)
+    count = re.search(r"sessionwatch_tick_duration_seconds_count (\S+)", text)
+    if not total or not count or float(count.group(1)) == 0:
+        return 0.0
+    return float(total.group(1)) / float(count.group(1)) * 1000
+
+
+async def drive(
+    base: str, token: str, transcript: Path, args: argparse.Namespace, pid: int
+) -> list[dict[str, float]]:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    key = "agent:main:subagent:soak"
+    event = {"sessionKey": key, "kind": "human_direct_message", "actorType": "human"}
+    samples: list[dict[str, float]] = []
+    start = time.monotonic()
+    end = start + args.minutes * 60
+    next_sample, next_append, n = start, start, 0
+    async with aiohttp.ClientSession(headers=headers) as http:
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if now >= next_sample:
+                samples.append(
+                    {"t": now - start, **proc_stats(pid), "tick_ms": await tick_ms(http, base)}
+                )
+                next_sample += args.sample_s
+            if now >= next_append:
+                with transcript.open("ab") as f:
+                    f.write(
+                        json.dumps(
+                            {
+                                "type": "user",
+                                "uuid": f"s{n}",
+                                "message": {"role": "user", "content": f"soak {n}"},
+                            }
+                        ).encode()
+                        + b"\n"
+                    )
+                next_append += 1.0
+            n += 1
+            which = n % 3
+            if which == 0:
+                async with http.post(f"{base}/v1/events", json=event) as r:
+                    await r.read()
+            elif which == 1:
+                async with http.get(
+                    f"{base}/v1/sessions/{key}/status?changesSince={max(0, n - 30)}"
+                ) as r:
+                    await r.read()
+            else:
+                async with http.post(f"{base}/v1/watchers/agent:main:main/notices/drain") as r:
+                    await r.read()
+            await asyncio.sleep(max(0.0, 1 / args.rate - (time.monotonic() - now)))
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--rate", type=float, default=40)
+    parser.add_argument("--sample-s", type=float, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "claude" / "p").mkdir(parents=True)
+        transcript = tmp / "claude" / "p" / "soak.jsonl"
+        transcript.write_bytes(b"")
+        (tmp / "c.toml").write_text(
+            f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
+            f'[roots]\nclaude = "{tmp / "claude"}"\n'
+            "[monitor]\ninterval_s = 5\ninitial_delay_s = 1\n"
+        )
+        cli(
+            tmp,
+            "adopt",
+            "--kind",
+            "claude",
+            "--path",
+            str(transcript),
+            "--session-key",
+            "agent:main:adopted:soak",
+        )
+        cli(tmp, "watch", "--watcher", "agent:main:main", "--target", "agent:main:adopted:soak")
+        cli(tmp, "watch", "--watcher", "agent:main:main", "--target", "agent:main:subagent:soak")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "--db",
+                str(tmp / "state.db"),
+                "--config",
+                str(tmp / "c.toml"),
+                "serve",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        base = ""
+        for line in proc.stderr:
+            match = re.search(r"serving .* on (http://\S+)", line)
+            if match:
+                base = match.group(1)
+                break
+        try:
+            token = (tmp / "token").read_text().strip()
+            samples = asyncio.run(drive(base, token, transcript, args, proc.pid))
+        finally:
+            proc.terminate()
+            proc.wait()
+    report(samples, args)
+
+
+def report(samples: list[dict[str, float]], args: argparse.Namespace) -> None:
+    steady = samples[len(samples) // 10 :]
+    times = [s["t"] for s in steady]
+    first, last = samples[0], samples[-1]
+    print(
+        f"soak: {args.minutes:g} min at {args.rate:g} req/s and 1 append/s, {len(samples)} samples"
+    )
+    flat = True
+    for name, bound in BOUNDS.items():
+        slope = slope_per_hour(times, [s[name] for s in steady])
+        ok = abs(slope) < bound
+        flat &= ok
+        print(
+            f"  {name}: start {first[name]:.1f}, end {last[name]:.1f}, slope {slope:+.2f}/h"
+            f" (bound {bound:g}/h): {'flat' if ok else 'NOT flat'}"
+        )
+    print("verdict: " + ("flat" if flat else "NOT flat"))
+
+
+if __name__ == "__main__":
+    main()
