@@ -10,10 +10,12 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import web, web_protocol
+from aiohttp.web_request import BaseRequest
 
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
 from monitor.events import MAX_INT64, parse_actor, parse_kind
@@ -356,3 +358,40 @@ def build_app(
     app[TOKEN] = token
     app.add_routes(routes)
     return app
+
+
+class _JsonErrorHandler(web_protocol.RequestHandler):
+    """Protocol-level errors (a bad request line, an over-long URL or header, a bad
+    Content-Length) answered in the API's ``{"error": {...}}`` shape instead of plain text."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            log.error("error handling a request from %s", request.remote, exc_info=exc)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was already started; cannot answer the error")
+        detail = getattr(exc, "message", None) or message or HTTPStatus(status).phrase
+        code = _HTTP_CODES.get(status, "http_error" if status < 500 else "internal_error")
+        response = error(status, code, " ".join(str(detail).split())[:500])
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(web.Server):
+    # aiohttp makes one RequestHandler per connection here; ours shapes protocol errors.
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+def use_json_errors(runner: web.AppRunner) -> None:
+    """Make a set-up runner answer protocol-level errors as JSON (see ``_JsonErrorHandler``)."""
+    server = runner.server
+    if server is not None:
+        server.__class__ = _JsonErrorServer

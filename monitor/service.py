@@ -29,7 +29,7 @@ from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
-from monitor.api import build_app
+from monitor.api import build_app, use_json_errors
 from monitor.config import Config
 from monitor.errors import ConfigError, NotPrivate, SessionwatchError, StoreError, StoreLocked
 from monitor.kernel import Kernel, KernelSettings
@@ -239,6 +239,7 @@ async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen
     app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
+    use_json_errors(runner)
     stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
     site: web.BaseSite
     if listen.startswith("unix:"):
@@ -383,6 +384,7 @@ async def serve_node(config: Config, listen: str, token_file: Path) -> None:
             loop.add_signal_handler(sig, stopping.set)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
+        use_json_errors(runner)
         stack.push_async_callback(runner.cleanup)
         host, _, port = listen.rpartition(":")
         if not port.isdigit():
