@@ -76,6 +76,8 @@ FIELDS = st.sampled_from(
         "path",
     ]
 )
+
+
 def _dumps(value: Any) -> bytes:
     return json.dumps(value).encode()  # the standard library writes integers of any size
 
