@@ -67,6 +67,10 @@ class UpstreamLink:
         )
 
     @property
+    def key(self) -> tuple[str, str]:
+        return (self.session_key, self.agent_id)
+
+    @property
     def foreign(self) -> bool:
         """A kind we do not read: left untouched, never ticked, never deleted by us."""
         return self.kind is None
@@ -282,6 +286,22 @@ def write_link_state(
             state.outcome,
             state.reason,
         ),
+    )
+
+
+def note_link_status(
+    conn: sqlite3.Connection, link: UpstreamLink, outcome: str, reason: str | None
+) -> None:
+    """Record why a link was not checked, for ``links``; its streak stays as it was."""
+    conn.execute(
+        "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
+        " link_updated_at, last_outcome, last_reason) VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+        " missing_streak = CASE WHEN source_key = excluded.source_key"
+        "   AND link_updated_at = excluded.link_updated_at THEN missing_streak ELSE 0 END,"
+        " source_key = excluded.source_key, link_updated_at = excluded.link_updated_at,"
+        " last_outcome = excluded.last_outcome, last_reason = excluded.last_reason",
+        (link.session_key, link.agent_id, link.source_key, link.updated_at, outcome, reason),
     )
 
 

@@ -29,6 +29,7 @@ from monitor.links import (
     UPSTREAM_KINDS,
     UpstreamLink,
     list_links,
+    note_link_status,
     resolve_ref,
     upsert_link,
 )
@@ -67,16 +68,16 @@ def _load(conn: sqlite3.Connection, own_limit: int) -> tuple[list[UpstreamLink],
     ):
         own[(key, agent)].append((row_id, digest))
     stateful = {
-        (r[0], r[1])
+        (r[0], r[1]): r[2]
         for r in conn.execute(
-            "SELECT session_key, agent_id FROM sessionwatch_link_state"
+            "SELECT session_key, agent_id, last_reason FROM sessionwatch_link_state"
             " WHERE missing_streak > 0 OR blocked_offset IS NOT NULL OR last_outcome IS NOT NULL"
         )
     }
     return links, {"sessions": sessions, "own": own, "stateful": stateful}
 
 
-def _unchanged(link: UpstreamLink, outcome: Outcome, stateful: set[tuple[str, str]]) -> bool:
+def _unchanged(link: UpstreamLink, outcome: Outcome, stateful: dict[Any, str | None]) -> bool:
     return (
         outcome.status == "quiet"
         and outcome.marker == link.marker
@@ -199,6 +200,7 @@ class UpstreamMonitor:
         for link in links:
             agents_per_key[link.session_key] += 1
         results: list[LinkResult] = []
+        skipped: list[tuple[UpstreamLink, str]] = []
         batches: dict[str, list[_Work]] = defaultdict(list)
         for link in links:
             if only is not None and link.session_key not in only:
@@ -208,6 +210,8 @@ class UpstreamMonitor:
                 results.append(
                     LinkResult(session_key=link.session_key, outcome="skipped", reason=skip)
                 )
+                if not link.foreign and extra["stateful"].get(link.key) != skip:
+                    skipped.append((link, skip))
                 continue
             probe = Probe(
                 session_key=link.session_key,
@@ -233,7 +237,22 @@ class UpstreamMonitor:
                     results.append(dataclasses.replace(result, adapter=kind))
         if idle:
             await self._touch(idle)
+        if skipped:
+            await self._note_skips(skipped)
         return results
+
+    async def _note_skips(self, skipped: list[tuple[UpstreamLink, str]]) -> None:
+        """Why a watched link was not checked (a run active, no session id, an ambiguous
+        key) shows in ``links``; written only when the reason changes."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            for link, reason in skipped:
+                note_link_status(conn, link, "skipped", reason)
+
+        try:
+            await self.kernel.store.write(run)
+        except SessionwatchError as exc:
+            log.warning("could not note why links were skipped: %s", exc)
 
     async def _touch(self, links: list[UpstreamLink]) -> None:
         """Quiet links whose marker and state did not change: one transaction for all."""

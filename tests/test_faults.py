@@ -295,3 +295,20 @@ def test_opencode_replay_refuses_a_child_session(tmp_path: Path) -> None:
     )
     assert 2 == proc.returncode
     assert "child session (a sub-agent run) is not adoptable" in proc.stderr
+
+
+async def test_why_a_watched_link_was_not_checked_shows_in_links(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    path = Path(roots.claude) / "a.jsonl"
+    path.write_bytes(b"")
+    await adopt(monitor, path)
+    await monitor.kernel.upsert_session(KEY, run_active=True)
+    assert ("skipped", 0, "run active") == (await tick(monitor))[KEY]
+    (listed,) = await monitor.links()
+    assert {"outcome": "skipped", "reason": "run active"} == listed["status"]
+    await monitor.kernel.upsert_session(KEY, run_active=False)
+    append(path, prompt("after the run"))
+    assert ("activity", 1) == (await tick(monitor))[KEY][:2]
+    (listed,) = await monitor.links()
+    assert listed["status"] is None
