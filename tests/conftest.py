@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from monitor.config import RootsConfig
 from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel, KernelSettings
 from monitor.signal_log import Recorded
@@ -33,6 +34,16 @@ class ManualClock:
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> RootsConfig:
+    """Claude, Codex and Pi roots under the test's temp dir."""
+    for name in ("claude", "codex", "pi"):
+        (tmp_path / name).mkdir()
+    return RootsConfig(
+        claude=str(tmp_path / "claude"), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")
+    )
 
 
 @pytest.fixture

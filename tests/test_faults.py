@@ -35,15 +35,6 @@ def append(path: Path, data: bytes) -> None:
 
 
 @pytest.fixture
-def roots(tmp_path: Path) -> RootsConfig:
-    for name in ("claude", "codex", "pi"):
-        (tmp_path / name).mkdir()
-    return RootsConfig(
-        claude=str(tmp_path / "claude"), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")
-    )
-
-
-@pytest.fixture
 def monitor(kernel: Kernel, roots: RootsConfig) -> UpstreamMonitor:
     return UpstreamMonitor(kernel, Config(roots=roots))
 
