@@ -154,6 +154,7 @@ def main() -> None:
         )
         cli(tmp, "watch", "--watcher", "agent:main:main", "--target", "agent:main:adopted:soak")
         cli(tmp, "watch", "--watcher", "agent:main:main", "--target", "agent:main:subagent:soak")
+        log = (tmp / "serve.log").open("w")  # read, not piped: a full pipe would stall serve
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -165,22 +166,23 @@ def main() -> None:
                 str(tmp / "c.toml"),
                 "serve",
             ],
-            stderr=subprocess.PIPE,
-            text=True,
+            stderr=log,
         )
-        assert proc.stderr is not None
         base = ""
-        for line in proc.stderr:
-            match = re.search(r"serving .* on (http://\S+)", line)
+        while not base:
+            time.sleep(0.1)
+            match = re.search(r"serving .* on (http://\S+)", (tmp / "serve.log").read_text())
             if match:
                 base = match.group(1)
-                break
+            elif proc.poll() is not None:
+                raise RuntimeError("serve exited: " + (tmp / "serve.log").read_text())
         try:
             token = (tmp / "token").read_text().strip()
             samples = asyncio.run(drive(base, token, transcript, args, proc.pid))
         finally:
             proc.terminate()
             proc.wait()
+            log.close()
     report(samples, args)
 
 
