@@ -24,6 +24,7 @@ import orjson
 
 from adapters.base import (
     Declined,
+    Drift,
     Marker,
     Outcome,
     OwnPool,
@@ -40,6 +41,23 @@ REPLAY_LOOKBACK = 50
 EXPORT_CONCURRENCY = 4
 QUERY_TIMEOUT_S = 1.0
 CHILD_SESSION = "an OpenCode child session (a sub-agent run) is not adoptable"
+TESTED_VERSION = "1.2.0"  # the session ``version`` the classifier was checked against
+KNOWN_PART_TYPES = frozenset(
+    {
+        "text",
+        "file",
+        "agent",
+        "subtask",
+        "compaction",
+        "tool",
+        "reasoning",
+        "step-start",
+        "step-finish",
+        "snapshot",
+        "patch",
+        "retry",
+    }
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -190,6 +208,28 @@ def session_signals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple
     return {row[0]: (row[1], int(row[2] or 0)) for row in conn.execute(sql, ids)}
 
 
+def session_version(conn: sqlite3.Connection, session_id: str) -> str | None:
+    """The OpenCode version that wrote the session (its ``version`` column), if kept."""
+    try:
+        row = conn.execute("SELECT version FROM session WHERE id = ?", (session_id,)).fetchone()
+    except sqlite3.OperationalError:  # an older schema without the column
+        return None
+    return str(row[0]) if row and row[0] else None
+
+
+def part_drift(messages: list[UserMessage], version: str | None) -> Drift:
+    """Part types of user messages no rule knows, and the session's declared version."""
+    drift = Drift()
+    if version:
+        drift.see_version(version, TESTED_VERSION)
+    for message in messages:
+        for part in message.parts:
+            kind = part.get("type")
+            if kind not in KNOWN_PART_TYPES:
+                drift.count_type(str(kind))
+    return drift
+
+
 def newest_message(conn: sqlite3.Connection, session_id: str) -> str | None:
     """The id of the session's newest message of any role."""
     row = conn.execute("SELECT max(id) FROM message WHERE session_id = ?", (session_id,)).fetchone()
@@ -328,10 +368,12 @@ class OpenCodeAdapter:
             try:
                 messages = export_user_messages(conn, thread)
                 newest = newest_message(conn, thread)
+                version = session_version(conn, thread)
             finally:
                 conn.close()
         except (OSError, sqlite3.Error) as exc:
             return Outcome(status="inconclusive", reason=f"export failed: {exc}")
+        found = part_drift(messages, version)
         after = probe.marker.get("lastHumanMessageId")
         own = OwnPool(probe.own)
         result = classify_user_messages(
@@ -341,7 +383,15 @@ class OpenCodeAdapter:
         marker = {
             "seq": probe.marker.get("seq", 0) if result.pending else seq,
             "lastHumanMessageId": result.consumed_to,
+            "drift": found.to_json(),  # of the session as it stands (every export reads it all)
         }
+        new_types = set(found.unknown_types) - set(
+            Drift.from_json(probe.marker.get("drift")).unknown_types
+        )
+        for kind in sorted(new_types):
+            log.warning(
+                "%s: OpenCode part of unknown type %r (format drift?)", probe.session_key, kind
+            )
         dedupe = result.turns[-1].native_id if result.turns else None
         return Outcome(
             status="activity",
@@ -350,4 +400,5 @@ class OpenCodeAdapter:
             dedupe_id=dedupe,
             compactions=result.compactions,
             consumed_own=own.consumed,
+            drift=found if new_types or found.newer else None,
         )

@@ -133,7 +133,10 @@ async def test_exports_only_when_the_sequence_advanced(oc: OpenCodeDB) -> None:
         adapter.exports,
     )
     assert mid == active.dedupe_id
-    assert {"seq": 4, "lastHumanMessageId": mid} == active.marker
+    assert active.marker is not None
+    assert {"seq": 4, "lastHumanMessageId": mid} == {
+        k: active.marker[k] for k in ("seq", "lastHumanMessageId")
+    }
 
 
 async def test_a_half_written_turn_is_reported_once_when_its_text_arrives(
@@ -290,3 +293,21 @@ def test_replay_cli_lists_turns(oc: OpenCodeDB) -> None:
             "SELECT seq FROM event_sequence WHERE aggregate_id = ?", (SID,)
         ).fetchone()[0]
     assert {"seq": seq, "lastHumanMessageId": third} == lines[-1]["marker"]
+
+
+async def test_an_unknown_part_type_and_a_newer_version_show_as_drift(oc: OpenCodeDB) -> None:
+    adapter = OpenCodeAdapter()
+    marker = await adapter.baseline({"dbPath": str(oc.path), "threadId": SID})
+    mid = oc.message(SID)
+    oc.part(SID, mid, type="hologram", data="x")
+    oc.part(SID, mid, type="text", text="typed")
+    with oc.connect() as conn:
+        conn.execute("UPDATE session SET version = '9.0.0' WHERE id = ?", (SID,))
+    [out] = await adapter.check([probe(oc, marker)])
+    assert out.marker is not None and out.drift is not None
+    drift = out.marker["drift"]
+    assert ({"hologram": 1}, "9.0.0", True) == (
+        drift["unknownTypes"],
+        drift["version"],
+        drift["newerThanTested"],
+    )
