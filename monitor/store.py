@@ -147,6 +147,14 @@ def run_group(conn: sqlite3.Connection, writes: list[_Write]) -> list[Result]:
     return [r if r is not None else (False, StoreError("write not run")) for r in results]
 
 
+def _read_only(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), check_same_thread=False)
+    conn.isolation_level = None
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
 def make_private(path: Path) -> None:
     """The database and its WAL and SHM files: readable by their owner only."""
     for suffix in ("", "-wal", "-shm"):
@@ -159,8 +167,10 @@ class Store:
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock) -> None:
         self._conn = conn
-        self._reader: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None  # inline point reads
         self._reader_lock = threading.Lock()
+        self._bulk: sqlite3.Connection | None = None  # larger reads, in a worker thread
+        self._bulk_lock = threading.Lock()
         self._pending: list[_Write] = []
         self._drainer: asyncio.Task[None] | None = None
         self.path = path
@@ -187,10 +197,8 @@ class Store:
             await store.write(lambda c: migrate(c, clock()))
             if created:
                 make_private(db_path)
-            store._reader = sqlite3.connect(str(db_path), check_same_thread=False)
-            store._reader.isolation_level = None
-            store._reader.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            store._reader.execute("PRAGMA query_only = ON")
+            store._reader = _read_only(db_path)
+            store._bulk = _read_only(db_path)
         except BaseException:
             await store.close()
             raise
@@ -250,24 +258,30 @@ class Store:
                     write.future.set_exception(self._translate(value))
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` as one read transaction on the reader connection, in a worker thread;
-        it never waits for the writer."""
-        return await asyncio.to_thread(self.read_now, fn)
+        """Run ``fn`` as one read transaction on a read-only connection of its own, in a
+        worker thread; it never waits for the writer, nor holds up the inline reads."""
+        return await asyncio.to_thread(self._read_on, self._bulk_lock, "_bulk", fn)
 
     def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a small read inline on the read-only connection (the API's hot point reads,
         which cost less than the hop to a thread)."""
-        if self._reader is None:
-            raise StoreError("the state database is closed")
-        with self._reader_lock, self._translated():
-            return run_read(self._reader, fn)
+        return self._read_on(self._reader_lock, "_reader", fn)
+
+    def _read_on(self, lock: threading.Lock, name: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with lock, self._translated():
+            conn: sqlite3.Connection | None = getattr(self, name)
+            if conn is None:
+                raise StoreError("the state database is closed")
+            return run_read(conn, fn)
 
     async def close(self) -> None:
         if self._drainer is not None and not self._drainer.done():
             with contextlib.suppress(BaseException):
                 await self._drainer
-        if self._reader is not None:
-            with self._reader_lock:
-                self._reader.close()
-                self._reader = None
+        for lock, name in ((self._reader_lock, "_reader"), (self._bulk_lock, "_bulk")):
+            with lock:
+                conn = getattr(self, name)
+                if conn is not None:
+                    conn.close()
+                    setattr(self, name, None)
         await self._conn.close()
