@@ -62,8 +62,10 @@ def settings_from(config: Config) -> KernelSettings:
 def take_instance_lock(db: Path) -> IO[str]:
     """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
     path = db.with_name(db.name + ".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = path.open("a+")
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)  # the state directory: private
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    handle = os.fdopen(fd, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

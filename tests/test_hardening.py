@@ -216,6 +216,37 @@ async def test_a_spawn_of_itself_is_refused(client: Client, kernel: Kernel) -> N
         await kernel.spawn(parent=CHILD, child=CHILD.upper(), run_id="r2")
 
 
+def test_serve_makes_its_state_directory_private(tmp_path: Path) -> None:
+    state = tmp_path / "home" / "state"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{state / "token"}"\n')
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "--db",
+            str(state / "state.db"),
+            "--config",
+            str(config),
+            "serve",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "serving" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert 0o700 == stat.S_IMODE(state.stat().st_mode)
+    for name in ("state.db", "state.db.lock", "token"):
+        assert 0o600 == stat.S_IMODE((state / name).stat().st_mode), name
+
+
 async def test_state_files_are_private_from_the_start(tmp_path: Path) -> None:
     db = tmp_path / "new" / "state.db"
     kernel = await Kernel.open(db)
