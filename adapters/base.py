@@ -133,9 +133,9 @@ class Drift:
 
     MAX_TYPES: ClassVar[int] = 32
 
-    def count_type(self, kind: str) -> None:
+    def count_type(self, kind: str, n: int = 1) -> None:
         if kind in self.unknown_types or len(self.unknown_types) < self.MAX_TYPES:
-            self.unknown_types[kind] = self.unknown_types.get(kind, 0) + 1
+            self.unknown_types[kind] = self.unknown_types.get(kind, 0) + n
 
     def see_version(self, version: str, tested: str) -> None:
         if version == self.version:
@@ -158,8 +158,7 @@ class Drift:
         ):
             out.version, out.newer = other.version, other.newer
         for kind, n in other.unknown_types.items():
-            if kind in out.unknown_types or len(out.unknown_types) < self.MAX_TYPES:
-                out.unknown_types[kind] = out.unknown_types.get(kind, 0) + n
+            out.count_type(kind, n)
         return out
 
     def __bool__(self) -> bool:

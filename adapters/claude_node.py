@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ import aiohttp
 
 from adapters.base import Declined, Marker, Outcome, OwnPool, Probe
 from adapters.claude import ClaudeState
-from adapters.jsonl import FORMATS, Cutoff, classify_records
+from adapters.jsonl import FORMATS, Cutoff, classify_records, remembered, reread_from
 
 log = logging.getLogger(__name__)
 
@@ -67,28 +66,32 @@ class ClaudeNodeAdapter:
         self.nodes = nodes
         self.pages = pages
 
-    async def _page(
-        self, http: aiohttp.ClientSession, ref: dict[str, Any], before: str | None
+    async def _items(
+        self, http: aiohttp.ClientSession, ref: dict[str, Any], params: dict[str, str]
     ) -> dict[str, Any]:
+        """One page of the thread's items; raises :class:`Gone` or :class:`NodeError`."""
         node = self.nodes.get(str(ref.get("nodeId")))
         if node is None:
             raise NodeError(f"unknown node {ref.get('nodeId')!r}")
-        params = {"limit": "50", **({"before": before} if before else {})}
         url = f"{node.url.rstrip('/')}/v1/threads/{ref.get('threadId')}/items"
         headers = {"Authorization": f"Bearer {node.token()}"}
         try:
-            async with http.get(url, params=params, headers=headers) as resp:
+            async with http.get(url, params={"limit": "50", **params}, headers=headers) as resp:
+                body: dict[str, Any] = await resp.json(content_type=None)
+                if resp.status == 404:
+                    code = (body.get("error") or {}).get("code")
+                    if code in ("no_such_thread", "no_such_item"):
+                        raise Gone(code)
                 if resp.status != 200:
                     raise NodeError(f"node answered {resp.status}")
-                body: dict[str, Any] = await resp.json()
                 return body
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
             raise NodeError(str(exc) or type(exc).__name__) from None
 
     async def baseline(self, ref: dict[str, Any]) -> Marker:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
             try:
-                page = await self._page(http, ref, None)
+                page = await self._items(http, ref, {})
             except NodeError as exc:
                 raise Declined(f"cannot read the thread from the node: {exc}") from None
         items = page.get("items") or []
@@ -102,28 +105,6 @@ class ClaudeNodeAdapter:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             return [await self._check_one(http, p) for p in probes]
 
-    async def _forward(
-        self, http: aiohttp.ClientSession, ref: dict[str, Any], after: Any, skip: int
-    ) -> dict[str, Any]:
-        node = self.nodes.get(str(ref.get("nodeId")))
-        if node is None:
-            raise NodeError(f"unknown node {ref.get('nodeId')!r}")
-        params = {"limit": "50", "skip": str(skip), **({"after": after} if after else {})}
-        url = f"{node.url.rstrip('/')}/v1/threads/{ref.get('threadId')}/items"
-        headers = {"Authorization": f"Bearer {node.token()}"}
-        try:
-            async with http.get(url, params=params, headers=headers) as resp:
-                body: dict[str, Any] = await resp.json(content_type=None)
-                if resp.status == 404:
-                    code = (body.get("error") or {}).get("code")
-                    if code in ("no_such_thread", "no_such_item"):
-                        raise Gone(code)
-                if resp.status != 200:
-                    raise NodeError(f"node answered {resp.status}")
-                return body
-        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
-            raise NodeError(str(exc) or type(exc).__name__) from None
-
     async def _check_one(
         self, http: aiohttp.ClientSession, probe: Probe, again: bool = False
     ) -> Outcome:
@@ -134,7 +115,8 @@ class ClaudeNodeAdapter:
         items: list[dict[str, Any]] = []
         try:
             for _ in range(self.pages):
-                page = await self._forward(http, probe.ref, anchor, tail + len(items))
+                skip = {"skip": str(tail + len(items)), **({"after": anchor} if anchor else {})}
+                page = await self._items(http, probe.ref, skip)
                 items += [i for i in page.get("items") or [] if isinstance(i, dict)]
                 if not page.get("more"):
                     break
@@ -149,23 +131,14 @@ class ClaudeNodeAdapter:
         return _classified(probe, anchor, tail, items)
 
 
-class Gone(Exception):
+class Gone(NodeError):
     """The node answered that the thread, or the marker's item, is not there."""
 
 
 def _reread(probe: Probe) -> Probe:
-    marker = probe.marker
-    seen = marker.get("seenAt")
-    after = seen if isinstance(seen, int) else probe.last_scanned_at or int(time.time() * 1000)
     log.warning("%s: the node no longer has the marker item; re-reading", probe.session_key)
-    fresh = {
-        "uuid": None,
-        "tail": 0,
-        "reread": {"reason": "rewritten", "after": after},
-        "recent": marker.get("recent") or [],
-        "seenAt": seen,
-    }
-    return dataclasses.replace(probe, marker=fresh)
+    carried = reread_from(probe.marker, probe.last_scanned_at, "rewritten")
+    return dataclasses.replace(probe, marker={"uuid": None, "tail": 0, **carried})
 
 
 def _classified(
@@ -175,24 +148,11 @@ def _classified(
     fmt = FORMATS["claude"]
     state = ClaudeState.from_marker(marker)
     own = OwnPool(probe.own)
-    reread = marker.get("reread")
-    cutoff = (
-        Cutoff(
-            after=reread["after"],
-            recent=frozenset(r for r in marker.get("recent") or [] if isinstance(r, str)),
-        )
-        if isinstance(reread, dict) and isinstance(reread.get("after"), int)
-        else None
-    )
-    result = classify_records(fmt, [(None, i) for i in items], state, own, cutoff)
+    result = classify_records(fmt, [(None, i) for i in items], state, own, Cutoff.of(marker))
     newest, after = newest_anchor(list(reversed(items)))
     if newest is None:  # only uuid-less items are new: keep the anchor
         newest, after = anchor, tail + len(items)
-    recent = [r for r in marker.get("recent") or [] if isinstance(r, str)]
-    recent += [t.native_id for t in result.turns if t.native_id]
-    seen = max(marker.get("seenAt") or 0, result.seen_at or 0) or None
-    new_marker = {"uuid": newest, "tail": after, **state.to_marker(), "seenAt": seen}
-    new_marker["recent"] = recent[-32:]
+    new_marker = {"uuid": newest, "tail": after, **state.to_marker(), **remembered(marker, result)}
     return Outcome(
         status="activity",
         marker=new_marker,

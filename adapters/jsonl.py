@@ -16,6 +16,7 @@ carry no record we could read.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,8 @@ import orjson
 from adapters import claude, codex, pi
 from adapters.base import Drift, Marker, OwnPool, Turn, Verdict
 from adapters.pi import parse_time
+
+RECENT_IDS = 32  # native ids of the last turns reported, kept in the marker
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,11 +139,47 @@ class Cutoff:
     after: int
     recent: frozenset[str] = frozenset()
 
+    @classmethod
+    def of(cls, marker: Marker) -> Cutoff | None:
+        """The cutoff of a marker that is re-reading its source, else None."""
+        reread = marker.get("reread")
+        if not isinstance(reread, dict) or not isinstance(reread.get("after"), int):
+            return None
+        recent = marker.get("recent")
+        ids = (
+            frozenset(r for r in recent if isinstance(r, str)) if isinstance(recent, list) else None
+        )
+        return cls(after=reread["after"], recent=ids or frozenset())
+
     def is_old(self, record: dict[str, Any], native_id: str | None) -> bool:
         if native_id is not None and native_id in self.recent:
             return True
         at = time_ms(record)
         return at is not None and at <= self.after
+
+
+def _ms(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def reread_from(marker: Marker, last_scanned_at: int | None, reason: str) -> Marker:
+    """What a source read again from its start carries over: only what is newer than the
+    newest record seen (else the last scan, else now) and not a recent turn will count."""
+    after = _ms(marker.get("seenAt")) or last_scanned_at or int(time.time() * 1000)
+    return {
+        "reread": {"reason": reason, "after": after},
+        "recent": marker.get("recent") or [],
+        "seenAt": marker.get("seenAt"),
+    }
+
+
+def remembered(marker: Marker, result: ScanResult) -> Marker:
+    """``recent`` (the last turns' native ids) and ``seenAt`` (the newest record time, left
+    out while no record had one) after a scan."""
+    recent = [r for r in marker.get("recent") or [] if isinstance(r, str)]
+    recent += [t.native_id for t in result.turns if t.native_id]
+    seen = max(_ms(marker.get("seenAt")), result.seen_at or 0)
+    return {"recent": recent[-RECENT_IDS:], **({"seenAt": seen} if seen else {})}
 
 
 def _note(result: ScanResult, fmt: JsonlFormat, verdict: Verdict) -> None:

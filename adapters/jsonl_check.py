@@ -23,11 +23,18 @@ import functools
 import logging
 import os
 import stat
-import time
 from typing import Any
 
 from adapters.base import Declined, Drift, Marker, Outcome, OwnPool, Probe
-from adapters.jsonl import Cutoff, JsonlFormat, ScanResult, parse_line, scan
+from adapters.jsonl import (
+    Cutoff,
+    JsonlFormat,
+    ScanResult,
+    parse_line,
+    remembered,
+    reread_from,
+    scan,
+)
 from adapters.tailer import (
     NotRegularFile,
     TailRead,
@@ -43,7 +50,6 @@ log = logging.getLogger(__name__)
 DEFAULT_SCAN_CAP = 1_048_576
 DEFAULT_MAX_LINE = 64 * 1_048_576
 READ_TIMEOUT_S = 10.0
-RECENT_IDS = 32
 OUTSIDE_ROOTS = "outside the configured roots"
 
 HeldLines = dict[tuple[str, int | None, int], bytearray]
@@ -82,11 +88,6 @@ class RootCheck:
         if not self.base or real == self.base or real.startswith(self.base + os.sep):
             return real
         return None
-
-
-def inside_root(path: str, root: str) -> str | None:
-    """The real path of ``path`` when it resolves inside ``root``, else None."""
-    return RootCheck(root).resolve(path)
 
 
 def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
@@ -139,10 +140,8 @@ def check_file(
             return _hold(real, offset, resume, read, marker, settings, held)
         lines = read.lines if not resume else _join(real, offset, resume, read, held)
         state = fmt.state_from_marker(marker)
-        reread = marker.get("reread")
-        cutoff = _cutoff(reread, marker)
         own = OwnPool(probe.own)
-        result = scan(fmt, lines, state, own, cutoff)
+        result = scan(fmt, lines, state, own, Cutoff.of(marker))
     except FileNotFoundError:
         return Outcome(status="missing", reason="no such file")
     except (NotRegularFile, Declined) as exc:
@@ -150,14 +149,6 @@ def check_file(
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
     return _settled(fmt, probe, read, lines, result, state, own)
-
-
-def _cutoff(reread: Any, marker: Marker) -> Cutoff | None:
-    if not isinstance(reread, dict) or not isinstance(reread.get("after"), int):
-        return None
-    recent = marker.get("recent")
-    ids = frozenset(r for r in recent if isinstance(r, str)) if isinstance(recent, list) else None
-    return Cutoff(after=reread["after"], recent=ids or frozenset())
 
 
 def _idle(marker: Marker, read: TailRead) -> Outcome:
@@ -184,21 +175,15 @@ def _settled(
     end = read.end if result.stopped_at is None else result.stopped_at
     old = Drift.from_json(marker.get("drift"))
     _log_drift(probe.session_key, fmt.kind, old, result)
-    recent = [r for r in marker.get("recent") or [] if isinstance(r, str)]
-    recent += [t.native_id for t in result.turns if t.native_id]
-    seen = max(_int(marker.get("seenAt")), result.seen_at or 0) or None
     new_marker = {
-        **{k: v for k, v in marker.items() if k not in ("size", "long", "reread")},
+        **{k: v for k, v in marker.items() if k not in ("size", "long", "reread", "seenAt")},
         "offset": end,
         "head": read.head,
         "ino": read.ino,
-        "seenAt": seen,
-        "recent": recent[-RECENT_IDS:],
+        **remembered(marker, result),
         "drift": old.merged(result.drift).to_json(),
         **state.to_marker(),
     }
-    if seen is None:
-        del new_marker["seenAt"]
     if "reread" in marker and end < read.size:
         new_marker["reread"] = marker["reread"]  # not caught up yet
     return Outcome(
@@ -240,7 +225,7 @@ def _reread(
 ) -> Outcome:
     marker = probe.marker
     reason = read.status
-    after = _int(marker.get("seenAt")) or probe.last_scanned_at or int(time.time() * 1000)
+    carried = reread_from(marker, probe.last_scanned_at, reason)
     changes = dict(marker.get("changes") or {})
     changes[reason] = _int(changes.get(reason)) + 1
     log.warning(
@@ -248,15 +233,13 @@ def _reread(
         probe.session_key,
         probe.ref.get("filePath"),
         reason,
-        after,
+        carried["reread"]["after"],
     )
     fresh: Marker = {
         "offset": 0,
-        "reread": {"reason": reason, "after": after},
-        "recent": marker.get("recent") or [],
+        **carried,
         "drift": marker.get("drift"),
         "changes": changes,
-        "seenAt": marker.get("seenAt"),
     }
     return check_file(fmt, dataclasses.replace(probe, marker=fresh), settings, held, None)
 

@@ -40,11 +40,19 @@ def describe(mode: int) -> str:
     return next((name for test, name in _TYPES if test(mode)), "not a regular file")
 
 
-def open_regular(path: str) -> tuple[int, os.stat_result]:
-    """Open a regular file for reading without ever blocking; its fd and ``fstat``."""
-    before = os.stat(path)
-    if not stat.S_ISREG(before.st_mode):
-        raise NotRegularFile(f"not a regular file ({describe(before.st_mode)})")
+def stat_regular(path: str) -> os.stat_result:
+    """``stat`` a path that must be a regular file; raises :class:`NotRegularFile`."""
+    found = os.stat(path)
+    if not stat.S_ISREG(found.st_mode):
+        raise NotRegularFile(f"not a regular file ({describe(found.st_mode)})")
+    return found
+
+
+def open_regular(path: str, *, checked: bool = False) -> tuple[int, os.stat_result]:
+    """Open a regular file for reading without ever blocking; its fd and ``fstat``.
+    ``checked``: the caller has just ``stat_regular``-ed it."""
+    if not checked:
+        stat_regular(path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         after = os.fstat(fd)
@@ -126,12 +134,10 @@ def read_tail(
     of a long line at ``offset`` already read). Raises ``OSError`` (FileNotFoundError:
     missing; NotRegularFile: never opened)."""
     start = offset + resume
-    before = os.stat(path)
-    if not stat.S_ISREG(before.st_mode):
-        raise NotRegularFile(f"not a regular file ({describe(before.st_mode)})")
+    before = stat_regular(path)
     if before.st_size == start and (ino is None or ino == before.st_ino):  # a stat, no open
         return TailRead(status="idle", end=offset, size=start, ino=before.st_ino, head=head)
-    fd, st = open_regular(path)
+    fd, st = open_regular(path, checked=True)
     try:
         size = st.st_size
         changed = _changed(fd, offset, head, ino, st) or ("truncated" if size < start else "")

@@ -35,10 +35,6 @@ class DaemonReads:
         self._busy: set[str] = set()
         self._lock = threading.Lock()
 
-    def busy(self) -> int:
-        with self._lock:
-            return len(self._busy)
-
     async def run(self, key: str, fn: Callable[..., T], *args: Any) -> T:
         """One read; raises :class:`SourceBusy` or ``TimeoutError`` as well as its own."""
         (result,) = await self.run_batch([(key, lambda: fn(*args))])

@@ -50,21 +50,14 @@ def slope_per_hour(times: list[float], values: list[float]) -> float:
     return 0.0 if den == 0 else num / den * 3600
 
 
+def command(tmp: Path, *args: str) -> list[str]:
+    """``sessionwatch`` on the soak's database and configuration."""
+    base = ["-m", "monitor", "--db", str(tmp / "state.db"), "--config", str(tmp / "c.toml")]
+    return [sys.executable, *base, *args]
+
+
 def cli(tmp: Path, *args: str) -> Any:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "monitor",
-            "--db",
-            str(tmp / "state.db"),
-            "--config",
-            str(tmp / "c.toml"),
-            *args,
-        ],
-        capture_output=True,
-        check=True,
-    )
+    out = subprocess.run(command(tmp, *args), capture_output=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -155,19 +148,7 @@ def main() -> None:
         cli(tmp, "watch", "--watcher", "agent:main:main", "--target", "agent:main:adopted:soak")
         cli(tmp, "watch", "--watcher", "agent:main:main", "--target", "agent:main:subagent:soak")
         log = (tmp / "serve.log").open("w")  # read, not piped: a full pipe would stall serve
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "monitor",
-                "--db",
-                str(tmp / "state.db"),
-                "--config",
-                str(tmp / "c.toml"),
-                "serve",
-            ],
-            stderr=log,
-        )
+        proc = subprocess.Popen(command(tmp, "serve"), stderr=log)
         base = ""
         while not base:
             time.sleep(0.1)

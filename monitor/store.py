@@ -78,6 +78,7 @@ def _is_locked(exc: sqlite3.Error) -> bool:
 class _Write:
     fn: Callable[[sqlite3.Connection], Any]
     deadline: float  # time.monotonic() after which it no longer waits for a lock
+    timeout: float  # how long that was, for the error
     future: asyncio.Future[Any]
 
 
@@ -98,7 +99,7 @@ def _begin(conn: sqlite3.Connection, writes: list[_Write], results: list[Result 
         live = [i for i, w in enumerate(writes) if results[i] is None]
         for i in live:
             if writes[i].deadline <= now:
-                results[i] = (False, _locked_error(BUSY_TIMEOUT_MS / 1000))
+                results[i] = (False, _locked_error(writes[i].timeout))
         live = [i for i in live if results[i] is None]
         if not live:
             return False
@@ -233,8 +234,9 @@ class Store:
         """Run ``fn`` as one write (a savepoint in a group transaction) on the writer thread."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        deadline = time.monotonic() + self.write_timeout
-        self._pending.append(_Write(fn=fn, deadline=deadline, future=future))
+        timeout = self.write_timeout
+        write = _Write(fn=fn, deadline=time.monotonic() + timeout, timeout=timeout, future=future)
+        self._pending.append(write)
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.ensure_future(self._drain())
         return await future
