@@ -91,7 +91,26 @@ def _locked_error(waited: float) -> StoreLocked:
     )
 
 
-def _begin(conn: sqlite3.Connection, writes: list[_Write], results: list[Result | None]) -> bool:
+@dataclass(slots=True)
+class BusyTimeout:
+    """The writer connection's busy timeout, lowered to what the oldest write has left in
+    100 ms steps (rounded down, so no write waits past its deadline). It is set only when
+    the step changes: the pragma is prepared anew for every value, and stays off the hot
+    path."""
+
+    ms: int = BUSY_TIMEOUT_MS
+
+    def lower_to(self, conn: sqlite3.Connection, remaining: float) -> None:
+        ms = int(remaining * 10) * 100 if remaining >= 0.1 else int(remaining * 1000)
+        ms = max(1, ms)
+        if ms != self.ms:
+            conn.execute(f"PRAGMA busy_timeout = {ms}")
+            self.ms = ms
+
+
+def _begin(
+    conn: sqlite3.Connection, writes: list[_Write], results: list[Result | None], busy: BusyTimeout
+) -> bool:
     """``BEGIN IMMEDIATE`` for the writes whose deadline has not passed; the others fail.
     False when none is left."""
     while True:
@@ -104,7 +123,7 @@ def _begin(conn: sqlite3.Connection, writes: list[_Write], results: list[Result 
         if not live:
             return False
         remaining = min(writes[i].deadline for i in live) - now
-        conn.execute(f"PRAGMA busy_timeout = {max(1, int(remaining * 1000))}")
+        busy.lower_to(conn, remaining)
         try:
             conn.execute("BEGIN IMMEDIATE")
             return True
@@ -115,10 +134,12 @@ def _begin(conn: sqlite3.Connection, writes: list[_Write], results: list[Result 
                 return False
 
 
-def run_group(conn: sqlite3.Connection, writes: list[_Write]) -> list[Result]:
+def run_group(
+    conn: sqlite3.Connection, writes: list[_Write], busy: BusyTimeout | None = None
+) -> list[Result]:
     """One transaction for several writes, a savepoint each (see the module docstring)."""
     results: list[Result | None] = [None] * len(writes)
-    if not _begin(conn, writes, results):
+    if not _begin(conn, writes, results, busy or BusyTimeout(ms=-1)):
         return [r for r in results if r is not None]
     done: list[int] = []
     for i, write in enumerate(writes):
@@ -172,6 +193,7 @@ class Store:
         self._reader_lock = threading.Lock()
         self._bulk: sqlite3.Connection | None = None  # larger reads, in a worker thread
         self._bulk_lock = threading.Lock()
+        self._busy = BusyTimeout()
         self._pending: list[_Write] = []
         self._drainer: asyncio.Task[None] | None = None
         self.path = path
@@ -247,7 +269,7 @@ class Store:
             del self._pending[:MAX_GROUP]
             try:
                 results: list[Result] = await self._conn._execute(  # type: ignore[no-untyped-call]
-                    run_group, self._conn._conn, batch
+                    run_group, self._conn._conn, batch, self._busy
                 )
             except BaseException as exc:  # the connection itself failed
                 results = [(False, exc)] * len(batch)
