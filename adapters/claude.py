@@ -250,3 +250,16 @@ def _user_turn(
 def claude_native_id(record: dict[str, Any]) -> str | None:
     uuid = record.get("uuid")
     return uuid if isinstance(uuid, str) else None
+
+
+def claude_prompt_text(record: dict[str, Any]) -> str:
+    """The text of a record the classifier counted as a turn (the catalog's title)."""
+    if record.get("type") == "queue-operation":
+        text, _ = block_text(record.get("content"))
+    elif record.get("type") == "attachment":
+        attachment = record.get("attachment")
+        text, _ = block_text(attachment.get("prompt") if isinstance(attachment, dict) else None)
+    else:
+        message = record.get("message")
+        text, _ = block_text(message.get("content") if isinstance(message, dict) else None)
+    return strip_ide_blocks(text)

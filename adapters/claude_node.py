@@ -88,6 +88,25 @@ class ClaudeNodeAdapter:
         except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
             raise NodeError(str(exc) or type(exc).__name__) from None
 
+    async def threads(self, name: str) -> list[dict[str, Any]]:
+        """The node's adoptable Claude sessions (its catalog); raises :class:`NodeError`."""
+        node = self.nodes[name]
+        url = f"{node.url.rstrip('/')}/v1/threads"
+        headers = {"Authorization": f"Bearer {node.token()}"}
+        timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as http,
+                http.get(url, headers=headers) as resp,
+            ):
+                body = await resp.json(content_type=None)
+                if resp.status != 200 or not isinstance(body, dict):
+                    raise NodeError(f"node answered {resp.status}")
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise NodeError(str(exc) or type(exc).__name__) from None
+        threads = body.get("threads")
+        return [t for t in threads if isinstance(t, dict)] if isinstance(threads, list) else []
+
     async def baseline(self, ref: dict[str, Any]) -> Marker:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
             try:

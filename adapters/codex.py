@@ -294,3 +294,16 @@ def codex_native_id(record: dict[str, Any]) -> str | None:
         if isinstance(payload.get("id"), str):
             return str(payload["id"])
     return None
+
+
+def codex_prompt_text(record: dict[str, Any]) -> str:
+    """The text of a record the classifier counted as a turn (the catalog's title)."""
+    payload = record.get("payload")
+    if not isinstance(payload, dict):
+        return _user_item(record)  # the legacy envelope
+    if isinstance(payload.get("message"), str):
+        return str(payload["message"])
+    item = payload.get("item")
+    if isinstance(item, dict):
+        return content_text(item.get("content"), INPUT_BLOCKS)
+    return content_text(payload.get("content"), INPUT_BLOCKS)

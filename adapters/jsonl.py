@@ -40,6 +40,7 @@ class JsonlFormat:
     prefilter: Callable[[bytes], bool] | None  # False: cannot matter; None: parse every line
     strict: bool  # stop at the first invalid row instead of counting it
     tested_version: str  # the newest format version the classifier was checked against
+    prompt_text: Callable[[dict[str, Any]], str]  # the text of a record counted as a turn
     declines: Callable[[Any], str | None] = lambda state: None  # why a source is not adoptable
 
 
@@ -69,6 +70,7 @@ FORMATS = {
         prefilter=claude.may_be_turn,
         strict=False,
         tested_version=claude.TESTED_VERSION,
+        prompt_text=claude.claude_prompt_text,
     ),
     "codex": JsonlFormat(
         kind="codex",
@@ -79,6 +81,7 @@ FORMATS = {
         prefilter=codex.may_be_turn,
         strict=False,
         tested_version=codex.TESTED_VERSION,
+        prompt_text=codex.codex_prompt_text,
         declines=_codex_declines,
     ),
     "pi": JsonlFormat(
@@ -90,8 +93,22 @@ FORMATS = {
         prefilter=None,
         strict=True,
         tested_version=pi.TESTED_VERSION,
+        prompt_text=pi.pi_prompt_text,
     ),
 }
+
+
+def first_prompt(fmt: JsonlFormat, records: list[dict[str, Any]]) -> str | None:
+    """The first direct human prompt among ``records`` (the file's first lines), as the
+    classifier finds it, on one line; None when there is none."""
+    state = fmt.state_from_first(records[0] if records else None)
+    for record in records:
+        verdict = fmt.classify(record, state)
+        if verdict is not None and verdict.turn:
+            text = " ".join(fmt.prompt_text(record).split())
+            if text:
+                return text
+    return None
 
 
 def parse_line(line: bytes, *, recover: bool) -> Any:

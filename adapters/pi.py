@@ -111,3 +111,13 @@ def classify_pi_record(record: dict[str, Any], state: PiState) -> Verdict | None
 def pi_native_id(record: dict[str, Any]) -> str | None:
     entry_id = record.get("id")
     return entry_id if isinstance(entry_id, str) else None
+
+
+def pi_prompt_text(record: dict[str, Any]) -> str:
+    """The text of a record the classifier counted as a turn (the catalog's title)."""
+    message = record.get("message")
+    if not isinstance(message, dict):
+        return ""
+    if message.get("role") == "bashExecution":
+        return f"!{message.get('command', '')}"
+    return content_text(message.get("content"), TEXT_BLOCKS)

@@ -1,6 +1,8 @@
-"""The HTTP API the gateway calls (aiohttp; JSON in and out through orjson).
+"""The HTTP API the gateway calls (aiohttp; JSON in and out).
 
-Every route but ``/healthz`` needs ``Authorization: Bearer <token>``. A client's mistake
+Every route but ``/healthz`` and ``/openapi.json`` needs ``Authorization: Bearer <token>``.
+Bodies and queries are checked against the typed models of :mod:`monitor.models`, which
+also generate the published OpenAPI document (``GET /openapi.json``). A client's mistake
 answers 400/404/405/413/415 with ``{"error": {"code", "message"}}`` and writes nothing; a
 database failure answers 503 (``POST /v1/events`` with ``{"recorded": false}``).
 """
@@ -11,23 +13,39 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web, web_protocol
 from aiohttp.web_request import BaseRequest
 
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
-from monitor.events import MAX_INT64, parse_actor, parse_kind
 from monitor.kernel import Kernel
 from monitor.metrics import CONTENT_TYPE, Metrics
+from monitor.models import (
+    AgentQuery,
+    CatalogQuery,
+    EventIn,
+    LinkIn,
+    NoticesQuery,
+    OwnMessage,
+    SessionsQuery,
+    SessionUpsert,
+    SpawnIn,
+    StatusQuery,
+    WatchIn,
+    convert_query,
+    decode,
+)
 from monitor.notices import Notice
+from monitor.openapi import document_bytes
 from monitor.upstream import UpstreamMonitor, check_kind
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
 RETRY_AFTER_S = "1"
+T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 KERNEL = web.AppKey("kernel", Kernel)
@@ -68,81 +86,54 @@ _HTTP_CODES = {
 }
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except NotFound as exc:
+def _refusal(request: web.Request, exc: BaseException) -> web.Response | None:
+    """A client's mistake or an unavailable store as the API's error answer."""
+    if isinstance(exc, NotFound):
         return error(404, "not_found", str(exc))
-    except BadInput as exc:
-        return error(400, "bad_request", str(exc))
-    except StoreError as exc:
+    if isinstance(exc, StoreError):
         log.warning("%s %s: %s", request.method, request.path, exc)
         return unavailable(error(503, "store_unavailable", str(exc)))
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
+    if isinstance(exc, SessionwatchError):  # BadInput and every other refusal
+        return error(400, "bad_request", str(exc))
+    if isinstance(exc, web.HTTPException) and exc.status >= 400:
         code = _HTTP_CODES.get(exc.status, "http_error")
         message = exc.text if exc.status == 400 and exc.text else exc.reason
         if exc.status == 413:
             message = f"request body is larger than {MAX_BODY} bytes"
         return error(exc.status, code, message or code)
-    except SessionwatchError as exc:
-        return error(400, "bad_request", str(exc))
+    return None
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path == "/healthz":
-        return await handler(request)
-    if not token_matches(request.headers.get("Authorization", ""), request.app[TOKEN]):
-        return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
-    return await handler(request)
+def make_guard(token: web.AppKey[str], open_paths: frozenset[str] = frozenset()) -> Any:
+    """The one bearer-token check (every path but ``open_paths``), with errors answered as
+    JSON. One middleware, not two: each layer costs every request another coroutine."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in open_paths and not token_matches(
+            request.headers.get("Authorization", ""), request.app[token]
+        ):
+            return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
+        try:
+            return await handler(request)
+        except (SessionwatchError, web.HTTPException) as exc:
+            answer = _refusal(request, exc)
+            if answer is None:
+                raise
+            return answer
+
+    return guard
 
 
-async def body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
-    """The request's JSON object; unknown fields are refused by name."""
+async def decoded(request: web.Request, model: type[T]) -> T:
+    """The request's JSON body as ``model`` (see :mod:`monitor.models`)."""
     if request.content_type != "application/json":
         raise web.HTTPUnsupportedMediaType(reason="send Content-Type: application/json")
-    raw = await request.read()
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadInput(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadInput("request body must be a JSON object")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise BadInput(f"unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
-    return data
+    return decode(model, await request.read())
 
 
-def field(data: dict[str, Any], name: str, kind: type, *, required: bool = False) -> Any:
-    value = data.get(name)
-    if value is None:
-        if required:
-            raise BadInput(f"{name} is required")
-        return None
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise BadInput(f"{name} must be an integer")
-    if kind is int and not -MAX_INT64 - 1 <= value <= MAX_INT64:
-        raise BadInput(f"{name} is out of range (a 64-bit integer)")
-    if not isinstance(value, kind):
-        raise BadInput(f"{name} must be a {kind.__name__ if kind is not str else 'string'}")
-    return value
-
-
-def query_int(request: web.Request, name: str) -> int | None:
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadInput(f"{name} must be a non-negative integer, got {raw!r}") from None
-    if not 0 <= value <= MAX_INT64:
-        raise BadInput(f"{name} must be a non-negative 64-bit integer, got {raw!r}")
-    return value
+def query(request: web.Request, model: type[T]) -> T:
+    return convert_query(model, dict(request.query))
 
 
 # -- routes ------------------------------------------------------------------------------
@@ -153,6 +144,11 @@ routes = web.RouteTableDef()
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"ok": True})
+
+
+@routes.get("/openapi.json")
+async def openapi_document(request: web.Request) -> web.Response:
+    return web.Response(body=document_bytes(), content_type="application/json")
 
 
 @routes.get("/metrics")
@@ -166,13 +162,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 @routes.put("/v1/sessions/{key}")
 async def put_session(request: web.Request) -> web.Response:
-    data = await body(request, {"agentId", "sessionId", "storePath", "runActive"})
+    data = await decoded(request, SessionUpsert)
     info = await request.app[KERNEL].upsert_session(
         request.match_info["key"],
-        agent_id=field(data, "agentId", str),
-        session_id=field(data, "sessionId", str),
-        store_path=field(data, "storePath", str),
-        run_active=field(data, "runActive", bool),
+        agent_id=data.agent_id,
+        session_id=data.session_id,
+        store_path=data.store_path,
+        run_active=data.run_active,
     )
     return json_response(info)
 
@@ -185,56 +181,38 @@ async def reset(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/sessions/{key}")
 async def delete(request: web.Request) -> web.Response:
-    await request.app[KERNEL].delete(
-        request.match_info["key"], agent_id=request.query.get("agentId")
-    )
+    q = query(request, AgentQuery)
+    await request.app[KERNEL].delete(request.match_info["key"], agent_id=q.agent_id)
     return json_response({"ok": True})
 
 
 @routes.post("/v1/sessions/{key}/own-messages")
 async def own_message(request: web.Request) -> web.Response:
-    data = await body(request, {"text", "agentId"})
+    data = await decoded(request, OwnMessage)
     limit = request.app[MONITOR].config.monitor.own_text_limit
-    text = field(data, "text", str, required=True)
     await request.app[KERNEL].remember_own_message(
-        request.match_info["key"], text, agent_id=field(data, "agentId", str), limit=limit
+        request.match_info["key"], data.text, agent_id=data.agent_id, limit=limit
     )
     return json_response({"ok": True})
 
 
-EVENT_FIELDS = {
-    "sessionKey",
-    "kind",
-    "actorType",
-    "actorId",
-    "agentId",
-    "runId",
-    "sessionId",
-    "summary",
-    "dedupeKey",
-    "payload",
-    "occurredAt",
-}
-
-
 @routes.post("/v1/events")
 async def post_event(request: web.Request) -> web.Response:
-    data = await body(request, EVENT_FIELDS)
-    fields = {
-        "session_key": field(data, "sessionKey", str, required=True),
-        "kind": parse_kind(field(data, "kind", str, required=True)),
-        "actor_type": parse_actor(field(data, "actorType", str, required=True)),
-        "actor_id": field(data, "actorId", str),
-        "agent_id": field(data, "agentId", str),
-        "run_id": field(data, "runId", str),
-        "session_id": field(data, "sessionId", str),
-        "summary": field(data, "summary", str),
-        "dedupe_key": field(data, "dedupeKey", str),
-        "payload": data.get("payload"),
-        "occurred_at": field(data, "occurredAt", int),
-    }
+    e = await decoded(request, EventIn)
     try:
-        result = await request.app[KERNEL].record(**fields)
+        result = await request.app[KERNEL].record(
+            session_key=e.session_key,
+            kind=e.kind,
+            actor_type=e.actor_type,
+            actor_id=e.actor_id,
+            agent_id=e.agent_id,
+            run_id=e.run_id,
+            session_id=e.session_id,
+            summary=e.summary,
+            dedupe_key=e.dedupe_key,
+            payload=e.payload,
+            occurred_at=e.occurred_at,
+        )
     except StoreError as exc:
         log.warning("event not recorded: %s", exc)  # best-effort: the gateway's turn goes on
         failed = {"recorded": False, "error": {"code": "store_unavailable", "message": str(exc)}}
@@ -244,22 +222,18 @@ async def post_event(request: web.Request) -> web.Response:
 
 @routes.post("/v1/spawns")
 async def post_spawn(request: web.Request) -> web.Response:
-    data = await body(request, {"parent", "child", "runId"})
+    data = await decoded(request, SpawnIn)
     result = await request.app[KERNEL].spawn(
-        parent=field(data, "parent", str, required=True),
-        child=field(data, "child", str, required=True),
-        run_id=field(data, "runId", str, required=True),
+        parent=data.parent, child=data.child, run_id=data.run_id
     )
     return json_response(result.event.record_json(duplicate=result.duplicate))
 
 
 @routes.post("/v1/watches")
 async def post_watch(request: web.Request) -> web.Response:
-    data = await body(request, {"watcher", "target", "storePath"})
+    data = await decoded(request, WatchIn)
     watched = await request.app[KERNEL].watch(
-        watcher=field(data, "watcher", str, required=True),
-        target=field(data, "target", str, required=True),
-        store_path=field(data, "storePath", str),
+        watcher=data.watcher, target=data.target, store_path=data.store_path
     )
     request.app[MONITOR].links_changed()  # a newly watched link gets its file watched
     return json_response({"watched": watched})
@@ -267,26 +241,27 @@ async def post_watch(request: web.Request) -> web.Response:
 
 @routes.get("/v1/sessions/{key}/status")
 async def status(request: web.Request) -> web.Response:
+    q = query(request, StatusQuery)
     return json_response(
         await request.app[KERNEL].status(
-            request.match_info["key"],
-            agent_id=request.query.get("agentId"),
-            changes_since=query_int(request, "changesSince"),
+            request.match_info["key"], agent_id=q.agent_id, changes_since=q.changes_since
         )
     )
 
 
 @routes.get("/v1/sessions")
 async def sessions(request: web.Request) -> web.Response:
-    keys = [k for k in request.query.get("keys", "").split(",") if k.strip()]
+    q = query(request, SessionsQuery)
+    keys = [k for k in (q.keys or "").split(",") if k.strip()]
     return json_response({"sessions": await request.app[KERNEL].state_versions(keys)})
 
 
 async def _notices(request: web.Request, drain: bool) -> web.Response:
     kernel = request.app[KERNEL]
     watcher = request.match_info["key"]
+    q = query(request, NoticesQuery)
     found: list[Notice] = await kernel.notices(
-        watcher=watcher, store_path=request.query.get("storePath"), drain=drain
+        watcher=watcher, store_path=q.store_path, drain=drain
     )
     out: list[dict[str, Any]] = [n.as_json() for n in found]
     created = kernel.created_notices
@@ -308,27 +283,42 @@ async def drain_notices(request: web.Request) -> web.Response:
 
 @routes.get("/v1/catalog")
 async def catalog(request: web.Request) -> web.Response:
-    kind = request.query.get("kind")
-    return json_response(await request.app[MONITOR].catalog(kind))
+    q = query(request, CatalogQuery)
+    found = await request.app[MONITOR].catalog(
+        kind=q.kind, cwd=q.cwd, since=q.since, search=q.search, limit=q.limit
+    )
+    return json_response(found)
 
 
 @routes.post("/v1/links")
 async def post_link(request: web.Request) -> web.Response:
-    data = await body(request, {"kind", "path", "catalogId", "sessionKey", "agentId", "sessionId"})
+    data = await decoded(request, LinkIn)
     monitor = request.app[MONITOR]
-    common = {
-        "session_key": field(data, "sessionKey", str, required=True),
-        "agent_id": field(data, "agentId", str),
-        "session_id": field(data, "sessionId", str),
-    }
-    catalog_id = field(data, "catalogId", str)
-    if catalog_id is not None:
-        if "kind" in data or "path" in data:
-            raise BadInput("give either catalogId or kind and path, not both")
-        return json_response(await monitor.adopt_catalog(catalog_id, **common))
-    kind = check_kind(field(data, "kind", str, required=True))
-    path = field(data, "path", str, required=True)
-    return json_response(await monitor.adopt(kind=kind, path=path, **common))
+    if data.catalog_id is not None:
+        if data.kind or data.path or data.node or data.thread:
+            raise BadInput("give either catalogId, or kind with path (or node), not both")
+        adopted = await monitor.adopt_catalog(
+            data.catalog_id,
+            session_key=data.session_key,
+            agent_id=data.agent_id,
+            session_id=data.session_id,
+        )
+        return json_response(adopted)
+    if data.kind is None:
+        raise BadInput("kind is required (or catalogId)")
+    kind = check_kind(data.kind)
+    path = (data.node or data.path) if kind == "claude-node" else data.path
+    if path is None:
+        raise BadInput("node is required" if kind == "claude-node" else "path is required")
+    adopted = await monitor.adopt(
+        kind=kind,
+        path=path,
+        thread=data.thread,
+        session_key=data.session_key,
+        agent_id=data.agent_id,
+        session_id=data.session_id,
+    )
+    return json_response(adopted)
 
 
 @routes.get("/v1/links")
@@ -338,9 +328,8 @@ async def get_links(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/links/{key}")
 async def delete_link(request: web.Request) -> web.Response:
-    removed = await request.app[MONITOR].unlink(
-        request.match_info["key"], agent_id=request.query.get("agentId")
-    )
+    q = query(request, AgentQuery)
+    removed = await request.app[MONITOR].unlink(request.match_info["key"], agent_id=q.agent_id)
     if not removed:
         raise NotFound(f"no link for session {request.match_info['key']!r}")
     return json_response({"ok": True})
@@ -350,7 +339,8 @@ def build_app(
     kernel: Kernel, monitor: UpstreamMonitor, metrics: Metrics, token: str
 ) -> web.Application:
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware], client_max_size=MAX_BODY
+        middlewares=[make_guard(TOKEN, frozenset({"/healthz", "/openapi.json"}))],
+        client_max_size=MAX_BODY,
     )
     app[KERNEL] = kernel
     app[MONITOR] = monitor

@@ -1,10 +1,16 @@
 """The session catalog: native sessions found under the configured roots.
 
 Each entry: a catalog id (stable across runs: the kind and a digest of the file's real
-path), kind, native id, working directory, title where the tool keeps one, last update and
-size. Prompt text is never read into an entry. What cannot be adopted (Claude sub-agent
-files, Codex sub-agent rollouts) is skipped and counted; a malformed file is reported and
-skipped.
+path), kind, native id, working directory, title, last update and size. The title is the
+one the harness keeps (Claude's summary or custom title, Pi's session name, OpenCode's
+session title), else the first human prompt as the format's classifier finds it, on one
+line: the only text an entry holds, shown and never written anywhere. What cannot be
+adopted (Claude sub-agent files, Codex sub-agent rollouts) is skipped and counted; a
+malformed file is reported and skipped.
+
+:func:`select` filters (kind, working directory, age) and ranks by a fuzzy ``search``
+(rapidfuzz: each word of the query against the best-matching word of the title, the
+working directory and the first prompt, so typos and word order do not matter).
 """
 
 from __future__ import annotations
@@ -12,21 +18,22 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Console
-from rich.table import Table
 
 from adapters.codex import is_subagent_meta
+from adapters.jsonl import FORMATS, first_prompt
 from adapters.opencode import open_readonly
 from adapters.tailer import open_regular
 from monitor.config import RootsConfig
+from monitor.errors import BadInput
 
-HEAD_BYTES = 16 * 1024
+TITLE_CHARS = 200
+HEAD_BYTES = 64 * 1024
 TAIL_BYTES = 16 * 1024
 KINDS = ("claude", "codex", "opencode", "pi")
 _TITLE_TYPES = {"custom-title": "customTitle", "ai-title": "aiTitle", "session_info": "name"}
@@ -42,6 +49,15 @@ class CatalogEntry:
     title: str | None
     updated_at: int
     size: int  # bytes of a file; messages of an OpenCode session
+    prompt: str | None = None  # the first human prompt, for search; never in the answer
+    session_key: str | None = None  # where the session is already adopted
+    node: str | None = None  # the paired node it lives on (kind ``claude-node``)
+    score: float | None = None  # the search's score, best first
+
+    @property
+    def short_id(self) -> str:
+        """The first 8 hex digits of the id: what the table shows and ``adopt`` takes."""
+        return self.catalog_id.partition(":")[2][:8]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +69,9 @@ class CatalogEntry:
             "title": self.title,
             "updatedAt": self.updated_at,
             "size": self.size,
+            "sessionKey": self.session_key,
+            "node": self.node,
+            "score": None if self.score is None else round(self.score, 1),
         }
 
 
@@ -143,15 +162,18 @@ def _entry(kind: str, path: str, stat: os.stat_result) -> CatalogEntry | None:
         if any(r.get("isSidechain") is True for r in head_records[:1]):
             return None
     real = os.path.realpath(path)
+    prompt = first_prompt(FORMATS[kind], head_records)
+    title = _title(head_records + tail_records)
     return CatalogEntry(
         catalog_id=catalog_id(kind, real),
         kind=kind,
         native_id=native_id,
         path=real,
         cwd=cwd if isinstance(cwd, str) else None,
-        title=_title(head_records + tail_records),
+        title=title or (prompt[:TITLE_CHARS] if prompt else None),
         updated_at=int(stat.st_mtime * 1000),
         size=stat.st_size,
+        prompt=prompt[:TITLE_CHARS] if prompt else None,
     )
 
 
@@ -237,25 +259,139 @@ def scan_catalog(roots: RootsConfig, kinds: tuple[str, ...] = KINDS) -> Catalog:
     return catalog
 
 
-def print_catalog(catalog: Catalog) -> None:
-    """The catalog as a table for people (``sessionwatch catalog``)."""
-    table = Table(title="Native sessions", show_lines=False)
-    for column in (
-        "catalog id",
-        "kind",
-        "native id",
-        "working directory",
-        "title",
-        "updated",
-        "size",
-    ):
-        table.add_column(column, overflow="fold")
-    for e in catalog.entries:
-        updated = datetime.fromtimestamp(e.updated_at / 1000, UTC).strftime("%Y-%m-%d %H:%M")
-        table.add_row(
-            e.catalog_id, e.kind, e.native_id, e.cwd or "", e.title or "", updated, f"{e.size:,}"
+def _matches_cwd(entry: CatalogEntry, cwd: str) -> bool:
+    want = os.path.realpath(Path(cwd).expanduser())
+    have = entry.cwd or ""
+    return have == want or have.startswith(want.rstrip("/") + "/")
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """``--since``: an age (``30m``, ``6h``, ``2d``, ``1w``) or a date (``2026-11-30``),
+    as the earliest update time in ms."""
+    raw = text.strip()
+    unit = _AGE_UNITS.get(raw[-1:].lower())
+    if unit is not None and raw[:-1].isdigit():
+        return now_ms - int(raw[:-1]) * unit * 1000
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadInput(
+            f"since must be an age such as 30m, 6h, 2d or 1w, or a date, got {text!r}"
+        ) from None
+    return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def _word_score(word: str, candidate: str, **_: Any) -> float:
+    from rapidfuzz import fuzz
+
+    score = fuzz.ratio(word, candidate)
+    if len(word) >= 3:  # a prefix or a part of a longer word is nearly as good
+        score = max(score, fuzz.partial_ratio(word, candidate) * 0.95)
+    return float(score)
+
+
+def _search_score(query: str, text: str, **_: Any) -> float:
+    """The mean, over the query's words, of each one's best match among the text's words."""
+    from rapidfuzz import process
+
+    words, candidates = query.split(), text.split()
+    if not words or not candidates:
+        return 0.0
+    best = (process.extractOne(w, candidates, scorer=_word_score) for w in words)
+    return float(sum(b[1] for b in best if b is not None)) / len(words)
+
+
+SEARCH_CUTOFF = 75.0
+
+
+def select(
+    catalog: Catalog,
+    *,
+    cwd: str | None = None,
+    since_ms: int | None = None,
+    search: str | None = None,
+    limit: int | None = None,
+) -> Catalog:
+    """The entries that pass the filters, newest first or (with ``search``) best first."""
+    entries = [
+        e
+        for e in catalog.entries
+        if (cwd is None or _matches_cwd(e, cwd)) and (since_ms is None or e.updated_at >= since_ms)
+    ]
+    if search is not None and search.strip():
+        from rapidfuzz import process, utils
+
+        texts = [" ".join(filter(None, (e.title, e.prompt, e.cwd))) for e in entries]
+        ranked = process.extract(
+            search,
+            texts,
+            scorer=_search_score,
+            processor=utils.default_process,
+            score_cutoff=SEARCH_CUTOFF,
+            limit=None,
         )
-    console = Console()
+        entries = [
+            replace(entries[i], score=float(score))
+            for _, score, i in sorted(ranked, key=lambda r: (-r[1], r[2]))
+        ]
+    return Catalog(entries=entries[:limit], skipped=catalog.skipped, errors=catalog.errors)
+
+
+def _age(updated_ms: int, now_ms: int) -> str:
+    seconds = max(0, (now_ms - updated_ms) // 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return "just now"
+
+
+def _size(entry: CatalogEntry) -> str:
+    if entry.kind == "opencode":
+        return f"{entry.size} msg"
+    value = float(entry.size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""  # pragma: no cover - the loop always returns
+
+
+def _home(path: str | None) -> str:
+    if not path:
+        return ""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
+
+
+def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
+    """The catalog as a table for people (``sessionwatch catalog``), ``width`` columns wide:
+    a short id ``adopt`` takes, the title and working directory cut to fit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=width)
+    table = Table(box=None, pad_edge=False, expand=False, header_style="bold")
+    table.add_column("id", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("title", no_wrap=True, overflow="ellipsis", ratio=3)
+    table.add_column("directory", no_wrap=True, overflow="ellipsis", ratio=2)
+    table.add_column("age", no_wrap=True, justify="right")
+    table.add_column("size", no_wrap=True, justify="right")
+    table.add_column("session", no_wrap=True, overflow="ellipsis")
+    for e in catalog.entries:
+        kind = f"{e.kind}@{e.node}" if e.node else e.kind
+        table.add_row(
+            e.short_id,
+            kind,
+            e.title or "",
+            _home(e.cwd),
+            _age(e.updated_at, now_ms),
+            _size(e),
+            e.session_key or "",
+        )
     console.print(table)
     console.print(f"{len(catalog.entries)} sessions; {catalog.skipped} skipped (not adoptable)")
     for err in catalog.errors:

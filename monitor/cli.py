@@ -2,29 +2,34 @@
 
 Every command prints one JSON object on stdout and exits 0; bad input exits 2 with a one-line
 message on stderr and writes nothing; a database that cannot be used exits 1.
+
+A command imports only what it runs: the kernel's one-shot commands (``record``, ``status``,
+``notices``...) run on the calling thread over plain ``sqlite3`` (:class:`DirectStore`),
+without asyncio; the upstream monitor, the catalog, ``serve`` and ``node`` bring in their
+own modules when they are the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from monitor.catalog import KINDS, print_catalog, scan_catalog
 from monitor.config import Config, load_config
+from monitor.db import run_now
 from monitor.errors import BadInput, SessionwatchError
 from monitor.events import MAX_INT64, parse_actor, parse_kind
-from monitor.kernel import Kernel
-from monitor.replay import replay, replay_opencode
-from monitor.service import serve, serve_node, settings_from
-from monitor.upstream import UpstreamMonitor, check_kind
+from monitor.kernel import Kernel, KernelSettings
+
+if TYPE_CHECKING:
+    from monitor.upstream import UpstreamMonitor
+
+KINDS = ("claude", "codex", "opencode", "pi")  # the local catalog's kinds (monitor.catalog)
 
 Handler = Callable[[Kernel, argparse.Namespace], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
@@ -138,6 +143,8 @@ async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
+    from monitor.upstream import UpstreamMonitor
+
     return UpstreamMonitor(kernel, a.config_obj)
 
 
@@ -152,6 +159,8 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
         a.path = a.node
     if not a.kind or not a.path:
         raise BadInput("adopt needs CATALOG_ID, or --kind and --path (--node for claude-node)")
+    from monitor.upstream import check_kind
+
     return await _monitor(kernel, a).adopt(
         kind=check_kind(a.kind), path=a.path, thread=a.thread, **common
     )
@@ -187,12 +196,63 @@ def _non_negative(raw: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _positive(raw: str) -> int:
+    value = _non_negative(raw)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be positive: 0")
+    return value
+
+
+class _Skipped:
+    """A command's parser not built: this run is another command (argparse's parsers cost
+    about a millisecond each to build, most of a one-shot command's start-up)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class _Commands:
+    def __init__(self, sub: Any, only: str | None) -> None:
+        self._sub = sub
+        self._only = only
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if self._only is not None and name != self._only:
+            return _Skipped()
+        return self._sub.add_parser(name, **kwargs)
+
+
+COMMANDS = frozenset(
+    {
+        *("record", "spawn", "watch", "notices", "status", "sessions", "reset", "delete"),
+        *("prune", "session", "adopt", "own-message", "links", "tick", "serve", "config"),
+        *("node", "catalog", "replay"),
+    }
+)
+_GLOBAL_WITH_VALUE = frozenset({"--db", "--config", "--log-format"})
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv``, when it is one (else the whole parser is built, to
+    explain what is wrong)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _GLOBAL_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of the ``only`` one."""
     p = _Parser(prog="sessionwatch", description=__doc__.splitlines()[0])
     p.add_argument("--db", type=Path, help="state database (default $SESSIONWATCH_DB)")
     p.add_argument("--config", type=Path, help="TOML configuration ($SESSIONWATCH_CONFIG)")
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = _Commands(p.add_subparsers(dest="command", required=True, parser_class=_Parser), only)
 
     r = sub.add_parser("record", help="record one state event")
     r.add_argument("--session", required=True)
@@ -270,8 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     nd = sub.add_parser("node", help="serve this machine's Claude transcripts to a paired sidecar")
     nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
     nd.add_argument("--token-file", required=True, type=Path)
-    ca = sub.add_parser("catalog", help="list the native sessions under the roots")
-    ca.add_argument("--kind", choices=list(KINDS))
+    ca = sub.add_parser("catalog", help="list the native sessions (local and on paired nodes)")
+    ca.add_argument("--kind", choices=[*KINDS, "claude-node"])
+    ca.add_argument("--cwd", help="only sessions in this directory or below it")
+    ca.add_argument("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date")
+    ca.add_argument("--search", help="rank by a fuzzy match of title, prompt and directory")
+    ca.add_argument("--limit", type=_positive)
     ca.add_argument("--json", action="store_true", help="JSON instead of a table")
 
     rp = sub.add_parser("replay", help="replay a native file through the classifier")
@@ -284,17 +348,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Commands that need an event loop (the monitor reads files in threads, asks nodes over
+# HTTP); the others run on the calling thread without one.
+_NEEDS_LOOP = frozenset({"adopt", "tick", "catalog"})
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     handler = _HANDLERS[args.command]
     config: Config = args.config_obj
-    kernel = await Kernel.open(db_path(args, config), settings_from(config))
+    kernel = await Kernel.open(
+        db_path(args, config), KernelSettings.of(config.session), direct=True
+    )
     try:
         return await handler(kernel, args)
     finally:
         await kernel.close()
 
 
+def _run_command(args: argparse.Namespace) -> dict[str, Any]:
+    if args.command in _NEEDS_LOOP:
+        import asyncio
+
+        return asyncio.run(_run(args))
+    return run_now(_run(args))
+
+
 def _replay(args: argparse.Namespace) -> int:
+    from monitor.replay import replay, replay_opencode
+
     cap = args.scan_cap or args.config_obj.monitor.scan_cap_bytes
     if args.adapter == "opencode":
         if not args.session:
@@ -313,36 +394,41 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _catalog(args: argparse.Namespace) -> int:
-    kinds = (args.kind,) if args.kind else KINDS
-    found = scan_catalog(args.config_obj.roots, kinds)
-    if args.json:
-        sys.stdout.buffer.write(orjson.dumps(found.as_json()) + b"\n")
-        return 0
-    print_catalog(found)
-    return 0
+@command("catalog")
+async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    found = await _monitor(kernel, a).find_catalog(
+        a.kind, cwd=a.cwd, since=a.since, search=a.search, limit=a.limit
+    )
+    if a.json:
+        return found.as_json()
+    from monitor.catalog import print_catalog
+
+    print_catalog(found, kernel.clock())
+    return {}
 
 
 def _setup_logging(fmt: str) -> None:
+    """Plain or JSON lines on stderr, for ``serve`` and ``node`` (they bring logging in)."""
+    import logging
+
+    class JsonFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return orjson.dumps(
+                {
+                    "ts": record.created,
+                    "level": record.levelname,
+                    "logger": record.name,
+                    "message": record.getMessage(),
+                }
+            ).decode()
+
     handler = logging.StreamHandler()
     if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
+        handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per tick
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return orjson.dumps(
-            {
-                "ts": record.created,
-                "level": record.levelname,
-                "logger": record.name,
-                "message": record.getMessage(),
-            }
-        ).decode()
 
 
 def _check_utf8(argv: list[str]) -> None:
@@ -355,24 +441,26 @@ def _check_utf8(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         _check_utf8(sys.argv[1:] if argv is None else argv)
-        args = build_parser().parse_args(argv)
+        given = sys.argv[1:] if argv is None else argv
+        args = build_parser(_command_of(given)).parse_args(given)
         args.config_obj = load_config(args.config)
         if args.command == "replay":
             return _replay(args)
-        if args.command == "catalog":
-            return _catalog(args)
         if args.command == "config":
             sys.stdout.buffer.write(orjson.dumps(args.config_obj.as_json()) + b"\n")
             return 0
-        if args.command == "node":
+        if args.command in ("node", "serve"):
+            import asyncio
+
+            from monitor.service import serve, serve_node
+
             _setup_logging(args.log_format)
-            asyncio.run(serve_node(args.config_obj, args.listen, args.token_file))
+            if args.command == "node":
+                asyncio.run(serve_node(args.config_obj, args.listen, args.token_file))
+            else:
+                asyncio.run(serve(args.config_obj, db_path(args, args.config_obj)))
             return 0
-        if args.command == "serve":
-            _setup_logging(args.log_format)
-            asyncio.run(serve(args.config_obj, db_path(args, args.config_obj)))
-            return 0
-        result = asyncio.run(_run(args))
+        result = _run_command(args)
     except BadInput as exc:
         print(f"sessionwatch: {exc}", file=sys.stderr)
         return 2
@@ -381,5 +469,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+    if result or args.command != "catalog":  # the catalog's table was printed already
+        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
     return 0

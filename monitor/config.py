@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -174,6 +173,8 @@ def load_config(path: Path | str | None) -> Config:
     if not chosen:
         return Config()
     p = Path(chosen).expanduser()
+    import tomllib  # only when there is a file to read
+
     try:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -11,11 +11,12 @@ import logging
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from adapters.base import normalize_text, text_hash
 from monitor import cursors, retention
 from monitor.clock import Clock, now_ms
+from monitor.config import SessionConfig
+from monitor.db import DirectStore
 from monitor.errors import BadInput, SessionwatchError
 from monitor.events import ActorType, EventKind
 from monitor.keys import (
@@ -29,7 +30,6 @@ from monitor.keys import (
     resolve_agent,
     session_scope,
 )
-from monitor.metrics import Metrics
 from monitor.notices import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
@@ -46,8 +46,11 @@ from monitor.signal_log import (
     record_event,
     state_changes,
 )
-from monitor.store import Store
 from monitor.store_paths import LEGACY_DEFAULT, StorePathRule
+
+if TYPE_CHECKING:
+    from monitor.metrics import Metrics
+    from monitor.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +65,23 @@ class KernelSettings:
     notify_on_create: bool = True
     store_path_template: str = ""  # ``[session] store_path``; see monitor.store_paths
 
+    @classmethod
+    def of(cls, session: SessionConfig) -> KernelSettings:
+        return cls(
+            main_key=session.main_key,
+            scope=session.scope,
+            group_scope=session.group_scope,
+            notify_on_create=session.notify_on_create,
+            store_path_template=session.store_path,
+        )
+
 
 class Kernel:
     """Signal log, cursors, notices and reconciliation over one state database."""
 
     def __init__(
         self,
-        store: Store,
+        store: Store | DirectStore,
         settings: KernelSettings,
         *,
         wake: WakeCallback | None = None,
@@ -90,8 +103,17 @@ class Kernel:
         *,
         clock: Clock = now_ms,
         wake: WakeCallback | None = None,
+        direct: bool = False,
     ) -> Kernel:
-        store = await Store.open(path, clock=clock)
+        """``direct``: on the calling thread, for one-shot commands (:class:`DirectStore`);
+        else the service's store with group commit on a writer thread."""
+        store: Store | DirectStore
+        if direct:
+            store = await DirectStore.open(path, clock=clock)
+        else:
+            from monitor.store import Store
+
+            store = await Store.open(path, clock=clock)
         kernel = cls(store, settings or KernelSettings(), wake=wake)
         try:
             last = await store.read(retention.last_prune_at)
@@ -368,6 +390,8 @@ class Kernel:
         """Remember an OpenClaw-side user message (as a hash) for self-echo; keeps ``limit``."""
         k = normalize_key(key)
         agent = resolve_agent(k, agent_id)
+        from adapters.base import normalize_text, text_hash  # the adapters' hash, shared
+
         if not normalize_text(text):
             raise BadInput("own message text is empty")
         digest, now = text_hash(text), self.clock()

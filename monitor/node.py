@@ -15,6 +15,7 @@ Records that cannot be a human turn (the byte pre-filter says so exactly) are se
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Iterator
@@ -25,7 +26,9 @@ import orjson
 from aiohttp import web
 
 from adapters.claude import may_be_turn
-from monitor.api import error, errors_middleware, json_response, token_matches
+from monitor.api import error, json_response, make_guard
+from monitor.catalog import scan_catalog
+from monitor.config import RootsConfig
 from monitor.errors import BadInput, NotFound
 
 PAGE_LIMIT = 50
@@ -155,14 +158,6 @@ def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
     return {"items": items, "before": cursor if more else None}
 
 
-@web.middleware
-async def node_auth(request: web.Request, handler: Any) -> web.StreamResponse:
-    if not token_matches(request.headers.get("Authorization", ""), request.app[NODE_TOKEN]):
-        return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
-    response: web.StreamResponse = await handler(request)
-    return response
-
-
 async def thread_items(request: web.Request) -> web.Response:
     query = request.query
     raw_limit = query.get("limit", str(PAGE_LIMIT))
@@ -188,9 +183,28 @@ async def thread_items(request: web.Request) -> web.Response:
     return json_response({"threadId": thread, **page})
 
 
+async def list_threads(request: web.Request) -> web.Response:
+    """The Claude sessions under the node's root, as the gateway's catalog lists them."""
+    root = request.app[ROOT]
+    found = await asyncio.to_thread(scan_catalog, RootsConfig(claude=str(root)), ("claude",))
+    threads = [
+        {
+            "threadId": e.native_id,
+            "cwd": e.cwd,
+            "title": e.title,
+            "prompt": e.prompt,
+            "updatedAt": e.updated_at,
+            "size": e.size,
+        }
+        for e in found.entries
+    ]
+    return json_response({"threads": threads})
+
+
 def build_node_app(root: Path, token: str) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware, node_auth])
+    app = web.Application(middlewares=[make_guard(NODE_TOKEN)])
     app[ROOT] = root
     app[NODE_TOKEN] = token
+    app.router.add_get("/v1/threads", list_threads)
     app.router.add_get("/v1/threads/{thread}/items", thread_items)
     return app

@@ -7,7 +7,6 @@ opens the database sees the same pending notices; nothing here is the source of 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -91,7 +90,11 @@ class WakeCoalescer:
             return
         self._trailing.add(watcher)
         delay_s = (last + self._window_ms - now) / 1000
-        schedule = self._schedule or asyncio.get_running_loop().call_later
+        schedule = self._schedule
+        if schedule is None:
+            import asyncio  # only a service schedules; one-shot commands never get here
+
+            schedule = asyncio.get_running_loop().call_later
         schedule(delay_s, lambda: self._fire_trailing(watcher))
 
     def _fire_trailing(self, watcher: str) -> None:

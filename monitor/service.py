@@ -48,17 +48,6 @@ class AlreadyRunning(StoreError):
     """Another ``serve`` holds the database's instance lock."""
 
 
-def settings_from(config: Config) -> KernelSettings:
-    s = config.session
-    return KernelSettings(
-        main_key=s.main_key,
-        scope=s.scope,
-        group_scope=s.group_scope,
-        notify_on_create=s.notify_on_create,
-        store_path_template=s.store_path,
-    )
-
-
 def take_instance_lock(db: Path) -> IO[str]:
     """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
     path = db.with_name(db.name + ".lock")
@@ -323,7 +312,7 @@ async def running(
         )
         if waker:
             stack.push_async_callback(waker.close)
-        kernel = await open_kernel(db, settings_from(config), waker, stopping)
+        kernel = await open_kernel(db, KernelSettings.of(config.session), waker, stopping)
         if kernel is None:
             yield None
             return

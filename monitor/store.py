@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,50 +27,24 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from monitor.clock import Clock, now_ms
-from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.db import (
+    BUSY_TIMEOUT_MS,
+    _is_locked,
+    _locked_error,
+    _read_only,
+    configure,
+    make_private,
+    open_path,
+    run_read,
+    translate,
+    translated,
+)
+from monitor.errors import StoreError
 from monitor.schema import migrate
 
 T = TypeVar("T")
 
-BUSY_TIMEOUT_MS = 5000
 MAX_GROUP = 64  # writes folded into one transaction at most
-PRIVATE = 0o600
-
-
-def configure(conn: sqlite3.Connection) -> None:
-    """The pragmas every sessionwatch connection runs with."""
-    conn.isolation_level = None  # transactions are explicit
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-    if str(mode).lower() != "wal":
-        raise StoreError(f"could not switch the state database to WAL mode (got {mode})")
-    conn.execute("PRAGMA synchronous = NORMAL")
-
-
-def run_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any exception."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(conn)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
-
-
-def run_read(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run ``fn`` in one read transaction, so it sees a single snapshot."""
-    conn.execute("BEGIN")
-    try:
-        return fn(conn)
-    finally:
-        conn.execute("COMMIT")
-
-
-def _is_locked(exc: sqlite3.Error) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
 
 
 @dataclass(slots=True)
@@ -83,12 +56,6 @@ class _Write:
 
 
 Result = tuple[bool, Any]  # (ok, value or exception)
-
-
-def _locked_error(waited: float) -> StoreLocked:
-    return StoreLocked(
-        f"the state database is locked by another process (waited {waited:.1f} s); try again"
-    )
 
 
 @dataclass(slots=True)
@@ -169,21 +136,6 @@ def run_group(
     return [r if r is not None else (False, StoreError("write not run")) for r in results]
 
 
-def _read_only(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), check_same_thread=False)
-    conn.isolation_level = None
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA query_only = ON")
-    return conn
-
-
-def make_private(path: Path) -> None:
-    """The database and its WAL and SHM files: readable by their owner only."""
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(f"{path}{suffix}", PRIVATE)
-
-
 class Store:
     """The writer and reader connections to the state database, opened with :meth:`open`."""
 
@@ -204,11 +156,8 @@ class Store:
     @classmethod
     async def open(cls, path: Path | str, *, clock: Clock = now_ms) -> Store:
         """Open (creating if needed) and migrate the database at ``path``."""
-        db_path = Path(path).expanduser()
+        db_path, created = open_path(path)
         try:
-            if not db_path.parent.exists():
-                db_path.parent.mkdir(parents=True, mode=0o700)
-            created = not db_path.exists()
             conn = await aiosqlite.connect(str(db_path), check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
@@ -227,24 +176,12 @@ class Store:
             raise
         return store
 
-    @contextlib.contextmanager
-    def _translated(self) -> Iterator[None]:
+    def _translated(self) -> contextlib.AbstractContextManager[None]:
         """sqlite3 errors leave the store as :class:`StoreError`, counted by ``on_error``."""
-        try:
-            yield
-        except SessionwatchError:
-            raise
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from exc
+        return translated(self.on_error, self.write_timeout)
 
     def _translate(self, exc: BaseException) -> BaseException:
-        if isinstance(exc, SessionwatchError) or not isinstance(exc, sqlite3.Error):
-            return exc
-        if self.on_error:
-            self.on_error()
-        if _is_locked(exc):
-            return _locked_error(self.write_timeout)
-        return StoreError(f"state database error: {exc}")
+        return translate(exc, self.write_timeout, self.on_error)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         # aiosqlite runs ``fn`` on its connection thread.

@@ -13,13 +13,21 @@ import logging
 import sqlite3
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from adapters.base import Adapter, Declined, Outcome, Probe
-from adapters.claude_node import Node
+from adapters.claude_node import ClaudeNodeAdapter, Node, NodeError
 from adapters.registry import VOCABULARY, build_adapters, host_id_for
-from monitor.catalog import KINDS, scan_catalog
+from monitor.catalog import (
+    KINDS,
+    Catalog,
+    CatalogEntry,
+    catalog_id,
+    parse_since,
+    scan_catalog,
+    select,
+)
 from monitor.config import Config
 from monitor.errors import BadInput, NotFound, SessionwatchError
 from monitor.events import ActorType, EventKind
@@ -338,11 +346,73 @@ class UpstreamMonitor:
         if drift.newer and drift.version:
             metrics.drift_newer_version.labels(kind, drift.version).set(1)
 
-    async def catalog(self, kind: str | None = None) -> dict[str, Any]:
-        """The native sessions under the configured roots (see :mod:`monitor.catalog`)."""
-        kinds = (check_kind(kind),) if kind else KINDS
-        found = await asyncio.to_thread(scan_catalog, self.config.roots, kinds)
-        return found.as_json()
+    async def find_catalog(
+        self,
+        kind: str | None = None,
+        *,
+        cwd: str | None = None,
+        since: str | None = None,
+        search: str | None = None,
+        limit: int | None = None,
+    ) -> Catalog:
+        """The native sessions under the configured roots and on every configured node,
+        filtered and ranked (see :mod:`monitor.catalog`), each with the session key it is
+        adopted under, if any."""
+        kinds = (check_kind(kind),) if kind else (*KINDS, "claude-node")
+        since_ms = parse_since(since, self.kernel.clock()) if since else None
+        local = tuple(k for k in kinds if k in KINDS)
+        found = await asyncio.to_thread(scan_catalog, self.config.roots, local)
+        if "claude-node" in kinds:
+            await self._node_sessions(found)
+        links = await self.kernel.store.read(list_links)
+        adopted: dict[tuple[str, str], str] = {}
+        for link in links:
+            ref = link["ref"]
+            where = ref.get("nodeId") if link["kind"] == "claude-node" else ref.get("filePath")
+            adopted[(str(where or ref.get("dbPath")), link["threadId"])] = link["sessionKey"]
+            if "filePath" in ref:
+                adopted[(ref["filePath"], "")] = link["sessionKey"]
+        found.entries = [
+            replace(
+                e,
+                session_key=adopted.get((e.node or e.path, e.native_id))
+                or adopted.get((e.path, "")),
+            )
+            for e in found.entries
+        ]
+        found.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
+        return select(found, cwd=cwd, since_ms=since_ms, search=search, limit=limit)
+
+    async def _node_sessions(self, found: Catalog) -> None:
+        adapter = self.adapters["claude-node"]
+        assert isinstance(adapter, ClaudeNodeAdapter)
+        for name in sorted(self.config.nodes):
+            try:
+                threads = await adapter.threads(name)
+            except NodeError as exc:
+                found.errors.append({"path": f"node {name}", "reason": str(exc)})
+                continue
+            for t in threads:
+                thread = str(t.get("threadId") or "")
+                if not thread:
+                    continue
+                found.entries.append(
+                    CatalogEntry(
+                        catalog_id=catalog_id("claude-node", f"{name}\n{thread}"),
+                        kind="claude-node",
+                        native_id=thread,
+                        path=name,
+                        cwd=_str_or_none(t.get("cwd")),
+                        title=_str_or_none(t.get("title")),
+                        updated_at=_int(t.get("updatedAt")),
+                        size=_int(t.get("size")),
+                        prompt=_str_or_none(t.get("prompt")),
+                        node=name,
+                    )
+                )
+
+    async def catalog(self, kind: str | None = None, **filters: Any) -> dict[str, Any]:
+        return (await self.find_catalog(kind, **filters)).as_json()
 
     async def adopt_catalog(
         self,
@@ -352,16 +422,29 @@ class UpstreamMonitor:
         agent_id: str | None = None,
         session_id: str | None = None,
     ) -> dict[str, Any]:
-        """Adopt a catalog entry by its id (the path form is :meth:`adopt`)."""
-        kind = catalog_id.split(":", 1)[0]
-        found = await asyncio.to_thread(scan_catalog, self.config.roots, (check_kind(kind),))
-        entry = next((e for e in found.entries if e.catalog_id == catalog_id), None)
-        if entry is None:
+        """Adopt a catalog entry by its id, or by the short id the table shows (the path
+        form is :meth:`adopt`)."""
+        wanted = catalog_id.strip()
+        kind, _, digest = wanted.rpartition(":")
+        found = await self.find_catalog(check_kind(kind) if kind else None)
+        if kind:
+            matches = [e for e in found.entries if e.catalog_id == wanted]
+        else:
+            matches = [
+                e for e in found.entries if len(digest) >= 4 and e.short_id.startswith(digest)
+            ]
+            if not matches:
+                matches = [e for e in found.entries if e.catalog_id.endswith(":" + digest)]
+        if not matches:
             raise NotFound(f"no catalog session {catalog_id!r}")
+        if len(matches) > 1:
+            ids = ", ".join(e.catalog_id for e in matches[:5])
+            raise BadInput(f"catalog id {catalog_id!r} is ambiguous: {ids}")
+        entry = matches[0]
         return await self.adopt(
             kind=entry.kind,
             path=entry.path,
-            thread=entry.native_id if entry.kind == "opencode" else None,
+            thread=entry.native_id if entry.kind in ("opencode", "claude-node") else None,
             session_key=session_key,
             agent_id=agent_id,
             session_id=session_id,
@@ -400,6 +483,14 @@ class UpstreamMonitor:
 
     async def links(self) -> list[dict[str, Any]]:
         return await self.kernel.store.read(list_links)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def check_kind(kind: str) -> str:

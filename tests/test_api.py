@@ -16,6 +16,7 @@ from aiohttp import web
 from monitor.config import ApiConfig, Config, GatewayConfig, MonitorConfig, RootsConfig
 from monitor.service import AlreadyRunning, Sidecar, running
 from tests.conftest import notice
+from tests.contract import check_answer
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
@@ -46,9 +47,11 @@ class Client:
         async with self.http.request(method, self.base + path, data=data, headers=headers) as r:
             text = await r.read()
             try:
-                return r.status, orjson.loads(text)
+                answer = orjson.loads(text)
             except orjson.JSONDecodeError:
                 return r.status, text.decode()
+        check_answer(method, path, r.status, answer)
+        return r.status, answer
 
 
 def make_config(tmp_path: Path, **extra: Any) -> Config:

@@ -1,0 +1,132 @@
+"""CLI start-up: whole-process time of the one-shot commands against Python's floor.
+
+Run: python bench/cli.py [--runs 15] [--replay-mb 200]
+
+Each command runs as a fresh process (the installed ``sessionwatch`` entry point, as a
+gateway or a hook would shell out to it) ``--runs`` times, interleaved with the floor,
+``python -c "import sqlite3, orjson"``; the median of each is compared. Target: at most
+2x the floor for ``status``, ``record`` and ``notices --drain``.
+
+The replay part writes a Claude transcript of ``--replay-mb`` MB and times ``sessionwatch
+replay`` on it as a whole process against a plain process that parses every line with
+orjson (target: at least as fast, a ratio of 1.0 or more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+PLAIN_PARSE = """
+import sys, orjson
+n = 0
+with open(sys.argv[1], "rb") as f:
+    for line in f:
+        orjson.loads(line)
+        n += 1
+print(n)
+"""
+
+
+def _time(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - start
+
+
+def _entry_point() -> str:
+    found = shutil.which("sessionwatch", path=os.path.dirname(sys.executable))
+    return found or shutil.which("sessionwatch") or "sessionwatch"
+
+
+def bench_commands(runs: int, tmp: Path) -> None:
+    env = {**os.environ, "SESSIONWATCH_DB": str(tmp / "state.db")}
+    sw = _entry_point()
+    child = "agent:main:subagent:bench"
+    subprocess.run(
+        [sw, "spawn", "--parent", "agent:main:main", "--child", child, "--run-id", "r"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    commands = {
+        "status": [sw, "status", child, "--changes-since", "0"],
+        "record": [
+            sw,
+            "record",
+            "--session",
+            child,
+            "--kind",
+            "human_direct_message",
+            "--actor",
+            "human",
+        ],
+        "notices --drain": [sw, "notices", "--watcher", "agent:main:main", "--drain"],
+    }
+    floor_argv = [sys.executable, "-c", "import sqlite3, orjson"]
+    times: dict[str, list[float]] = {name: [] for name in ["floor", *commands]}
+    for _ in range(runs):
+        for name, argv in [("floor", floor_argv), *commands.items()]:
+            times[name].append(_time(argv, env))
+    floor = statistics.median(times["floor"])
+    print(f"floor (python -c 'import sqlite3, orjson'): {floor * 1000:.0f} ms median of {runs}")
+    for name in commands:
+        median = statistics.median(times[name])
+        print(
+            f"sessionwatch {name}: {median * 1000:.0f} ms, {median / floor:.2f}x the floor"
+            " (target <= 2x)"
+        )
+
+
+def bench_replay(megabytes: int, tmp: Path) -> None:
+    path = tmp / "big.jsonl"
+    lines = []
+    for i in range(2000):
+        if i % 10 == 0:
+            record = {"type": "user", "uuid": f"u{i}", "message": {"role": "user", "content": "hi"}}
+        else:
+            record = {
+                "type": "assistant",
+                "uuid": f"a{i}",
+                "message": {"role": "assistant", "content": [{"type": "text", "text": "x" * 400}]},
+            }
+        lines.append(orjson.dumps(record) + b"\n")
+    block = b"".join(lines)
+    with path.open("wb") as f:
+        for _ in range(max(1, megabytes * 1024 * 1024 // len(block))):
+            f.write(block)
+    size = path.stat().st_size / 1024 / 1024
+    plain = [sys.executable, "-c", PLAIN_PARSE, str(path)]
+    ours = [_entry_point(), "replay", "--adapter", "claude", str(path)]
+    env = dict(os.environ)
+    _time(plain, env)  # warm the page cache
+    t_plain = min(_time(plain, env) for _ in range(2))
+    t_ours = min(_time(ours, env) for _ in range(2))
+    print(
+        f"replay of {size:.0f} MB as a whole process: {t_ours:.2f} s; a plain orjson loop over"
+        f" every line {t_plain:.2f} s; ratio {t_plain / t_ours:.2f} (target >= 1.0)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--replay-mb", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_commands(args.runs, Path(tmp))
+        if args.replay_mb:
+            bench_replay(args.replay_mb, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The state database's plain SQLite layer, shared by both stores: the pragmas, one
+transaction per write, read snapshots, private files, and errors as our own.
+
+:class:`DirectStore` runs each call at once on the calling thread, for the one-shot CLI
+commands (``status``, ``record``, ``notices``...): it needs neither asyncio nor a thread, so
+a command starts in the time Python takes to import ``sqlite3``. Its methods are coroutines
+that never suspend, so the kernel's async API runs on it unchanged (see :func:`run_now`).
+The long-running service uses :class:`monitor.store.Store` (group commit on a writer thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from monitor.clock import Clock, now_ms
+from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.schema import migrate
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 5000
+PRIVATE = 0o600
+
+
+def configure(conn: sqlite3.Connection) -> None:
+    """The pragmas every sessionwatch connection runs with."""
+    conn.isolation_level = None  # transactions are explicit
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"could not switch the state database to WAL mode (got {mode})")
+    conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def run_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+def run_read(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run ``fn`` in one read transaction, so it sees a single snapshot."""
+    conn.execute("BEGIN")
+    try:
+        return fn(conn)
+    finally:
+        conn.execute("COMMIT")
+
+
+def _is_locked(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _locked_error(waited: float) -> StoreLocked:
+    return StoreLocked(
+        f"the state database is locked by another process (waited {waited:.1f} s); try again"
+    )
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), check_same_thread=False)
+    conn.isolation_level = None
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def make_private(path: Path) -> None:
+    """The database and its WAL and SHM files: readable by their owner only."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", PRIVATE)
+
+
+@contextlib.contextmanager
+def translated(
+    on_error: Callable[[], None] | None = None, waited: float = BUSY_TIMEOUT_MS / 1000
+) -> Iterator[None]:
+    """sqlite3 errors leave as :class:`StoreError` (:class:`StoreLocked` for a lock)."""
+    try:
+        yield
+    except SessionwatchError:
+        raise
+    except sqlite3.Error as exc:
+        raise translate(exc, waited, on_error) from exc
+
+
+def translate(
+    exc: BaseException, waited: float, on_error: Callable[[], None] | None = None
+) -> BaseException:
+    if isinstance(exc, SessionwatchError) or not isinstance(exc, sqlite3.Error):
+        return exc
+    if on_error:
+        on_error()
+    if _is_locked(exc):
+        return _locked_error(waited)
+    return StoreError(f"state database error: {exc}")
+
+
+def open_path(path: Path | str) -> tuple[Path, bool]:
+    """The database path, its directory created private; and whether the file is new."""
+    db_path = Path(path).expanduser()
+    try:
+        if not db_path.parent.exists():
+            db_path.parent.mkdir(parents=True, mode=0o700)
+    except OSError as exc:
+        raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
+    return db_path, not db_path.exists()
+
+
+class DirectStore:
+    """The state database on the calling thread (see the module docstring)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self.path = path
+        self.clock = clock
+        self.on_error: Callable[[], None] | None = None
+
+    @classmethod
+    async def open(cls, path: Path | str, *, clock: Clock = now_ms) -> DirectStore:
+        db_path, created = open_path(path)
+        try:
+            conn = sqlite3.connect(str(db_path))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
+        store = cls(conn, db_path, clock)
+        try:
+            with translated():
+                configure(conn)
+                if created:
+                    make_private(db_path)
+                run_write(conn, lambda c: migrate(c, clock()))
+                if created:
+                    make_private(db_path)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    def _live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("the state database is closed")
+        return self._conn
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with translated(self.on_error):
+            return run_write(self._live(), fn)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return self.read_now(fn)
+
+    def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with translated(self.on_error):
+            return run_read(self._live(), fn)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (the kernel on a :class:`DirectStore`) without
+    an event loop; one that does suspend is handed to asyncio."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError("the coroutine suspended: run it with asyncio")

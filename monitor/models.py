@@ -1,0 +1,357 @@
+"""The HTTP API's contract: every request body, query and answer, declared once.
+
+Each shape is a ``msgspec`` Struct. Request bodies and queries are decoded and checked
+through them (unknown fields refused, types and ranges enforced, in one C call), and the
+OpenAPI document's schemas are generated from the same Structs (:mod:`monitor.openapi`), so
+the validation and the published contract cannot drift apart. Answers are declared here
+too; the tests check every real answer against the document generated from them.
+
+msgspec rather than pydantic: the project already chose orjson for speed, and msgspec
+decodes and validates a request body in about a microsecond, without a second runtime
+model layer; its JSON Schema output is what OpenAPI 3.1 takes.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+from adapters.registry import ADAPTER_NAMES
+from monitor.errors import BadInput
+from monitor.events import MAX_INT64, ActorType, EventKind
+
+T = TypeVar("T")
+
+Int64 = Annotated[int, msgspec.Meta(ge=-MAX_INT64 - 1, le=MAX_INT64)]
+Sequence = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT64)]
+Text = Annotated[str, msgspec.Meta(max_length=65536)]
+# Checked by the upstream monitor (its message lists the kinds); the enum is for the document.
+AdapterKind = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(ADAPTER_NAMES)})]
+
+
+class Body(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
+    """A request body: a JSON object whose unknown fields are refused by name."""
+
+
+class Answer(msgspec.Struct, rename="camel"):
+    """An answer: every field is always present (``null`` when it has no value)."""
+
+
+class Query(msgspec.Struct, rename="camel"):
+    """A route's query parameters (strings in the URL, converted and checked)."""
+
+
+# -- requests ----------------------------------------------------------------------------
+
+
+class SessionUpsert(Body):
+    agent_id: str | None = None
+    session_id: str | None = None
+    store_path: str | None = None
+    run_active: bool | None = None
+
+
+class OwnMessage(Body):
+    text: Text
+    agent_id: str | None = None
+
+
+class EventIn(Body):
+    session_key: str
+    kind: EventKind
+    actor_type: ActorType
+    actor_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    session_id: str | None = None
+    summary: str | None = None
+    dedupe_key: str | None = None
+    payload: dict[str, Any] | None = None
+    occurred_at: Int64 | None = None
+
+
+class SpawnIn(Body):
+    parent: str
+    child: str
+    run_id: str
+
+
+class WatchIn(Body):
+    watcher: str
+    target: str
+    store_path: str | None = None
+
+
+class LinkIn(Body):
+    """Adopt a native session: ``catalogId`` from the catalog; or ``kind`` with ``path``
+    (and ``thread``, the session id, for ``opencode``); or ``kind: claude-node`` with
+    ``node`` and ``thread``."""
+
+    session_key: str
+    catalog_id: str | None = None
+    kind: AdapterKind | None = None
+    path: str | None = None
+    node: str | None = None
+    thread: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+
+
+# -- queries -----------------------------------------------------------------------------
+
+
+class AgentQuery(Query):
+    agent_id: str | None = None
+
+
+class StatusQuery(Query):
+    changes_since: Sequence | None = None
+    agent_id: str | None = None
+
+
+class SessionsQuery(Query):
+    keys: str | None = None
+
+
+class NoticesQuery(Query):
+    store_path: str | None = None
+
+
+class CatalogQuery(Query):
+    kind: AdapterKind | None = None
+    cwd: str | None = None
+    since: str | None = None
+    search: str | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10000)] | None = None
+
+
+# -- answers -----------------------------------------------------------------------------
+
+
+class ErrorDetail(Answer):
+    code: str
+    message: str
+
+
+class ErrorAnswer(Answer):
+    error: ErrorDetail
+
+
+class NotRecorded(Answer):
+    recorded: Literal[False]
+    error: ErrorDetail
+
+
+class Ok(Answer):
+    ok: Literal[True]
+
+
+class SessionInfo(Answer):
+    session_key: str
+    agent_id: str
+    session_id: str | None
+    store_path: str | None
+    run_active: bool
+    created_at: int
+    updated_at: int
+
+
+class EventRecord(Answer):
+    sequence: int
+    session_key: str
+    agent_id: str
+    kind: str
+    actor_type: str
+    actor_id: str | None
+    summary: str
+    occurred_at: int
+    payload: dict[str, Any] | None
+    duplicate: bool
+
+
+class EventRecorded(EventRecord):
+    recorded: Literal[True]
+
+
+class Watched(Answer):
+    watched: bool
+
+
+class DeltaEvent(msgspec.Struct, rename="camel"):
+    sequence: int
+    kind: str
+    actor_type: str
+    summary: str
+    occurred_at: int
+    actor_id: str | msgspec.UnsetType = msgspec.UNSET
+    run_id: str | msgspec.UnsetType = msgspec.UNSET
+    payload: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+
+
+class StateChanges(Answer):
+    events: list[DeltaEvent]
+    truncated: bool
+    earliest_available_sequence: int
+    history_gap: bool
+
+
+class Status(msgspec.Struct, rename="camel"):
+    ok: Literal[True]
+    session_key: str
+    state_version: int
+    state_changes: StateChanges | msgspec.UnsetType = msgspec.UNSET
+
+
+class StateVersion(Answer):
+    session_key: str
+    agent_id: str
+    state_version: int
+
+
+class Sessions(Answer):
+    sessions: list[StateVersion]
+
+
+class NoticeOut(Answer):
+    target: str | None
+    text: str
+
+
+class Notices(Answer):
+    notices: list[NoticeOut]
+
+
+class CatalogSession(Answer):
+    catalog_id: str
+    kind: str
+    native_id: str
+    path: str
+    cwd: str | None
+    title: str | None
+    updated_at: int | None
+    size: int | None
+    session_key: str | None
+    node: str | None
+    score: float | None
+
+
+class CatalogError(Answer):
+    path: str
+    reason: str
+
+
+class Catalog(Answer):
+    sessions: list[CatalogSession]
+    skipped: int
+    errors: list[CatalogError]
+
+
+class Link(Answer):
+    session_key: str
+    agent_id: str
+    kind: str | None
+    upstream_kind: str
+    catalog_id: str
+    host_id: str
+    thread_id: str
+    foreign: bool
+    ref: dict[str, Any]
+    marker: dict[str, Any]
+    watched: bool
+    blocked: dict[str, Any] | None
+    missing_streak: int
+    status: dict[str, Any] | None
+    drift: dict[str, Any] | None
+    last_scanned_at: int | None
+
+
+class Links(Answer):
+    links: list[Link]
+
+
+class Adopted(Answer):
+    link: dict[str, Any] | None
+    declined: str | None
+
+
+# -- decoding ----------------------------------------------------------------------------
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
+
+
+def _field_names(model: type[msgspec.Struct]) -> list[str]:
+    return sorted(model.__struct_encode_fields__)
+
+
+def explain(exc: msgspec.DecodeError | msgspec.ValidationError, model: type[Any]) -> str:
+    """msgspec's message, led by the field it is about (``kind: invalid enum value 'x'``)."""
+    text = str(exc)
+    if not isinstance(exc, msgspec.ValidationError):
+        return f"request body is not valid JSON: {text}"
+    match = _AT.match(text)
+    what, path = (match["what"], match["path"]) if match else (text, None)
+    missing = re.fullmatch(r"Object missing required field `(.+)`", what)
+    if missing:
+        return f"{missing[1]} is required"
+    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", what)
+    if unknown:
+        allowed = ", ".join(_field_names(model))
+        return f"unknown field {unknown[1]!r} (allowed: {allowed})"
+    if what == "Expected `object`, got `array`" and not path:
+        return "request body must be a JSON object"
+    what = what[0].lower() + what[1:]
+    if path:
+        name = path.lstrip(".")
+        if what.startswith("invalid enum value"):
+            kinds = _enum_values(model, name)
+            what += f" (known: {', '.join(kinds)})" if kinds else ""
+        return f"{name}: {what}"
+    return what
+
+
+def _enum_values(model: type[Any], name: str) -> list[str]:
+    for f in msgspec.structs.fields(model):
+        kind = f.type
+        if f.encode_name == name and isinstance(kind, type) and issubclass(kind, enum.Enum):
+            return [str(m.value) for m in kind]
+    return []
+
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def decode(model: type[T], raw: bytes) -> T:
+    """A request body as ``model``; :class:`BadInput` names what is wrong."""
+    decoder = _decoders.get(model)
+    if decoder is None:
+        decoder = _decoders[model] = msgspec.json.Decoder(model)
+    try:
+        value: T = decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BadInput(explain(exc, model)) from None
+    return value
+
+
+def convert_query(model: type[T], query: dict[str, str]) -> T:
+    """Query parameters as ``model`` (strings converted); unknown ones are ignored."""
+    known = {k: v for k, v in query.items() if k in _query_names(model)}
+    try:
+        value: T = msgspec.convert(known, model, strict=False)
+    except msgspec.ValidationError as exc:
+        raise BadInput(explain(exc, model)) from None
+    return value
+
+
+def _query_names(model: type[Any]) -> tuple[str, ...]:
+    names: tuple[str, ...] = model.__struct_encode_fields__
+    return names
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(answer: msgspec.Struct) -> bytes:
+    return _encoder.encode(answer)
