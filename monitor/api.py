@@ -9,6 +9,8 @@ database failure answers 503 (``POST /v1/events`` with ``{"recorded": false}``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,6 +22,7 @@ from aiohttp import web, web_protocol
 from aiohttp.web_request import BaseRequest
 
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
+from monitor.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel import Kernel
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.models import (
@@ -256,7 +259,7 @@ async def sessions(request: web.Request) -> web.Response:
     return json_response({"sessions": await request.app[KERNEL].state_versions(keys)})
 
 
-async def _notices(request: web.Request, drain: bool) -> web.Response:
+async def _pending(request: web.Request, drain: bool) -> list[dict[str, Any]]:
     kernel = request.app[KERNEL]
     watcher = request.match_info["key"]
     q = query(request, NoticesQuery)
@@ -268,7 +271,11 @@ async def _notices(request: web.Request, drain: bool) -> web.Response:
     text = created.drain(watcher.lower()) if drain else created.peek(watcher.lower())
     if text:
         out.append({"target": None, "text": text})
-    return json_response({"notices": out})
+    return out
+
+
+async def _notices(request: web.Request, drain: bool) -> web.Response:
+    return json_response({"notices": await _pending(request, drain)})
 
 
 @routes.get("/v1/watchers/{key}/notices")
@@ -279,6 +286,39 @@ async def peek_notices(request: web.Request) -> web.Response:
 @routes.post("/v1/watchers/{key}/notices/drain")
 async def drain_notices(request: web.Request) -> web.Response:
     return await _notices(request, drain=True)
+
+
+STREAMS = web.AppKey("streams", asyncio.Event)  # set when the service stops
+
+
+@routes.get("/v1/watchers/{key}/notices/stream")
+async def stream_notices(request: web.Request) -> web.StreamResponse:
+    """Server-Sent Events: every notice that opens for the watcher (``event: notice``, data
+    ``{"target", "text"}``), pending ones first, and a keep-alive comment every 15 s. It
+    peeks; draining stays an explicit call (see :mod:`monitor.feed`)."""
+    await _pending(request, drain=False)  # a bad key or query is a 400 before the stream
+    kernel, stopping = request.app[KERNEL], request.app[STREAMS]
+    feed = NoticeFeed(kernel.store.read_now)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    quiet = 0.0
+    try:
+        while not stopping.is_set():
+            if feed.changed():
+                for notice in feed.fresh(await _pending(request, drain=False)):
+                    await response.write(b"event: notice\ndata: " + orjson.dumps(notice) + b"\n\n")
+                    quiet = 0.0
+            if quiet >= KEEPALIVE_S:
+                await response.write(b": keep-alive\n\n")
+                quiet = 0.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), POLL_S)
+            quiet += POLL_S
+    except (ConnectionResetError, SessionwatchError):
+        pass  # the client went away, or the database did: the stream ends
+    return response
 
 
 @routes.get("/v1/catalog")
@@ -346,6 +386,12 @@ def build_app(
     app[MONITOR] = monitor
     app[METRICS] = metrics
     app[TOKEN] = token
+    app[STREAMS] = asyncio.Event()
+
+    async def end_streams(app: web.Application) -> None:
+        app[STREAMS].set()
+
+    app.on_shutdown.append(end_streams)
     app.add_routes(routes)
     return app
 

@@ -99,8 +99,28 @@ async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 
 @command("notices")
 async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    if a.follow:
+        if a.drain:
+            raise BadInput("notices: --follow peeks; drain with a separate --drain call")
+        await _follow(kernel, a)
     notices = await kernel.notices(watcher=a.watcher, store_path=a.store_path, drain=a.drain)
     return {"notices": [n.as_json() for n in notices]}
+
+
+async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
+    """Each notice as it opens, as a JSON line, until interrupted (see monitor.feed)."""
+    import time
+
+    from monitor.feed import POLL_S, NoticeFeed
+
+    feed = NoticeFeed(kernel.store.read_now)
+    while True:
+        if feed.changed():
+            pending = await kernel.notices(watcher=a.watcher, store_path=a.store_path)
+            for notice in feed.fresh([n.as_json() for n in pending]):
+                sys.stdout.buffer.write(orjson.dumps(notice) + b"\n")
+            sys.stdout.flush()
+        time.sleep(POLL_S)
 
 
 @command("status")
@@ -282,6 +302,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     n.add_argument("--watcher", required=True)
     n.add_argument("--store-path")
     n.add_argument("--drain", action="store_true")
+    n.add_argument("--follow", action="store_true", help="print each notice as it opens")
 
     st = sub.add_parser("status", help="session_status, with changesSince on ask")
     st.add_argument("key")

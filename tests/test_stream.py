@@ -1,0 +1,142 @@
+"""Notices pushed: the SSE route and ``notices --follow``, fed by the API, the monitor and
+another process writing the same database."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from monitor import api
+from monitor.service import running
+from tests.conftest import notice
+from tests.test_api import MAIN, Client, make_config
+from tests.test_cli import sw
+
+CHILD = "agent:main:subagent:streamed"
+PROMPT = b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hello"}}\n'
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[Client]:
+    config = make_config(tmp_path)
+    async with running(config, tmp_path / "state.db") as sidecar, aiohttp.ClientSession() as http:
+        token = (tmp_path / "token").read_text().strip()
+        yield Client(sidecar.addresses[0], token, http, sidecar)
+
+
+async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
+    """(``"notice"``, data) per event and (``"comment"``, text) per comment."""
+    event = None
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith(":"):
+            yield "comment", line[1:].strip()
+        elif line.startswith("event: "):
+            event = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            yield event or "message", orjson.loads(line.removeprefix("data: "))
+
+
+async def _next_notice(events: AsyncIterator[tuple[str, Any]]) -> Any:
+    async def first() -> Any:
+        async for kind, data in events:
+            if kind == "notice":
+                return data
+        raise AssertionError("the stream ended")
+
+    return await asyncio.wait_for(first(), 20)
+
+
+async def _record(client: Client) -> None:
+    status, _ = await client.call(
+        "POST",
+        "/v1/events",
+        {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"},
+    )
+    assert 200 == status
+
+
+async def test_the_stream_pushes_notices_from_the_api_another_process_and_the_monitor(
+    client: Client, tmp_path: Path
+) -> None:
+    await client.call("POST", "/v1/spawns", {"parent": MAIN, "child": CHILD, "runId": "r"})
+    headers = {"Authorization": f"Bearer {client.token}"}
+    url = f"{client.base}/v1/watchers/{MAIN}/notices/stream"
+    async with client.http.get(url, headers=headers) as response:
+        assert (200, "text/event-stream") == (response.status, response.content_type)
+        events = _events(response)
+
+        await _record(client)  # through the API
+        assert {"target": CHILD, "text": notice(CHILD, 1)} == await _next_notice(events)
+        await client.call("POST", f"/v1/watchers/{MAIN}/notices/drain")  # peeked, not drained
+
+        db = client.sidecar.kernel.store.path
+        await asyncio.to_thread(  # another process on the same database
+            sw, db, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "agent"
+        )
+        assert {"target": CHILD, "text": notice(CHILD, 2)} == await _next_notice(events)
+        await client.call("POST", f"/v1/watchers/{MAIN}/notices/drain")
+
+        # through the monitor: an adopted Claude session, a typed prompt, a tick
+        transcript = tmp_path / "claude" / "p" / "s.jsonl"
+        transcript.parent.mkdir(parents=True)
+        transcript.write_bytes(b"")
+        status, _ = await client.call(
+            "POST", "/v1/links", {"kind": "claude", "path": str(transcript), "sessionKey": CHILD}
+        )
+        assert 200 == status
+        with transcript.open("ab") as f:
+            f.write(PROMPT)
+        await client.sidecar.monitor.tick()
+        pushed = await _next_notice(events)
+        _, peeked = await client.call("GET", f"/v1/watchers/{MAIN}/notices")
+        assert [pushed] == peeked["notices"]
+        assert CHILD == pushed["target"]
+
+
+async def test_the_stream_sends_keep_alive_comments(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "KEEPALIVE_S", 0.3)
+    headers = {"Authorization": f"Bearer {client.token}"}
+    url = f"{client.base}/v1/watchers/{MAIN}/notices/stream"
+    async with client.http.get(url, headers=headers) as response:
+
+        async def comment() -> str:
+            async for kind, text in _events(response):
+                if kind == "comment":
+                    return str(text)
+            raise AssertionError("the stream ended")
+
+        assert "keep-alive" == await asyncio.wait_for(comment(), 20)
+
+
+async def test_a_bad_watcher_is_a_400_not_a_stream(client: Client) -> None:
+    status, answer = await client.call("GET", "/v1/watchers/global/notices/stream")
+    assert (400, "bad_request") == (status, answer["error"]["code"])
+
+
+def test_notices_follow_prints_each_notice_as_a_json_line(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
+    command = ["notices", "--watcher", MAIN, "--follow"]
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "--db", str(db), *command], stdout=subprocess.PIPE
+    )
+    try:
+        sw(db, "record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human")
+        assert follow.stdout is not None
+        line = follow.stdout.readline()
+        assert {"target": CHILD, "text": notice(CHILD, 1)} == orjson.loads(line)
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+    sw(db, "notices", "--watcher", MAIN, "--follow", "--drain", code=2)
