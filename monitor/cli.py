@@ -108,13 +108,19 @@ async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
-    """Each notice as it opens, as a JSON line, until interrupted (see monitor.feed)."""
+    """Each notice as it opens, as a JSON line, until interrupted or until the reader of a
+    pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see monitor.feed)."""
+    import select
     import time
 
     from monitor.feed import POLL_S, NoticeFeed
 
     feed = NoticeFeed(kernel.store.read_now)
+    reader_gone = select.poll()
+    reader_gone.register(sys.stdout.fileno(), select.POLLERR)
     while True:
+        if reader_gone.poll(0):
+            raise SystemExit(0)
         if feed.changed():
             pending = await kernel.notices(watcher=a.watcher, store_path=a.store_path)
             for notice in feed.fresh([n.as_json() for n in pending]):

@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import socket
+import sqlite3
 import stat
 import time
 from collections.abc import AsyncIterator
@@ -41,7 +42,8 @@ from monitor.wake import GatewayWaker
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 300
-REARM_S = 10.0
+REARM_S = 0.5  # how often the database is checked for links another process changed
+PAUSE_S = 10.0  # file watching waits this long after the database failed
 
 
 class AlreadyRunning(StoreError):
@@ -126,6 +128,7 @@ class Sidecar:
         self.addresses: list[str] = []
         self._paths_changed = asyncio.Event()
         self._skip_logged = False
+        self._data_version: int | None = None
         monitor.on_links_changed = self._paths_changed.set
 
     async def scheduled_tick(self) -> None:
@@ -176,9 +179,7 @@ class Sidecar:
                 continue
             dirs = _dirs_of(files)
             if not dirs:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
-                self._paths_changed.clear()
+                await self._links_may_have_changed()
                 continue
             stop = asyncio.Event()
             refresher = asyncio.ensure_future(self._refresh(files, dirs, stop))
@@ -195,23 +196,39 @@ class Sidecar:
                 stop.set()
                 refresher.cancel()
 
+    async def _links_may_have_changed(self) -> None:
+        """Until a link changed here, or the database changed under another process (an
+        adoption or a watch from the CLI, a gateway sharing the file): ``PRAGMA data_version``
+        is checked every ``REARM_S``."""
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
+            if self._paths_changed.is_set():
+                break
+            try:
+                version = self.kernel.store.read_now(_data_version)
+            except SessionwatchError:
+                continue
+            if version != self._data_version:
+                self._data_version = version
+                break
+        self._paths_changed.clear()
+
     async def _watched_files_or_none(self) -> dict[str, set[str]] | None:
         try:
             return await self._watched_files()
         except SessionwatchError as exc:
             log.warning("file watching paused: %s", exc)
-            await asyncio.sleep(REARM_S)
+            await asyncio.sleep(PAUSE_S)
             return None
 
     async def _refresh(
         self, files: dict[str, set[str]], dirs: list[str], stop: asyncio.Event
     ) -> None:
-        """On a link change here, or every 10 s for changes by other processes, update the
-        path-to-keys map in place; stop the watch (to re-arm) only when directories change."""
+        """On a link change here or in another process, update the path-to-keys map in
+        place; stop the watch (to re-arm) only when directories change."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
-            self._paths_changed.clear()
+            await self._links_may_have_changed()
             fresh = await self._watched_files_or_none()
             if fresh is None:
                 continue
@@ -220,6 +237,10 @@ class Sidecar:
                 return
             files.clear()
             files.update(fresh)
+
+
+def _data_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def _dirs_of(files: dict[str, set[str]]) -> list[str]:
