@@ -207,7 +207,7 @@ class Status(msgspec.Struct, rename="camel"):
 
 class StateVersion(Answer):
     session_key: str
-    agent_id: str
+    agent_id: str | None  # null for a key with no agent and no head
     state_version: int
 
 

@@ -1,0 +1,129 @@
+"""The published API contract: the document in docs/, the one served, and schemathesis
+against a live ``serve`` (no 5xx, every answer as documented, no row changed by a refused
+request)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from monitor.openapi import document_bytes
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
+EXAMPLES = 15  # per route and generation mode: bounded, so CI stays fast
+STREAM = "/v1/watchers/{key}/notices/stream"  # never ends; tests/test_stream.py covers it
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
+    tmp = tmp_path_factory.mktemp("contract")
+    (tmp / "claude").mkdir()
+    config = tmp / "sessionwatch.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
+        f'[roots]\nclaude = "{tmp / "claude"}"\ncodex = "{tmp / "codex"}"\npi = "{tmp / "pi"}"\n'
+        "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\n"
+    )
+    db = tmp / "state.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "--db", str(db), "--config", str(config), "serve"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    base = None
+    for line in proc.stderr:
+        match = re.search(r"serving .* on (http://\S+)", line)
+        if match:
+            base = match.group(1)
+            break
+    try:
+        assert base is not None, "serve did not start"
+        yield base, (tmp / "token").read_text().strip(), db
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_the_published_document_is_the_generated_one(live: tuple[str, str, Path]) -> None:
+    base, _, _ = live
+    served = requests.get(f"{base}/openapi.json", timeout=30)
+    assert 200 == served.status_code
+    assert document_bytes() == served.content
+    assert document_bytes() == DOCS.read_bytes(), (
+        "run: python -m monitor.openapi > docs/openapi.json"
+    )
+
+
+def _rows(db: Path) -> list[Any]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1")
+        ]
+        return [(t, sorted(map(repr, conn.execute(f'SELECT * FROM "{t}"')))) for t in tables]
+    finally:
+        conn.close()
+
+
+def test_schemathesis_finds_no_server_error_no_undocumented_answer_no_partial_write(
+    live: tuple[str, str, Path],
+) -> None:
+    base, token, db = live
+    schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
+    headers = {"Authorization": f"Bearer {token}"}
+    session = requests.Session()
+    checks = [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_schema_conformance,
+    ]
+    operations = [r.ok() for r in schema.get_all_operations()]
+    assert len(operations) >= 18
+    called: dict[str, int] = {}
+    for operation in operations:
+        if operation.path == STREAM:
+            continue
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            def run(case: Any) -> None:
+                before = _rows(db)
+                response = case.call(base_url=base, session=session, headers=headers, timeout=30)
+                if response.status_code >= 400:
+                    assert before == _rows(db), f"{case.method} {case.path} changed rows"
+                case.validate_response(response, checks=checks)
+                called[operation.label] = called.get(operation.label, 0) + 1
+
+            try:
+                run()
+            except hypothesis.errors.Unsatisfiable:
+                assert mode is GenerationMode.NEGATIVE  # nothing to get wrong (no input)
+    assert len(called) >= 16, called
