@@ -4,6 +4,9 @@ another process writing the same database."""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -140,3 +143,24 @@ def test_notices_follow_prints_each_notice_as_a_json_line(tmp_path: Path) -> Non
         follow.terminate()
         follow.wait(timeout=30)
     sw(db, "notices", "--watcher", MAIN, "--follow", "--drain", code=2)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+async def test_the_documented_stream_example_delivers_a_notice(client: Client) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "gateway-integration.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if "/stream" in b)
+    db = client.sidecar.kernel.store.path
+    sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
+    sw(db, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "agent")
+    env = {**os.environ, "SW": client.base, "TOKEN": client.token}
+    curl = subprocess.Popen(["bash", "-c", block], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert curl.stdout is not None
+        first = await asyncio.to_thread(curl.stdout.readline)
+        assert "event: notice\n" == first
+        data = await asyncio.to_thread(curl.stdout.readline)
+        expected = {"target": CHILD, "text": notice(CHILD, 1)}
+        assert expected == orjson.loads(data.removeprefix("data: "))
+    finally:
+        curl.kill()
+        curl.wait(timeout=30)
