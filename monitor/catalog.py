@@ -373,14 +373,14 @@ def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
     from rich.table import Table
 
     console = Console(width=width)
-    table = Table(box=None, pad_edge=False, expand=False, header_style="bold")
-    table.add_column("id", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("title", no_wrap=True, overflow="ellipsis", ratio=3)
-    table.add_column("directory", no_wrap=True, overflow="ellipsis", ratio=2)
-    table.add_column("age", no_wrap=True, justify="right")
-    table.add_column("size", no_wrap=True, justify="right")
-    table.add_column("session", no_wrap=True, overflow="ellipsis")
+    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
+    table.add_column("id", no_wrap=True, min_width=8)
+    table.add_column("kind", no_wrap=True, overflow="ellipsis", min_width=6, max_width=16)
+    table.add_column("title", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("directory", no_wrap=True, overflow="ellipsis", max_width=28)
+    table.add_column("age", no_wrap=True, justify="right", min_width=10)
+    table.add_column("size", no_wrap=True, justify="right", min_width=8)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=24)
     for e in catalog.entries:
         kind = f"{e.kind}@{e.node}" if e.node else e.kind
         table.add_row(

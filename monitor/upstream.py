@@ -166,8 +166,9 @@ class UpstreamMonitor:
 
         def run(conn: sqlite3.Connection) -> UpstreamLink | None:
             known = read_session(conn, key, agent)
-            # A session without an id takes the given one, else the native session id.
-            sid = session_id or (None if known and known["sessionId"] else thread_id or None)
+            # A session without an id takes the given one, else the native session id; an
+            # existing session keeps its id.
+            sid = None if known and known["sessionId"] else (session_id or thread_id or None)
             write_session_row(conn, key, agent, session_id=sid, now=now)
             recorded.append(record_event(conn, adopted, now))
             if declined is not None:

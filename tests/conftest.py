@@ -5,15 +5,20 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import orjson
 import pytest
 
-from monitor.config import RootsConfig
+from monitor.config import ApiConfig, Config, MonitorConfig, RootsConfig
 from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel, KernelSettings
+from monitor.service import Sidecar, running
 from monitor.signal_log import Recorded
+from tests.contract import check_answer
 
 T0 = 1_790_000_000_000
 
@@ -101,3 +106,56 @@ def served_address(proc: subprocess.Popen[str]) -> str:
         if match:
             return match.group(1)
     raise AssertionError("the process exited without naming its address")
+
+
+# -- a sidecar on loopback, called with aiohttp's client ---------------------------------
+
+
+@dataclass
+class Client:
+    base: str
+    token: str
+    http: aiohttp.ClientSession
+    sidecar: Sidecar
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
+        data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
+        if data is not None:
+            headers["Content-Type"] = content_type
+        async with self.http.request(method, self.base + path, data=data, headers=headers) as r:
+            text = await r.read()
+            try:
+                answer = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return r.status, text.decode()
+        check_answer(method, path, r.status, answer)
+        return r.status, answer
+
+
+def make_config(tmp_path: Path, **extra: Any) -> Config:
+    root = tmp_path / "claude"
+    root.mkdir(exist_ok=True)
+    return Config(
+        roots=RootsConfig(claude=str(root), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")),
+        api=ApiConfig(listen="127.0.0.1:0", token_file=str(tmp_path / "token")),
+        monitor=MonitorConfig(initial_delay_s=3600, interval_s=3600, watch_files=True),
+        **extra,
+    )
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[Client]:
+    config = make_config(tmp_path)
+    async with running(config, tmp_path / "state.db") as sidecar, aiohttp.ClientSession() as http:
+        token = (tmp_path / "token").read_text().strip()
+        yield Client(sidecar.addresses[0], token, http, sidecar)

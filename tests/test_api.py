@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,64 +11,13 @@ import orjson
 import pytest
 from aiohttp import web
 
-from monitor.config import ApiConfig, Config, GatewayConfig, MonitorConfig, RootsConfig
-from monitor.service import AlreadyRunning, Sidecar, running
-from tests.conftest import notice
-from tests.contract import check_answer
+from monitor.config import ApiConfig, Config, GatewayConfig
+from monitor.service import AlreadyRunning, running
+from tests.conftest import Client, make_config, notice
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
 KEY = "agent:main:adopted:x"
-
-
-@dataclass
-class Client:
-    base: str
-    token: str
-    http: aiohttp.ClientSession
-    sidecar: Sidecar
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        token: str | None = None,
-        raw: bytes | None = None,
-        content_type: str = "application/json",
-    ) -> tuple[int, Any]:
-        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
-        data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
-        if data is not None:
-            headers["Content-Type"] = content_type
-        async with self.http.request(method, self.base + path, data=data, headers=headers) as r:
-            text = await r.read()
-            try:
-                answer = orjson.loads(text)
-            except orjson.JSONDecodeError:
-                return r.status, text.decode()
-        check_answer(method, path, r.status, answer)
-        return r.status, answer
-
-
-def make_config(tmp_path: Path, **extra: Any) -> Config:
-    root = tmp_path / "claude"
-    root.mkdir(exist_ok=True)
-    return Config(
-        roots=RootsConfig(claude=str(root), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")),
-        api=ApiConfig(listen="127.0.0.1:0", token_file=str(tmp_path / "token")),
-        monitor=MonitorConfig(initial_delay_s=3600, interval_s=3600, watch_files=True),
-        **extra,
-    )
-
-
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[Client]:
-    config = make_config(tmp_path)
-    async with running(config, tmp_path / "state.db") as sidecar, aiohttp.ClientSession() as http:
-        token = (tmp_path / "token").read_text().strip()
-        yield Client(sidecar.addresses[0], token, http, sidecar)
 
 
 async def test_healthz_needs_no_token_and_the_rest_does(client: Client, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from monitor.errors import BadInput, StoreLocked
 from monitor.kernel import Kernel
 from monitor.service import running
 from monitor.store import Store
-from tests.test_api import Client, make_config
+from tests.conftest import Client, make_config
 
 CHILD = "agent:main:subagent:c1"
 EVENT = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}

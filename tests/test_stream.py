@@ -18,21 +18,12 @@ import orjson
 import pytest
 
 from monitor import api
-from monitor.service import running
-from tests.conftest import notice
-from tests.test_api import MAIN, Client, make_config
+from tests.conftest import Client, notice
+from tests.test_api import MAIN
 from tests.test_cli import sw
 
 CHILD = "agent:main:subagent:streamed"
 PROMPT = b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hello"}}\n'
-
-
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[Client]:
-    config = make_config(tmp_path)
-    async with running(config, tmp_path / "state.db") as sidecar, aiohttp.ClientSession() as http:
-        token = (tmp_path / "token").read_text().strip()
-        yield Client(sidecar.addresses[0], token, http, sidecar)
 
 
 async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:

@@ -1,0 +1,144 @@
+"""Adoption that yields a monitored session, and the catalog for people: titles, filters,
+fuzzy search, the adopted key, the short id, a table that fits 100 columns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import Client
+from tests.test_cli import sw
+
+WATCHER = "agent:main:main"
+
+
+def _claude(root: Path, name: str, prompt: str, *, cwd: str, title: str | None = None) -> Path:
+    path = root / "proj" / f"{name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = [
+        {"type": "summary", "summary": "ignored"},
+        {"type": "user", "uuid": f"{name}-0", "cwd": cwd,
+         "message": {"role": "user", "content": "<ide_opened_file>x</ide_opened_file>"}},
+        {"type": "user", "uuid": f"{name}-1", "cwd": cwd,
+         "message": {"role": "user", "content": f"{prompt}\n\nsecond line"}},
+    ]  # fmt: skip
+    if title:
+        records.append({"type": "custom-title", "customTitle": title})
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "claude"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[roots]\nclaude = "{root}"\ncodex = "{tmp_path / "codex"}"\n')
+    billing = _claude(root, "billing", "Fix the failing billing tests", cwd="/w/shop")
+    _claude(root, "login", "Refactor the login page", cwd="/w/web")
+    _claude(root, "docs", "write docs for the API", cwd="/w/api", title="API docs pass")
+    old = _claude(root, "old", "an old session about flaky tests", cwd="/w/ci")
+    past = time.time() - 3 * 86400
+    os.utime(old, (past, past))
+    return config, billing
+
+
+def _catalog(tmp_path: Path, config: Path, *args: str) -> list[dict[str, object]]:
+    found = sw(tmp_path / "s.db", "--config", str(config), "catalog", "--json", *args)
+    return list(found["sessions"])
+
+
+def test_titles_come_from_the_harness_else_the_first_prompt(
+    tmp_path: Path, sessions: tuple[Path, Path]
+) -> None:
+    config, _ = sessions
+    titles = {e["nativeId"]: e["title"] for e in _catalog(tmp_path, config)}
+    assert "Fix the failing billing tests second line" == titles["billing"]  # one line
+    assert "API docs pass" == titles["docs"]  # the harness's own title wins
+
+
+def test_search_ranks_by_fuzzy_match_whatever_the_typos_and_order(
+    tmp_path: Path, sessions: tuple[Path, Path]
+) -> None:
+    config, _ = sessions
+    for query in ("bilin test", "test bilin", "failing billing"):
+        found = _catalog(tmp_path, config, "--search", query)
+        assert "billing" == found[0]["nativeId"], query
+        scores = [e["score"] for e in found]
+        assert scores == sorted(scores, reverse=True)
+        assert all(isinstance(s, float) and s >= 75 for s in scores)
+    assert "docs" == _catalog(tmp_path, config, "--search", "api docs")[0]["nativeId"]
+    assert [] == _catalog(tmp_path, config, "--search", "kubernetes ingress")
+
+
+def test_filters_by_directory_and_age(tmp_path: Path, sessions: tuple[Path, Path]) -> None:
+    config, _ = sessions
+    assert ["billing"] == [e["nativeId"] for e in _catalog(tmp_path, config, "--cwd", "/w/shop")]
+    recent = {e["nativeId"] for e in _catalog(tmp_path, config, "--since", "1d")}
+    assert {"billing", "login", "docs"} == recent
+    assert 4 == len(_catalog(tmp_path, config, "--since", "2020-01-01"))
+    error = sw(tmp_path / "s.db", "--config", str(config), "catalog", "--since", "soon", code=2)
+    assert "since must be an age" in error
+
+
+def test_the_table_fits_100_columns_and_shows_the_adopted_key(
+    tmp_path: Path, sessions: tuple[Path, Path]
+) -> None:
+    config, billing = sessions
+    db = tmp_path / "s.db"
+    [entry] = _catalog(tmp_path, config, "--search", "billing tests", "--limit", "1")
+    short = str(entry["catalogId"]).split(":")[1][:8]
+    sw(db, "--config", str(config), "adopt", short, "--session-key", "agent:main:billing")
+    table = subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), "--config", str(config), "catalog"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert all(len(line) <= 100 for line in table.splitlines()), table
+    row = next(line for line in table.splitlines() if short in line)
+    assert "agent:main:billing" in row and "claude" in row
+    assert "ago" in row or "now" in row
+    adopted = _catalog(tmp_path, config, "--search", "billing")[0]
+    assert "agent:main:billing" == adopted["sessionKey"]
+    # the catalog writes no prompt text anywhere: not into the database
+    assert b"failing billing" not in db.read_bytes()
+    assert (
+        not (tmp_path / "s.db-wal").exists()
+        or b"failing" not in (tmp_path / "s.db-wal").read_bytes()
+    )
+    assert billing.exists()
+
+
+async def test_adoption_through_the_api_yields_a_monitored_session(
+    client: Client, tmp_path: Path
+) -> None:
+    path = _claude(tmp_path / "claude", "api", "start", cwd="/w")
+    key = "agent:main:adopted:api"
+    found = (await client.call("GET", "/v1/catalog?search=start"))[1]["sessions"]
+    status, adopted = await client.call(
+        "POST", "/v1/links", {"catalogId": found[0]["catalogId"], "sessionKey": key}
+    )
+    assert (200, None) == (status, adopted["declined"])
+    await client.call("POST", "/v1/watches", {"watcher": WATCHER, "target": key})
+    with path.open("ab") as f:
+        f.write(b'{"type":"user","uuid":"t","message":{"role":"user","content":"typed"}}\n')
+    [result] = await client.sidecar.monitor.tick()
+    assert ("activity", 1) == (result.outcome, result.turns)
+    status, session = await client.call("PUT", f"/v1/sessions/{key}", {})
+    assert "api" == session["sessionId"]  # the native session id
+
+
+async def test_an_existing_session_keeps_its_id_on_adoption(client: Client, tmp_path: Path) -> None:
+    path = _claude(tmp_path / "claude", "keep", "start", cwd="/w")
+    key = "agent:main:adopted:keep"
+    await client.call("PUT", f"/v1/sessions/{key}", {"sessionId": "mine"})
+    body = {"kind": "claude", "path": str(path), "sessionKey": key, "sessionId": "other"}
+    assert 200 == (await client.call("POST", "/v1/links", body))[0]
+    _, session = await client.call("PUT", f"/v1/sessions/{key}", {})
+    assert "mine" == session["sessionId"]
