@@ -9,13 +9,15 @@ worker is replaced, and daemon threads never delay the process's exit.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 _PENDING: Any = object()
@@ -59,6 +61,8 @@ class DaemonReads:
         remaining = [len(queue)]
         if not queue:
             return results
+        import asyncio  # only a tick (async) gets here; replay does not, and starts faster
+
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 

@@ -7,14 +7,16 @@ gateway or a hook would shell out to it) ``--runs`` times, interleaved with the 
 ``python -c "import sqlite3, orjson"``; the median of each is compared. Target: at most
 2x the floor for ``status``, ``record`` and ``notices --drain``.
 
-The replay part writes a Claude transcript of ``--replay-mb`` MB and times ``sessionwatch
-replay`` on it as a whole process against a plain process that parses every line with
-orjson (target: at least as fast, a ratio of 1.0 or more).
+The replay part writes a Claude transcript of ``--replay-mb`` MB (bench/monitor.py's
+realistic generator) and times ``sessionwatch replay`` on it as a whole process against a
+plain process that parses every line with orjson (target: at least as fast, a ratio of 1.0
+or more).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -24,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
-
+BENCH = Path(__file__).resolve().parent
 PLAIN_PARSE = """
 import sys, orjson
 n = 0
@@ -87,23 +88,19 @@ def bench_commands(runs: int, tmp: Path) -> None:
         )
 
 
+def _generate(path: Path, megabytes: int) -> None:
+    """bench/monitor.py's realistic Claude transcript (prompts, assistant blocks, tool calls
+    and results, progress, snapshots)."""
+    spec = importlib.util.spec_from_file_location("bench_monitor", BENCH / "monitor.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.generate(path, megabytes)
+
+
 def bench_replay(megabytes: int, tmp: Path) -> None:
     path = tmp / "big.jsonl"
-    lines = []
-    for i in range(2000):
-        if i % 10 == 0:
-            record = {"type": "user", "uuid": f"u{i}", "message": {"role": "user", "content": "hi"}}
-        else:
-            record = {
-                "type": "assistant",
-                "uuid": f"a{i}",
-                "message": {"role": "assistant", "content": [{"type": "text", "text": "x" * 400}]},
-            }
-        lines.append(orjson.dumps(record) + b"\n")
-    block = b"".join(lines)
-    with path.open("wb") as f:
-        for _ in range(max(1, megabytes * 1024 * 1024 // len(block))):
-            f.write(block)
+    _generate(path, megabytes)
     size = path.stat().st_size / 1024 / 1024
     plain = [sys.executable, "-c", PLAIN_PARSE, str(path)]
     ours = [_entry_point(), "replay", "--adapter", "claude", str(path)]

@@ -24,14 +24,14 @@ from monitor.config import Config, load_config
 from monitor.db import run_now
 from monitor.errors import BadInput, SessionwatchError
 from monitor.events import MAX_INT64, parse_actor, parse_kind
-from monitor.kernel import Kernel, KernelSettings
 
 if TYPE_CHECKING:
+    from monitor.kernel import Kernel
     from monitor.upstream import UpstreamMonitor
 
 KINDS = ("claude", "codex", "opencode", "pi")  # the local catalog's kinds (monitor.catalog)
 
-Handler = Callable[[Kernel, argparse.Namespace], Awaitable[dict[str, Any]]]
+Handler = Callable[["Kernel", argparse.Namespace], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
 
 
@@ -43,7 +43,20 @@ def db_path(args: argparse.Namespace, config: Config) -> Path:
     return Path(env or config.store.path).expanduser()
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter with a fixed width: asking the terminal imports ``shutil``,
+    which costs a one-shot command a tenth of its start-up."""
+
+    def __init__(self, prog: str) -> None:
+        columns = os.environ.get("COLUMNS", "")
+        super().__init__(prog, width=int(columns) - 2 if columns.isdigit() else 98)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise BadInput(f"{self.prog.removeprefix('sessionwatch').strip() or 'usage'}: {message}")
 
@@ -381,6 +394,8 @@ _NEEDS_LOOP = frozenset({"adopt", "tick", "catalog"})
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    from monitor.kernel import Kernel, KernelSettings  # not for replay, config, serve, node
+
     handler = _HANDLERS[args.command]
     config: Config = args.config_obj
     kernel = await Kernel.open(

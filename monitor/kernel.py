@@ -7,7 +7,6 @@ transaction on the database thread.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from monitor.keys import (
     resolve_agent,
     session_scope,
 )
+from monitor.lazylog import LazyLogger
 from monitor.notices import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from monitor.metrics import Metrics
     from monitor.store import Store
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

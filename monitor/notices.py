@@ -7,15 +7,15 @@ opens the database sees the same pending notices; nothing here is the source of 
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from monitor.clock import SECOND_MS, Clock
+from monitor.lazylog import LazyLogger
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 WAKE_COALESCE_MS = 20 * SECOND_MS
 CREATED_SUMMARY_CAP = 8192

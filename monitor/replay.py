@@ -12,14 +12,6 @@ from typing import Any
 from adapters.base import Declined, Drift, OwnPool, Probe, text_hash
 from adapters.jsonl import FORMATS
 from adapters.jsonl_check import DEFAULT_MAX_LINE, TailSettings, check_file, first_record
-from adapters.opencode import (
-    CHILD_SESSION,
-    classify_user_messages,
-    export_user_messages,
-    newest_message,
-    open_readonly,
-    session_signals,
-)
 from monitor.errors import BadInput
 
 MAX_TICKS = 10_000_000
@@ -90,6 +82,15 @@ def replay_opencode(
     db_path: str, session_id: str, *, own_texts: list[str], lookback: int
 ) -> list[dict[str, Any]]:
     """The OpenCode replay: every user message of one session through the classifier."""
+    from adapters.opencode import (
+        CHILD_SESSION,
+        classify_user_messages,
+        export_user_messages,
+        newest_message,
+        open_readonly,
+        session_signals,
+    )  # only this replay reads OpenCode
+
     own = OwnPool.of_texts(own_texts)
     try:
         conn = open_readonly(db_path)
