@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any, TypeVar
 
+import msgspec
 import orjson
 from aiohttp import web, web_protocol
 from aiohttp.web_request import BaseRequest
 
-from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
+from monitor.errors import BadInput, NotFound, OutsideRoots, SessionwatchError, StoreError
 from monitor.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel import Kernel
 from monitor.metrics import CONTENT_TYPE, Metrics
@@ -32,6 +33,7 @@ from monitor.models import (
     LinkIn,
     NoticesQuery,
     OwnMessage,
+    Payload,
     SessionsQuery,
     SessionUpsert,
     SpawnIn,
@@ -39,6 +41,8 @@ from monitor.models import (
     WatchIn,
     convert_query,
     decode,
+    given,
+    whole,
 )
 from monitor.notices import Notice
 from monitor.openapi import document_bytes
@@ -93,6 +97,8 @@ def _refusal(request: web.Request, exc: BaseException) -> web.Response | None:
     """A client's mistake or an unavailable store as the API's error answer."""
     if isinstance(exc, NotFound):
         return error(404, "not_found", str(exc))
+    if isinstance(exc, OutsideRoots):
+        return error(403, "outside_roots", str(exc))
     if isinstance(exc, StoreError):
         log.warning("%s %s: %s", request.method, request.path, exc)
         return unavailable(error(503, "store_unavailable", str(exc)))
@@ -103,7 +109,10 @@ def _refusal(request: web.Request, exc: BaseException) -> web.Response | None:
         message = exc.text if exc.status == 400 and exc.text else exc.reason
         if exc.status == 413:
             message = f"request body is larger than {MAX_BODY} bytes"
-        return error(exc.status, code, message or code)
+        answer = error(exc.status, code, message or code)
+        if "Allow" in exc.headers:  # a 405 names the methods the route takes (RFC 9110)
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
     return None
 
 
@@ -185,7 +194,7 @@ async def reset(request: web.Request) -> web.Response:
 @routes.delete("/v1/sessions/{key}")
 async def delete(request: web.Request) -> web.Response:
     q = query(request, AgentQuery)
-    await request.app[KERNEL].delete(request.match_info["key"], agent_id=q.agent_id)
+    await request.app[KERNEL].delete(request.match_info["key"], agent_id=given(q.agent_id))
     return json_response({"ok": True})
 
 
@@ -197,6 +206,15 @@ async def own_message(request: web.Request) -> web.Response:
         request.match_info["key"], data.text, agent_id=data.agent_id, limit=limit
     )
     return json_response({"ok": True})
+
+
+def _payload(payload: Payload | None) -> dict[str, Any] | None:
+    if payload is None:
+        return None
+    out: dict[str, Any] = msgspec.to_builtins(payload)
+    if "turns" in out:
+        out["turns"] = whole(out["turns"])
+    return out
 
 
 @routes.post("/v1/events")
@@ -213,8 +231,8 @@ async def post_event(request: web.Request) -> web.Response:
             session_id=e.session_id,
             summary=e.summary,
             dedupe_key=e.dedupe_key,
-            payload=e.payload,
-            occurred_at=e.occurred_at,
+            payload=_payload(e.payload),
+            occurred_at=whole(e.occurred_at),
         )
     except StoreError as exc:
         log.warning("event not recorded: %s", exc)  # best-effort: the gateway's turn goes on
@@ -247,7 +265,9 @@ async def status(request: web.Request) -> web.Response:
     q = query(request, StatusQuery)
     return json_response(
         await request.app[KERNEL].status(
-            request.match_info["key"], agent_id=q.agent_id, changes_since=q.changes_since
+            request.match_info["key"],
+            agent_id=given(q.agent_id),
+            changes_since=given(q.changes_since),
         )
     )
 
@@ -255,7 +275,7 @@ async def status(request: web.Request) -> web.Response:
 @routes.get("/v1/sessions")
 async def sessions(request: web.Request) -> web.Response:
     q = query(request, SessionsQuery)
-    keys = [k for k in (q.keys or "").split(",") if k.strip()]
+    keys = [k for k in (given(q.keys) or "").split(",") if k.strip()]
     return json_response({"sessions": await request.app[KERNEL].state_versions(keys)})
 
 
@@ -264,7 +284,7 @@ async def _pending(request: web.Request, drain: bool) -> list[dict[str, Any]]:
     watcher = request.match_info["key"]
     q = query(request, NoticesQuery)
     found: list[Notice] = await kernel.notices(
-        watcher=watcher, store_path=q.store_path, drain=drain
+        watcher=watcher, store_path=given(q.store_path), drain=drain
     )
     out: list[dict[str, Any]] = [n.as_json() for n in found]
     created = kernel.created_notices
@@ -325,7 +345,11 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
 async def catalog(request: web.Request) -> web.Response:
     q = query(request, CatalogQuery)
     found = await request.app[MONITOR].catalog(
-        kind=q.kind, cwd=q.cwd, since=q.since, search=q.search, limit=q.limit
+        kind=given(q.kind),
+        cwd=given(q.cwd),
+        since=given(q.since),
+        search=given(q.search),
+        limit=given(q.limit),
     )
     return json_response(found)
 
@@ -369,7 +393,9 @@ async def get_links(request: web.Request) -> web.Response:
 @routes.delete("/v1/links/{key}")
 async def delete_link(request: web.Request) -> web.Response:
     q = query(request, AgentQuery)
-    removed = await request.app[MONITOR].unlink(request.match_info["key"], agent_id=q.agent_id)
+    removed = await request.app[MONITOR].unlink(
+        request.match_info["key"], agent_id=given(q.agent_id)
+    )
     if not removed:
         raise NotFound(f"no link for session {request.match_info['key']!r}")
     return json_response({"ok": True})

@@ -31,6 +31,7 @@ from adapters.opencode import open_readonly
 from adapters.tailer import open_regular
 from monitor.config import RootsConfig
 from monitor.errors import BadInput
+from monitor.paths import expand_user
 
 TITLE_CHARS = 200
 HEAD_BYTES = 64 * 1024
@@ -259,8 +260,7 @@ def scan_catalog(roots: RootsConfig, kinds: tuple[str, ...] = KINDS) -> Catalog:
     return catalog
 
 
-def _matches_cwd(entry: CatalogEntry, cwd: str) -> bool:
-    want = os.path.realpath(Path(cwd).expanduser())
+def _matches_cwd(entry: CatalogEntry, want: str) -> bool:
     have = entry.cwd or ""
     return have == want or have.startswith(want.rstrip("/") + "/")
 
@@ -316,10 +316,12 @@ def select(
     limit: int | None = None,
 ) -> Catalog:
     """The entries that pass the filters, newest first or (with ``search``) best first."""
+    want = None if cwd is None else os.path.realpath(expand_user(cwd))
     entries = [
         e
         for e in catalog.entries
-        if (cwd is None or _matches_cwd(e, cwd)) and (since_ms is None or e.updated_at >= since_ms)
+        if (want is None or _matches_cwd(e, want))
+        and (since_ms is None or e.updated_at >= since_ms)
     ]
     if search is not None and search.strip():
         from rapidfuzz import process, utils

@@ -24,6 +24,7 @@ from monitor.config import Config, load_config
 from monitor.db import run_now
 from monitor.errors import BadInput, SessionwatchError
 from monitor.events import MAX_INT64, parse_actor, parse_kind
+from monitor.paths import expand_user
 
 if TYPE_CHECKING:
     from monitor.kernel import Kernel
@@ -38,9 +39,9 @@ _HANDLERS: dict[str, Handler] = {}
 def db_path(args: argparse.Namespace, config: Config) -> Path:
     """``--db``, else ``$SESSIONWATCH_DB``, else ``[store] path``."""
     if args.db:
-        return Path(args.db).expanduser()
+        return Path(expand_user(args.db))
     env = os.environ.get("SESSIONWATCH_DB")
-    return Path(env or config.store.path).expanduser()
+    return Path(expand_user(env or config.store.path))
 
 
 class _Formatter(argparse.HelpFormatter):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import ConfigError
+from monitor.paths import expand_user
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +50,7 @@ class RootsConfig:
             "pi": self.pi,
             "opencode": self.opencode_db,
         }
-        return Path(paths[kind]).expanduser()
+        return Path(expand_user(paths[kind]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,7 +173,7 @@ def load_config(path: Path | str | None) -> Config:
     chosen = path or os.environ.get("SESSIONWATCH_CONFIG")
     if not chosen:
         return Config()
-    p = Path(chosen).expanduser()
+    p = Path(expand_user(chosen))
     import tomllib  # only when there is a file to read
 
     try:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.paths import expand_user
 from monitor.schema import migrate
 
 T = TypeVar("T")
@@ -111,7 +112,7 @@ def translate(
 
 def open_path(path: Path | str) -> tuple[Path, bool]:
     """The database path, its directory created private; and whether the file is new."""
-    db_path = Path(path).expanduser()
+    db_path = Path(expand_user(path))
     try:
         if not db_path.parent.exists():
             db_path.parent.mkdir(parents=True, mode=0o700)

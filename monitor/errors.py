@@ -30,6 +30,10 @@ class NotFound(BadInput, LookupError):
     """A named thing does not exist."""
 
 
+class OutsideRoots(BadInput):
+    """A path names a file outside the configured roots: never read (403 in the API)."""
+
+
 class StoreError(SessionwatchError):
     """The state database failed or cannot be used."""
 

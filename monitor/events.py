@@ -124,6 +124,17 @@ _FIXED = {
 }
 
 
+def summary_schema(kind: EventKind) -> dict[str, Any]:
+    """What :func:`render_summary` accepts as a requested summary of ``kind``, as JSON
+    Schema (for the published API contract)."""
+    if kind in _VIA:
+        prefix = re.escape(_VIA[kind][0]).replace("\\ ", " ")
+        return {"pattern": rf"^\s*{prefix}[a-z0-9][a-z0-9._:/@+-]{{0,63}}\s*$"}
+    if kind is EventKind.RUN_FAILED:
+        return {"enum": [f"child run {text}" for text in RUN_FAILED_OUTCOMES.values()]}
+    return {"enum": list(_FIXED[kind])}
+
+
 def render_summary(kind: EventKind, payload: dict[str, Any], requested: str | None) -> str:
     """The event's one-line summary from its kind's template.
 

@@ -27,11 +27,13 @@ class AgentKey:
 
 
 def normalize_key(raw: str) -> str:
-    """Trim and lower-case a session key; reject empty, multi-line or oversized keys."""
-    key = raw.strip().lower()
+    """Trim and lower-case a session key; reject empty, multi-line or oversized keys. A
+    byte-order mark counts as space (as it does in JSON Schema's ``\\s``)."""
+    stripped = raw.strip().strip("\ufeff").strip()
+    key = stripped.lower()
     if not key:
         raise BadInput("session key is empty")
-    if len(key) > MAX_KEY_LENGTH:
+    if len(stripped) > MAX_KEY_LENGTH:
         raise BadInput(f"session key is longer than {MAX_KEY_LENGTH} characters")
     if any(ch in key for ch in "\r\n\t\x00"):
         raise BadInput("session key contains a control character")

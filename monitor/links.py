@@ -20,7 +20,8 @@ from adapters.base import Declined, Marker
 from adapters.registry import ADAPTER_NAMES, VOCABULARY, adapter_for_link, host_id_for
 from adapters.tailer import describe
 from monitor.config import Config, RootsConfig
-from monitor.errors import BadInput
+from monitor.errors import BadInput, NotFound, OutsideRoots
+from monitor.paths import expand_user
 
 FILE_KINDS = ("claude", "codex", "pi")
 UPSTREAM_KINDS = ADAPTER_NAMES
@@ -119,19 +120,27 @@ def public_marker(marker: Marker) -> Marker:
     return {k: v for k, v in marker.items() if k not in _PRIVATE_MARKER_FIELDS}
 
 
+def _expanded(path: str) -> str:
+    """A path a client gave; one whose ``~user`` has no home is outside every root."""
+    try:
+        return expand_user(path)
+    except BadInput as exc:
+        raise OutsideRoots(str(exc)) from None
+
+
 def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tuple[Marker, str]:
     """The upstream ref of a source and its thread id; refs stay inside the configured roots."""
     if kind == "opencode":
         db = os.path.realpath(config.roots.path_of("opencode"))
-        if os.path.realpath(Path(path).expanduser()) != db:
-            raise BadInput(f"{path} is not the configured OpenCode database {db}")
+        if os.path.realpath(_expanded(path)) != db:
+            raise OutsideRoots(f"{path} is not the configured OpenCode database {db}")
         if not thread or not thread.strip():
             raise BadInput("an OpenCode adoption needs the session id (--thread)")
         return {"dbPath": db, "threadId": thread.strip()}, thread.strip()
     if kind == "claude-node":
         if path not in config.nodes:
             known = ", ".join(sorted(config.nodes)) or "none configured"
-            raise BadInput(f"unknown node {path!r} (known: {known})")
+            raise NotFound(f"unknown node {path!r} (known: {known})")
         if not thread or not thread.strip():
             raise BadInput("a claude-node adoption needs the thread id (--thread)")
         return {"nodeId": path, "threadId": thread.strip()}, thread.strip()
@@ -148,9 +157,9 @@ def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tup
 def resolve_file_ref(kind: str, path: str, roots: RootsConfig) -> str:
     """The real path of a file ref, which must lie inside the kind's configured root."""
     root = os.path.realpath(roots.path_of(kind))
-    real = os.path.realpath(Path(path).expanduser())
+    real = os.path.realpath(_expanded(path))
     if os.path.commonpath([root, real]) != root:
-        raise BadInput(f"{path} is not inside the configured {kind} root {root}")
+        raise OutsideRoots(f"{path} is not inside the configured {kind} root {root}")
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:

@@ -24,10 +24,61 @@ from monitor.errors import BadInput
 from monitor.events import MAX_INT64, ActorType, EventKind
 
 T = TypeVar("T")
+Unset = msgspec.UnsetType
+UNSET = msgspec.UNSET
 
 Int64 = Annotated[int, msgspec.Meta(ge=-MAX_INT64 - 1, le=MAX_INT64)]
+# JSON Schema counts 3.0 as an integer; so does the API (``whole`` turns it into an int).
+WholeNumber = Annotated[float, msgspec.Meta(multiple_of=1, ge=-(2.0**63), le=2.0**63 - 1024)]
 Sequence = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT64)]
-Text = Annotated[str, msgspec.Meta(max_length=65536)]
+# A key is at most 512 characters (before it is lower-cased).
+KEY_MAX = 512
+# Not blank; the server trims and normalizes it.
+Text = Annotated[str, msgspec.Meta(max_length=65536, pattern=r"\S")]
+
+# What the server checks, said in the document so that a client (or schemathesis) knows
+# which values are accepted. A key is trimmed and lower-cased; an agent-qualified key is
+# ``agent:<agentId>:<rest>``. (A bare key with an ``agentId`` is accepted too where the
+# route takes one; the document describes the agent-qualified form.)
+# Python's str.strip() also strips \x1c-\x1f and \x85, which a JSON Schema \s does not
+# match: they count as space here.
+_WS = r"[\s\x1c-\x1f\x85]"
+_KEY_CHARS = r"[^\t\r\n\x00]"
+_SOLID = r"[^\s\x1c-\x1f\x85:\t\r\n\x00]"
+KEY_PATTERN = rf"^{_WS}*[Aa][Gg][Ee][Nn][Tt]:{_SOLID}+:{_KEY_CHARS}*{_SOLID}{_KEY_CHARS}*$"
+# In a URL path a key cannot hold ``/`` (nor ``?``, ``#``, which end the path).
+PATH_KEY_PATTERN = KEY_PATTERN.replace(r"[^\t", r"[^/?#\t").replace(r"[^\s", r"[^/?#\s")
+SessionKey = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=KEY_PATTERN,
+        max_length=KEY_MAX,
+        description="an agent-qualified session key, agent:<agentId>:<rest>",
+    ),
+]
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+AnyKey = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=rf"^{_KEY_CHARS}*{_SOLID}{_KEY_CHARS}*$",
+        max_length=KEY_MAX,
+        description="a session key: agent:<agentId>:<rest>, or a bare key (with agentId)",
+    ),
+]
+Ident = Annotated[
+    str, msgspec.Meta(pattern=r"^[^\r\n\x00]*$", max_length=200, description="one line")
+]
+Token = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^\s*[a-z0-9][a-z0-9._:/@+-]{0,63}\s*$",
+        description="a short identifier: letters, digits, ._:/@+-; at most 64",
+    ),
+]
+AGE_PATTERN = (
+    r"^(\d{1,9}[smhdwSMHDW]|(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])"
+    r"(T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?)?)$"
+)
 # Checked by the upstream monitor (its message lists the kinds); the enum is for the document.
 AdapterKind = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(ADAPTER_NAMES)})]
 
@@ -41,7 +92,8 @@ class Answer(msgspec.Struct, rename="camel"):
 
 
 class Query(msgspec.Struct, rename="camel"):
-    """A route's query parameters (strings in the URL, converted and checked)."""
+    """A route's query parameters (strings in the URL, converted and checked). An absent
+    parameter is ``UNSET``, never ``None``: the string ``null`` is not a number."""
 
 
 # -- requests ----------------------------------------------------------------------------
@@ -56,33 +108,52 @@ class SessionUpsert(Body):
 
 class OwnMessage(Body):
     text: Text
-    agent_id: str | None = None
+    agent_id: Ident | None = None
+
+
+WholeTurns = Annotated[float, msgspec.Meta(multiple_of=1, ge=1, le=1_000_000)]
+
+
+class Payload(msgspec.Struct, rename="camel", omit_defaults=True):
+    """The compact payload: every other field is dropped, never stored."""
+
+    outcome: Token | None = None  # run_failed: error, timeout or cancelled
+    channel: Token | None = None
+    turns: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | WholeTurns | None = None
+    catalog_id: Token | None = None  # adopted and imported only
+    host_id: Token | None = None
 
 
 class EventIn(Body):
-    session_key: str
+    """``summary``, when given, must be one of the kind's templates (``human message via
+    <channel>``, ``goal created``...): free text is refused, since the log never holds
+    content."""
+
+    session_key: AnyKey
     kind: EventKind
     actor_type: ActorType
-    actor_id: str | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-    session_id: str | None = None
-    summary: str | None = None
-    dedupe_key: str | None = None
-    payload: dict[str, Any] | None = None
-    occurred_at: Int64 | None = None
+    actor_id: AnyKey | None = None
+    agent_id: Ident | None = None
+    run_id: Ident | None = None
+    session_id: Ident | None = None
+    summary: Ident | None = None
+    dedupe_key: Ident | None = None
+    payload: Payload | None = None
+    occurred_at: Int64 | WholeNumber | None = None
 
 
 class SpawnIn(Body):
-    parent: str
-    child: str
-    run_id: str
+    parent: SessionKey
+    child: SessionKey
+    run_id: Annotated[str, msgspec.Meta(pattern=r"^[^\r\n\x00]*\S[^\r\n\x00]*$", max_length=200)]
 
 
 class WatchIn(Body):
-    watcher: str
-    target: str
-    store_path: str | None = None
+    """A bare or self watch answers ``{"watched": false}``."""
+
+    watcher: AnyKey
+    target: AnyKey
+    store_path: Ident | None = None
 
 
 class LinkIn(Body):
@@ -90,12 +161,12 @@ class LinkIn(Body):
     (and ``thread``, the session id, for ``opencode``); or ``kind: claude-node`` with
     ``node`` and ``thread``."""
 
-    session_key: str
-    catalog_id: str | None = None
+    session_key: SessionKey
+    catalog_id: NonEmpty | None = None
     kind: AdapterKind | None = None
-    path: str | None = None
-    node: str | None = None
-    thread: str | None = None
+    path: NonEmpty | None = None
+    node: NonEmpty | None = None
+    thread: NonEmpty | None = None
     agent_id: str | None = None
     session_id: str | None = None
 
@@ -104,28 +175,38 @@ class LinkIn(Body):
 
 
 class AgentQuery(Query):
-    agent_id: str | None = None
+    agent_id: Ident | Unset = UNSET
 
 
 class StatusQuery(Query):
-    changes_since: Sequence | None = None
-    agent_id: str | None = None
+    changes_since: Sequence | Unset = UNSET
+    agent_id: Ident | Unset = UNSET
 
 
 class SessionsQuery(Query):
-    keys: str | None = None
+    keys: Annotated[str, msgspec.Meta(pattern=r"^[^\t\r\n\x00]*$")] | Unset = UNSET
 
 
 class NoticesQuery(Query):
-    store_path: str | None = None
+    store_path: Ident | Unset = UNSET
 
 
 class CatalogQuery(Query):
-    kind: AdapterKind | None = None
-    cwd: str | None = None
-    since: str | None = None
-    search: str | None = None
-    limit: Annotated[int, msgspec.Meta(ge=1, le=10000)] | None = None
+    kind: AdapterKind | Unset = UNSET
+    cwd: Annotated[str, msgspec.Meta(pattern=r"^[^\x00]*$")] | Unset = UNSET
+    since: Annotated[str, msgspec.Meta(pattern=AGE_PATTERN)] | Unset = UNSET
+    search: str | Unset = UNSET
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10000)] | Unset = UNSET
+
+
+def whole(value: int | float | None) -> int | None:
+    """An integer the client may have written as ``3.0``."""
+    return None if value is None else int(value)
+
+
+def given(value: T | Unset) -> T | None:
+    """A query parameter's value, None when it is absent."""
+    return None if isinstance(value, msgspec.UnsetType) else value
 
 
 # -- answers -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import msgspec
 import orjson
 
 from monitor import models as m
+from monitor.events import EventKind, summary_schema
 
 VERSION = "1.0.0"
 
@@ -124,7 +125,7 @@ ROUTES = (
         "Adopt a native session (creates the session record when missing)",
         m.Adopted,
         body=m.LinkIn,
-        errors=(400, 401, 404, 413, 415, 503),
+        errors=(400, 401, 403, 404, 413, 415, 503),
     ),
     Route("get", "/v1/links", "Every link, with its state", m.Links),
     Route(
@@ -140,6 +141,7 @@ ROUTES = (
 _ERROR_TEXT = {
     400: "A client's mistake (names the field); nothing was written",
     401: "No valid `Authorization: Bearer <token>`",
+    403: "The path lies outside the configured roots (or is not the OpenCode database)",
     404: "Not found",
     413: "The body is larger than 1 MiB",
     415: "The body is not `application/json`",
@@ -161,8 +163,8 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
                 "name": "key",
                 "in": "path",
                 "required": True,
-                "description": "a session key (`agent:<agentId>:...`)",
-                "schema": {"type": "string"},
+                "description": "an agent-qualified session key, `agent:<agentId>:<rest>`",
+                "schema": {"type": "string", "pattern": m.PATH_KEY_PATTERN, "maxLength": m.KEY_MAX},
             }
         )
     if route.query is not None:
@@ -223,6 +225,47 @@ def document() -> dict[str, Any]:
     for route in ROUTES:  # queries are parameters, not schemas
         if route.query is not None:
             components.pop(route.query.__name__, None)
+    components["EventIn"]["if"] = {  # a bare key needs its agent
+        "properties": {"sessionKey": {"not": {"pattern": m.KEY_PATTERN}}}
+    }
+    components["EventIn"]["then"] = {"required": ["agentId"]}
+    components["EventIn"]["allOf"] = [  # a summary is one of its kind's templates
+        {
+            "if": {"properties": {"kind": {"const": kind.value}}, "required": ["kind"]},
+            "then": {"properties": {"summary": summary_schema(kind)}},
+        }
+        for kind in EventKind
+    ]
+    text = {"type": "string", "minLength": 1}
+    components["LinkIn"]["oneOf"] = [  # which adoption: what the route checks
+        {
+            "required": ["catalogId"],
+            "properties": {"catalogId": text},
+            "not": {
+                "anyOf": [
+                    {"required": ["kind"]},
+                    {"required": ["path"]},
+                    {"required": ["node"]},
+                    {"required": ["thread"]},
+                ]
+            },
+        },
+        {
+            "required": ["kind", "path"],
+            "properties": {"kind": {"enum": ["claude", "codex", "pi"]}, "path": text},
+            "not": {"required": ["catalogId"]},
+        },
+        {
+            "required": ["kind", "path", "thread"],
+            "properties": {"kind": {"const": "opencode"}, "path": text, "thread": text},
+            "not": {"required": ["catalogId"]},
+        },
+        {
+            "required": ["kind", "node", "thread"],
+            "properties": {"kind": {"const": "claude-node"}, "node": text, "thread": text},
+            "not": {"required": ["catalogId"]},
+        },
+    ]
     return {
         "openapi": "3.1.0",
         "info": {

@@ -36,6 +36,7 @@ from monitor.errors import ConfigError, NotPrivate, SessionwatchError, StoreErro
 from monitor.kernel import Kernel, KernelSettings
 from monitor.metrics import Metrics
 from monitor.node import build_node_app
+from monitor.paths import expand_user
 from monitor.upstream import UpstreamMonitor
 from monitor.wake import GatewayWaker
 
@@ -324,7 +325,7 @@ async def running(
     async with AsyncExitStack() as stack:
         stack.callback(take_instance_lock(db).close)
         check_private_state(db)
-        token = load_token(Path(config.api.token_file).expanduser())
+        token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
         waker = (
             GatewayWaker(config.gateway.wake_url, metrics=metrics)
@@ -387,8 +388,8 @@ async def serve(config: Config, db: Path) -> None:
 
 async def serve_node(config: Config, listen: str, token_file: Path) -> None:
     """``sessionwatch node``: serve the Claude root read-only until SIGINT/SIGTERM."""
-    token = load_token(token_file.expanduser())
-    app = build_node_app(Path(config.roots.claude).expanduser(), token)
+    token = load_token(Path(expand_user(token_file)))
+    app = build_node_app(Path(expand_user(config.roots.claude)), token)
     async with AsyncExitStack() as stack:
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -22,13 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.paths import expand_user
+
 OPENCLAW_DB_NAME = "openclaw.sqlite"
 AGENT_PLACEHOLDER = "{agentId}"
 LEGACY_DEFAULT = "default"  # what sessionwatch schema 1 wrote; migrated on open
 
 
 def _identity_path(path: Path) -> str:
-    return os.path.realpath(path.expanduser())
+    return os.path.realpath(expand_user(path))
 
 
 def openclaw_state_dir(db_path: Path) -> Path | None:
@@ -40,7 +42,7 @@ def openclaw_state_dir(db_path: Path) -> Path | None:
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
     override = env.get("OPENCLAW_STATE_DIR", "").strip()
-    return Path(override).expanduser() if override else Path("~/.openclaw").expanduser()
+    return Path(expand_user(override or "~/.openclaw"))
 
 
 def agent_store_path(state_dir: Path, agent_id: str) -> str:

@@ -291,3 +291,39 @@ def test_a_stale_unix_socket_is_replaced(tmp_path: Path) -> None:
 
     clear_stale_socket(str(path))
     assert not path.exists()
+
+
+async def test_a_path_naming_an_unknown_users_home_is_refused_not_a_500(client: Client) -> None:
+    nobody = "~no_such_user_sessionwatch"
+    status, answer = await client.call(
+        "POST", "/v1/links", {"kind": "claude", "path": f"{nobody}/a.jsonl", "sessionKey": CHILD}
+    )
+    assert (403, "outside_roots") == (status, answer["error"]["code"])
+    watch = {"watcher": "agent:main:main", "target": CHILD, "storePath": f"{nobody}/s.json"}
+    assert 200 == (await client.call("POST", "/v1/watches", watch))[0]  # an opaque identity
+    assert 400 == (await client.call("GET", f"/v1/catalog?cwd={nobody}"))[0]
+
+
+def test_cli_db_under_an_unknown_users_home_fails_cleanly(tmp_path: Path) -> None:
+    command = ["--db", "~no_such_user_sessionwatch/s.db", "status", "agent:main:main"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert 2 == proc.returncode
+    assert "no home directory for user 'no_such_user_sessionwatch'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert [] == list(tmp_path.iterdir())  # no directory literally named ~user
+
+
+async def test_whole_numbers_written_as_floats_are_integers(client: Client) -> None:
+    event = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}
+    status, answer = await client.call(
+        "POST", "/v1/events", {**event, "occurredAt": 1.0e12, "payload": {"turns": 2.0}}
+    )
+    assert (200, 2) == (status, answer["payload"]["turns"])
+    status, answer = await client.call("POST", "/v1/events", {**event, "occurredAt": 1.5})
+    assert (400, "bad_request") == (status, answer["error"]["code"])
