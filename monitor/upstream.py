@@ -359,7 +359,7 @@ class UpstreamMonitor:
         """The native sessions under the configured roots and on every configured node,
         filtered and ranked (see :mod:`monitor.catalog`), each with the session key it is
         adopted under, if any."""
-        kinds = (check_kind(kind),) if kind else (*KINDS, "claude-node")
+        kinds = (check_kind(kind),) if kind is not None else (*KINDS, "claude-node")
         since_ms = parse_since(since, self.kernel.clock()) if since else None
         local = tuple(k for k in kinds if k in KINDS)
         found = await asyncio.to_thread(scan_catalog, self.config.roots, local)
