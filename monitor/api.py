@@ -3,7 +3,7 @@
 Every route but ``/healthz`` and ``/openapi.json`` needs ``Authorization: Bearer <token>``.
 Bodies and queries are checked against the typed models of :mod:`monitor.models`, which
 also generate the published OpenAPI document (``GET /openapi.json``). A client's mistake
-answers 400/404/405/413/415 with ``{"error": {"code", "message"}}`` and writes nothing; a
+answers 400/403/404/405/413/415 with ``{"error": {"code", "message"}}`` and writes nothing; a
 database failure answers 503 (``POST /v1/events`` with ``{"recorded": false}``).
 """
 
