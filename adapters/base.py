@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
-from monitor.errors import SessionwatchError
+from monitor.errors import BadInput, SessionwatchError
 
 Marker = dict[str, Any]
 Status = Literal["activity", "quiet", "missing", "blocked", "inconclusive"]
@@ -49,6 +49,14 @@ def text_hash(text: str) -> str:
 
     Text parsed from odd bytes may hold lone surrogates; they are hashed as they are."""
     return hashlib.sha256(normalize_text(text).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def own_text_hash(text: str) -> str:
+    """The hash an OpenClaw-side message is remembered by for self-echo filtering: the same
+    one upstream prompts are compared with. A blank message is refused."""
+    if not normalize_text(text):
+        raise BadInput("own message text is empty")
+    return text_hash(text)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web, web_protocol
 from aiohttp.web_request import BaseRequest
 
+from adapters.base import own_text_hash
 from monitor.errors import BadInput, NotFound, OutsideRoots, SessionwatchError, StoreError
 from monitor.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel import Kernel
@@ -203,7 +204,7 @@ async def own_message(request: web.Request) -> web.Response:
     data = await decoded(request, OwnMessage)
     limit = request.app[MONITOR].config.monitor.own_text_limit
     await request.app[KERNEL].remember_own_message(
-        request.match_info["key"], data.text, agent_id=data.agent_id, limit=limit
+        request.match_info["key"], own_text_hash(data.text), agent_id=data.agent_id, limit=limit
     )
     return json_response({"ok": True})
 

@@ -208,8 +208,10 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 
 @command("own-message")
 async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    from adapters.base import own_text_hash
+
     await kernel.remember_own_message(
-        a.key, a.text, agent_id=a.agent, limit=a.config_obj.monitor.own_text_limit
+        a.key, own_text_hash(a.text), agent_id=a.agent, limit=a.config_obj.monitor.own_text_limit
     )
     return {"ok": True}
 

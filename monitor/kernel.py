@@ -385,16 +385,13 @@ class Kernel:
             log.warning("retention failed: %s", exc)
 
     async def remember_own_message(
-        self, key: str, text: str, *, agent_id: str | None = None, limit: int = 10
+        self, key: str, digest: str, *, agent_id: str | None = None, limit: int = 10
     ) -> int:
-        """Remember an OpenClaw-side user message (as a hash) for self-echo; keeps ``limit``."""
+        """Remember an OpenClaw-side user message for self-echo, by its hash (the caller's
+        ``adapters.base.own_text_hash``: the kernel knows no adapters); keeps ``limit``."""
         k = normalize_key(key)
         agent = resolve_agent(k, agent_id)
-        from adapters.base import normalize_text, text_hash  # the adapters' hash, shared
-
-        if not normalize_text(text):
-            raise BadInput("own message text is empty")
-        digest, now = text_hash(text), self.clock()
+        now = self.clock()
 
         def run(conn: sqlite3.Connection) -> int:
             conn.execute(

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from adapters.base import own_text_hash
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
@@ -195,7 +196,7 @@ async def test_self_echo_suppresses_one_prompt_and_is_used_up(
     path = Path(roots.claude) / "a.jsonl"
     path.write_bytes(b"")
     await adopt(monitor, path)
-    await monitor.kernel.remember_own_message(KEY, "deploy now")
+    await monitor.kernel.remember_own_message(KEY, own_text_hash("deploy now"))
     append(path, prompt("deploy now", "e1"))
     assert ("quiet", 0) == (await tick(monitor))[KEY][:2]
     append(path, prompt("deploy now", "e2"))

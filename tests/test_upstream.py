@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
+from adapters.base import own_text_hash
 from monitor.config import Config, MonitorConfig, RootsConfig
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
@@ -83,7 +84,7 @@ async def test_self_echo_advances_without_an_event(
     path = Path(roots.claude) / "s.jsonl"
     path.write_bytes(b"")
     await adopt_watched(monitor, path)
-    await monitor.kernel.remember_own_message(KEY, "sent  by the\ngateway")
+    await monitor.kernel.remember_own_message(KEY, own_text_hash("sent  by the\ngateway"))
     append(path, user_line(" sent by the gateway "))
     assert await outcomes(monitor) == [("quiet", 0)]
     assert (await monitor.kernel.status(KEY))["stateVersion"] == 1
