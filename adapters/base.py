@@ -16,14 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
-from monitor.errors import BadInput, SessionwatchError
+from monitor.errors import BadInput
 
 Marker = dict[str, Any]
 Status = Literal["activity", "quiet", "missing", "blocked", "inconclusive"]
-
-
-class Declined(SessionwatchError):
-    """The source cannot be linked (its baseline cannot be trusted); says why."""
 
 
 def normalize_text(text: str) -> str:

@@ -21,9 +21,10 @@ from typing import Any
 
 import aiohttp
 
-from adapters.base import Declined, Marker, Outcome, OwnPool, Probe
+from adapters.base import Marker, Outcome, OwnPool, Probe
 from adapters.claude import ClaudeState
 from adapters.jsonl import FORMATS, Cutoff, classify_records, remembered, reread_from
+from monitor.errors import Declined
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import os
 import stat
 from typing import Any
 
-from adapters.base import Declined, Drift, Marker, Outcome, OwnPool, Probe
+from adapters.base import Drift, Marker, Outcome, OwnPool, Probe
 from adapters.jsonl import (
     Cutoff,
     JsonlFormat,
@@ -44,6 +44,7 @@ from adapters.tailer import (
     split_lines,
 )
 from adapters.threads import DaemonReads, SourceBusy
+from monitor.errors import Declined
 
 log = logging.getLogger(__name__)
 

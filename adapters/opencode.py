@@ -23,7 +23,6 @@ from typing import Any
 import orjson
 
 from adapters.base import (
-    Declined,
     Drift,
     Marker,
     Outcome,
@@ -33,6 +32,7 @@ from adapters.base import (
     normalize_text,
     text_hash,
 )
+from monitor.errors import Declined
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from adapters.base import UNCLASSIFIED, Declined, Verdict, content_text, normalize_text, text_hash
+from adapters.base import UNCLASSIFIED, Verdict, content_text, normalize_text, text_hash
+from monitor.errors import Declined
 
 MIGRATE_HINT = "not a Pi v3 session: resume it once in Pi to migrate it to v3"
 TESTED_VERSION = "3"

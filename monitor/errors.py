@@ -3,13 +3,21 @@
 ::
 
     SessionwatchError
-    ├── BadInput                 a request, CLI argument or value from outside is wrong
-    │   └── NotFound (LookupError)   a named session, link or catalog entry does not exist
-    ├── StoreError               the state database failed or cannot be used
+    ├── BadInput                 a request, CLI argument or value from outside is wrong (400)
+    │   ├── NotFound (LookupError)   a named session, link or catalog entry does not exist (404)
+    │   │   └── ItemGone         a node's thread no longer holds the item paged from
+    │   └── OutsideRoots         a path outside the configured roots: never read (403)
+    ├── Declined                 a source cannot be linked (its baseline cannot be trusted)
+    ├── StoreError               the state database failed or cannot be used (503)
     │   ├── StoreLocked          another process held the write lock past the wait bound
     │   ├── SchemaTooNew         the database was written by a newer sessionwatch
-    │   └── NotPrivate           a database or token file others can read
+    │   ├── NotPrivate           a database or token file others can read
+    │   └── AlreadyRunning       another ``serve`` holds the database's instance lock
     └── ConfigError              the configuration file is invalid
+
+Inside the adapters, ``NodeError`` (a paired node did not answer), ``SourceBusy`` (a read
+of the same source is still running) and ``NotRegularFile`` (an ``OSError``) never leave
+the tick: each becomes an outcome with its reason.
 
 Third-party exceptions are translated at the boundary (``raise ... from exc``); the CLI and
 the HTTP API turn ``BadInput`` into exit code 2 / a 4xx answer and never show a traceback.
@@ -34,6 +42,14 @@ class OutsideRoots(BadInput):
     """A path names a file outside the configured roots: never read (403 in the API)."""
 
 
+class ItemGone(NotFound):
+    """The ``after`` item is no longer in the thread."""
+
+
+class Declined(SessionwatchError):
+    """The source cannot be linked (its baseline cannot be trusted); says why."""
+
+
 class StoreError(SessionwatchError):
     """The state database failed or cannot be used."""
 
@@ -52,3 +68,7 @@ class SchemaTooNew(StoreError):
 
 class ConfigError(SessionwatchError):
     """The configuration file is invalid."""
+
+
+class AlreadyRunning(StoreError):
+    """Another ``serve`` holds the database's instance lock."""

@@ -60,20 +60,6 @@ def parse_actor(raw: str) -> ActorType:
         raise BadInput(f'unknown actor "{raw}" (known: human, agent, system)') from None
 
 
-def classify_actor(provenance: dict[str, Any] | None) -> tuple[ActorType, str | None]:
-    """Who caused an input: inter-session provenance is an agent, internal effects are the
-    system, and anything else (missing provenance included) is a human."""
-    if not provenance:
-        return ActorType.HUMAN, None
-    kind = provenance.get("kind")
-    if kind == "inter_session":
-        source = provenance.get("sourceSessionKey")
-        return ActorType.AGENT, source if isinstance(source, str) and source else None
-    if kind in {"internal_system", "internal"} or provenance.get("sessionEffects") == "internal":
-        return ActorType.SYSTEM, None
-    return ActorType.HUMAN, None
-
-
 def _token(name: str, value: Any) -> str:
     if not isinstance(value, str) or not _TOKEN.match(value.strip().lower()):
         raise BadInput(

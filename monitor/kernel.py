@@ -60,7 +60,6 @@ class KernelSettings:
     """The ``[session]`` settings the kernel obeys."""
 
     main_key: str = "main"
-    scope: str = "per-sender"
     group_scope: str = "per-group"
     notify_on_create: bool = True
     store_path_template: str = ""  # ``[session] store_path``; see monitor.store_paths
@@ -69,7 +68,6 @@ class KernelSettings:
     def of(cls, session: SessionConfig) -> KernelSettings:
         return cls(
             main_key=session.main_key,
-            scope=session.scope,
             group_scope=session.group_scope,
             notify_on_create=session.notify_on_create,
             store_path_template=session.store_path,
@@ -149,16 +147,6 @@ class Kernel:
         self.observe([result])
         await self._maybe_prune(now)
         return result
-
-    async def record_best_effort(self, **fields: Any) -> Recorded | None:
-        """Record on behalf of a producer: a failure is logged, never raised."""
-        try:
-            return await self.record(**fields)
-        except SessionwatchError as exc:
-            log.warning("state event not recorded: %s", exc)
-        except Exception:
-            log.exception("state event not recorded")
-        return None
 
     async def spawn(self, *, parent: str, child: str, run_id: str) -> Recorded:
         """``child_spawned`` on the child, seeding the parent's cursor at its sequence."""

@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
-from adapters.base import Declined, Marker
+from adapters.base import Marker
 from adapters.registry import ADAPTER_NAMES, VOCABULARY, adapter_for_link, host_id_for
 from adapters.tailer import describe
 from monitor.config import Config, RootsConfig
-from monitor.errors import BadInput, NotFound, OutsideRoots
+from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
 from monitor.paths import expand_user
 
 FILE_KINDS = ("claude", "codex", "pi")

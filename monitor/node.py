@@ -29,7 +29,7 @@ from adapters.claude import may_be_turn
 from monitor.api import error, json_response, make_guard
 from monitor.catalog import scan_catalog
 from monitor.config import RootsConfig
-from monitor.errors import BadInput, NotFound
+from monitor.errors import BadInput, ItemGone, NotFound
 
 PAGE_LIMIT = 50
 BLOCK = 64 * 1024
@@ -87,10 +87,6 @@ def project(line: bytes) -> dict[str, Any]:
         return record
     uuid = record.get("uuid")
     return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}
-
-
-class ItemGone(NotFound):
-    """The ``after`` item is no longer in the thread."""
 
 
 def _line_after(data: bytes, uuid: str) -> int | None:

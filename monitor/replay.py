@@ -9,10 +9,10 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-from adapters.base import Declined, Drift, OwnPool, Probe, text_hash
+from adapters.base import Drift, OwnPool, Probe, text_hash
 from adapters.jsonl import FORMATS
 from adapters.jsonl_check import DEFAULT_MAX_LINE, TailSettings, check_file, first_record
-from monitor.errors import BadInput
+from monitor.errors import BadInput, Declined
 
 MAX_TICKS = 10_000_000
 _BOOKKEEPING = ("pending", "head", "ino", "recent", "drift", "echo", "seenAt", "changes")

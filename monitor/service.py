@@ -32,7 +32,13 @@ from watchfiles import awatch
 
 from monitor.api import build_app, use_json_errors
 from monitor.config import Config
-from monitor.errors import ConfigError, NotPrivate, SessionwatchError, StoreError, StoreLocked
+from monitor.errors import (
+    AlreadyRunning,
+    ConfigError,
+    NotPrivate,
+    SessionwatchError,
+    StoreLocked,
+)
 from monitor.kernel import Kernel, KernelSettings
 from monitor.metrics import Metrics
 from monitor.node import build_node_app
@@ -45,10 +51,6 @@ log = logging.getLogger(__name__)
 DEBOUNCE_MS = 300
 REARM_S = 0.5  # how often the database is checked for links another process changed
 PAUSE_S = 10.0  # file watching waits this long after the database failed
-
-
-class AlreadyRunning(StoreError):
-    """Another ``serve`` holds the database's instance lock."""
 
 
 def take_instance_lock(db: Path) -> IO[str]:

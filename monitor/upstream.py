@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adapters.base import Adapter, Declined, Outcome, Probe
+from adapters.base import Adapter, Outcome, Probe
 from adapters.claude_node import ClaudeNodeAdapter, Node, NodeError
 from adapters.registry import VOCABULARY, build_adapters, host_id_for
 from monitor.catalog import (
@@ -29,7 +29,7 @@ from monitor.catalog import (
     select,
 )
 from monitor.config import Config
-from monitor.errors import BadInput, NotFound, SessionwatchError
+from monitor.errors import BadInput, Declined, NotFound, SessionwatchError
 from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel, read_session, write_session_row
 from monitor.keys import normalize_key, resolve_agent, session_scope

@@ -12,7 +12,8 @@ import pytest
 from aiohttp import web
 
 from monitor.config import ApiConfig, Config, GatewayConfig
-from monitor.service import AlreadyRunning, running
+from monitor.errors import AlreadyRunning
+from monitor.service import running
 from tests.conftest import Client, make_config, notice
 
 MAIN = "agent:main:main"

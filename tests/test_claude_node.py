@@ -14,8 +14,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from adapters.base import Declined, Probe
+from adapters.base import Probe
 from adapters.claude_node import ClaudeNodeAdapter, Node
+from monitor.errors import Declined
 from monitor.node import build_node_app
 from tests.conftest import served_address
 

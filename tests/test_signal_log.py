@@ -10,7 +10,7 @@ import pytest
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.errors import BadInput, SchemaTooNew
-from monitor.events import ActorType, EventKind, classify_actor
+from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel
 from monitor.retention import MAX_ROWS
 from tests.conftest import KernelFactory, ManualClock, human
@@ -116,37 +116,6 @@ async def test_occurred_at_is_clamped_to_the_last_day(kernel: Kernel, clock: Man
     assert clock.now == future.event.occurred_at
     assert clock.now - DAY_MS == past.event.occurred_at
     assert clock.now - HOUR_MS == inside.event.occurred_at
-
-
-async def test_best_effort_recording_logs_and_never_raises(
-    kernel: Kernel, caplog: pytest.LogCaptureFixture
-) -> None:
-    def trap(conn: sqlite3.Connection) -> None:
-        conn.execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
-            " BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
-        )
-
-    await kernel.store.write(trap)
-    assert (
-        await kernel.record_best_effort(
-            session_key=CHILD, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN
-        )
-        is None
-    )
-    assert "disk on fire" in caplog.text
-    assert await kernel.state_versions([]) == []
-
-
-def test_actor_classification() -> None:
-    assert classify_actor(None) == (ActorType.HUMAN, None)
-    assert classify_actor({"kind": "inter_session", "sourceSessionKey": "agent:main:main"}) == (
-        ActorType.AGENT,
-        "agent:main:main",
-    )
-    assert classify_actor({"kind": "internal_system"}) == (ActorType.SYSTEM, None)
-    assert classify_actor({"kind": "x", "sessionEffects": "internal"}) == (ActorType.SYSTEM, None)
-    assert classify_actor({"kind": "external_user"}) == (ActorType.HUMAN, None)
 
 
 async def test_status_without_changes_since_has_only_the_version(kernel: Kernel) -> None:
