@@ -386,11 +386,28 @@ def explain(exc: msgspec.DecodeError | msgspec.ValidationError, model: type[Any]
     what = what[0].lower() + what[1:]
     if path:
         name = path.lstrip(".")
+        described = _description(model, name)
+        if "matching regex" in what and described:  # say what it means, not the regex
+            return f"{name}: expected {described}"
         if what.startswith("invalid enum value"):
             kinds = _enum_values(model, name)
             what += f" (known: {', '.join(kinds)})" if kinds else ""
         return f"{name}: {what}"
     return what
+
+
+def _description(model: type[Any], name: str) -> str | None:
+    """The ``description`` a field's type declares (``SessionKey``, ``Ident``...)."""
+    for f in msgspec.inspect.type_info(model).fields:  # type: ignore[attr-defined]
+        if f.encode_name != name:
+            continue
+        kind = f.type
+        options = kind.types if isinstance(kind, msgspec.inspect.UnionType) else (kind,)
+        for option in options:
+            extra = getattr(option, "extra_json_schema", None) or {}
+            if extra.get("description"):
+                return str(extra["description"])
+    return None
 
 
 def _enum_values(model: type[Any], name: str) -> list[str]:
