@@ -251,3 +251,24 @@ async def test_end_to_end_a_typed_prompt_wakes_the_gateway(tmp_path: Path) -> No
             assert [notice(KEY, 1)] == [n["text"] for n in drained["notices"]]
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (
+            "/v1/spawns",
+            {"parent": "global", "child": CHILD, "runId": "r"},
+            "parent: expected an agent-qualified session key, agent:<agentId>:<rest>",
+        ),
+        ("/v1/events", {"sessionKey": CHILD, "kind": "x", "actorType": "human"}, "kind: "),
+        ("/v1/watches", {"watcher": MAIN, "target": CHILD, "extra": 1}, "unknown field 'extra'"),
+        ("/v1/spawns", {"parent": MAIN, "child": CHILD}, "runId is required"),
+    ],
+)
+async def test_a_refusal_names_the_field_and_what_was_expected(
+    client: Client, path: str, body: Any, message: str
+) -> None:
+    status, answer = await client.call("POST", path, body)
+    assert 400 == status
+    assert answer["error"]["message"].startswith(message), answer
