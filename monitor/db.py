@@ -175,7 +175,8 @@ class DirectStore:
 
 def run_now(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that never suspends (the kernel on a :class:`DirectStore`) without
-    an event loop; one that does suspend is handed to asyncio."""
+    an event loop. One that suspends is a mistake of ours (the commands that need a loop are
+    ``monitor.cli._NEEDS_LOOP``): it is closed and RuntimeError is raised."""
     try:
         coro.send(None)
     except StopIteration as done:
