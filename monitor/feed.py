@@ -25,7 +25,8 @@ KEEPALIVE_S = 15.0
 Notice = dict[str, Any]  # {"target": str | None, "text": str}
 
 
-def _data_version(conn: sqlite3.Connection) -> int:
+def data_version(conn: sqlite3.Connection) -> int:
+    """SQLite's counter of commits by other connections (``PRAGMA data_version``)."""
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
@@ -40,7 +41,7 @@ class NoticeFeed:
 
     def changed(self) -> bool:
         """Whether the database changed since the last look (True the first time)."""
-        now = self._read(_data_version)
+        now = self._read(data_version)
         moved = now != self._at
         self._at = now
         return moved

@@ -17,7 +17,6 @@ import os
 import secrets
 import signal
 import socket
-import sqlite3
 import stat
 import time
 from collections.abc import AsyncIterator
@@ -39,6 +38,7 @@ from monitor.errors import (
     SessionwatchError,
     StoreLocked,
 )
+from monitor.feed import data_version
 from monitor.kernel import Kernel, KernelSettings
 from monitor.metrics import Metrics
 from monitor.node import build_node_app
@@ -209,7 +209,7 @@ class Sidecar:
             if self._paths_changed.is_set():
                 break
             try:
-                version = self.kernel.store.read_now(_data_version)
+                version = self.kernel.store.read_now(data_version)
             except SessionwatchError:
                 continue
             if version != self._data_version:
@@ -240,10 +240,6 @@ class Sidecar:
                 return
             files.clear()
             files.update(fresh)
-
-
-def _data_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def _dirs_of(files: dict[str, set[str]]) -> list[str]:
