@@ -248,26 +248,31 @@ def _dirs_of(files: dict[str, set[str]]) -> list[str]:
 
 async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
     app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token)
+    return await start_site(stack, app, listen, "[api] listen")
+
+
+async def start_site(
+    stack: AsyncExitStack, app: web.Application, listen: str, option: str
+) -> list[str]:
+    """Serve ``app`` on ``listen`` (``HOST:PORT``, or ``unix:PATH`` made 0600), answering
+    protocol errors as JSON; the runner is cleaned up first when ``stack`` unwinds (no new
+    requests). The addresses it listens on; a bad ``listen`` is a ConfigError naming
+    ``option``."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     use_json_errors(runner)
     stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
-    site: web.BaseSite
     if listen.startswith("unix:"):
         path = listen.removeprefix("unix:")
         clear_stale_socket(path)
-        site = web.UnixSite(runner, path)
-        await site.start()
+        await web.UnixSite(runner, path).start()
         os.chmod(path, 0o600)
         return [f"unix:{path}"]
     host, _, port = listen.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{option} must be HOST:PORT (port 0-65535) or unix:PATH, got {listen!r}")
     try:
-        port_number = int(port)
-    except ValueError:
-        raise ConfigError(f"[api] listen must be HOST:PORT or unix:PATH, got {listen!r}") from None
-    site = web.TCPSite(runner, host or "127.0.0.1", port_number)
-    try:
-        await site.start()
+        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
     except OSError as exc:
         raise ConfigError(f"cannot listen on {listen}: {exc.strerror}") from None
     return [f"http://{a[0]}:{a[1]}" for a in runner.addresses]
@@ -393,17 +398,6 @@ async def serve_node(config: Config, listen: str, token_file: Path) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stopping.set)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        use_json_errors(runner)
-        stack.push_async_callback(runner.cleanup)
-        host, _, port = listen.rpartition(":")
-        if not port.isdigit():
-            raise ConfigError(f"--listen must be HOST:PORT, got {listen!r}")
-        try:
-            await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {listen}: {exc.strerror}") from None
-        addresses = ", ".join(f"http://{a[0]}:{a[1]}" for a in runner.addresses)
+        addresses = ", ".join(await start_site(stack, app, listen, "--listen"))
         log.info("sessionwatch node serving %s on %s", config.roots.claude, addresses)
         await stopping.wait()

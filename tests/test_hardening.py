@@ -327,3 +327,18 @@ async def test_whole_numbers_written_as_floats_are_integers(client: Client) -> N
     assert (200, 2) == (status, answer["payload"]["turns"])
     status, answer = await client.call("POST", "/v1/events", {**event, "occurredAt": 1.5})
     assert (400, "bad_request") == (status, answer["error"]["code"])
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:99999", "127.0.0.1:http", "nowhere"])
+def test_a_bad_node_listen_is_refused_with_a_message(tmp_path: Path, listen: str) -> None:
+    command = ["node", "--listen", listen, "--token-file", str(tmp_path / "token")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert 1 == proc.returncode
+    assert "--listen must be HOST:PORT (port 0-65535) or unix:PATH" in proc.stderr
+    assert "Traceback" not in proc.stderr
