@@ -47,6 +47,12 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(normalize_text(text).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def non_negative_int(value: Any) -> int:
+    """A count or an offset read from outside (a marker, a node's answer); anything else
+    reads as 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def own_text_hash(text: str) -> str:
     """The hash an OpenClaw-side message is remembered by for self-echo filtering: the same
     one upstream prompts are compared with. A blank message is refused."""

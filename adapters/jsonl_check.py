@@ -25,7 +25,7 @@ import os
 import stat
 from typing import Any
 
-from adapters.base import Drift, Marker, Outcome, OwnPool, Probe
+from adapters.base import Drift, Marker, Outcome, OwnPool, Probe, non_negative_int
 from adapters.jsonl import (
     Cutoff,
     JsonlFormat,
@@ -112,10 +112,6 @@ def baseline_file(fmt: JsonlFormat, path: str) -> Marker:
     return {"offset": offset, "head": head, "ino": ino, **state.to_marker()}
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def check_file(
     fmt: JsonlFormat,
     probe: Probe,
@@ -129,8 +125,8 @@ def check_file(
     if real is None:
         return Outcome(status="inconclusive", reason=OUTSIDE_ROOTS)
     marker = probe.marker
-    offset = _int(marker.get("offset", marker.get("size", 0)))
-    resume = _int(marker.get("long"))
+    offset = non_negative_int(marker.get("offset", marker.get("size", 0)))
+    resume = non_negative_int(marker.get("long"))
     try:
         read = read_tail(real, offset, settings.cap, marker.get("head"), marker.get("ino"), resume)
         if read.status in ("rotated", "truncated"):
@@ -228,7 +224,7 @@ def _reread(
     reason = read.status
     carried = reread_from(marker, probe.last_scanned_at, reason)
     changes = dict(marker.get("changes") or {})
-    changes[reason] = _int(changes.get(reason)) + 1
+    changes[reason] = non_negative_int(changes.get(reason)) + 1
     log.warning(
         "%s: %s was %s; re-reading it for what was written after %d",
         probe.session_key,

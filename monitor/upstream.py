@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adapters.base import Adapter, Outcome, Probe
+from adapters.base import Adapter, Outcome, Probe, non_negative_int
 from adapters.claude_node import ClaudeNodeAdapter, Node, NodeError
 from adapters.registry import VOCABULARY, build_adapters, host_id_for
 from monitor.catalog import (
@@ -405,8 +405,8 @@ class UpstreamMonitor:
                         path=name,
                         cwd=_str_or_none(t.get("cwd")),
                         title=_str_or_none(t.get("title")),
-                        updated_at=_int(t.get("updatedAt")),
-                        size=_int(t.get("size")),
+                        updated_at=non_negative_int(t.get("updatedAt")),
+                        size=non_negative_int(t.get("size")),
                         prompt=_str_or_none(t.get("prompt")),
                         node=name,
                     )
@@ -488,10 +488,6 @@ class UpstreamMonitor:
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def check_kind(kind: str) -> str:

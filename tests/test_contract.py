@@ -4,7 +4,6 @@ request)."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from schemathesis.checks import (
 )
 
 from monitor.openapi import document_bytes
+from tests.conftest import served_address
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 EXAMPLES = 15  # per route and generation mode: bounded, so CI stays fast
@@ -48,15 +48,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, P
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stderr is not None
-    base = None
-    for line in proc.stderr:
-        match = re.search(r"serving .* on (http://\S+)", line)
-        if match:
-            base = match.group(1)
-            break
     try:
-        assert base is not None, "serve did not start"
+        base = served_address(proc)
         yield base, (tmp / "token").read_text().strip(), db
     finally:
         proc.terminate()
