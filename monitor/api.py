@@ -23,7 +23,7 @@ from aiohttp import web, web_protocol
 from aiohttp.web_request import BaseRequest
 
 from adapters.base import own_text_hash
-from monitor.errors import BadInput, NotFound, OutsideRoots, SessionwatchError, StoreError
+from monitor.errors import NotFound, OutsideRoots, SessionwatchError, StoreError
 from monitor.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel import Kernel
 from monitor.metrics import CONTENT_TYPE, Metrics
@@ -47,7 +47,7 @@ from monitor.models import (
 )
 from monitor.notices import Notice
 from monitor.openapi import document_bytes
-from monitor.upstream import UpstreamMonitor, check_kind
+from monitor.upstream import UpstreamMonitor
 
 log = logging.getLogger(__name__)
 
@@ -358,30 +358,15 @@ async def catalog(request: web.Request) -> web.Response:
 @routes.post("/v1/links")
 async def post_link(request: web.Request) -> web.Response:
     data = await decoded(request, LinkIn)
-    monitor = request.app[MONITOR]
-    if data.catalog_id is not None:
-        if data.kind or data.path or data.node or data.thread:
-            raise BadInput("give either catalogId, or kind with path (or node), not both")
-        adopted = await monitor.adopt_catalog(
-            data.catalog_id,
-            session_key=data.session_key,
-            agent_id=data.agent_id,
-            session_id=data.session_id,
-        )
-        return json_response(adopted)
-    if data.kind is None:
-        raise BadInput("kind is required (or catalogId)")
-    kind = check_kind(data.kind)
-    path = (data.node or data.path) if kind == "claude-node" else data.path
-    if path is None:
-        raise BadInput("node is required" if kind == "claude-node" else "path is required")
-    adopted = await monitor.adopt(
-        kind=kind,
-        path=path,
-        thread=data.thread,
+    adopted = await request.app[MONITOR].adopt_source(
         session_key=data.session_key,
         agent_id=data.agent_id,
         session_id=data.session_id,
+        catalog_id=data.catalog_id,
+        kind=data.kind,
+        path=data.path,
+        node=data.node,
+        thread=data.thread,
     )
     return json_response(adopted)
 

@@ -190,19 +190,15 @@ def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
 
 @command("adopt")
 async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    common = {"session_key": a.session_key, "agent_id": a.agent, "session_id": a.session_id}
-    if a.catalog_id is not None:
-        if a.kind or a.path:
-            raise BadInput("give either CATALOG_ID or --kind and --path, not both")
-        return await _monitor(kernel, a).adopt_catalog(a.catalog_id, **common)
-    if a.kind == "claude-node" and a.node:
-        a.path = a.node
-    if not a.kind or not a.path:
-        raise BadInput("adopt needs CATALOG_ID, or --kind and --path (--node for claude-node)")
-    from monitor.upstream import check_kind
-
-    return await _monitor(kernel, a).adopt(
-        kind=check_kind(a.kind), path=a.path, thread=a.thread, **common
+    return await _monitor(kernel, a).adopt_source(
+        session_key=a.session_key,
+        agent_id=a.agent,
+        session_id=a.session_id,
+        catalog_id=a.catalog_id,
+        kind=a.kind,
+        path=a.path,
+        node=a.node,
+        thread=a.thread,
     )
 
 

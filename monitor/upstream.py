@@ -451,6 +451,42 @@ class UpstreamMonitor:
             session_id=session_id,
         )
 
+    async def adopt_source(
+        self,
+        *,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        catalog_id: str | None = None,
+        kind: str | None = None,
+        path: str | None = None,
+        node: str | None = None,
+        thread: str | None = None,
+    ) -> dict[str, Any]:
+        """Adopt by catalog id, or by kind and path (``thread`` for OpenCode), or a paired
+        node's thread (kind ``claude-node`` with ``node`` and ``thread``): the API and the
+        CLI take the same forms."""
+        if catalog_id is not None:
+            if kind or path or node or thread:
+                raise BadInput("give either a catalog id, or a kind with a path (or a node)")
+            return await self.adopt_catalog(
+                catalog_id, session_key=session_key, agent_id=agent_id, session_id=session_id
+            )
+        if kind is None:
+            raise BadInput("a kind is required (or a catalog id)")
+        kind = check_kind(kind)
+        source = (node or path) if kind == "claude-node" else path
+        if source is None:
+            raise BadInput("a node is required" if kind == "claude-node" else "a path is required")
+        return await self.adopt(
+            kind=kind,
+            path=source,
+            thread=thread,
+            session_key=session_key,
+            agent_id=agent_id,
+            session_id=session_id,
+        )
+
     async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:
         """Remove a session's link (all agents' for a bare key without ``agent_id``)."""
         scope, params = session_scope(normalize_key(session_key), agent_id)
