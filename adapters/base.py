@@ -1,18 +1,32 @@
 """The seam every upstream format implements, and the values that cross it.
 
-An adapter has two entry points:
+An adapter is one object, built by its module's ``build(settings)`` (see
+:mod:`adapters.registry`, the only list of kinds). The upstream monitor calls nothing else:
 
+- ``resolve(path, thread) -> Source``: the ref and thread id of a source a person or the
+  gateway names (a file under the kind's root, a database and a session id, a node and a
+  thread). Raises :class:`OutsideRoots`, :class:`NotFound`, :class:`BadInput`, or
+  :class:`Declined` (the source exists but cannot be adopted: adoption still succeeds,
+  without a link).
 - ``baseline(ref) -> marker``: where monitoring of a newly adopted source starts (the current
   end). Raises :class:`Declined` with a reason when the baseline cannot be trusted.
 - ``check(probes) -> outcomes``: one outcome per probe, in order. It must not raise for one
   link's failure (that link's outcome is ``inconclusive``); an exception escaping ``check``
-  makes every link of the batch inconclusive.
+  makes every link of the batch inconclusive. ``missing`` means the source is gone (three in
+  a row remove the link); ``blocked`` stops at an offset it cannot read past; every outcome
+  may carry the :class:`Drift` the check met.
+- ``catalog() -> Catalog``: the adoptable sessions of the kind; a source that cannot be read
+  is an entry of ``errors``, never an exception.
+- ``catalog_key(ref) -> str``: the text a source's catalog id is the digest of, so that a
+  link finds its catalog entry.
+- ``replay(path, thread, own_texts)``: ``sessionwatch replay``: the source read from its
+  start through the same check, writing nothing; ``turn`` objects, then a ``summary``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -231,11 +245,124 @@ class Outcome:
     drift: Drift | None = None  # what this check met that is new (for logs and metrics)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Source:
+    """A resolved source: the ref a link stores, and the native thread id."""
+
+    ref: Marker
+    thread_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeAddress:
+    """A paired node: its base URL and the file holding its token (read on use)."""
+
+    url: str
+    token_file: str
+
+
+DEFAULT_SCAN_CAP = 1_048_576
+DEFAULT_MAX_LINE = 64 * 1_048_576
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """What the configuration tells the adapters; the composition root builds it.
+
+    ``roots``: per kind, its root directory (or, for a format kept in a database, the
+    database file), already expanded."""
+
+    roots: Mapping[str, str] = field(default_factory=dict)
+    nodes: Mapping[str, NodeAddress] = field(default_factory=dict)
+    scan_cap: int = DEFAULT_SCAN_CAP
+    max_line: int = DEFAULT_MAX_LINE
+    export_concurrency: int = 4
+    replay_lookback: int = 50
+    node_pages: int = 4
+
+    def root(self, kind: str) -> str:
+        return self.roots.get(kind, "")
+
+
+def catalog_id(kind: str, key: str) -> str:
+    """A catalog id: the kind and a digest of what names the source (see ``catalog_key``)."""
+    return f"{kind}:{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CatalogEntry:
+    """One adoptable native session. ``path`` and ``native_id`` are what ``resolve`` takes
+    back (for a node, ``path`` is the node's name)."""
+
+    catalog_id: str
+    kind: str
+    native_id: str
+    path: str
+    cwd: str | None
+    title: str | None
+    updated_at: int
+    size: int
+    size_unit: Literal["bytes", "messages"] = "bytes"
+    prompt: str | None = None  # the first human prompt, for search; never in the answer
+    session_key: str | None = None  # where the session is already adopted
+    node: str | None = None  # the paired node it lives on
+    score: float | None = None  # the search's score, best first
+
+    @property
+    def short_id(self) -> str:
+        """The first 8 hex digits of the id: what the table shows and ``adopt`` takes."""
+        return self.catalog_id.partition(":")[2][:8]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "catalogId": self.catalog_id,
+            "kind": self.kind,
+            "nativeId": self.native_id,
+            "path": self.path,
+            "cwd": self.cwd,
+            "title": self.title,
+            "updatedAt": self.updated_at,
+            "size": self.size,
+            "sessionKey": self.session_key,
+            "node": self.node,
+            "score": None if self.score is None else round(self.score, 1),
+        }
+
+
+@dataclass
+class Catalog:
+    entries: list[CatalogEntry] = field(default_factory=list)
+    skipped: int = 0  # sessions that are not adoptable (sub-agent runs)
+    errors: list[dict[str, str]] = field(default_factory=list)  # {path, reason}
+
+    def extend(self, other: Catalog) -> None:
+        self.entries += other.entries
+        self.skipped += other.skipped
+        self.errors += other.errors
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "sessions": [e.as_json() for e in self.entries],
+            "skipped": self.skipped,
+            "errors": self.errors,
+        }
+
+
 class Adapter(Protocol):
     """One upstream format. See the module docstring for the contract."""
 
     kind: str
 
+    def resolve(self, path: str, thread: str | None) -> Source: ...
+
     async def baseline(self, ref: dict[str, Any]) -> Marker: ...
 
     async def check(self, probes: list[Probe]) -> list[Outcome]: ...
+
+    async def catalog(self) -> Catalog: ...
+
+    def catalog_key(self, ref: Marker) -> str: ...
+
+    def replay(
+        self, path: str, thread: str | None, own_texts: list[str]
+    ) -> Iterable[dict[str, Any]]: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.base import UNCLASSIFIED, Verdict, normalize_text, text_hash
+from adapters.base import UNCLASSIFIED, Adapter, Settings, Verdict, normalize_text, text_hash
 
 NOT_PROMPT_PREFIXES = (
     "<local-command-caveat>",
@@ -263,3 +263,26 @@ def claude_prompt_text(record: dict[str, Any]) -> str:
         message = record.get("message")
         text, _ = block_text(message.get("content") if isinstance(message, dict) else None)
     return strip_ide_blocks(text)
+
+
+def claude_candidate(folder: str, name: str) -> bool:
+    """Sub-agent transcripts (``subagents/``, ``agent-*.jsonl``) are not adoptable."""
+    return not (folder == "subagents" or name.startswith("agent-"))
+
+
+def describe_claude_file(
+    first: dict[str, Any], head: list[dict[str, Any]]
+) -> tuple[str | None, str | None] | None:
+    """A transcript's working directory (its first record that names one); a sidechain
+    transcript is not adoptable."""
+    if head[:1] and head[0].get("isSidechain") is True:
+        return None
+    cwd = next((r["cwd"] for r in head if isinstance(r.get("cwd"), str)), None)
+    return None, cwd
+
+
+def build(settings: Settings) -> Adapter:
+    from adapters.jsonl import FORMATS
+    from adapters.jsonl_check import JsonlAdapter
+
+    return JsonlAdapter(FORMATS["claude"], settings)

@@ -16,36 +16,44 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 
-from adapters.base import Marker, Outcome, OwnPool, Probe
+from adapters.base import (
+    Adapter,
+    Catalog,
+    CatalogEntry,
+    Marker,
+    NodeAddress,
+    Outcome,
+    OwnPool,
+    Probe,
+    Settings,
+    Source,
+    catalog_id,
+    non_negative_int,
+)
 from adapters.claude import ClaudeState
 from adapters.jsonl import FORMATS, Cutoff, classify_records, remembered, reread_from
-from monitor.errors import Declined
+from monitor.errors import BadInput, Declined, NotFound
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Node:
-    """A paired node: its base URL and the file holding its token (read on use)."""
+SERVED_KIND = "claude"  # the format a node serves: its items are classified as Claude's
 
-    url: str
-    token_file: str
 
-    def token(self) -> str:
-        try:
-            with open(os.path.expanduser(self.token_file), encoding="utf-8") as f:
-                return f.read().strip()
-        except OSError as exc:
-            raise NodeError(
-                f"cannot read the node token {self.token_file}: {exc.strerror}"
-            ) from None
+def _token(node: NodeAddress) -> str:
+    """The node's token, read at each use (it may be rotated)."""
+    try:
+        with open(os.path.expanduser(node.token_file), encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError as exc:
+        raise NodeError(f"cannot read the node token {node.token_file}: {exc.strerror}") from None
 
 
 class NodeError(Exception):
@@ -63,9 +71,39 @@ def newest_anchor(items: list[dict[str, Any]]) -> tuple[str | None, int]:
 class ClaudeNodeAdapter:
     kind = "claude-node"
 
-    def __init__(self, nodes: dict[str, Node], *, pages: int = 4) -> None:
+    def __init__(self, nodes: Mapping[str, NodeAddress], *, pages: int = 4) -> None:
         self.nodes = nodes
         self.pages = pages
+
+    def resolve(self, path: str, thread: str | None) -> Source:
+        """``path`` names a configured node; ``thread`` the thread on it."""
+        if path not in self.nodes:
+            known = ", ".join(sorted(self.nodes)) or "none configured"
+            raise NotFound(f"unknown node {path!r} (known: {known})")
+        if not thread or not thread.strip():
+            raise BadInput("a claude-node adoption needs the thread id (--thread)")
+        return Source(ref={"nodeId": path, "threadId": thread.strip()}, thread_id=thread.strip())
+
+    def catalog_key(self, ref: Marker) -> str:
+        return f"{ref.get('nodeId', '')}\n{ref.get('threadId', '')}"
+
+    async def catalog(self) -> Catalog:
+        """Every configured node's sessions; a node that does not answer is an error."""
+        found = Catalog()
+        for name in sorted(self.nodes):
+            try:
+                threads = await self.threads(name)
+            except NodeError as exc:
+                found.errors.append({"path": f"node {name}", "reason": str(exc)})
+                continue
+            for t in threads:
+                thread = str(t.get("threadId") or "")
+                if thread:
+                    found.entries.append(_entry(name, thread, t))
+        return found
+
+    def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
+        raise BadInput("replay reads a local file: replay the transcript on the node itself")
 
     async def _items(
         self, http: aiohttp.ClientSession, ref: dict[str, Any], params: dict[str, str]
@@ -75,7 +113,7 @@ class ClaudeNodeAdapter:
         if node is None:
             raise NodeError(f"unknown node {ref.get('nodeId')!r}")
         url = f"{node.url.rstrip('/')}/v1/threads/{ref.get('threadId')}/items"
-        headers = {"Authorization": f"Bearer {node.token()}"}
+        headers = {"Authorization": f"Bearer {_token(node)}"}
         try:
             async with http.get(url, params={"limit": "50", **params}, headers=headers) as resp:
                 body: dict[str, Any] = await resp.json(content_type=None)
@@ -93,7 +131,7 @@ class ClaudeNodeAdapter:
         """The node's adoptable Claude sessions (its catalog); raises :class:`NodeError`."""
         node = self.nodes[name]
         url = f"{node.url.rstrip('/')}/v1/threads"
-        headers = {"Authorization": f"Bearer {node.token()}"}
+        headers = {"Authorization": f"Bearer {_token(node)}"}
         timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
         try:
             async with (
@@ -165,7 +203,7 @@ def _classified(
     probe: Probe, anchor: str | None, tail: int, items: list[dict[str, Any]]
 ) -> Outcome:
     marker = probe.marker
-    fmt = FORMATS["claude"]
+    fmt = FORMATS[SERVED_KIND]
     state = ClaudeState.from_marker(marker)
     own = OwnPool(probe.own)
     result = classify_records(fmt, [(None, i) for i in items], state, own, Cutoff.of(marker))
@@ -174,7 +212,7 @@ def _classified(
         newest, after = anchor, tail + len(items)
     new_marker = {"uuid": newest, "tail": after, **state.to_marker(), **remembered(marker, result)}
     return Outcome(
-        status="activity",
+        status="activity" if result.turns else "quiet",
         marker=new_marker,
         turns=result.turns,
         dedupe_id=f"{newest}:{after}",
@@ -183,3 +221,26 @@ def _classified(
         consumed_own=own.consumed,
         drift=result.drift if result.drift else None,
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _entry(node: str, thread: str, t: dict[str, Any]) -> CatalogEntry:
+    return CatalogEntry(
+        catalog_id=catalog_id("claude-node", f"{node}\n{thread}"),
+        kind="claude-node",
+        native_id=thread,
+        path=node,
+        cwd=_text(t.get("cwd")),
+        title=_text(t.get("title")),
+        updated_at=non_negative_int(t.get("updatedAt")),
+        size=non_negative_int(t.get("size")),
+        prompt=_text(t.get("prompt")),
+        node=node,
+    )
+
+
+def build(settings: Settings) -> Adapter:
+    return ClaudeNodeAdapter(settings.nodes, pages=settings.node_pages)

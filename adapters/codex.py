@@ -23,7 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.base import UNCLASSIFIED, Verdict, content_text, normalize_text, text_hash
+from adapters.base import (
+    UNCLASSIFIED,
+    Adapter,
+    Settings,
+    Verdict,
+    content_text,
+    normalize_text,
+    text_hash,
+)
 
 CONTEXTUAL_MARKERS = (
     "# AGENTS.md instructions for ",
@@ -307,3 +315,35 @@ def codex_prompt_text(record: dict[str, Any]) -> str:
     if isinstance(item, dict):
         return content_text(item.get("content"), INPUT_BLOCKS)
     return content_text(payload.get("content"), INPUT_BLOCKS)
+
+
+def rollout_candidate(folder: str, name: str) -> bool | None:
+    return True if name.startswith("rollout-") else None
+
+
+def rollout_thread_id(stem: str) -> str:
+    """``rollout-<timestamp>-<thread id>``: the part after the timestamp."""
+    if stem.startswith("rollout-"):
+        return stem[len("rollout-") :][20:] or stem
+    return stem
+
+
+def describe_rollout(
+    first: dict[str, Any], head: list[dict[str, Any]]
+) -> tuple[str | None, str | None] | None:
+    """The rollout's id and working directory from its ``session_meta`` (or a legacy first
+    line); a sub-agent rollout is not adoptable."""
+    payload = first.get("payload") if first.get("type") == "session_meta" else first
+    if not isinstance(payload, dict):
+        raise ValueError("no session_meta")
+    if is_subagent_meta(payload):
+        return None
+    cwd = payload.get("cwd")
+    return str(payload.get("id") or "") or None, cwd if isinstance(cwd, str) else None
+
+
+def build(settings: Settings) -> Adapter:
+    from adapters.jsonl import FORMATS
+    from adapters.jsonl_check import JsonlAdapter
+
+    return JsonlAdapter(FORMATS["codex"], settings)

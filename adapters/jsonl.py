@@ -30,6 +30,9 @@ from adapters.pi import parse_time
 RECENT_IDS = 32  # native ids of the last turns reported, kept in the marker
 
 
+Described = tuple[str | None, str | None]  # a file's native id and working directory
+
+
 @dataclass(frozen=True, kw_only=True)
 class JsonlFormat:
     kind: str
@@ -41,7 +44,14 @@ class JsonlFormat:
     strict: bool  # stop at the first invalid row instead of counting it
     tested_version: str  # the newest format version the classifier was checked against
     prompt_text: Callable[[dict[str, Any]], str]  # the text of a record counted as a turn
+    thread_id: Callable[[str], str]  # the native thread id, from the file name's stem
+    # the catalog: a file under the root is a candidate (True), skipped as not adoptable and
+    # counted (False), or not the format's (None); and the native id and working directory
+    # its first records declare (None: not adoptable; ValueError: malformed)
+    describe: Callable[[dict[str, Any], list[dict[str, Any]]], Described | None]
+    candidate: Callable[[str, str], bool | None] = lambda folder, name: True
     declines: Callable[[Any], str | None] = lambda state: None  # why a source is not adoptable
+    ref_thread: bool = False  # the link's ref names the thread id beside the file
 
 
 def _claude_first(_: Any) -> claude.ClaudeState:
@@ -71,6 +81,9 @@ FORMATS = {
         strict=False,
         tested_version=claude.TESTED_VERSION,
         prompt_text=claude.claude_prompt_text,
+        thread_id=lambda stem: stem,
+        describe=claude.describe_claude_file,
+        candidate=claude.claude_candidate,
     ),
     "codex": JsonlFormat(
         kind="codex",
@@ -82,7 +95,11 @@ FORMATS = {
         strict=False,
         tested_version=codex.TESTED_VERSION,
         prompt_text=codex.codex_prompt_text,
+        thread_id=codex.rollout_thread_id,
+        describe=codex.describe_rollout,
+        candidate=codex.rollout_candidate,
         declines=_codex_declines,
+        ref_thread=True,
     ),
     "pi": JsonlFormat(
         kind="pi",
@@ -94,6 +111,8 @@ FORMATS = {
         strict=True,
         tested_version=pi.TESTED_VERSION,
         prompt_text=pi.pi_prompt_text,
+        thread_id=pi.pi_thread_id,
+        describe=pi.describe_pi_file,
     ),
 }
 

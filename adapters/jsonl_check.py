@@ -18,14 +18,29 @@ symlink swapped in, a moved directory) is not read. Only regular files are opene
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
-from adapters.base import Drift, Marker, Outcome, OwnPool, Probe, non_negative_int
+from adapters.base import (
+    DEFAULT_MAX_LINE,
+    DEFAULT_SCAN_CAP,
+    Catalog,
+    Drift,
+    Marker,
+    Outcome,
+    OwnPool,
+    Probe,
+    Settings,
+    Source,
+    non_negative_int,
+    text_hash,
+)
 from adapters.jsonl import (
     Cutoff,
     JsonlFormat,
@@ -38,18 +53,17 @@ from adapters.jsonl import (
 from adapters.tailer import (
     NotRegularFile,
     TailRead,
+    describe,
     end_of_last_line,
     read_at,
     read_tail,
     split_lines,
 )
 from adapters.threads import DaemonReads, SourceBusy
-from monitor.errors import Declined
+from monitor.errors import BadInput, Declined, OutsideRoots
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SCAN_CAP = 1_048_576
-DEFAULT_MAX_LINE = 64 * 1_048_576
 READ_TIMEOUT_S = 10.0
 OUTSIDE_ROOTS = "outside the configured roots"
 
@@ -89,6 +103,24 @@ class RootCheck:
         if not self.base or real == self.base or real.startswith(self.base + os.sep):
             return real
         return None
+
+
+def resolve_file(kind: str, path: str, root: str) -> str:
+    """The real path of a file ref, which must lie inside the kind's root (``path`` is
+    already expanded)."""
+    base = os.path.realpath(root) if root else ""
+    real = os.path.realpath(path)
+    if not base or os.path.commonpath([base, real]) != base:
+        raise OutsideRoots(f"{path} is not inside the configured {kind} root {base}")
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        raise Declined(f"cannot read {path}: no such file") from None
+    except OSError as exc:
+        raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise Declined(f"cannot read {path}: not a regular file ({describe(mode)})")
+    return real
 
 
 def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
@@ -287,17 +319,14 @@ class JsonlAdapter:
     """Tails linked JSONL files, each link's read in its own daemon thread."""
 
     def __init__(
-        self,
-        fmt: JsonlFormat,
-        *,
-        scan_cap: int = DEFAULT_SCAN_CAP,
-        max_line: int = DEFAULT_MAX_LINE,
-        root: str = "",
-        read_timeout: float = READ_TIMEOUT_S,
+        self, fmt: JsonlFormat, settings: Settings, *, read_timeout: float = READ_TIMEOUT_S
     ) -> None:
         self.kind = fmt.kind
         self.format = fmt
-        self.settings = TailSettings(cap=scan_cap, max_line=max_line, root=root)
+        self.root = settings.root(fmt.kind)
+        self.settings = TailSettings(
+            cap=settings.scan_cap, max_line=settings.max_line, root=self.root
+        )
         self.reads = DaemonReads(fmt.kind, timeout=read_timeout)
         self.held: HeldLines = {}
 
@@ -308,6 +337,28 @@ class JsonlAdapter:
     @scan_cap.setter
     def scan_cap(self, cap: int) -> None:
         self.settings = dataclasses.replace(self.settings, cap=cap)
+
+    def resolve(self, path: str, thread: str | None) -> Source:
+        """A file inside the kind's root; its thread id comes from its name."""
+        real = resolve_file(self.kind, path, self.root)
+        thread_id = self.format.thread_id(os.path.basename(real).removesuffix(".jsonl"))
+        ref: Marker = {"filePath": real}
+        if self.format.ref_thread:
+            ref["threadId"] = thread_id
+        return Source(ref=ref, thread_id=thread_id)
+
+    async def catalog(self) -> Catalog:
+        from adapters.jsonl_catalog import scan_files
+
+        return await asyncio.to_thread(scan_files, self.format, self.root)
+
+    def catalog_key(self, ref: Marker) -> str:
+        return str(ref.get("filePath", ""))
+
+    def replay(
+        self, path: str, thread: str | None, own_texts: list[str]
+    ) -> Iterator[dict[str, Any]]:
+        return replay_file(self.format, path, own_texts, self.settings)
 
     async def baseline(self, ref: dict[str, Any]) -> Marker:
         path = str(ref.get("filePath", ""))
@@ -339,3 +390,62 @@ class JsonlAdapter:
             log.error("%s: check failed: %r", probe.session_key, result)
             reason = type(result).__name__
         return Outcome(status="inconclusive", reason=reason)
+
+
+MAX_TICKS = 10_000_000
+_BOOKKEEPING = ("pending", "head", "ino", "recent", "drift", "echo", "seenAt", "changes")
+
+
+def replay_file(
+    fmt: JsonlFormat, path: str, own_texts: list[str], settings: TailSettings
+) -> Iterator[dict[str, Any]]:
+    """``sessionwatch replay``: the file read from offset 0, tick by tick, through the same
+    check as the monitor (tailer, long lines, tolerant parsing, classifier, self-echo),
+    writing nothing anywhere. Yields one ``turn`` object per detected turn, then the
+    ``summary``: turns, compactions, where the monitor would block, the drift it met."""
+    if settings.cap < 1 or settings.max_line < 1:
+        raise BadInput("--scan-cap and --max-line-bytes must be positive")
+    try:
+        fmt.state_from_first(first_record(path, settings.cap))
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Declined as exc:
+        raise BadInput(str(exc)) from None
+    settings = dataclasses.replace(settings, root="")
+    own = list(enumerate(text_hash(t) for t in own_texts))
+    held: HeldLines = {}
+    marker: Marker = {"offset": 0}
+    ticks = turns = compactions = 0
+    blocked: dict[str, Any] | None = None
+    while ticks < MAX_TICKS:
+        ticks += 1
+        probe = Probe(session_key="replay", ref={"filePath": path}, marker=marker, own=tuple(own))
+        outcome = check_file(fmt, probe, settings, held)
+        if outcome.status in ("missing", "inconclusive"):
+            raise BadInput(f"cannot read {path}: {outcome.reason}")
+        if outcome.status == "blocked":
+            blocked = {"offset": outcome.blocked_offset, "reason": _short(outcome.reason)}
+            break
+        own = [o for o in own if o[0] not in outcome.consumed_own]
+        compactions += len(outcome.compactions)
+        for turn in outcome.turns:
+            turns += 1
+            yield {"type": "turn", "offset": turn.offset, "id": turn.native_id}
+        if outcome.marker is None or outcome.marker == marker:
+            break
+        marker = outcome.marker
+    yield {
+        "type": "summary",
+        "humanTurns": turns,
+        "compactions": compactions,
+        "ticks": ticks,
+        "blocked": blocked,
+        "drift": Drift.from_json(marker.get("drift")).to_json(),
+        "marker": {k: v for k, v in marker.items() if k not in _BOOKKEEPING},
+    }
+
+
+def _short(reason: str | None) -> str:
+    """The blocking reason without its offset (the summary gives the offset)."""
+    text = reason or "blocked"
+    return text.split(" at offset ")[0].split(" starts at ")[0]

@@ -23,16 +23,22 @@ from typing import Any
 import orjson
 
 from adapters.base import (
+    Adapter,
+    Catalog,
+    CatalogEntry,
     Drift,
     Marker,
     Outcome,
     OwnPool,
     Probe,
+    Settings,
+    Source,
     Turn,
+    catalog_id,
     normalize_text,
     text_hash,
 )
-from monitor.errors import Declined
+from monitor.errors import BadInput, Declined, OutsideRoots
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +312,26 @@ class OpenCodeAdapter:
     def _db_of(self, ref: dict[str, Any]) -> str:
         return str(ref.get("dbPath") or self.default_db)
 
+    def resolve(self, path: str, thread: str | None) -> Source:
+        """The configured database (no other), and a session id in it."""
+        db = os.path.realpath(self.default_db)
+        if os.path.realpath(path) != db:
+            raise OutsideRoots(f"{path} is not the configured OpenCode database {db}")
+        if not thread or not thread.strip():
+            raise BadInput("an OpenCode adoption needs the session id (--thread)")
+        return Source(ref={"dbPath": db, "threadId": thread.strip()}, thread_id=thread.strip())
+
+    async def catalog(self) -> Catalog:
+        return await asyncio.to_thread(scan_sessions, self.default_db)
+
+    def catalog_key(self, ref: Marker) -> str:
+        return f"{os.path.realpath(self._db_of(ref))}\n{ref.get('threadId', '')}"
+
+    def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
+        if not thread:
+            raise BadInput("replay --adapter opencode needs --session SESSION_ID")
+        return replay_session(path, thread, own_texts=own_texts, lookback=self.lookback)
+
     async def check(self, probes: list[Probe]) -> list[Outcome]:
         by_db: dict[str, list[int]] = {}
         for i, probe in enumerate(probes):
@@ -402,3 +428,87 @@ class OpenCodeAdapter:
             consumed_own=own.consumed,
             drift=found if new_types or found.newer else None,
         )
+
+
+def build(settings: Settings) -> Adapter:
+    return OpenCodeAdapter(
+        concurrency=settings.export_concurrency,
+        lookback=settings.replay_lookback,
+        default_db=settings.root("opencode"),
+    )
+
+
+def scan_sessions(db: str) -> Catalog:
+    """The database's root sessions (child sessions are sub-agent runs: skipped and
+    counted); a missing database is an empty catalog, an unreadable one an error."""
+    catalog = Catalog()
+    if not db or not os.path.isfile(db):
+        return catalog
+    real = os.path.realpath(db)
+    try:
+        conn = open_readonly(real)
+        try:
+            rows = conn.execute(
+                "SELECT s.id, s.parent_id, s.directory, s.title, s.time_updated,"
+                " (SELECT count(*) FROM message m WHERE m.session_id = s.id) FROM session s"
+            ).fetchall()
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        catalog.errors.append({"path": real, "reason": str(exc)})
+        return catalog
+    for sid, parent, directory, title, updated, messages in rows:
+        if parent:
+            catalog.skipped += 1
+            continue
+        catalog.entries.append(
+            CatalogEntry(
+                catalog_id=catalog_id("opencode", f"{real}\n{sid}"),
+                kind="opencode",
+                native_id=sid,
+                path=real,
+                cwd=directory,
+                title=title or None,
+                updated_at=int(updated or 0),
+                size=int(messages),
+                size_unit="messages",
+            )
+        )
+    return catalog
+
+
+def replay_session(
+    db_path: str, session_id: str, *, own_texts: list[str], lookback: int
+) -> list[dict[str, Any]]:
+    """``sessionwatch replay`` of one session: every user message through the classifier,
+    writing nothing anywhere."""
+    own = OwnPool.of_texts(own_texts)
+    try:
+        conn = open_readonly(db_path)
+        try:
+            signals = session_signals(conn, [session_id])
+            messages = export_user_messages(conn, session_id)
+            newest = newest_message(conn, session_id)
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        raise BadInput(f"cannot read the OpenCode database {db_path}: {exc}") from None
+    if session_id not in signals:
+        raise BadInput(f"no OpenCode session {session_id} in {db_path}")
+    if signals[session_id][0]:
+        raise BadInput(CHILD_SESSION)
+    result = classify_user_messages(messages, None, own, lookback, newest)
+    out: list[dict[str, Any]] = [
+        {"type": "turn", "offset": None, "id": t.native_id} for t in result.turns
+    ]
+    out.append(
+        {
+            "type": "summary",
+            "humanTurns": len(result.turns),
+            "compactions": len(result.compactions),
+            "ticks": 1,
+            "blocked": None,
+            "marker": {"seq": signals[session_id][1], "lastHumanMessageId": result.consumed_to},
+        }
+    )
+    return out

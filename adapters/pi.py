@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from adapters.base import UNCLASSIFIED, Verdict, content_text, normalize_text, text_hash
+from adapters.base import (
+    UNCLASSIFIED,
+    Adapter,
+    Settings,
+    Verdict,
+    content_text,
+    normalize_text,
+    text_hash,
+)
 from monitor.errors import Declined
 
 MIGRATE_HINT = "not a Pi v3 session: resume it once in Pi to migrate it to v3"
@@ -122,3 +130,24 @@ def pi_prompt_text(record: dict[str, Any]) -> str:
     if message.get("role") == "bashExecution":
         return f"!{message.get('command', '')}"
     return content_text(message.get("content"), TEXT_BLOCKS)
+
+
+def pi_thread_id(stem: str) -> str:
+    """``<timestamp>_<session id>``: the part after the last underscore."""
+    return stem.rsplit("_", 1)[1] if "_" in stem else stem
+
+
+def describe_pi_file(
+    first: dict[str, Any], head: list[dict[str, Any]]
+) -> tuple[str | None, str | None] | None:
+    if first.get("type") != "session":
+        raise ValueError("no Pi session header")
+    cwd = first.get("cwd")
+    return str(first.get("id") or "") or None, cwd if isinstance(cwd, str) else None
+
+
+def build(settings: Settings) -> Adapter:
+    from adapters.jsonl import FORMATS
+    from adapters.jsonl_check import JsonlAdapter
+
+    return JsonlAdapter(FORMATS["pi"], settings)

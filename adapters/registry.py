@@ -1,91 +1,123 @@
-"""The explicit registry of upstream adapters: a new format is one module and one line.
+"""The registry of upstream formats: the only list of kinds. A new format is one module (with
+a ``build(settings)`` that returns its :class:`~adapters.base.Adapter`) and one line here.
 
-It also holds the one map between our adapter names (``claude``, ``codex``, ``pi``,
-``opencode``, ``claude-node``: what the CLI and the API take) and the values a link row
-carries in OpenClaw's vocabulary (``upstream_kind``, ``catalog_id``, ``host_id``).
+Each entry also says how links of the kind are written in OpenClaw's vocabulary
+(``upstream_kind``, ``catalog_id``, ``host_id``) and what an adoption names (``form``). A
+module is imported only when its adapter is built, so naming a kind costs nothing.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from adapters.base import Adapter
-from adapters.claude_node import ClaudeNodeAdapter, Node
-from adapters.jsonl import FORMATS
-from adapters.jsonl_check import DEFAULT_MAX_LINE, JsonlAdapter
-from adapters.opencode import OpenCodeAdapter
+from adapters.base import Adapter, Settings
+from monitor.errors import BadInput
 
 LOCAL_HOST_ID = "gateway:local"  # OpenClaw's CLAUDE_LOCAL_SESSION_HOST_ID
 NODE_HOST_PREFIX = "node:"
 
+Form = Literal["file", "database", "node"]
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class LinkVocabulary:
-    """How links of one adapter are written: OpenClaw's kind and catalog id for it."""
+class Entry:
+    """One format: our name for it (what the CLI and the API take), its module, and how its
+    links are written.
 
+    ``form``: what an adoption names: a ``file`` path, a ``database`` path and a session id
+    (``thread``), or a paired ``node`` and a thread. A ``node`` source's host is
+    ``node:<nodeId>`` from its ref, any other's is this machine."""
+
+    name: str
+    module: str
     upstream_kind: str
     catalog_id: str
-    remote: bool = False  # the host is ``node:<nodeId>`` from the ref, not this machine
+    form: Form = "file"
+
+    @property
+    def remote(self) -> bool:
+        return self.form == "node"
+
+    @property
+    def needs_thread(self) -> bool:
+        return self.form != "file"
+
+    def build(self, settings: Settings) -> Adapter:
+        built: Adapter = importlib.import_module(self.module).build(settings)
+        return built
 
 
-VOCABULARY = {
-    "claude": LinkVocabulary(upstream_kind="claude-cli", catalog_id="claude"),
-    "codex": LinkVocabulary(upstream_kind="codex-rollout", catalog_id="codex"),
-    "pi": LinkVocabulary(upstream_kind="pi-cli", catalog_id="pi"),
-    "opencode": LinkVocabulary(upstream_kind="opencode-cli", catalog_id="opencode"),
-    "claude-node": LinkVocabulary(upstream_kind="claude-cli", catalog_id="claude", remote=True),
-}
-ADAPTER_NAMES = tuple(VOCABULARY)
+_ENTRIES: dict[str, Entry] = {}
+
+
+def register(entry: Entry) -> None:
+    """Add a format (the tests register :mod:`adapters.fake` like this)."""
+    _ENTRIES[entry.name] = entry
+
+
+def unregister(name: str) -> None:
+    _ENTRIES.pop(name, None)
+
+
+register(
+    Entry(name="claude", module="adapters.claude", upstream_kind="claude-cli", catalog_id="claude")
+)
+register(
+    Entry(name="codex", module="adapters.codex", upstream_kind="codex-rollout", catalog_id="codex")
+)
+register(Entry(name="pi", module="adapters.pi", upstream_kind="pi-cli", catalog_id="pi"))
+register(
+    Entry(
+        name="opencode",
+        module="adapters.opencode",
+        upstream_kind="opencode-cli",
+        catalog_id="opencode",
+        form="database",
+    )
+)
+register(
+    Entry(
+        name="claude-node",
+        module="adapters.claude_node",
+        upstream_kind="claude-cli",
+        catalog_id="claude",
+        form="node",
+    )
+)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_ENTRIES)
+
+
+def entry(name: str) -> Entry:
+    """The format named ``name``; an unknown one is a :class:`BadInput` naming the known."""
+    found = _ENTRIES.get(name)
+    if found is None:
+        raise BadInput(f'unknown upstream kind "{name}" (known: {", ".join(_ENTRIES)})')
+    return found
+
+
+def build_adapters(settings: Settings) -> dict[str, Adapter]:
+    """Every registered format's adapter."""
+    return {name: e.build(settings) for name, e in _ENTRIES.items()}
 
 
 def host_id_for(name: str, ref: dict[str, Any]) -> str:
     """OpenClaw's host id of a source: this machine, or the paired node it lives on."""
-    if VOCABULARY[name].remote:
+    if entry(name).remote:
         return f"{NODE_HOST_PREFIX}{ref.get('nodeId', '')}"
     return LOCAL_HOST_ID
 
 
-_BY_KIND: dict[str, dict[bool, str]] = {}
-for _name, _vocab in VOCABULARY.items():
-    _BY_KIND.setdefault(_vocab.upstream_kind, {})[_vocab.remote] = _name
-
-
 def adapter_for_link(upstream_kind: str, host_id: str | None, ref: dict[str, Any]) -> str | None:
     """Which of our adapters reads a link row; None for a kind we do not read (foreign)."""
-    names = _BY_KIND.get(upstream_kind)
-    if names is None:
-        return None
     on_node = (host_id or "").startswith(NODE_HOST_PREFIX) or (
         "nodeId" in ref and "filePath" not in ref
     )
-    return names.get(on_node)
-
-
-def build_adapters(
-    *,
-    scan_cap: int,
-    export_concurrency: int = 4,
-    replay_lookback: int = 50,
-    nodes: dict[str, Node] | None = None,
-    node_pages: int = 4,
-    opencode_db: str = "",
-    roots: dict[str, str] | None = None,
-    max_line: int = DEFAULT_MAX_LINE,
-) -> dict[str, Adapter]:
-    """Every adapter; file adapters read only under their kind's root in ``roots``."""
-    root = roots or {}
-
-    def jsonl(kind: str) -> JsonlAdapter:
-        fmt = FORMATS[kind]
-        return JsonlAdapter(fmt, scan_cap=scan_cap, max_line=max_line, root=root.get(kind, ""))
-
-    return {
-        "claude": jsonl("claude"),
-        "codex": jsonl("codex"),
-        "pi": jsonl("pi"),
-        "opencode": OpenCodeAdapter(
-            concurrency=export_concurrency, lookback=replay_lookback, default_db=opencode_db
-        ),
-        "claude-node": ClaudeNodeAdapter(nodes or {}, pages=node_pages),
-    }
+    for e in _ENTRIES.values():
+        if e.upstream_kind == upstream_kind and e.remote == on_node:
+            return e.name
+    return None

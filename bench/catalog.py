@@ -4,13 +4,14 @@ Run: python bench/catalog.py [--sessions 10000]
 
 Generates Claude project files (half of them with a title record at the end), Codex
 rollouts and Pi sessions in the real shapes, plus sub-agent files that must be skipped,
-then times ``scan_catalog`` against a plain ``os.walk`` + ``os.stat`` of the same tree (the
-floor any listing pays).
+then times the catalog of every local format (each adapter's ``catalog()``) against a
+plain ``os.walk`` + ``os.stat`` of the same tree (the floor any listing pays).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import tempfile
@@ -21,8 +22,18 @@ import orjson
 
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
-from monitor.catalog import scan_catalog  # noqa: E402
-from monitor.config import RootsConfig  # noqa: E402
+from adapters.base import Catalog  # noqa: E402
+from adapters.registry import entry  # noqa: E402
+from monitor.config import Config, RootsConfig  # noqa: E402
+from monitor.upstream.monitor import adapter_settings  # noqa: E402
+
+
+async def scan_catalog(roots: RootsConfig) -> Catalog:
+    settings = adapter_settings(Config(roots=roots))
+    found = Catalog()
+    for kind in roots.kinds():
+        found.extend(await entry(kind).build(settings).catalog())
+    return found
 
 
 def generate(root: Path, n: int) -> None:
@@ -96,7 +107,7 @@ def main() -> None:
                 os.stat(os.path.join(dirpath, f))
         floor = time.perf_counter() - start
         start = time.perf_counter()
-        catalog = scan_catalog(roots)
+        catalog = asyncio.run(scan_catalog(roots))
         elapsed = time.perf_counter() - start
         print(
             f"catalog of {len(catalog.entries):,} sessions ({catalog.skipped} skipped,"

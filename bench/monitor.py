@@ -26,10 +26,11 @@ import orjson
 # ``monitor`` package; take it off.
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
+from adapters.base import Settings  # noqa: E402
 from monitor.config import Config, RootsConfig  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402
-from monitor.replay import replay  # noqa: E402
 from monitor.upstream import UpstreamMonitor  # noqa: E402
+from monitor.upstream.replay import replay  # noqa: E402
 
 
 def claude_lines(rng: random.Random) -> list[bytes]:
@@ -101,7 +102,7 @@ def bench_replay(path: Path) -> tuple[float, float, int]:
             orjson.loads(line)
     baseline = time.perf_counter() - start
     start = time.perf_counter()
-    summary = list(replay("claude", str(path), own_texts=[], scan_cap=1_048_576))[-1]
+    summary = list(replay("claude", str(path), thread=None, own_texts=[], settings=Settings()))[-1]
     ours = time.perf_counter() - start
     return baseline, ours, int(summary["humanTurns"])
 
@@ -147,7 +148,7 @@ async def bench_tick(tmp: Path, n: int) -> tuple[float, float]:
             )
 
     await kernel.store.write(seed)
-    monitor = UpstreamMonitor(kernel, Config(roots=RootsConfig(claude=str(root))))
+    monitor = UpstreamMonitor.from_config(kernel, Config(roots=RootsConfig(claude=str(root))))
     await monitor.tick()  # warm the page cache once, as a running service would be
     start = time.perf_counter()
     results = await monitor.tick()

@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
+from adapters.registry import names
 from monitor.config import Config, load_config
-from monitor.db import run_now
 from monitor.errors import BadInput, SessionwatchError
-from monitor.events import MAX_INT64, parse_actor, parse_kind
+from monitor.kernel.db import run_now
+from monitor.kernel.events import MAX_INT64, parse_actor, parse_kind
 from monitor.paths import expand_user
 
 if TYPE_CHECKING:
     from monitor.kernel import Kernel
     from monitor.upstream import UpstreamMonitor
 
-KINDS = ("claude", "codex", "opencode", "pi")  # the local catalog's kinds (monitor.catalog)
 
 Handler = Callable[["Kernel", argparse.Namespace], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
@@ -123,11 +123,12 @@ async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 
 async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
     """Each notice as it opens, as a JSON line, until interrupted or until the reader of a
-    pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see monitor.feed)."""
+    pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see
+    monitor.kernel.feed)."""
     import select
     import time
 
-    from monitor.feed import POLL_S, NoticeFeed
+    from monitor.kernel.feed import POLL_S, NoticeFeed
 
     feed = NoticeFeed(kernel.store.read_now)
     reader_gone = select.poll()
@@ -185,7 +186,7 @@ async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
     from monitor.upstream import UpstreamMonitor
 
-    return UpstreamMonitor(kernel, a.config_obj)
+    return UpstreamMonitor.from_config(kernel, a.config_obj)
 
 
 @command("adopt")
@@ -206,9 +207,7 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     from adapters.base import own_text_hash
 
-    await kernel.remember_own_message(
-        a.key, own_text_hash(a.text), agent_id=a.agent, limit=a.config_obj.monitor.own_text_limit
-    )
+    await kernel.remember_own_message(a.key, own_text_hash(a.text), agent_id=a.agent)
     return {"ok": True}
 
 
@@ -370,7 +369,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
     nd.add_argument("--token-file", required=True, type=Path)
     ca = sub.add_parser("catalog", help="list the native sessions (local and on paired nodes)")
-    ca.add_argument("--kind", choices=[*KINDS, "claude-node"])
+    ca.add_argument("--kind", choices=names())
     ca.add_argument("--cwd", help="only sessions in this directory or below it")
     ca.add_argument("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date")
     ca.add_argument("--search", help="rank by a fuzzy match of title, prompt and directory")
@@ -394,11 +393,12 @@ _NEEDS_LOOP = frozenset({"adopt", "tick", "catalog"})
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.kernel import Kernel, KernelSettings  # not for replay, config, serve, node
+    from monitor.upstream.links import delete_links
 
     handler = _HANDLERS[args.command]
     config: Config = args.config_obj
     kernel = await Kernel.open(
-        db_path(args, config), KernelSettings.of(config.session), direct=True
+        db_path(args, config), KernelSettings.of(config), direct=True, on_delete=(delete_links,)
     )
     try:
         return await handler(kernel, args)
@@ -415,21 +415,20 @@ def _run_command(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from monitor.replay import replay, replay_opencode
+    from adapters.base import Settings
+    from monitor.upstream.replay import replay
 
-    cap = args.scan_cap or args.config_obj.monitor.scan_cap_bytes
-    if args.adapter == "opencode":
-        if not args.session:
-            raise BadInput("replay --adapter opencode needs --session SESSION_ID")
-        lookback = args.config_obj.monitor.replay_lookback
-        lines = replay_opencode(args.file, args.session, own_texts=args.own_text, lookback=lookback)
-    else:
-        max_line = args.max_line_bytes or args.config_obj.monitor.max_line_bytes
-        lines = list(
-            replay(
-                args.adapter, args.file, own_texts=args.own_text, scan_cap=cap, max_line=max_line
-            )
+    m = args.config_obj.monitor
+    settings = Settings(
+        scan_cap=args.scan_cap or m.scan_cap_bytes,
+        max_line=args.max_line_bytes or m.max_line_bytes,
+        replay_lookback=m.replay_lookback,
+    )
+    lines = list(
+        replay(
+            args.adapter, args.file, thread=args.session, own_texts=args.own_text, settings=settings
         )
+    )
     for line in lines:
         sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
     return 0
@@ -442,7 +441,7 @@ async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     )
     if a.json:
         return found.as_json()
-    from monitor.catalog import print_catalog
+    from monitor.upstream.catalog import print_catalog
 
     print_catalog(found, kernel.clock())
     return {}

@@ -42,15 +42,21 @@ class RootsConfig:
     opencode_db: str = "~/.local/share/opencode/opencode.db"
     pi: str = "~/.pi/agent/sessions"
 
-    def path_of(self, kind: str) -> Path:
-        """The configured root of an upstream kind (OpenCode's is its database file)."""
-        paths = {
+    def _paths(self) -> dict[str, str]:
+        return {
             "claude": self.claude,
             "codex": self.codex,
             "pi": self.pi,
             "opencode": self.opencode_db,
         }
-        return Path(expand_user(paths[kind]))
+
+    def kinds(self) -> tuple[str, ...]:
+        """The upstream kinds with a configured root."""
+        return tuple(self._paths())
+
+    def path_of(self, kind: str) -> Path:
+        """The configured root of an upstream kind (OpenCode's is its database file)."""
+        return Path(expand_user(self._paths()[kind]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +76,7 @@ class SessionConfig:
     scope: str = "per-sender"
     group_scope: str = "per-group"
     notify_on_create: bool = True
-    store_path: str = ""  # template with {agentId}; see monitor.store_paths
+    store_path: str = ""  # template with {agentId}; see monitor.kernel.store_paths
 
 
 @dataclass(frozen=True, kw_only=True)

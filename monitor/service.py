@@ -29,7 +29,6 @@ from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
-from monitor.api import build_app, use_json_errors
 from monitor.config import Config
 from monitor.errors import (
     AlreadyRunning,
@@ -38,13 +37,15 @@ from monitor.errors import (
     SessionwatchError,
     StoreLocked,
 )
-from monitor.feed import data_version
 from monitor.kernel import Kernel, KernelSettings
+from monitor.kernel.feed import data_version
 from monitor.metrics import Metrics
-from monitor.node import build_node_app
 from monitor.paths import expand_user
 from monitor.upstream import UpstreamMonitor
-from monitor.wake import GatewayWaker
+from monitor.upstream.links import delete_links
+from monitor.web.api import build_app, use_json_errors
+from monitor.web.node import build_node_app
+from monitor.web.wake import GatewayWaker
 
 log = logging.getLogger(__name__)
 
@@ -121,18 +122,26 @@ class Sidecar:
     """The running service: kernel, monitor, metrics, scheduler and file watcher."""
 
     def __init__(
-        self, kernel: Kernel, monitor: UpstreamMonitor, config: Config, metrics: Metrics
+        self,
+        kernel: Kernel,
+        monitor: UpstreamMonitor,
+        config: Config,
+        metrics: Metrics,
+        *,
+        paths_changed: asyncio.Event,
+        stopping: asyncio.Event | None = None,
     ) -> None:
+        """``paths_changed``: set by the kernel (a watch from anywhere) and the monitor (an
+        adoption): which files are watched may have changed."""
         self.kernel = kernel
         self.monitor = monitor
         self.config = config
         self.metrics = metrics
-        self.stopping = asyncio.Event()
+        self.stopping = stopping or asyncio.Event()
         self.addresses: list[str] = []
-        self._paths_changed = asyncio.Event()
+        self._paths_changed = paths_changed
         self._skip_logged = False
         self._data_version: int | None = None
-        monitor.on_links_changed = self._paths_changed.set
 
     async def scheduled_tick(self) -> None:
         """The fixed tick. One still running (waiting for a locked database, say) is not
@@ -298,14 +307,17 @@ def clear_stale_socket(path: str) -> None:
 
 
 async def open_kernel(
-    db: Path, settings: KernelSettings, wake: Any, stopping: asyncio.Event | None
+    db: Path,
+    settings: KernelSettings,
+    stopping: asyncio.Event | None,
+    **wiring: Any,
 ) -> Kernel | None:
     """Open the state database, waiting while another process holds it locked: retried with
     backoff, said once in the log, until it opens (the kernel) or ``stopping`` is set (None)."""
     delay, said = 0.5, False
     while True:
         try:
-            return await Kernel.open(db, settings, wake=wake)
+            return await Kernel.open(db, settings, **wiring)
         except StoreLocked as exc:
             if not said:
                 log.warning("%s; retrying until it is free", exc)
@@ -337,18 +349,27 @@ async def running(
         )
         if waker:
             stack.push_async_callback(waker.close)
-        kernel = await open_kernel(db, KernelSettings.of(config.session), waker, stopping)
+        paths_changed = asyncio.Event()
+        kernel = await open_kernel(
+            db,
+            KernelSettings.of(config),
+            stopping,
+            wake=waker,
+            metrics=metrics,
+            on_delete=(delete_links,),
+            on_watches_changed=paths_changed.set,
+        )
         if kernel is None:
             yield None
             return
         stack.push_async_callback(kernel.close)
-        kernel.metrics = metrics
-        kernel.store.on_error = metrics.db_errors.inc
-        monitor = UpstreamMonitor(kernel, config)
+        monitor = UpstreamMonitor.from_config(
+            kernel, config, metrics=metrics, on_links_changed=paths_changed.set
+        )
         stack.push_async_callback(monitor.tick_done)  # after the scheduler and API stopped
-        sidecar = Sidecar(kernel, monitor, config, metrics)
-        if stopping is not None:
-            sidecar.stopping = stopping
+        sidecar = Sidecar(
+            kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
+        )
         pending = await kernel.sweep()
         pruned = await kernel.prune()
         log.info(

@@ -14,10 +14,10 @@ import orjson
 import pytest
 
 from monitor.config import ApiConfig, Config, MonitorConfig, RootsConfig
-from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel, KernelSettings
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.signal_log import Recorded
 from monitor.service import Sidecar, running
-from monitor.signal_log import Recorded
 from tests.contract import check_answer
 
 T0 = 1_790_000_000_000

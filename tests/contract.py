@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from monitor.openapi import document
+from monitor.web.openapi import document
 
 DOC = document()
 _TEMPLATES = [

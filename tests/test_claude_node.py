@@ -14,10 +14,11 @@ import orjson
 import pytest
 from aiohttp import web
 
+from adapters.base import NodeAddress as Node
 from adapters.base import Probe
-from adapters.claude_node import ClaudeNodeAdapter, Node
+from adapters.claude_node import ClaudeNodeAdapter
 from monitor.errors import Declined
-from monitor.node import build_node_app
+from monitor.web.node import build_node_app
 from tests.conftest import served_address
 
 THREAD = "0b9c-41f2"

@@ -24,7 +24,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from monitor.openapi import document_bytes
+from monitor.web.openapi import document_bytes
 from tests.conftest import served_address
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
@@ -62,7 +62,7 @@ def test_the_published_document_is_the_generated_one(live: tuple[str, str, Path]
     assert 200 == served.status_code
     assert document_bytes() == served.content
     assert document_bytes() == DOCS.read_bytes(), (
-        "run: python -m monitor.openapi > docs/openapi.json"
+        "run: python -m monitor.web.openapi > docs/openapi.json"
     )
 
 

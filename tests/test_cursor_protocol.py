@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from monitor.clock import DAY_MS, HOUR_MS
-from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel
-from monitor.retention import CURSOR_IDLE_MS, RETENTION_MS
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.retention import CURSOR_IDLE_MS, RETENTION_MS
 from tests.conftest import T0, ManualClock, notice
 
 SESSIONS = ["agent:main:main", "agent:main:subagent:a", "agent:ops:main"]

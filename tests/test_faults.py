@@ -37,7 +37,7 @@ def append(path: Path, data: bytes) -> None:
 
 @pytest.fixture
 def monitor(kernel: Kernel, roots: RootsConfig) -> UpstreamMonitor:
-    return UpstreamMonitor(kernel, Config(roots=roots))
+    return UpstreamMonitor.from_config(kernel, Config(roots=roots))
 
 
 async def adopt(monitor: UpstreamMonitor, path: Path, key: str = KEY) -> None:

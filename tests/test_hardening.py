@@ -18,8 +18,8 @@ import pytest
 
 from monitor.errors import BadInput, StoreLocked
 from monitor.kernel import Kernel
+from monitor.kernel.store import Store
 from monitor.service import running
-from monitor.store import Store
 from tests.conftest import Client, make_config
 
 CHILD = "agent:main:subagent:c1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel, KernelSettings
+from monitor.kernel.events import ActorType, EventKind
 from tests.conftest import KernelFactory, ManualClock, human, notice, texts
 
 MAIN = "agent:main:main"

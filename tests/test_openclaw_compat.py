@@ -16,7 +16,7 @@ import pytest
 
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel, KernelSettings
-from monitor.store_paths import StorePathRule
+from monitor.kernel.store_paths import StorePathRule
 from monitor.upstream import UpstreamMonitor
 from tests.conftest import ManualClock, human, notice
 from tests.opencode_db import OpenCodeDB
@@ -116,7 +116,7 @@ def roots(tmp_path: Path) -> RootsConfig:
 
 async def open_monitor(db: Path, roots: RootsConfig, clock: ManualClock) -> UpstreamMonitor:
     kernel = await Kernel.open(db, clock=clock)
-    return UpstreamMonitor(kernel, Config(roots=roots))
+    return UpstreamMonitor.from_config(kernel, Config(roots=roots))
 
 
 async def test_links_table_has_openclaws_exact_shape(db_path: Path, kernel: Kernel) -> None:
@@ -270,12 +270,12 @@ async def test_a_node_link_is_claude_cli_on_its_node(
     """Adopting on a paired node writes claude-cli with host node:<nodeId> (a baseline that
     the unreachable node declines leaves no link, so the row is written directly here)."""
     kernel = await Kernel.open(db_path, clock=clock)
-    monitor = UpstreamMonitor(
+    monitor = UpstreamMonitor.from_config(
         kernel,
         Config(roots=roots, nodes={"ws": NodeConfig(url="http://127.0.0.1:9", token_file="/x")}),
     )
     try:
-        from monitor.links import upsert_link
+        from monitor.upstream.links import upsert_link
 
         link = await kernel.store.write(
             lambda c: upsert_link(

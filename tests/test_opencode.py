@@ -247,7 +247,7 @@ async def test_end_to_end_adopt_from_the_catalog_and_tick(
 ) -> None:
     oc.session("ses_child", parent=SID)
     config = Config(roots=RootsConfig(opencode_db=str(oc.path), claude=str(tmp_path / "none")))
-    monitor = UpstreamMonitor(kernel, config)
+    monitor = UpstreamMonitor.from_config(kernel, config)
     catalog = await monitor.catalog("opencode")
     assert ([SID], 1) == ([s["nativeId"] for s in catalog["sessions"]], catalog["skipped"])
     key = "agent:main:adopted:oc"

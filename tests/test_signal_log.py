@@ -10,9 +10,9 @@ import pytest
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.errors import BadInput, SchemaTooNew
-from monitor.events import ActorType, EventKind
 from monitor.kernel import Kernel
-from monitor.retention import MAX_ROWS
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.retention import MAX_ROWS
 from tests.conftest import KernelFactory, ManualClock, human
 
 CHILD = "agent:main:subagent:child"

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
-from monitor import api
+from monitor.web import api
 from tests.conftest import Client, notice
 from tests.test_api import MAIN
 from tests.test_cli import sw

@@ -1,7 +1,7 @@
 """The HTTP API the gateway calls (aiohttp; JSON in and out).
 
 Every route but ``/healthz`` and ``/openapi.json`` needs ``Authorization: Bearer <token>``.
-Bodies and queries are checked against the typed models of :mod:`monitor.models`, which
+Bodies and queries are checked against the typed models of :mod:`monitor.web.models`, which
 also generate the published OpenAPI document (``GET /openapi.json``). A client's mistake
 answers 400/403/404/405/413/415 with ``{"error": {"code", "message"}}`` and writes nothing; a
 database failure answers 503 (``POST /v1/events`` with ``{"recorded": false}``).
@@ -24,10 +24,12 @@ from aiohttp.web_request import BaseRequest
 
 from adapters.base import own_text_hash
 from monitor.errors import NotFound, OutsideRoots, SessionwatchError, StoreError
-from monitor.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel import Kernel
+from monitor.kernel.feed import KEEPALIVE_S, POLL_S, NoticeFeed
+from monitor.kernel.notices import Notice
 from monitor.metrics import CONTENT_TYPE, Metrics
-from monitor.models import (
+from monitor.upstream import UpstreamMonitor
+from monitor.web.models import (
     AgentQuery,
     CatalogQuery,
     EventIn,
@@ -45,9 +47,7 @@ from monitor.models import (
     given,
     whole,
 )
-from monitor.notices import Notice
-from monitor.openapi import document_bytes
-from monitor.upstream import UpstreamMonitor
+from monitor.web.openapi import document_bytes
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def make_guard(token: web.AppKey[str], open_paths: frozenset[str] = frozenset())
 
 
 async def decoded(request: web.Request, model: type[T]) -> T:
-    """The request's JSON body as ``model`` (see :mod:`monitor.models`)."""
+    """The request's JSON body as ``model`` (see :mod:`monitor.web.models`)."""
     if request.content_type != "application/json":
         raise web.HTTPUnsupportedMediaType(reason="send Content-Type: application/json")
     return decode(model, await request.read())
@@ -202,9 +202,8 @@ async def delete(request: web.Request) -> web.Response:
 @routes.post("/v1/sessions/{key}/own-messages")
 async def own_message(request: web.Request) -> web.Response:
     data = await decoded(request, OwnMessage)
-    limit = request.app[MONITOR].config.monitor.own_text_limit
     await request.app[KERNEL].remember_own_message(
-        request.match_info["key"], own_text_hash(data.text), agent_id=data.agent_id, limit=limit
+        request.match_info["key"], own_text_hash(data.text), agent_id=data.agent_id
     )
     return json_response({"ok": True})
 
@@ -257,7 +256,6 @@ async def post_watch(request: web.Request) -> web.Response:
     watched = await request.app[KERNEL].watch(
         watcher=data.watcher, target=data.target, store_path=data.store_path
     )
-    request.app[MONITOR].links_changed()  # a newly watched link gets its file watched
     return json_response({"watched": watched})
 
 
@@ -316,7 +314,7 @@ STREAMS = web.AppKey("streams", asyncio.Event)  # set when the service stops
 async def stream_notices(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events: every notice that opens for the watcher (``event: notice``, data
     ``{"target", "text"}``), pending ones first, and a keep-alive comment every 15 s. It
-    peeks; draining stays an explicit call (see :mod:`monitor.feed`)."""
+    peeks; draining stays an explicit call (see :mod:`monitor.kernel.feed`)."""
     await _pending(request, drain=False)  # a bad key or query is a 400 before the stream
     kernel, stopping = request.app[KERNEL], request.app[STREAMS]
     feed = NoticeFeed(kernel.store.read_now)

@@ -10,24 +10,27 @@ records nothing and writes no marker. In the same transaction: the ``human_direc
 from __future__ import annotations
 
 import logging
-import sqlite3
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
+from typing import Any, Literal
 
 from adapters.base import Outcome
-from monitor.events import ActorType, EventKind
-from monitor.links import LinkState, UpstreamLink, link_state, read_link, write_link_state
-from monitor.signal_log import Recorded, make_draft, record_event
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.kernel import Recorder
+from monitor.kernel.sessions import forget_own, session_flags
+from monitor.kernel.signal_log import EventDraft, make_draft
+from monitor.upstream import links
+from monitor.upstream.links import LinkState, UpstreamLink, link_state, read_link, write_link_state
 
 log = logging.getLogger(__name__)
+
+
+TickOutcome = Literal["activity", "quiet", "missing", "blocked", "inconclusive", "skipped"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LinkResult:
     session_key: str
-    outcome: str
+    outcome: TickOutcome
     turns: int = 0
     reason: str | None = None
     adapter: str | None = None
@@ -41,72 +44,56 @@ class LinkResult:
         }
 
 
-Settled = tuple[LinkResult, list[Recorded]]
-
-
-def settle(
-    conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int, threshold: int
-) -> Settled:
+def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: int) -> LinkResult:
     """Settle one check of ``link`` (see the module docstring)."""
-    key = link.session_key
+    conn, now, key = record.conn, record.now, link.session_key
     current = read_link(conn, key, link.agent_id)
     if current is None or current.updated_at != link.updated_at or current.ref != link.ref:
-        return LinkResult(
-            session_key=key, outcome="skipped", reason="link changed during the scan"
-        ), []
-    session = conn.execute(
-        "SELECT session_id, run_active FROM sessionwatch_sessions"
-        " WHERE session_key = ? AND agent_id = ?",
-        (key, link.agent_id),
-    ).fetchone()
+        return LinkResult(session_key=key, outcome="skipped", reason="link changed during the scan")
+    session = session_flags(conn, key, link.agent_id)
     if session and session[1]:
-        return LinkResult(session_key=key, outcome="skipped", reason="run active"), []
+        return LinkResult(session_key=key, outcome="skipped", reason="run active")
     session_id = session[0] if session else None
     before = link_state(conn, link, session_id)
     if outcome.status == "missing":
-        return _missing(conn, link, session_id, before.streak + 1, now, threshold, outcome.reason)
+        return _missing(record, link, session_id, before.streak + 1, threshold, outcome.reason)
     if outcome.status == "blocked":
         assert outcome.blocked_offset is not None
         if before.blocked_offset != outcome.blocked_offset:
             log.warning("%s: blocked: %s", key, outcome.reason)
         state = LinkState(blocked_offset=outcome.blocked_offset, outcome="blocked")
         write_link_state(conn, link, session_id, state, outcome.reason or "blocked")
-        return LinkResult(session_key=key, outcome="blocked", reason=outcome.reason), []
+        return LinkResult(session_key=key, outcome="blocked", reason=outcome.reason)
     if outcome.status == "inconclusive" or outcome.marker is None:
         if before.reason != outcome.reason:
             log.warning("%s: inconclusive: %s", key, outcome.reason)
         state = LinkState(outcome="inconclusive", reason=outcome.reason)
         write_link_state(conn, link, session_id, state)
-        return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason), []
-    recorded = [_compacted(conn, link, native, now) for native in outcome.compactions]
+        return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason)
+    for native in outcome.compactions:
+        record(_compacted(link, native, now))
     if outcome.turns:
-        recorded.append(_human_turns(conn, link, outcome, now))
-    _forget_own(conn, outcome.consumed_own)
-    conn.execute(
-        "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?"
-        " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
-        (orjson.dumps(outcome.marker).decode(), now, key, link.agent_id, link.updated_at),
-    )
-    status = "activity" if outcome.turns else "quiet"
+        record(_human_turns(link, outcome, now))
+    forget_own(conn, outcome.consumed_own)
+    links.advance_marker(conn, link, outcome.marker, now)
+    status: TickOutcome = "activity" if outcome.turns else "quiet"
     noted = status if outcome.reason else None  # a plain check leaves no status behind
     write_link_state(conn, link, session_id, LinkState(outcome=noted, reason=outcome.reason))
     return LinkResult(
         session_key=key, outcome=status, turns=len(outcome.turns), reason=outcome.reason
-    ), recorded
+    )
 
 
 def _channel(link: UpstreamLink) -> str:
     return link.catalog_id or link.kind or link.upstream_kind
 
 
-def _human_turns(
-    conn: sqlite3.Connection, link: UpstreamLink, outcome: Outcome, now: int
-) -> Recorded:
+def _human_turns(link: UpstreamLink, outcome: Outcome, now: int) -> EventDraft:
     turns = len(outcome.turns)
     payload: dict[str, Any] = {"channel": _channel(link)}
     if turns > 1:
         payload["turns"] = turns
-    draft = make_draft(
+    return make_draft(
         session_key=link.session_key,
         agent_id=link.agent_id,
         kind=EventKind.HUMAN_DIRECT_MESSAGE,
@@ -116,12 +103,11 @@ def _human_turns(
         occurred_at=outcome.latest_at,
         dedupe_key=f"upstream:{link.session_key}:{link.source_key}:{outcome.dedupe_id}",
     )
-    return record_event(conn, draft, now)
 
 
-def _compacted(conn: sqlite3.Connection, link: UpstreamLink, native: str, now: int) -> Recorded:
+def _compacted(link: UpstreamLink, native: str, now: int) -> EventDraft:
     """A compaction the harness did itself: log-only, once per session and native id."""
-    draft = make_draft(
+    return make_draft(
         session_key=link.session_key,
         agent_id=link.agent_id,
         kind=EventKind.COMPACTED,
@@ -129,42 +115,31 @@ def _compacted(conn: sqlite3.Connection, link: UpstreamLink, native: str, now: i
         now=now,
         dedupe_key=f"compacted:{link.session_key}:{native}",
     )
-    return record_event(conn, draft, now)
-
-
-def _forget_own(conn: sqlite3.Connection, consumed: list[int]) -> None:
-    """Each remembered own message suppresses one upstream prompt: used up, it goes."""
-    conn.executemany("DELETE FROM sessionwatch_own_messages WHERE id = ?", [(i,) for i in consumed])
 
 
 def _missing(
-    conn: sqlite3.Connection,
+    record: Recorder,
     link: UpstreamLink,
     session_id: str | None,
     streak: int,
-    now: int,
     threshold: int,
     reason: str | None,
-) -> Settled:
+) -> LinkResult:
     key = link.session_key
     if streak < threshold:
         state = LinkState(streak=streak, outcome="missing", reason=reason)
-        write_link_state(conn, link, session_id, state)
-        return LinkResult(session_key=key, outcome="missing", reason=reason), []
+        write_link_state(record.conn, link, session_id, state)
+        return LinkResult(session_key=key, outcome="missing", reason=reason)
     draft = make_draft(
         session_key=key,
         agent_id=link.agent_id,
         kind=EventKind.UPSTREAM_MISSING,
         actor_type=ActorType.SYSTEM,
-        now=now,
+        now=record.now,
         payload={"channel": _channel(link)},
         dedupe_key=f"upstream-missing:{key}:{link.source_key}:{link.updated_at}",
     )
-    recorded = record_event(conn, draft, now)
-    for table in ("session_upstream_links", "sessionwatch_link_state"):
-        conn.execute(
-            f"DELETE FROM {table} WHERE session_key = ? AND agent_id = ?", (key, link.agent_id)
-        )
+    record(draft)
+    links.delete_links(record.conn, "session_key = ? AND agent_id = ?", (key, link.agent_id))
     log.warning("%s: upstream missing %d times; link removed", key, streak)
-    result = LinkResult(session_key=key, outcome="missing", reason="upstream_missing recorded")
-    return result, [recorded]
+    return LinkResult(session_key=key, outcome="missing", reason="upstream_missing recorded")

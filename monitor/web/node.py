@@ -15,7 +15,6 @@ Records that cannot be a human turn (the byte pre-filter says so exactly) are se
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from collections.abc import Iterator
@@ -25,17 +24,20 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from adapters.claude import may_be_turn
-from monitor.api import error, json_response, make_guard
-from monitor.catalog import scan_catalog
-from monitor.config import RootsConfig
+from adapters.base import Adapter, Settings
+from adapters.claude_node import SERVED_KIND
+from adapters.jsonl import FORMATS
+from adapters.registry import entry
 from monitor.errors import BadInput, ItemGone, NotFound
+from monitor.web.api import error, json_response, make_guard
 
 PAGE_LIMIT = 50
 BLOCK = 64 * 1024
 _THREAD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ROOT = web.AppKey("root", Path)
 NODE_TOKEN = web.AppKey("node_token", str)
+SERVED = web.AppKey("served", Adapter)
+_PREFILTER = FORMATS[SERVED_KIND].prefilter
 
 
 def find_thread(root: Path, thread_id: str) -> Path:
@@ -83,7 +85,7 @@ def project(line: bytes) -> dict[str, Any]:
         return {"uuid": None, "type": "invalid"}
     if not isinstance(record, dict):
         return {"uuid": None, "type": "invalid"}
-    if may_be_turn(line):
+    if _PREFILTER is None or _PREFILTER(line):
         return record
     uuid = record.get("uuid")
     return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}
@@ -181,8 +183,7 @@ async def thread_items(request: web.Request) -> web.Response:
 
 async def list_threads(request: web.Request) -> web.Response:
     """The Claude sessions under the node's root, as the gateway's catalog lists them."""
-    root = request.app[ROOT]
-    found = await asyncio.to_thread(scan_catalog, RootsConfig(claude=str(root)), ("claude",))
+    found = await request.app[SERVED].catalog()
     threads = [
         {
             "threadId": e.native_id,
@@ -201,6 +202,7 @@ def build_node_app(root: Path, token: str) -> web.Application:
     app = web.Application(middlewares=[make_guard(NODE_TOKEN)])
     app[ROOT] = root
     app[NODE_TOKEN] = token
+    app[SERVED] = entry(SERVED_KIND).build(Settings(roots={SERVED_KIND: str(root)}))
     app.router.add_get("/v1/threads", list_threads)
     app.router.add_get("/v1/threads/{thread}/items", thread_items)
     return app

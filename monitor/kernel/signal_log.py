@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 
 from monitor.clock import DAY_MS
-from monitor.cursors import advance_watchers, register_watch, seed_cursor
 from monitor.errors import BadInput
-from monitor.events import (
+from monitor.kernel.cursors import advance_watchers, register_watch, seed_cursor
+from monitor.kernel.events import (
     NOTIFYING_KINDS,
     ActorType,
     EventKind,
@@ -24,8 +24,8 @@ from monitor.events import (
     compact_payload,
     render_summary,
 )
-from monitor.keys import normalize_key, resolve_agent
-from monitor.notices import PROVENANCE_AMBIENT, Notice
+from monitor.kernel.keys import normalize_key, resolve_agent
+from monitor.kernel.notices import PROVENANCE_AMBIENT, Notice
 
 OCCURRED_AT_MAX_SKEW_MS = DAY_MS
 MAX_ID_LENGTH = 256
@@ -245,6 +245,7 @@ def record_event(conn: sqlite3.Connection, draft: EventDraft, now: int) -> Recor
             store_path=draft.watcher_store_path,
             provenance=PROVENANCE_AMBIENT,
             now=now,
+            head_of=lambda key, agent: read_head(conn, key, agent)[0],
         )
     event = StateEvent(
         sequence=sequence,
@@ -293,3 +294,51 @@ def read_head(conn: sqlite3.Connection, key: str, agent_id: str) -> tuple[int, i
         (key, agent_id),
     ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def prune_events(conn: sqlite3.Connection, *, before: int, cap: int, now: int) -> tuple[int, int]:
+    """Retention: events older than ``before`` or at most ``cap`` go; each pruned session's
+    head keeps its last sequence and records the newest pruned one (for ``historyGap``).
+    How many heads were stamped, and how many events went."""
+    doomed = "(occurred_at < :cutoff OR sequence <= :cap)"
+    params = {"cutoff": before, "cap": cap, "now": now}
+    stamped = conn.execute(
+        "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
+        " pruned_max_sequence, updated_at)"
+        f" SELECT session_key, agent_id, max(sequence), max(sequence), :now"
+        f" FROM session_state_events WHERE {doomed} GROUP BY session_key, agent_id"
+        " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
+        " last_sequence = max(last_sequence, excluded.last_sequence),"
+        " pruned_max_sequence = max(pruned_max_sequence, excluded.pruned_max_sequence)",
+        params,
+    ).rowcount
+    deleted = conn.execute(f"DELETE FROM session_state_events WHERE {doomed}", params).rowcount
+    return stamped, deleted
+
+
+def state_versions(conn: sqlite3.Connection, keys: list[str]) -> list[tuple[str, str | None, int]]:
+    """``(session key, agent id, last sequence)`` of the heads of ``keys`` (all heads when
+    empty); a key without a head is answered with agent None and 0."""
+    sql = "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
+    if not keys:
+        return list(conn.execute(sql + " ORDER BY session_key, agent_id"))
+    out: list[tuple[str, str | None, int]] = []
+    for k in keys:
+        rows = conn.execute(sql + " WHERE session_key = ? ORDER BY agent_id", (k,)).fetchall()
+        out += rows or [(k, None, 0)]
+    return out
+
+
+def delete_session_log(conn: sqlite3.Connection, scope: str, params: tuple[str, ...]) -> None:
+    """Remove the events and head of a ``keys.session_scope``."""
+    conn.execute(f"DELETE FROM session_state_events WHERE {scope}", params)
+    conn.execute(f"DELETE FROM session_state_heads WHERE {scope}", params)
+
+
+def row_cap_sequence(conn: sqlite3.Connection, max_rows: int) -> int:
+    """Rows with a sequence at or below this fall outside the newest ``max_rows``."""
+    row = conn.execute(
+        "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
+        (max_rows,),
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -2,7 +2,7 @@
 
 Each shape is a ``msgspec`` Struct. Request bodies and queries are decoded and checked
 through them (unknown fields refused, types and ranges enforced, in one C call), and the
-OpenAPI document's schemas are generated from the same Structs (:mod:`monitor.openapi`), so
+OpenAPI document's schemas are generated from the same Structs (:mod:`monitor.web.openapi`), so
 the validation and the published contract cannot drift apart. Answers are declared here
 too; the tests check every real answer against the document generated from them.
 
@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from adapters.registry import ADAPTER_NAMES
+from adapters.registry import names
 from monitor.errors import BadInput
-from monitor.events import MAX_INT64, ActorType, EventKind
+from monitor.kernel.events import MAX_INT64, ActorType, EventKind
 
 T = TypeVar("T")
 Unset = msgspec.UnsetType
@@ -80,7 +80,7 @@ AGE_PATTERN = (
     r"(T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?)?)$"
 )
 # Checked by the upstream monitor (its message lists the kinds); the enum is for the document.
-AdapterKind = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(ADAPTER_NAMES)})]
+AdapterKind = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(names())})]
 
 
 class Body(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):

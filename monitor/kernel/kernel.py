@@ -1,24 +1,28 @@
-"""The kernel of session state awareness: one async facade over the store.
+"""The kernel's facade: policy and orchestration over the store, and no SQL of its own.
 
-The CLI and the HTTP API both call this; neither reimplements its logic. Each method is one
-transaction on the database thread.
+The CLI, the HTTP API and the upstream monitor all call this; none reimplements its logic.
+Each method is one transaction; each table's SQL lives in the module that owns it
+(:mod:`signal_log`, :mod:`cursors`, :mod:`sessions`, :mod:`retention`). A layer above that
+owns tables of its own (the upstream monitor's links) joins a transaction through
+:meth:`Kernel.commit`, and has its rows deleted with a session through ``on_delete``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from monitor import cursors, retention
 from monitor.clock import Clock, now_ms
-from monitor.config import SessionConfig
-from monitor.db import DirectStore
+from monitor.config import Config
 from monitor.errors import BadInput, SessionwatchError
-from monitor.events import ActorType, EventKind
-from monitor.keys import (
+from monitor.kernel import cursors, retention, sessions
+from monitor.kernel.db import DirectStore
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.keys import (
     is_group_key,
     is_internal_key,
     is_main_key,
@@ -29,8 +33,7 @@ from monitor.keys import (
     resolve_agent,
     session_scope,
 )
-from monitor.lazylog import LazyLogger
-from monitor.notices import (
+from monitor.kernel.notices import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
     CreatedNotices,
@@ -38,21 +41,45 @@ from monitor.notices import (
     WakeCallback,
     WakeCoalescer,
 )
-from monitor.signal_log import (
+from monitor.kernel.signal_log import (
+    EventDraft,
     Recorded,
+    delete_session_log,
     earliest_sequence,
     make_draft,
     read_head,
     record_event,
     state_changes,
+    state_versions,
 )
-from monitor.store_paths import LEGACY_DEFAULT, StorePathRule
+from monitor.kernel.store_paths import LEGACY_DEFAULT, StorePathRule
+from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
+    from monitor.kernel.store import Store
     from monitor.metrics import Metrics
-    from monitor.store import Store
 
 log = LazyLogger(__name__)
+
+T = TypeVar("T")
+# Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the kernel's
+# transaction: how ``delete`` reaches tables the kernel does not own.
+ScopeDeleter = Callable[[sqlite3.Connection, str, tuple[str, ...]], object]
+
+
+class Recorder:
+    """Records events inside a :meth:`Kernel.commit` transaction; the kernel observes what
+    was recorded (metrics, wake calls) once the transaction committed."""
+
+    def __init__(self, conn: sqlite3.Connection, now: int) -> None:
+        self.conn = conn
+        self.now = now
+        self.recorded: list[Recorded] = []
+
+    def __call__(self, draft: EventDraft) -> Recorded:
+        result = record_event(self.conn, draft, self.now)
+        self.recorded.append(result)
+        return result
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,15 +89,18 @@ class KernelSettings:
     main_key: str = "main"
     group_scope: str = "per-group"
     notify_on_create: bool = True
-    store_path_template: str = ""  # ``[session] store_path``; see monitor.store_paths
+    store_path_template: str = ""  # ``[session] store_path``; see monitor.kernel.store_paths
+    own_text_limit: int = 10  # own messages remembered per session for self-echo
 
     @classmethod
-    def of(cls, session: SessionConfig) -> KernelSettings:
+    def of(cls, config: Config) -> KernelSettings:
+        session = config.session
         return cls(
             main_key=session.main_key,
             group_scope=session.group_scope,
             notify_on_create=session.notify_on_create,
             store_path_template=session.store_path,
+            own_text_limit=config.monitor.own_text_limit,
         )
 
 
@@ -83,13 +113,21 @@ class Kernel:
         settings: KernelSettings,
         *,
         wake: WakeCallback | None = None,
+        metrics: Metrics | None = None,
+        on_delete: Sequence[ScopeDeleter] = (),
+        on_watches_changed: Callable[[], None] | None = None,
     ) -> None:
+        """``on_watches_changed``: called after a commit that may have changed which sessions
+        are watched (a watch, a spawn, an ambient watch, a reset or a deletion); the service
+        re-arms file watching with it, whoever asked."""
         self.store = store
         self.settings = settings
         self.clock: Clock = store.clock
         self._waker = WakeCoalescer(wake, clock=self.clock) if wake else None
         self.created_notices = CreatedNotices()
-        self.metrics: Metrics | None = None
+        self.metrics = metrics
+        self._on_delete = tuple(on_delete)
+        self._watches_changed = on_watches_changed
         self._next_prune_at = 0
         self.store_paths = StorePathRule.for_database(store.path, settings.store_path_template)
 
@@ -102,6 +140,9 @@ class Kernel:
         clock: Clock = now_ms,
         wake: WakeCallback | None = None,
         direct: bool = False,
+        metrics: Metrics | None = None,
+        on_delete: Sequence[ScopeDeleter] = (),
+        on_watches_changed: Callable[[], None] | None = None,
     ) -> Kernel:
         """``direct``: on the calling thread, for one-shot commands (:class:`DirectStore`);
         else the service's store with group commit on a writer thread."""
@@ -109,10 +150,19 @@ class Kernel:
         if direct:
             store = await DirectStore.open(path, clock=clock)
         else:
-            from monitor.store import Store
+            from monitor.kernel.store import Store
 
-            store = await Store.open(path, clock=clock)
-        kernel = cls(store, settings or KernelSettings(), wake=wake)
+            store = await Store.open(
+                path, clock=clock, on_error=metrics.db_errors.inc if metrics else None
+            )
+        kernel = cls(
+            store,
+            settings or KernelSettings(),
+            wake=wake,
+            metrics=metrics,
+            on_delete=on_delete,
+            on_watches_changed=on_watches_changed,
+        )
         try:
             last = await store.read(retention.last_prune_at)
             await store.write(kernel._migrate_legacy_store_paths)
@@ -128,6 +178,27 @@ class Kernel:
 
     async def close(self) -> None:
         await self.store.close()
+
+    # -- transactions of the layers above ----------------------------------------------
+
+    async def commit(self, fn: Callable[[Recorder], T]) -> T:
+        """Run ``fn`` as one write transaction (``recorder.conn``): the events it records
+        through the recorder commit with whatever else it writes, and are observed after."""
+        now = self.clock()
+        recorders: list[Recorder] = []
+
+        def run(conn: sqlite3.Connection) -> T:
+            recorder = Recorder(conn, now)
+            recorders[:] = [recorder]  # a retried transaction starts a fresh recorder
+            return fn(recorder)
+
+        result = await self.store.write(run)
+        self.observe(recorders[0].recorded if recorders else [])
+        return result
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on a read snapshot."""
+        return await self.store.read(fn)
 
     # -- recording ---------------------------------------------------------------------
 
@@ -145,6 +216,8 @@ class Kernel:
             draft = dataclasses.replace(draft, watcher_store_path=path)
         result = await self.store.write(lambda conn: record_event(conn, draft, now))
         self.observe([result])
+        if watcher is not None and not result.duplicate:
+            self._changed()
         await self._maybe_prune(now)
         return result
 
@@ -199,11 +272,24 @@ class Kernel:
             return False
         provenance = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
         now = self.clock()
-        return await self.store.write(
+        watched = await self.store.write(
             lambda conn: cursors.register_watch(
-                conn, watcher=w, target=t, store_path=path, provenance=provenance, now=now
+                conn,
+                watcher=w,
+                target=t,
+                store_path=path,
+                provenance=provenance,
+                now=now,
+                head_of=lambda key, agent: read_head(conn, key, agent)[0],
             )
         )
+        if watched:
+            self._changed()
+        return watched
+
+    def _changed(self) -> None:
+        if self._watches_changed is not None:
+            self._watches_changed()
 
     def _starts_ambient_watch(self, kind: EventKind, actor: ActorType, key: str) -> bool:
         """A group session's human turn makes the agent's main session watch it ambiently."""
@@ -222,7 +308,7 @@ class Kernel:
         return watcher == main and target != main and is_group_key(target)
 
     def _store_path(self, store_path: str | None, key: str) -> str:
-        """The explicit store path, else the watcher's default (see monitor.store_paths)."""
+        """The explicit store path, else the watcher's default (see monitor.kernel.store_paths)."""
         if store_path is None or not store_path.strip():
             return self._default_store_path(key)
         path = store_path.strip()
@@ -304,25 +390,8 @@ class Kernel:
         wanted = [normalize_key(k) for k in keys]
 
         def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            if not wanted:
-                rows = conn.execute(
-                    "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
-                    " ORDER BY session_key, agent_id"
-                ).fetchall()
-                return [_version_row(*r) for r in rows]
-            out = []
-            for k in wanted:
-                rows = conn.execute(
-                    "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
-                    " WHERE session_key = ? ORDER BY agent_id",
-                    (k,),
-                ).fetchall()
-                if rows:
-                    out += [_version_row(*r) for r in rows]
-                else:
-                    parsed = parse_agent_key(k)
-                    out.append(_version_row(k, parsed.agent_id if parsed else None, 0))
-            return out
+            rows = state_versions(conn, wanted)
+            return [_version_row(k, a if a is not None else _agent_of(k), v) for k, a, v in rows]
 
         return await self.store.read(run)
 
@@ -334,28 +403,26 @@ class Kernel:
 
         def run(conn: sqlite3.Connection) -> None:
             cursors.delete_watcher_cursors(conn, k)
-            conn.execute("DELETE FROM sessionwatch_own_messages WHERE session_key = ?", (k,))
+            sessions.forget_session_own(conn, k)
 
         await self.store.write(run)
+        self._changed()
 
     async def delete(self, key: str, *, agent_id: str | None = None) -> None:
-        """Delete a session: its events, head, cursors on both sides, link and our rows."""
+        """Delete a session: its events, head, cursors on both sides, our rows, and what the
+        layers above keep of it (``on_delete``: the upstream link)."""
         k = normalize_key(key)
         scope, params = session_scope(k, agent_id)
 
         def run(conn: sqlite3.Connection) -> None:
             cursors.delete_session_cursors(conn, k)
-            for table in (
-                "session_state_events",
-                "session_state_heads",
-                "session_upstream_links",
-                "sessionwatch_own_messages",
-                "sessionwatch_link_state",
-                "sessionwatch_sessions",
-            ):
-                conn.execute(f"DELETE FROM {table} WHERE {scope}", params)
+            delete_session_log(conn, scope, params)
+            sessions.delete_sessions(conn, scope, params)
+            for deleter in self._on_delete:
+                deleter(conn, scope, params)
 
         await self.store.write(run)
+        self._changed()
 
     async def prune(self, now: int | None = None) -> retention.PruneResult:
         at = self.clock() if now is None else now
@@ -373,7 +440,7 @@ class Kernel:
             log.warning("retention failed: %s", exc)
 
     async def remember_own_message(
-        self, key: str, digest: str, *, agent_id: str | None = None, limit: int = 10
+        self, key: str, digest: str, *, agent_id: str | None = None, limit: int | None = None
     ) -> int:
         """Remember an OpenClaw-side user message for self-echo, by its hash (the caller's
         ``adapters.base.own_text_hash``: the kernel knows no adapters); keeps ``limit``."""
@@ -381,19 +448,11 @@ class Kernel:
         agent = resolve_agent(k, agent_id)
         now = self.clock()
 
+        keep = self.settings.own_text_limit if limit is None else limit
+
         def run(conn: sqlite3.Connection) -> int:
-            conn.execute(
-                "INSERT INTO sessionwatch_own_messages (session_key, agent_id, text_hash,"
-                " created_at) VALUES (?, ?, ?, ?)",
-                (k, agent, digest, now),
-            )
-            conn.execute(
-                "DELETE FROM sessionwatch_own_messages WHERE session_key = ? AND agent_id = ?"
-                " AND id NOT IN (SELECT id FROM sessionwatch_own_messages WHERE session_key = ?"
-                " AND agent_id = ? ORDER BY id DESC LIMIT ?)",
-                (k, agent, k, agent, limit),
-            )
-            return limit
+            sessions.remember_own(conn, k, agent, digest, now, keep)
+            return keep
 
         return await self.store.write(run)
 
@@ -429,7 +488,7 @@ class Kernel:
             )
 
         def run(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
-            existed = write_session_row(
+            existed = sessions.write_session_row(
                 conn,
                 k,
                 agent,
@@ -441,7 +500,7 @@ class Kernel:
             created = not existed and created_draft is not None
             if created and created_draft is not None:
                 created = not record_event(conn, created_draft, now).duplicate
-            return read_session(conn, k, agent) or {}, created
+            return sessions.read_session(conn, k, agent) or {}, created
 
         info, created = await self.store.write(run)
         if created and self.settings.notify_on_create:
@@ -453,48 +512,6 @@ def _version_row(key: str, agent_id: str | None, version: int) -> dict[str, Any]
     return {"sessionKey": key, "agentId": agent_id, "stateVersion": version}
 
 
-def write_session_row(
-    conn: sqlite3.Connection,
-    key: str,
-    agent_id: str,
-    *,
-    session_id: str | None,
-    now: int,
-    store_path: str | None = None,
-    run_active: bool | None = None,
-) -> bool:
-    """Create or update a known session (None leaves a field as it is); True if it existed."""
-    existed = conn.execute(
-        "SELECT 1 FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
-        (key, agent_id),
-    ).fetchone()
-    conn.execute(
-        "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
-        " store_path, run_active, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-        " session_id = coalesce(excluded.session_id, session_id),"
-        " store_path = coalesce(excluded.store_path, store_path),"
-        " run_active = CASE WHEN ? IS NULL THEN run_active ELSE excluded.run_active END,"
-        " updated_at = excluded.updated_at",
-        (key, agent_id, session_id, store_path, int(bool(run_active)), now, now, run_active),
-    )
-    return existed is not None
-
-
-def read_session(conn: sqlite3.Connection, key: str, agent_id: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        "SELECT session_key, agent_id, session_id, store_path, run_active, created_at,"
-        " updated_at FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
-        (key, agent_id),
-    ).fetchone()
-    if row is None:
-        return None
-    return {
-        "sessionKey": row[0],
-        "agentId": row[1],
-        "sessionId": row[2],
-        "storePath": row[3],
-        "runActive": bool(row[4]),
-        "createdAt": row[5],
-        "updatedAt": row[6],
-    }
+def _agent_of(key: str) -> str | None:
+    parsed = parse_agent_key(key)
+    return parsed.agent_id if parsed else None

@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from monitor.clock import Clock, now_ms
-from monitor.db import (
+from monitor.errors import StoreError
+from monitor.kernel.db import (
     BUSY_TIMEOUT_MS,
     _is_locked,
     _locked_error,
@@ -39,8 +40,7 @@ from monitor.db import (
     translate,
     translated,
 )
-from monitor.errors import StoreError
-from monitor.schema import migrate
+from monitor.kernel.schema import migrate
 
 T = TypeVar("T")
 
@@ -139,7 +139,13 @@ def run_group(
 class Store:
     """The writer and reader connections to the state database, opened with :meth:`open`."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock) -> None:
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        path: Path,
+        clock: Clock,
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
         self._conn = conn
         self._reader: sqlite3.Connection | None = None  # inline point reads
         self._reader_lock = threading.Lock()
@@ -151,17 +157,19 @@ class Store:
         self.path = path
         self.clock = clock
         self.write_timeout = BUSY_TIMEOUT_MS / 1000
-        self.on_error: Callable[[], None] | None = None  # counts failures (metrics)
+        self.on_error = on_error  # counts failures (metrics)
 
     @classmethod
-    async def open(cls, path: Path | str, *, clock: Clock = now_ms) -> Store:
+    async def open(
+        cls, path: Path | str, *, clock: Clock = now_ms, on_error: Callable[[], None] | None = None
+    ) -> Store:
         """Open (creating if needed) and migrate the database at ``path``."""
         db_path, created = open_path(path)
         try:
             conn = await aiosqlite.connect(str(db_path), check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
-        store = cls(conn, db_path, clock)
+        store = cls(conn, db_path, clock, on_error)
         try:
             await store._call(configure)
             if created:

@@ -1,30 +1,24 @@
-"""Upstream links: adoption of a native source and the link rows the monitor reads.
+"""The owner of ``session_upstream_links`` and ``sessionwatch_link_state``: all their SQL.
 
 A link ties a session key (and its agent) to a native source with a marker. Adopting the same
 source again keeps the marker; a different source rebases it and clears ``last_scanned_at``.
+The link state is what the monitor keeps of a link between ticks (missing streak, blocked
+offset, the last outcome worth showing and its reason).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
-import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from adapters.base import Marker
-from adapters.registry import ADAPTER_NAMES, VOCABULARY, adapter_for_link, host_id_for
-from adapters.tailer import describe
-from monitor.config import Config, RootsConfig
-from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
-from monitor.paths import expand_user
+from adapters.registry import adapter_for_link, entry, host_id_for
 
-FILE_KINDS = ("claude", "codex", "pi")
-UPSTREAM_KINDS = ADAPTER_NAMES
 _LINK_COLUMNS = (
     "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"
     " last_marker_json, last_scanned_at, created_at, updated_at"
@@ -120,66 +114,6 @@ def public_marker(marker: Marker) -> Marker:
     return {k: v for k, v in marker.items() if k not in _PRIVATE_MARKER_FIELDS}
 
 
-def _expanded(path: str) -> str:
-    """A path a client gave; one whose ``~user`` has no home is outside every root."""
-    try:
-        return expand_user(path)
-    except BadInput as exc:
-        raise OutsideRoots(str(exc)) from None
-
-
-def resolve_ref(kind: str, path: str, thread: str | None, config: Config) -> tuple[Marker, str]:
-    """The upstream ref of a source and its thread id; refs stay inside the configured roots."""
-    if kind == "opencode":
-        db = os.path.realpath(config.roots.path_of("opencode"))
-        if os.path.realpath(_expanded(path)) != db:
-            raise OutsideRoots(f"{path} is not the configured OpenCode database {db}")
-        if not thread or not thread.strip():
-            raise BadInput("an OpenCode adoption needs the session id (--thread)")
-        return {"dbPath": db, "threadId": thread.strip()}, thread.strip()
-    if kind == "claude-node":
-        if path not in config.nodes:
-            known = ", ".join(sorted(config.nodes)) or "none configured"
-            raise NotFound(f"unknown node {path!r} (known: {known})")
-        if not thread or not thread.strip():
-            raise BadInput("a claude-node adoption needs the thread id (--thread)")
-        return {"nodeId": path, "threadId": thread.strip()}, thread.strip()
-    if kind not in FILE_KINDS:
-        raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(UPSTREAM_KINDS)})')
-    real = resolve_file_ref(kind, path, config.roots)
-    thread_id = thread_id_for(kind, real)
-    ref: Marker = {"filePath": real}
-    if kind == "codex":
-        ref["threadId"] = thread_id
-    return ref, thread_id
-
-
-def resolve_file_ref(kind: str, path: str, roots: RootsConfig) -> str:
-    """The real path of a file ref, which must lie inside the kind's configured root."""
-    root = os.path.realpath(roots.path_of(kind))
-    real = os.path.realpath(_expanded(path))
-    if os.path.commonpath([root, real]) != root:
-        raise OutsideRoots(f"{path} is not inside the configured {kind} root {root}")
-    try:
-        mode = os.stat(real).st_mode
-    except FileNotFoundError:
-        raise Declined(f"cannot read {path}: no such file") from None
-    except OSError as exc:
-        raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        raise Declined(f"cannot read {path}: not a regular file ({describe(mode)})")
-    return real
-
-
-def thread_id_for(kind: str, path: str) -> str:
-    stem = Path(path).name.removesuffix(".jsonl")
-    if kind == "codex" and stem.startswith("rollout-"):
-        return stem[len("rollout-") :][20:] or stem  # after the timestamp part
-    if kind == "pi" and "_" in stem:
-        return stem.rsplit("_", 1)[1]
-    return stem
-
-
 def read_link(conn: sqlite3.Connection, key: str, agent_id: str) -> UpstreamLink | None:
     row = conn.execute(
         f"SELECT {_LINK_COLUMNS} FROM session_upstream_links"
@@ -205,7 +139,7 @@ def upsert_link(
     The row is written in OpenClaw's vocabulary (see :mod:`adapters.registry`); "the same
     source" means what OpenClaw's own upsert compares: host, thread, kind and ref.
     """
-    vocab = VOCABULARY[kind]
+    vocab = entry(kind)
     conn.execute(
         f"INSERT INTO session_upstream_links ({_LINK_COLUMNS})"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)"
@@ -314,32 +248,28 @@ def note_link_status(
     )
 
 
-def list_links(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Every link with its state, as ``sessionwatch links`` shows it (one query)."""
+def note_skips(conn: sqlite3.Connection, skipped: list[tuple[UpstreamLink, str]]) -> None:
+    """Why watched links were not checked (a run active, no session id, ambiguous)."""
+    for link, reason in skipped:
+        note_link_status(conn, link, "skipped", reason)
+
+
+def list_links(conn: sqlite3.Connection, targets: set[str]) -> list[dict[str, Any]]:
+    """Every link with its state, as ``sessionwatch links`` shows it; ``watched`` when its
+    session is among the watched ``targets``."""
     rows = conn.execute(
         f"SELECT {', '.join('l.' + c.strip() for c in _LINK_COLUMNS.split(','))},"
         " s.source_key, s.link_updated_at, s.missing_streak, s.blocked_offset,"
-        " s.blocked_reason, s.last_outcome, s.last_reason,"
-        " EXISTS (SELECT 1 FROM session_watch_cursors c"
-        " WHERE c.target_session_key = l.session_key)"
+        " s.blocked_reason, s.last_outcome, s.last_reason"
         " FROM session_upstream_links l LEFT JOIN sessionwatch_link_state s"
         " ON s.session_key = l.session_key AND s.agent_id = l.agent_id"
         " ORDER BY l.session_key, l.agent_id"
     ).fetchall()
-    return [_listed(UpstreamLink.from_row(row[:11]), *row[11:]) for row in rows]
+    return [_listed(UpstreamLink.from_row(row[:11]), row[11:], row[0] in targets) for row in rows]
 
 
-def _listed(
-    link: UpstreamLink,
-    source: str | None,
-    updated: int | None,
-    streak: int | None,
-    blocked_at: int | None,
-    blocked_reason: str | None,
-    outcome: str | None,
-    reason: str | None,
-    watched: int,
-) -> dict[str, Any]:
+def _listed(link: UpstreamLink, state: tuple[Any, ...], watched: bool) -> dict[str, Any]:
+    source, updated, streak, blocked_at, blocked_reason, outcome, reason = state
     current = source == link.source_key and updated == link.updated_at
     return {
         "sessionKey": link.session_key,
@@ -361,3 +291,61 @@ def _listed(
         "drift": link.marker.get("drift"),
         "lastScannedAt": link.last_scanned_at,
     }
+
+
+def all_links(conn: sqlite3.Connection) -> list[UpstreamLink]:
+    rows = conn.execute(
+        f"SELECT {_LINK_COLUMNS} FROM session_upstream_links ORDER BY session_key, agent_id"
+    ).fetchall()
+    return [UpstreamLink.from_row(r) for r in rows]
+
+
+def load_links(conn: sqlite3.Connection, targets: set[str]) -> list[UpstreamLink]:
+    """The links of the watched ``targets`` (what a tick checks)."""
+    rows = conn.execute(
+        f"SELECT {_LINK_COLUMNS} FROM session_upstream_links ORDER BY session_key, agent_id"
+    ).fetchall()
+    return [UpstreamLink.from_row(r) for r in rows if r[0] in targets]
+
+
+def stateful_links(conn: sqlite3.Connection) -> dict[tuple[str, str], str | None]:
+    """Links whose state is not plain (a streak, a block, a noted outcome): their reason."""
+    return {
+        (r[0], r[1]): r[2]
+        for r in conn.execute(
+            "SELECT session_key, agent_id, last_reason FROM sessionwatch_link_state"
+            " WHERE missing_streak > 0 OR blocked_offset IS NOT NULL OR last_outcome IS NOT NULL"
+        )
+    }
+
+
+def touch(conn: sqlite3.Connection, links: Iterable[UpstreamLink], now: int) -> None:
+    """Stamp the scan time of quiet links (unless they changed since they were read)."""
+    conn.executemany(
+        "UPDATE session_upstream_links SET last_scanned_at = ? WHERE session_key = ?"
+        " AND agent_id = ? AND updated_at = ?",
+        [(now, x.session_key, x.agent_id, x.updated_at) for x in links],
+    )
+
+
+def advance_marker(conn: sqlite3.Connection, link: UpstreamLink, marker: Marker, now: int) -> None:
+    conn.execute(
+        "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?"
+        " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
+        (orjson.dumps(marker).decode(), now, link.session_key, link.agent_id, link.updated_at),
+    )
+
+
+def delete_links(conn: sqlite3.Connection, scope: str, params: tuple[str, ...]) -> int:
+    """Remove the links (and their state) of a ``keys.session_scope``; how many links."""
+    conn.execute(f"DELETE FROM sessionwatch_link_state WHERE {scope}", params)
+    return conn.execute(f"DELETE FROM session_upstream_links WHERE {scope}", params).rowcount
+
+
+def blocked_count(conn: sqlite3.Connection) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM sessionwatch_link_state s JOIN session_upstream_links l"
+        " ON l.session_key = s.session_key AND l.agent_id = s.agent_id"
+        " WHERE s.blocked_offset IS NOT NULL AND s.link_updated_at = l.updated_at"
+    ).fetchone()
+    return int(row[0])

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.kernel.schema import migrate
 from monitor.paths import expand_user
-from monitor.schema import migrate
 
 T = TypeVar("T")
 

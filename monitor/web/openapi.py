@@ -1,9 +1,9 @@
-"""The OpenAPI 3.1 document of the HTTP API, generated from :mod:`monitor.models`.
+"""The OpenAPI 3.1 document of the HTTP API, generated from :mod:`monitor.web.models`.
 
 ``ROUTES`` lists every route with the models of its body, query and answer; the schemas
 come from msgspec's JSON Schema generation of the same Structs the API decodes with. The
 document is served at ``GET /openapi.json`` and kept in ``docs/openapi.json``
-(``python -m monitor.openapi > docs/openapi.json``; a test keeps the two equal).
+(``python -m monitor.web.openapi > docs/openapi.json``; a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from monitor import models as m
-from monitor.events import EventKind, summary_schema
+from adapters.registry import Form, entry, names
+from monitor.kernel.events import EventKind, summary_schema
+from monitor.web import models as m
 
 VERSION = "1.0.0"
 
@@ -211,6 +212,20 @@ def _operation(route: Route, components: dict[str, Any]) -> dict[str, Any]:
     return op
 
 
+_FORM_FIELDS = {"file": ("path",), "database": ("path", "thread"), "node": ("node", "thread")}
+
+
+def _adoption_form(form: Form, text: dict[str, Any]) -> dict[str, Any]:
+    """The body that adopts a source of one form, with the registered kinds of that form."""
+    kinds = [name for name in names() if entry(name).form == form]
+    fields = _FORM_FIELDS[form]
+    return {
+        "required": ["kind", *fields],
+        "properties": {"kind": {"enum": kinds}, **{f: text for f in fields}},
+        "not": {"required": ["catalogId"]},
+    }
+
+
 def document() -> dict[str, Any]:
     """The whole OpenAPI 3.1 document."""
     structs: set[type[msgspec.Struct]] = {m.ErrorAnswer}
@@ -250,21 +265,7 @@ def document() -> dict[str, Any]:
                 ]
             },
         },
-        {
-            "required": ["kind", "path"],
-            "properties": {"kind": {"enum": ["claude", "codex", "pi"]}, "path": text},
-            "not": {"required": ["catalogId"]},
-        },
-        {
-            "required": ["kind", "path", "thread"],
-            "properties": {"kind": {"const": "opencode"}, "path": text, "thread": text},
-            "not": {"required": ["catalogId"]},
-        },
-        {
-            "required": ["kind", "node", "thread"],
-            "properties": {"kind": {"const": "claude-node"}, "node": text, "thread": text},
-            "not": {"required": ["catalogId"]},
-        },
+        *(_adoption_form(form, text) for form in ("file", "database", "node")),
     ]
     return {
         "openapi": "3.1.0",

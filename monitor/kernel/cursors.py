@@ -11,8 +11,8 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monitor.keys import parse_agent_key
-from monitor.notices import PROVENANCE_EXPLICIT, Notice
+from monitor.kernel.keys import parse_agent_key
+from monitor.kernel.notices import PROVENANCE_EXPLICIT, Notice
 
 _QUALIFIED = "watcher_session_key LIKE 'agent:%:%'"
 _NOTICE_COLUMNS = (
@@ -58,14 +58,6 @@ class WatchCursor:
         )
 
 
-def head_sequence(conn: sqlite3.Connection, key: str, agent_id: str) -> int:
-    row = conn.execute(
-        "SELECT last_sequence FROM session_state_heads WHERE session_key = ? AND agent_id = ?",
-        (key, agent_id),
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
 def read_cursor(conn: sqlite3.Connection, watcher: str, target: str) -> WatchCursor | None:
     row = conn.execute(
         f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors"
@@ -107,8 +99,10 @@ def register_watch(
     store_path: str,
     provenance: str,
     now: int,
+    head_of: Callable[[str, str], int],
 ) -> bool:
-    """Register ``watcher`` on ``target`` from the target's current state version.
+    """Register ``watcher`` on ``target`` from the target's current state version (what
+    ``head_of(key, agent_id)`` answers: the signal log owns the heads).
 
     Re-registering keeps the cursor as it is, ``updated_at`` included; an explicit watch
     upgrades an ambient one and an ambient registration never downgrades an explicit one.
@@ -120,7 +114,7 @@ def register_watch(
         return False
     existing = read_cursor(conn, watcher, target)
     if existing is None or existing.store_path != store_path:
-        at = head_sequence(conn, target, target_key.agent_id)
+        at = head_of(target, target_key.agent_id)
         if existing is not None and existing.provenance == PROVENANCE_EXPLICIT:
             provenance = PROVENANCE_EXPLICIT
         _write_fresh(
@@ -270,3 +264,17 @@ def migrate_store_paths(
         )
         moved += 1
     return moved
+
+
+def watched_targets(conn: sqlite3.Connection) -> set[str]:
+    """Every session some watcher watches."""
+    return {
+        r[0] for r in conn.execute("SELECT DISTINCT target_session_key FROM session_watch_cursors")
+    }
+
+
+def delete_idle(conn: sqlite3.Connection, before: int) -> int:
+    """Retention: cursors not touched since ``before`` go."""
+    return conn.execute(
+        "DELETE FROM session_watch_cursors WHERE updated_at < ?", (before,)
+    ).rowcount

@@ -245,10 +245,21 @@ def read_schema_version(conn: sqlite3.Connection) -> int:
     ).fetchone()
     if not exists:
         return 0
-    row = conn.execute(
-        "SELECT value FROM sessionwatch_meta WHERE key = 'schema_version'"
-    ).fetchone()
-    return int(row[0]) if row else 0
+    return int(read_meta(conn, "schema_version") or 0)
+
+
+def read_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    """A value of ``sessionwatch_meta``, the sidecar's own key-value table."""
+    row = conn.execute("SELECT value FROM sessionwatch_meta WHERE key = ?", (key,)).fetchone()
+    return str(row[0]) if row else None
+
+
+def write_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO sessionwatch_meta (key, value) VALUES (?, ?)"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
 
 
 def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
@@ -278,11 +289,7 @@ def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
             if column not in present:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {clause}")
     if found < SCHEMA_VERSION:
-        conn.execute(
-            "INSERT INTO sessionwatch_meta (key, value) VALUES ('schema_version', ?)"
-            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (str(SCHEMA_VERSION),),
-        )
+        write_meta(conn, "schema_version", str(SCHEMA_VERSION))
         conn.execute(
             "INSERT OR IGNORE INTO sessionwatch_meta (key, value) VALUES ('created_at', ?)",
             (str(now_ms),),

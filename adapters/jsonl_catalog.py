@@ -1,0 +1,133 @@
+"""The catalog of a JSONL format (Claude, Codex, Pi): the adoptable files under its root.
+
+Each file is read at its head (64 KiB) and tail (16 KiB) only, through a descriptor that
+cannot block (a FIFO is refused). The title is the one the harness keeps (Claude's summary or
+custom title, Pi's session name), else the first human prompt as the format's classifier
+finds it, on one line: the only text an entry holds, shown and never written anywhere. What
+cannot be adopted (Claude sub-agent files, Codex sub-agent rollouts) is skipped and counted;
+a malformed file is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from adapters.base import Catalog, CatalogEntry, catalog_id
+from adapters.jsonl import JsonlFormat, first_prompt
+from adapters.tailer import open_regular
+
+TITLE_CHARS = 200
+HEAD_BYTES = 64 * 1024
+TAIL_BYTES = 16 * 1024
+_TITLE_TYPES = {"custom-title": "customTitle", "ai-title": "aiTitle", "session_info": "name"}
+
+
+def _records(chunk: bytes, *, skip_first_partial: bool) -> list[dict[str, Any]]:
+    lines = chunk.split(b"\n")
+    if skip_first_partial:
+        lines = lines[1:]
+    out = []
+    for line in lines[:-1] if not chunk.endswith(b"\n") else lines:
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def _head_and_tail(path: str, size: int) -> tuple[bytes, bytes]:
+    """Only a regular file is opened, never in a way that can block (a FIFO is refused)."""
+    fd, _ = open_regular(path)
+    try:
+        head = os.pread(fd, HEAD_BYTES, 0)
+        if size <= HEAD_BYTES:
+            return head, b""
+        return head, os.pread(fd, TAIL_BYTES, max(size - TAIL_BYTES, HEAD_BYTES))
+    finally:
+        os.close(fd)
+
+
+def _title(records: list[dict[str, Any]]) -> str | None:
+    title = None
+    for record in records:
+        key = _TITLE_TYPES.get(str(record.get("type")))
+        value = record.get(key) if key else None
+        if isinstance(value, str) and value.strip():
+            title = " ".join(value.split())[:TITLE_CHARS]
+    return title
+
+
+def file_entry(fmt: JsonlFormat, path: str, stat: os.stat_result) -> CatalogEntry | None:
+    """One file's entry; None when it is not adoptable. Raises ValueError when malformed."""
+    head, tail = _head_and_tail(path, stat.st_size)
+    first_nl = head.find(b"\n")
+    try:
+        first = orjson.loads(head[: first_nl if first_nl >= 0 else len(head)])
+    except orjson.JSONDecodeError:
+        raise ValueError("first line is not JSON") from None
+    if not isinstance(first, dict):
+        raise ValueError("first line is not a JSON object")
+    head_records = _records(head, skip_first_partial=False)
+    described = fmt.describe(first, head_records)
+    if described is None:
+        return None
+    native_id, cwd = described
+    real = os.path.realpath(path)
+    prompt = first_prompt(fmt, head_records)
+    title = _title(head_records + (_records(tail, skip_first_partial=True) if tail else []))
+    return CatalogEntry(
+        catalog_id=catalog_id(fmt.kind, real),
+        kind=fmt.kind,
+        native_id=native_id or Path(path).name.removesuffix(".jsonl"),
+        path=real,
+        cwd=cwd,
+        title=title or (prompt[:TITLE_CHARS] if prompt else None),
+        updated_at=int(stat.st_mtime * 1000),
+        size=stat.st_size,
+        prompt=prompt[:TITLE_CHARS] if prompt else None,
+    )
+
+
+def _candidates(fmt: JsonlFormat, root: str) -> tuple[list[str], int]:
+    """Files of the format under its root, and how many were skipped as not adoptable."""
+    found: list[str] = []
+    skipped = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        folder = os.path.basename(dirpath)
+        for name in filenames:
+            if not name.endswith(".jsonl"):
+                continue
+            verdict = fmt.candidate(folder, name)
+            if verdict is False:
+                skipped += 1
+            elif verdict:
+                found.append(os.path.join(dirpath, name))
+        dirnames.sort()
+    return sorted(found), skipped
+
+
+def scan_files(fmt: JsonlFormat, root: str) -> Catalog:
+    """The format's adoptable files under ``root``, newest first."""
+    catalog = Catalog()
+    if not root or not os.path.isdir(root):
+        return catalog
+    paths, catalog.skipped = _candidates(fmt, root)
+    for path in paths:
+        try:
+            entry = file_entry(fmt, path, os.stat(path))
+        except (OSError, ValueError) as exc:
+            reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            catalog.errors.append({"path": path, "reason": reason or "unreadable"})
+            continue
+        if entry is None:
+            catalog.skipped += 1
+        else:
+            catalog.entries.append(entry)
+    catalog.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
+    return catalog

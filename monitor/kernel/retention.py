@@ -1,0 +1,52 @@
+"""Retention of the signal log: 30 days and 50,000 rows; idle cursors expire after 30 days.
+
+Each session's ``pruned_max_sequence`` is stamped with the highest sequence about to be
+deleted before anything is deleted, so ``historyGap`` stays exact; heads never go down.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from monitor.clock import DAY_MS, HOUR_MS
+from monitor.kernel import cursors, schema, signal_log
+
+RETENTION_MS = 30 * DAY_MS
+MAX_ROWS = 50_000
+PRUNE_INTERVAL_MS = HOUR_MS
+CURSOR_IDLE_MS = 30 * DAY_MS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PruneResult:
+    deleted_events: int
+    deleted_cursors: int
+    stamped_sessions: int
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "deletedEvents": self.deleted_events,
+            "deletedCursors": self.deleted_cursors,
+            "stampedSessions": self.stamped_sessions,
+        }
+
+
+def prune(
+    conn: sqlite3.Connection,
+    now: int,
+    *,
+    max_rows: int = MAX_ROWS,
+    retention_ms: int = RETENTION_MS,
+) -> PruneResult:
+    """Run retention inside the caller's transaction."""
+    stamped, deleted = signal_log.prune_events(
+        conn, before=now - retention_ms, cap=signal_log.row_cap_sequence(conn, max_rows), now=now
+    )
+    idle = cursors.delete_idle(conn, now - CURSOR_IDLE_MS)
+    schema.write_meta(conn, "last_prune_at", str(now))
+    return PruneResult(deleted_events=deleted, deleted_cursors=idle, stamped_sessions=stamped)
+
+
+def last_prune_at(conn: sqlite3.Connection) -> int:
+    return int(schema.read_meta(conn, "last_prune_at") or 0)

@@ -1,0 +1,188 @@
+"""Adoption: tie a session key to a native source, baselined at its current end.
+
+A source is named by a catalog id (or the short id the catalog table shows), or by kind and
+path (a file; a database and a session id; a paired node and a thread): the API and the CLI
+take the same forms, checked by the same rules. The source is resolved and baselined by its
+adapter; the ``adopted`` event, the gateway session record and the link commit together. A
+baseline that cannot be trusted declines the link; the adoption itself still succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from adapters.base import Adapter, Marker
+from adapters.registry import entry, host_id_for
+from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
+from monitor.kernel import Kernel
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.kernel import Recorder
+from monitor.kernel.keys import normalize_key, resolve_agent
+from monitor.kernel.sessions import read_session, write_session_row
+from monitor.kernel.signal_log import make_draft
+from monitor.paths import expand_user
+from monitor.upstream.catalog import SessionCatalog
+from monitor.upstream.links import UpstreamLink, upsert_link
+
+
+def check_kind(kind: str) -> str:
+    """A registered kind, else a :class:`BadInput` naming the known ones."""
+    return entry(kind).name
+
+
+class Adoption:
+    def __init__(
+        self,
+        kernel: Kernel,
+        adapters: Mapping[str, Adapter],
+        catalog: SessionCatalog,
+        on_links_changed: Callable[[], None] | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self.adapters = adapters
+        self.catalog = catalog
+        self._changed = on_links_changed
+
+    async def adopt(
+        self,
+        *,
+        kind: str,
+        path: str,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        thread: str | None = None,
+    ) -> dict[str, Any]:
+        """Adopt a native source: baseline its marker at the end and record ``adopted``."""
+        key = normalize_key(session_key)
+        agent = resolve_agent(key, agent_id)
+        form = entry(kind)
+        adapter = self.adapters.get(kind)
+        if adapter is None:
+            raise BadInput(f"no adapter for {kind} is configured")
+        declined: str | None = None
+        ref: Marker = {}
+        marker: Marker = {}
+        thread_id = ""
+        try:
+            source = adapter.resolve(path if form.remote else _expanded(path), thread)
+            ref, thread_id = source.ref, source.thread_id
+            marker = await adapter.baseline(ref)
+        except Declined as exc:
+            declined = str(exc)
+        # As OpenClaw records an adoption: once per session key, by the person who adopted.
+        adopted = make_draft(
+            session_key=key,
+            agent_id=agent,
+            kind=EventKind.ADOPTED,
+            actor_type=ActorType.HUMAN,
+            session_id=session_id,
+            now=self.kernel.clock(),
+            payload={"catalogId": form.catalog_id, "hostId": host_id_for(kind, ref)},
+            dedupe_key=f"adopted:{key}",
+        )
+
+        def run(record: Recorder) -> UpstreamLink | None:
+            conn, now = record.conn, record.now
+            known = read_session(conn, key, agent)
+            # A session without an id takes the given one, else the native session id; an
+            # existing session keeps its id.
+            sid = None if known and known["sessionId"] else (session_id or thread_id or None)
+            write_session_row(conn, key, agent, session_id=sid, now=now)
+            record(adopted)
+            if declined is not None:
+                return None
+            return upsert_link(
+                conn,
+                key=key,
+                agent_id=agent,
+                kind=kind,
+                ref=ref,
+                marker=marker,
+                thread_id=thread_id,
+                now=now,
+            )
+
+        link = await self.kernel.commit(run)
+        if self._changed:
+            self._changed()
+        return {"link": link.as_json() if link else None, "declined": declined}
+
+    async def adopt_catalog(
+        self,
+        catalog_id: str,
+        *,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Adopt a catalog entry by its id, or by the short id the table shows."""
+        wanted = catalog_id.strip()
+        kind, _, digest = wanted.rpartition(":")
+        found = await self.catalog.find(check_kind(kind) if kind else None)
+        if kind:
+            matches = [e for e in found.entries if e.catalog_id == wanted]
+        else:
+            matches = [
+                e for e in found.entries if len(digest) >= 4 and e.short_id.startswith(digest)
+            ]
+            if not matches:
+                matches = [e for e in found.entries if e.catalog_id.endswith(":" + digest)]
+        if not matches:
+            raise NotFound(f"no catalog session {catalog_id!r}")
+        if len(matches) > 1:
+            ids = ", ".join(e.catalog_id for e in matches[:5])
+            raise BadInput(f"catalog id {catalog_id!r} is ambiguous: {ids}")
+        chosen = matches[0]
+        return await self.adopt(
+            kind=chosen.kind,
+            path=chosen.path,
+            thread=chosen.native_id if entry(chosen.kind).needs_thread else None,
+            session_key=session_key,
+            agent_id=agent_id,
+            session_id=session_id,
+        )
+
+    async def adopt_source(
+        self,
+        *,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        catalog_id: str | None = None,
+        kind: str | None = None,
+        path: str | None = None,
+        node: str | None = None,
+        thread: str | None = None,
+    ) -> dict[str, Any]:
+        """Adopt by catalog id, or by kind and path (with ``thread`` for a database), or a
+        paired node's thread (``node`` and ``thread``)."""
+        if catalog_id is not None:
+            if kind or path or node or thread:
+                raise BadInput("give either a catalog id, or a kind with a path (or a node)")
+            return await self.adopt_catalog(
+                catalog_id, session_key=session_key, agent_id=agent_id, session_id=session_id
+            )
+        if kind is None:
+            raise BadInput("a kind is required (or a catalog id)")
+        remote = entry(kind).remote
+        source = (node or path) if remote else path
+        if source is None:
+            raise BadInput("a node is required" if remote else "a path is required")
+        return await self.adopt(
+            kind=kind,
+            path=source,
+            thread=thread,
+            session_key=session_key,
+            agent_id=agent_id,
+            session_id=session_id,
+        )
+
+
+def _expanded(path: str) -> str:
+    """A path a client gave; one whose ``~user`` has no home is outside every root."""
+    try:
+        return expand_user(path)
+    except BadInput as exc:
+        raise OutsideRoots(str(exc)) from None

@@ -1,0 +1,200 @@
+"""The session catalog for people: every adapter's adoptable sessions, filtered and ranked.
+
+Each format lists its own sessions (``Adapter.catalog``, see :mod:`adapters.base`); this
+module merges them, marks the ones already adopted with their session key, and filters:
+kind, working directory, age, and a fuzzy ``search`` (rapidfuzz: each word of the query
+against the best-matching word of the title, the working directory and the first prompt,
+so typos and word order do not matter). The first prompt is only ever shown, never written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from adapters.base import Adapter, Catalog, CatalogEntry, catalog_id
+from monitor.errors import BadInput
+from monitor.kernel import Kernel
+from monitor.paths import expand_user
+from monitor.upstream import links
+
+
+def _matches_cwd(entry: CatalogEntry, want: str) -> bool:
+    have = entry.cwd or ""
+    return have == want or have.startswith(want.rstrip("/") + "/")
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """``--since``: an age (``30m``, ``6h``, ``2d``, ``1w``) or a date (``2026-11-30``),
+    as the earliest update time in ms."""
+    raw = text.strip()
+    unit = _AGE_UNITS.get(raw[-1:].lower())
+    if unit is not None and raw[:-1].isdigit():
+        return now_ms - int(raw[:-1]) * unit * 1000
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        raise BadInput(
+            f"since must be an age such as 30m, 6h, 2d or 1w, or a date, got {text!r}"
+        ) from None
+    return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def _word_score(word: str, candidate: str, **_: Any) -> float:
+    from rapidfuzz import fuzz
+
+    score = fuzz.ratio(word, candidate)
+    if len(word) >= 3:  # a prefix or a part of a longer word is nearly as good
+        score = max(score, fuzz.partial_ratio(word, candidate) * 0.95)
+    return float(score)
+
+
+def _search_score(query: str, text: str, **_: Any) -> float:
+    """The mean, over the query's words, of each one's best match among the text's words."""
+    from rapidfuzz import process
+
+    words, candidates = query.split(), text.split()
+    if not words or not candidates:
+        return 0.0
+    best = (process.extractOne(w, candidates, scorer=_word_score) for w in words)
+    return float(sum(b[1] for b in best if b is not None)) / len(words)
+
+
+SEARCH_CUTOFF = 75.0
+
+
+def select(
+    catalog: Catalog,
+    *,
+    cwd: str | None = None,
+    since_ms: int | None = None,
+    search: str | None = None,
+    limit: int | None = None,
+) -> Catalog:
+    """The entries that pass the filters, newest first or (with ``search``) best first."""
+    want = None if cwd is None else os.path.realpath(expand_user(cwd))
+    entries = [
+        e
+        for e in catalog.entries
+        if (want is None or _matches_cwd(e, want))
+        and (since_ms is None or e.updated_at >= since_ms)
+    ]
+    if search is not None and search.strip():
+        from rapidfuzz import process, utils
+
+        texts = [" ".join(filter(None, (e.title, e.prompt, e.cwd))) for e in entries]
+        ranked = process.extract(
+            search,
+            texts,
+            scorer=_search_score,
+            processor=utils.default_process,
+            score_cutoff=SEARCH_CUTOFF,
+            limit=None,
+        )
+        entries = [
+            replace(entries[i], score=float(score))
+            for _, score, i in sorted(ranked, key=lambda r: (-r[1], r[2]))
+        ]
+    return Catalog(entries=entries[:limit], skipped=catalog.skipped, errors=catalog.errors)
+
+
+def _age(updated_ms: int, now_ms: int) -> str:
+    seconds = max(0, (now_ms - updated_ms) // 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return "just now"
+
+
+def _size(entry: CatalogEntry) -> str:
+    if entry.size_unit == "messages":
+        return f"{entry.size} msg"
+    value = float(entry.size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""  # pragma: no cover - the loop always returns
+
+
+def _home(path: str | None) -> str:
+    if not path:
+        return ""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
+
+
+def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
+    """The catalog as a table for people (``sessionwatch catalog``), ``width`` columns wide:
+    a short id ``adopt`` takes, the title and working directory cut to fit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=width)
+    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
+    table.add_column("id", no_wrap=True, min_width=8)
+    table.add_column("kind", no_wrap=True, overflow="ellipsis", min_width=6, max_width=16)
+    table.add_column("title", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("directory", no_wrap=True, overflow="ellipsis", max_width=28)
+    table.add_column("age", no_wrap=True, justify="right", min_width=10)
+    table.add_column("size", no_wrap=True, justify="right", min_width=8)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=24)
+    for e in catalog.entries:
+        kind = f"{e.kind}@{e.node}" if e.node else e.kind
+        table.add_row(
+            e.short_id,
+            kind,
+            e.title or "",
+            _home(e.cwd),
+            _age(e.updated_at, now_ms),
+            _size(e),
+            e.session_key or "",
+        )
+    console.print(table)
+    console.print(f"{len(catalog.entries)} sessions; {catalog.skipped} skipped (not adoptable)")
+    for err in catalog.errors:
+        console.print(f"[yellow]skipped {err['path']}: {err['reason']}[/yellow]")
+
+
+class SessionCatalog:
+    """Every adapter's sessions, each with the session key it is adopted under, if any."""
+
+    def __init__(self, kernel: Kernel, adapters: Mapping[str, Adapter]) -> None:
+        self.kernel = kernel
+        self.adapters = adapters
+
+    async def find(
+        self,
+        kind: str | None = None,
+        *,
+        cwd: str | None = None,
+        since: str | None = None,
+        search: str | None = None,
+        limit: int | None = None,
+    ) -> Catalog:
+        """The sessions of ``kind`` (of every kind when None), filtered and ranked."""
+        if kind is not None and kind not in self.adapters:
+            raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(self.adapters)})')
+        since_ms = parse_since(since, self.kernel.clock()) if since else None
+        kinds = [kind] if kind is not None else list(self.adapters)
+        found = Catalog()
+        for part in await asyncio.gather(*(self.adapters[k].catalog() for k in kinds)):
+            found.extend(part)
+        adopted: dict[str, str] = {}
+        for link in await self.kernel.read(links.all_links):
+            adapter = self.adapters.get(link.kind or "")
+            if adapter is not None:
+                adopted[catalog_id(link.kind or "", adapter.catalog_key(link.ref))] = (
+                    link.session_key
+                )
+        found.entries = [replace(e, session_key=adopted.get(e.catalog_id)) for e in found.entries]
+        found.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
+        return select(found, cwd=cwd, since_ms=since_ms, search=search, limit=limit)

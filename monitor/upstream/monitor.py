@@ -1,0 +1,125 @@
+"""The upstream monitor's facade: adoption, the catalog, the tick and link administration,
+each in its own module, over one set of adapters built from the registry.
+
+Per link, what a tick found is settled in one transaction (:mod:`monitor.upstream.settle`):
+the ``human_direct_message`` (or ``upstream_missing``) event and the marker (or link
+deletion) that depends on it commit together, compare-and-set against the link as it was
+when the scan began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from adapters.base import Adapter, Catalog, NodeAddress, Settings
+from adapters.registry import build_adapters
+from monitor.config import Config
+from monitor.kernel import Kernel
+from monitor.kernel.cursors import watched_targets
+from monitor.kernel.keys import normalize_key, session_scope
+from monitor.metrics import Metrics
+from monitor.upstream import links
+from monitor.upstream.adoption import Adoption
+from monitor.upstream.catalog import SessionCatalog
+from monitor.upstream.settle import LinkResult
+from monitor.upstream.tick import Ticker, TickSettings
+
+
+def adapter_settings(config: Config) -> Settings:
+    """What the configuration tells the adapters."""
+    m = config.monitor
+    return Settings(
+        roots={kind: str(config.roots.path_of(kind)) for kind in config.roots.kinds()},
+        nodes={n: NodeAddress(url=c.url, token_file=c.token_file) for n, c in config.nodes.items()},
+        scan_cap=m.scan_cap_bytes,
+        max_line=m.max_line_bytes,
+        export_concurrency=m.export_concurrency,
+        replay_lookback=m.replay_lookback,
+        node_pages=m.node_pages,
+    )
+
+
+class UpstreamMonitor:
+    """Adopts native sources and runs ticks; one tick at a time."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        adapters: Mapping[str, Adapter],
+        settings: TickSettings,
+        *,
+        metrics: Metrics | None = None,
+        on_links_changed: Callable[[], None] | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self.adapters = adapters
+        self.ticker = Ticker(kernel, adapters, settings, metrics)
+        self.sessions = SessionCatalog(kernel, adapters)
+        self.adoption = Adoption(kernel, adapters, self.sessions, on_links_changed)
+
+    @classmethod
+    def from_config(
+        cls,
+        kernel: Kernel,
+        config: Config,
+        *,
+        metrics: Metrics | None = None,
+        on_links_changed: Callable[[], None] | None = None,
+    ) -> UpstreamMonitor:
+        m = config.monitor
+        return cls(
+            kernel,
+            build_adapters(adapter_settings(config)),
+            TickSettings(
+                budget_s=m.adapter_budget_s,
+                missing_threshold=m.missing_threshold,
+                own_text_limit=m.own_text_limit,
+            ),
+            metrics=metrics,
+            on_links_changed=on_links_changed,
+        )
+
+    # -- the tick ----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """A tick is running."""
+        return self.ticker.busy
+
+    async def tick(self, only: set[str] | None = None) -> list[LinkResult]:
+        return await self.ticker.tick(only)
+
+    async def tick_done(self) -> None:
+        await self.ticker.done()
+
+    # -- adoption and the catalog ------------------------------------------------------
+
+    async def adopt(self, **source: Any) -> dict[str, Any]:
+        return await self.adoption.adopt(**source)
+
+    async def adopt_source(self, **source: Any) -> dict[str, Any]:
+        return await self.adoption.adopt_source(**source)
+
+    async def adopt_catalog(self, catalog_id: str, **target: Any) -> dict[str, Any]:
+        return await self.adoption.adopt_catalog(catalog_id, **target)
+
+    async def find_catalog(self, kind: str | None = None, **filters: Any) -> Catalog:
+        return await self.sessions.find(kind, **filters)
+
+    async def catalog(self, kind: str | None = None, **filters: Any) -> dict[str, Any]:
+        return (await self.sessions.find(kind, **filters)).as_json()
+
+    # -- links -------------------------------------------------------------------------
+
+    async def links(self) -> list[dict[str, Any]]:
+        return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
+
+    async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:
+        """Remove a session's link (all agents' for a bare key without ``agent_id``)."""
+        scope, params = session_scope(normalize_key(session_key), agent_id)
+        removed: int = await self.kernel.commit(lambda r: links.delete_links(r.conn, scope, params))
+        return removed > 0
+
+    async def blocked_count(self) -> int:
+        return await self.kernel.read(links.blocked_count)

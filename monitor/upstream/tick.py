@@ -1,0 +1,223 @@
+"""The tick: load the watched links, skip what must not be checked, check the rest under
+the adapter budget (one batch per kind, the kinds concurrently), settle what changed.
+
+A quiet link whose marker and state did not change costs no transaction of its own: all of
+them are stamped in one. Why a link was skipped is noted for ``links`` when it changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from adapters.base import Adapter, Outcome, Probe
+from monitor.errors import SessionwatchError
+from monitor.kernel import Kernel
+from monitor.kernel.cursors import watched_targets
+from monitor.kernel.kernel import Recorder
+from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
+from monitor.metrics import Metrics
+from monitor.upstream import links
+from monitor.upstream.links import UpstreamLink
+from monitor.upstream.settle import LinkResult, settle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Snapshot:
+    """What a tick reads in one snapshot: the watched links, the known sessions' id and run
+    flag, each session's recent own messages, and the links whose state is not plain."""
+
+    links: list[UpstreamLink]
+    sessions: dict[tuple[str, str], SessionFlags]
+    own: dict[tuple[str, str], list[tuple[int, str]]]
+    stateful: dict[tuple[str, str], str | None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TickSettings:
+    budget_s: float = 45.0  # per adapter and tick
+    missing_threshold: int = 3
+    own_text_limit: int = 10
+
+
+def _unchanged(link: UpstreamLink, outcome: Outcome, snapshot: Snapshot) -> bool:
+    return (
+        outcome.status == "quiet"
+        and outcome.marker == link.marker
+        and not outcome.reason
+        and link.key not in snapshot.stateful
+    )
+
+
+class Ticker:
+    """Runs ticks; one at a time."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        adapters: Mapping[str, Adapter],
+        settings: TickSettings,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self.adapters = adapters
+        self.settings = settings
+        self.metrics = metrics
+        self._lock = asyncio.Lock()
+        self._ambiguous_logged: set[str] = set()
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    async def done(self) -> None:
+        """Wait for the tick in flight, if any, to finish."""
+        async with self._lock:
+            return
+
+    async def tick(self, only: set[str] | None = None) -> list[LinkResult]:
+        """One pass over the watched links (or the ``only`` keys among them)."""
+        async with self._lock:
+            return await self._tick(only)
+
+    def _load(self, conn: sqlite3.Connection) -> Snapshot:
+        return Snapshot(
+            links=links.load_links(conn, watched_targets(conn)),
+            sessions=all_session_flags(conn),
+            own=recent_own(conn, self.settings.own_text_limit),
+            stateful=links.stateful_links(conn),
+        )
+
+    async def _tick(self, only: set[str] | None) -> list[LinkResult]:
+        snapshot = await self.kernel.read(self._load)
+        agents_per_key = Counter(link.session_key for link in snapshot.links)
+        results: list[LinkResult] = []
+        skipped: list[tuple[UpstreamLink, str]] = []
+        batches: dict[str, list[tuple[UpstreamLink, Probe]]] = defaultdict(list)
+        for link in snapshot.links:
+            if only is not None and link.session_key not in only:
+                continue
+            skip = self._skip_reason(link, agents_per_key, snapshot.sessions)
+            if skip:
+                results.append(
+                    LinkResult(session_key=link.session_key, outcome="skipped", reason=skip)
+                )
+                if not link.foreign and snapshot.stateful.get(link.key) != skip:
+                    skipped.append((link, skip))
+                continue
+            probe = Probe(
+                session_key=link.session_key,
+                ref=link.ref,
+                marker=link.marker,
+                own=tuple(snapshot.own.get(link.key, ())),
+                last_scanned_at=link.last_scanned_at,
+            )
+            assert link.kind is not None  # foreign links were skipped
+            batches[link.kind].append((link, probe))
+        checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
+        idle: list[UpstreamLink] = []
+        for kind, works, outcomes in checked:
+            for (link, _), outcome in zip(works, outcomes, strict=True):
+                self._count_drift(kind, outcome)
+                if _unchanged(link, outcome, snapshot):
+                    idle.append(link)
+                    results.append(
+                        LinkResult(session_key=link.session_key, outcome="quiet", adapter=kind)
+                    )
+                else:
+                    result = await self._settle(link, outcome)
+                    results.append(replace(result, adapter=kind))
+        if idle:
+            await self._quietly(
+                "stamp the scan time of quiet links", lambda c, now: links.touch(c, idle, now)
+            )
+        if skipped:
+            await self._quietly(
+                "note why links were skipped", lambda c, now: links.note_skips(c, skipped)
+            )
+        return results
+
+    async def _quietly(self, what: str, write: Callable[[sqlite3.Connection, int], None]) -> None:
+        """A bookkeeping write whose failure is logged, not raised: the next tick redoes it."""
+        try:
+            await self.kernel.commit(lambda r: write(r.conn, r.now))
+        except SessionwatchError as exc:
+            log.warning("could not %s: %s", what, exc)
+
+    def _skip_reason(
+        self,
+        link: UpstreamLink,
+        agents: Counter[str],
+        sessions: dict[tuple[str, str], SessionFlags],
+    ) -> str | None:
+        if agents[link.session_key] > 1:
+            if link.session_key not in self._ambiguous_logged:
+                log.warning(
+                    "%s is linked under several agents; skipped as ambiguous", link.session_key
+                )
+                self._ambiguous_logged.add(link.session_key)
+            return "ambiguous: linked under several agent ids"
+        if link.kind is None:
+            return f"foreign: {link.upstream_kind} links are read by the gateway, not by us"
+        if link.kind not in self.adapters:
+            return f"no adapter for {link.kind}"
+        known = sessions.get(link.key)
+        if known is None:  # a session we were never told of (a link the gateway wrote)
+            return None
+        session_id, run_active = known
+        if not session_id:
+            return "no session id"
+        if run_active:
+            return "run active"
+        return None
+
+    async def _check(
+        self, kind: str, works: list[tuple[UpstreamLink, Probe]]
+    ) -> tuple[str, list[tuple[UpstreamLink, Probe]], list[Outcome]]:
+        try:
+            outcomes = await asyncio.wait_for(
+                self.adapters[kind].check([probe for _, probe in works]), self.settings.budget_s
+            )
+            if len(outcomes) != len(works):
+                raise SessionwatchError(f"{kind} adapter answered {len(outcomes)} outcomes")
+        except TimeoutError:
+            outcomes = [Outcome(status="inconclusive", reason="adapter budget exceeded")] * len(
+                works
+            )
+        except Exception as exc:
+            log.exception("%s adapter failed", kind)
+            outcomes = [Outcome(status="inconclusive", reason=f"adapter failed: {exc}")] * len(
+                works
+            )
+        return kind, works, outcomes
+
+    async def _settle(self, link: UpstreamLink, outcome: Outcome) -> LinkResult:
+        threshold = self.settings.missing_threshold
+
+        def run(record: Recorder) -> LinkResult:
+            return settle(record, link, outcome, threshold)
+
+        try:
+            return await self.kernel.commit(run)
+        except SessionwatchError as exc:
+            log.warning("%s: could not settle the tick: %s", link.session_key, exc)
+            return LinkResult(session_key=link.session_key, outcome="inconclusive", reason=str(exc))
+
+    def _count_drift(self, kind: str, outcome: Outcome) -> None:
+        metrics, drift = self.metrics, outcome.drift
+        if metrics is None or drift is None:
+            return
+        for record_type, n in drift.unknown_types.items():
+            metrics.drift_unknown.labels(kind, record_type).inc(n)
+        if drift.unclassified:
+            metrics.drift_unclassified.labels(kind).inc(drift.unclassified)
+        if drift.invalid:
+            metrics.invalid_lines.labels(kind).inc(drift.invalid)
+        if drift.newer and drift.version:
+            metrics.drift_newer_version.labels(kind, drift.version).set(1)
