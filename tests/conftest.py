@@ -21,6 +21,7 @@ from monitor.service import Sidecar, running
 from tests.contract import check_answer
 
 T0 = 1_790_000_000_000
+REPO = Path(__file__).resolve().parent.parent  # the repository's root
 
 
 class ManualClock:

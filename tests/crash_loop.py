@@ -7,7 +7,7 @@ settles what is left, and every prompt must be recorded exactly once (the sum of
 ``payload.turns`` of each session's ``human_direct_message`` events equals the prompts
 written), and ``PRAGMA integrity_check`` must say ok.
 
-``tests/test_crash_loop.py`` runs a few dozen cycles; ``bench/crash.py`` runs a thousand.
+``tests/upstream/test_crash_loop.py`` runs a few dozen cycles; ``bench/crash.py`` runs a thousand.
 """
 
 from __future__ import annotations

@@ -13,14 +13,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import served_address
+from tests.conftest import REPO, served_address
 
-DOC = Path(__file__).parent.parent / "docs" / "gateway-integration.md"
+DOC = REPO / "docs" / "gateway-integration.md"
 
 
 def blocks() -> list[str]:
     found = re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
-    # The stream example never ends by itself: tests/test_stream.py runs it.
+    # The stream example never ends by itself: tests/web/test_stream.py runs it.
     return [b for b in found if "export SW=" not in b and "/notices/stream" not in b]
 
 

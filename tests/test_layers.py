@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
+
+ROOT = REPO
 TOP = ("monitor.service", "monitor.cli", "monitor.__main__")
 FORBIDDEN = {
     "monitor/kernel": ("adapters", "monitor.upstream", "monitor.web", *TOP),

@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import served_address
+from tests.conftest import REPO, served_address
 from tests.test_cli import sw
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "operator-guide.md"
+GUIDE = REPO / "docs" / "operator-guide.md"
 FIRST = (
     b'{"type":"user","uuid":"u1","cwd":"/w/billing",'
     b'"message":{"role":"user","content":"Fix the billing tests"}}\n'

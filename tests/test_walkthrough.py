@@ -10,7 +10,9 @@ from pathlib import Path
 
 import orjson
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.conftest import REPO
+
+README = REPO / "README.md"
 
 
 def test_the_readme_walkthrough_runs_as_written() -> None:

@@ -1,12 +1,11 @@
 """The Claude, Codex and Pi classifiers tested directly against sample_transcripts/: in
 process, record by record (the pure classifier) and through the adapter's own replay (the
-tailer, tolerant parsing and self-echo around it). tests/test_samples.py runs the same files
-through the ``sessionwatch replay`` command."""
+tailer, tolerant parsing and self-echo around it). tests/adapters/test_samples.py runs the
+same files through the ``sessionwatch replay`` command."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,8 +15,9 @@ from adapters.base import Settings
 from adapters.jsonl import FORMATS
 from adapters.registry import entry
 from monitor.errors import Declined
+from tests.conftest import REPO
 
-SAMPLES = Path(__file__).resolve().parent.parent.parent / "sample_transcripts"
+SAMPLES = REPO / "sample_transcripts"
 CASES = sorted(p.name.removesuffix(".expected.json") for p in SAMPLES.glob("*.expected.json"))
 
 

@@ -16,7 +16,7 @@ from monitor.config import Config, MonitorConfig, RootsConfig
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
-from tests.conftest import notice
+from tests.conftest import REPO, notice
 
 KEY = "agent:main:adopted:x"
 MAIN = "agent:main:main"
@@ -276,7 +276,7 @@ async def test_refs_must_stay_inside_the_roots(
 async def test_untrusted_baselines_decline_with_the_reason(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
-    samples = Path(__file__).parent.parent / "sample_transcripts"
+    samples = REPO / "sample_transcripts"
     pi_old = Path(roots.pi) / "old.jsonl"
     pi_old.write_bytes((samples / "pi_legacy.jsonl").read_bytes())
     sub = Path(roots.codex) / "rollout-sub.jsonl"
@@ -301,7 +301,7 @@ async def test_untrusted_baselines_decline_with_the_reason(
 async def test_codex_and_pi_links_report_their_turns(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
-    samples = Path(__file__).parent.parent / "sample_transcripts"
+    samples = REPO / "sample_transcripts"
     rollout = Path(roots.codex) / "rollout-2026-03-01T10-00-00-019c.jsonl"
     rollout.write_bytes((samples / "codex_rollout.jsonl").read_bytes().splitlines(True)[0])
     await adopt_watched(monitor, rollout, "codex")

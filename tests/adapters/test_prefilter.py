@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import orjson
 from hypothesis import given, settings
@@ -12,8 +11,9 @@ from hypothesis import strategies as st
 from adapters.base import OwnPool
 from adapters.jsonl import FORMATS, JsonlFormat, scan
 from adapters.tailer import split_lines
+from tests.conftest import REPO
 
-SAMPLES = Path(__file__).parent.parent / "sample_transcripts"
+SAMPLES = REPO / "sample_transcripts"
 TOKENS = [
     '"type":"assistant"',
     '"type":"tool_result"',

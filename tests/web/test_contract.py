@@ -25,11 +25,11 @@ from schemathesis.checks import (
 )
 
 from monitor.web.openapi import document_bytes
-from tests.conftest import served_address
+from tests.conftest import REPO, served_address
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
+DOCS = REPO / "docs" / "openapi.json"
 EXAMPLES = 15  # per route and generation mode: bounded, so CI stays fast
-STREAM = "/v1/watchers/{key}/notices/stream"  # never ends; tests/test_stream.py covers it
+STREAM = "/v1/watchers/{key}/notices/stream"  # never ends; tests/web/test_stream.py covers it
 
 
 @pytest.fixture(scope="module")

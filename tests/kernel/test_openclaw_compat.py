@@ -19,8 +19,8 @@ from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.store_paths import StorePathRule
 from monitor.upstream import UpstreamMonitor
 from tests.conftest import ManualClock, human, notice
+from tests.kernel.test_notices import WakeLog
 from tests.opencode_db import OpenCodeDB
-from tests.test_notices import WakeLog
 
 MAIN = "agent:main:main"
 KEY = "agent:main:adopted:x"

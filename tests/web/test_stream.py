@@ -18,9 +18,9 @@ import orjson
 import pytest
 
 from monitor.web import api
-from tests.conftest import Client, notice
-from tests.test_api import MAIN
+from tests.conftest import REPO, Client, notice
 from tests.test_cli import sw
+from tests.web.test_api import MAIN
 
 CHILD = "agent:main:subagent:streamed"
 PROMPT = b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hello"}}\n'
@@ -138,7 +138,7 @@ def test_notices_follow_prints_each_notice_as_a_json_line(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 async def test_the_documented_stream_example_delivers_a_notice(client: Client) -> None:
-    doc = (Path(__file__).parent.parent / "docs" / "gateway-integration.md").read_text()
+    doc = (REPO / "docs" / "gateway-integration.md").read_text()
     block = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if "/stream" in b)
     db = client.sidecar.kernel.store.path
     sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")

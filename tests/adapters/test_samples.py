@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-SAMPLES = Path(__file__).parent.parent / "sample_transcripts"
+from tests.conftest import REPO
+
+SAMPLES = REPO / "sample_transcripts"
 CASES = sorted(p.name.removesuffix(".expected.json") for p in SAMPLES.glob("*.expected.json"))
 
 
