@@ -16,7 +16,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import stat
 import time
 from collections.abc import AsyncIterator
@@ -25,7 +24,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
@@ -43,7 +41,8 @@ from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.links import delete_links
-from monitor.web.api import build_app, use_json_errors
+from monitor.web.api import build_app
+from monitor.web.common import start_site
 from monitor.web.node import build_node_app
 from monitor.web.wake import GatewayWaker
 
@@ -258,52 +257,6 @@ def _dirs_of(files: dict[str, set[str]]) -> list[str]:
 async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
     app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token)
     return await start_site(stack, app, listen, "[api] listen")
-
-
-async def start_site(
-    stack: AsyncExitStack, app: web.Application, listen: str, option: str
-) -> list[str]:
-    """Serve ``app`` on ``listen`` (``HOST:PORT``, or ``unix:PATH`` made 0600), answering
-    protocol errors as JSON; the runner is cleaned up first when ``stack`` unwinds (no new
-    requests). The addresses it listens on; a bad ``listen`` is a ConfigError naming
-    ``option``."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    use_json_errors(runner)
-    stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
-    if listen.startswith("unix:"):
-        path = listen.removeprefix("unix:")
-        clear_stale_socket(path)
-        await web.UnixSite(runner, path).start()
-        os.chmod(path, 0o600)
-        return [f"unix:{path}"]
-    host, _, port = listen.rpartition(":")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{option} must be HOST:PORT (port 0-65535) or unix:PATH, got {listen!r}")
-    try:
-        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {listen}: {exc.strerror}") from None
-    return [f"http://{a[0]}:{a[1]}" for a in runner.addresses]
-
-
-def clear_stale_socket(path: str) -> None:
-    """Remove a socket nobody listens on; anything else at ``path`` is refused, never deleted."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise ConfigError(f"refusing to listen on {path}: it exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # stale: whoever made it is gone
-        return
-    finally:
-        probe.close()
-    raise ConfigError(f"refusing to listen on {path}: another process is listening there")
 
 
 async def open_kernel(

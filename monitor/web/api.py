@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
-from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 from typing import Any, TypeVar
 
 import msgspec
 import orjson
-from aiohttp import web, web_protocol
-from aiohttp.web_request import BaseRequest
+from aiohttp import web
 
 from adapters.base import own_text_hash
-from monitor.errors import NotFound, OutsideRoots, SessionwatchError, StoreError
+from monitor.errors import NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel
 from monitor.kernel.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel.notices import Notice
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.upstream import UpstreamMonitor
+from monitor.web.common import MAX_BODY, json_response, make_guard, unavailable
 from monitor.web.models import (
     AgentQuery,
     CatalogQuery,
@@ -51,91 +48,12 @@ from monitor.web.openapi import document_bytes
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 1024 * 1024
-RETRY_AFTER_S = "1"
 T = TypeVar("T")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 KERNEL = web.AppKey("kernel", Kernel)
 MONITOR = web.AppKey("monitor", UpstreamMonitor)
 METRICS = web.AppKey("metrics", Metrics)
 TOKEN = web.AppKey("token", str)
-
-
-def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
-
-
-def error(status: int, code: str, message: str) -> web.Response:
-    return json_response({"error": {"code": code, "message": message}}, status)
-
-
-def unavailable(response: web.Response) -> web.Response:
-    """A 503 tells the client when to try again."""
-    response.headers["Retry-After"] = RETRY_AFTER_S
-    return response
-
-
-def token_matches(header: str, expected: str) -> bool:
-    """Constant-time comparison of a bearer token; any malformed header is just wrong."""
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    presented = given.strip().encode("utf-8", "surrogateescape")
-    return hmac.compare_digest(presented, expected.encode())
-
-
-_HTTP_CODES = {
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "body_too_large",
-    415: "unsupported_media_type",
-    400: "bad_request",
-}
-
-
-def _refusal(request: web.Request, exc: BaseException) -> web.Response | None:
-    """A client's mistake or an unavailable store as the API's error answer."""
-    if isinstance(exc, NotFound):
-        return error(404, "not_found", str(exc))
-    if isinstance(exc, OutsideRoots):
-        return error(403, "outside_roots", str(exc))
-    if isinstance(exc, StoreError):
-        log.warning("%s %s: %s", request.method, request.path, exc)
-        return unavailable(error(503, "store_unavailable", str(exc)))
-    if isinstance(exc, SessionwatchError):  # BadInput and every other refusal
-        return error(400, "bad_request", str(exc))
-    if isinstance(exc, web.HTTPException) and exc.status >= 400:
-        code = _HTTP_CODES.get(exc.status, "http_error")
-        message = exc.text if exc.status == 400 and exc.text else exc.reason
-        if exc.status == 413:
-            message = f"request body is larger than {MAX_BODY} bytes"
-        answer = error(exc.status, code, message or code)
-        if "Allow" in exc.headers:  # a 405 names the methods the route takes (RFC 9110)
-            answer.headers["Allow"] = exc.headers["Allow"]
-        return answer
-    return None
-
-
-def make_guard(token: web.AppKey[str], open_paths: frozenset[str] = frozenset()) -> Any:
-    """The one bearer-token check (every path but ``open_paths``), with errors answered as
-    JSON. One middleware, not two: each layer costs every request another coroutine."""
-
-    @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in open_paths and not token_matches(
-            request.headers.get("Authorization", ""), request.app[token]
-        ):
-            return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
-        try:
-            return await handler(request)
-        except (SessionwatchError, web.HTTPException) as exc:
-            answer = _refusal(request, exc)
-            if answer is None:
-                raise
-            return answer
-
-    return guard
 
 
 async def decoded(request: web.Request, model: type[T]) -> T:
@@ -404,40 +322,3 @@ def build_app(
     app.on_shutdown.append(end_streams)
     app.add_routes(routes)
     return app
-
-
-class _JsonErrorHandler(web_protocol.RequestHandler):
-    """Protocol-level errors (a bad request line, an over-long URL or header, a bad
-    Content-Length) answered in the API's ``{"error": {...}}`` shape instead of plain text."""
-
-    __slots__ = ()
-
-    def handle_error(
-        self,
-        request: BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        if status >= 500:
-            log.error("error handling a request from %s", request.remote, exc_info=exc)
-        if request.writer.output_size > 0:
-            raise ConnectionError("the response was already started; cannot answer the error")
-        detail = getattr(exc, "message", None) or message or HTTPStatus(status).phrase
-        code = _HTTP_CODES.get(status, "http_error" if status < 500 else "internal_error")
-        response = error(status, code, " ".join(str(detail).split())[:500])
-        response.force_close()
-        return response
-
-
-class _JsonErrorServer(web.Server):
-    # aiohttp makes one RequestHandler per connection here; ours shapes protocol errors.
-    def __call__(self) -> web_protocol.RequestHandler:
-        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
-
-
-def use_json_errors(runner: web.AppRunner) -> None:
-    """Make a set-up runner answer protocol-level errors as JSON (see ``_JsonErrorHandler``)."""
-    server = runner.server
-    if server is not None:
-        server.__class__ = _JsonErrorServer

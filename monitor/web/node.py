@@ -29,7 +29,7 @@ from adapters.claude_node import SERVED_KIND
 from adapters.jsonl import FORMATS
 from adapters.registry import entry
 from monitor.errors import BadInput, ItemGone, NotFound
-from monitor.web.api import error, json_response, make_guard
+from monitor.web.common import error, json_response, make_guard
 
 PAGE_LIMIT = 50
 BLOCK = 64 * 1024

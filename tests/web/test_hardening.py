@@ -287,7 +287,7 @@ def test_a_stale_unix_socket_is_replaced(tmp_path: Path) -> None:
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(path))
     stale.close()  # bound, nobody listening: stale
-    from monitor.service import clear_stale_socket
+    from monitor.web.common import clear_stale_socket
 
     clear_stale_socket(str(path))
     assert not path.exists()
