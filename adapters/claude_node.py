@@ -37,7 +37,7 @@ from adapters.base import (
 )
 from adapters.claude import ClaudeState
 from adapters.jsonl import FORMATS, Cutoff, classify_records, remembered, reread_from
-from monitor.errors import BadInput, Declined, NotFound
+from monitor.errors import BadInput, Declined, NotFound, Unreachable
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ def _token(node: NodeAddress) -> str:
         raise NodeError(f"cannot read the node token {node.token_file}: {exc.strerror}") from None
 
 
-class NodeError(Exception):
-    pass
+class NodeError(Unreachable):
+    """The node did not answer, or answered something unusable."""
 
 
 def newest_anchor(items: list[dict[str, Any]]) -> tuple[str | None, int]:

@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
@@ -33,13 +33,24 @@ RECENT_IDS = 32  # native ids of the last turns reported, kept in the marker
 Described = tuple[str | None, str | None]  # a file's native id and working directory
 
 
+class FormatState(Protocol):
+    """What a format's classifier carries from record to record, kept in the marker."""
+
+    def to_marker(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S", bound=FormatState)
+
+
 @dataclass(frozen=True, kw_only=True)
-class JsonlFormat:
+class JsonlFormat(Generic[S]):
+    """One JSONL format; ``S`` is its classifier's state, which every hook agrees on."""
+
     kind: str
-    classify: Callable[[dict[str, Any], Any], Verdict | None]
+    classify: Callable[[dict[str, Any], S], Verdict | None]
     native_id: Callable[[dict[str, Any]], str | None]
-    state_from_marker: Callable[[Marker], Any]
-    state_from_first: Callable[[Any], Any]  # the first record (None for an empty file)
+    state_from_marker: Callable[[Marker], S]
+    state_from_first: Callable[[Any], S]  # the first record (None for an empty file)
     prefilter: Callable[[bytes], bool] | None  # False: cannot matter; None: parse every line
     strict: bool  # stop at the first invalid row instead of counting it
     tested_version: str  # the newest format version the classifier was checked against
@@ -50,7 +61,7 @@ class JsonlFormat:
     # its first records declare (None: not adoptable; ValueError: malformed)
     describe: Callable[[dict[str, Any], list[dict[str, Any]]], Described | None]
     candidate: Callable[[str, str], bool | None] = lambda folder, name: True
-    declines: Callable[[Any], str | None] = lambda state: None  # why a source is not adoptable
+    declines: Callable[[S], str | None] = lambda state: None  # why a source is not adoptable
     ref_thread: bool = False  # the link's ref names the thread id beside the file
 
 
@@ -62,7 +73,7 @@ def _codex_first(record: Any) -> codex.CodexState:
     return codex.state_from_first_record(record) if isinstance(record, dict) else codex.CodexState()
 
 
-def _codex_declines(state: Any) -> str | None:
+def _codex_declines(state: codex.CodexState) -> str | None:
     return "a Codex sub-agent rollout is not adoptable" if state.subagent else None
 
 
@@ -70,8 +81,8 @@ def _pi_first(record: Any) -> pi.PiState:
     return pi.state_from_header(record)
 
 
-FORMATS = {
-    "claude": JsonlFormat(
+FORMATS: dict[str, JsonlFormat[Any]] = {
+    "claude": JsonlFormat[claude.ClaudeState](
         kind="claude",
         classify=claude.classify_claude_record,
         native_id=claude.claude_native_id,
@@ -85,7 +96,7 @@ FORMATS = {
         describe=claude.describe_claude_file,
         candidate=claude.claude_candidate,
     ),
-    "codex": JsonlFormat(
+    "codex": JsonlFormat[codex.CodexState](
         kind="codex",
         classify=codex.classify_codex_record,
         native_id=codex.codex_native_id,
@@ -101,7 +112,7 @@ FORMATS = {
         declines=_codex_declines,
         ref_thread=True,
     ),
-    "pi": JsonlFormat(
+    "pi": JsonlFormat[pi.PiState](
         kind="pi",
         classify=pi.classify_pi_record,
         native_id=pi.pi_native_id,
@@ -117,7 +128,7 @@ FORMATS = {
 }
 
 
-def first_prompt(fmt: JsonlFormat, records: list[dict[str, Any]]) -> str | None:
+def first_prompt(fmt: JsonlFormat[Any], records: list[dict[str, Any]]) -> str | None:
     """The first direct human prompt among ``records`` (the file's first lines), as the
     classifier finds it, on one line; None when there is none."""
     state = fmt.state_from_first(records[0] if records else None)
@@ -218,7 +229,7 @@ def remembered(marker: Marker, result: ScanResult) -> Marker:
     return {"recent": recent[-RECENT_IDS:], **({"seenAt": seen} if seen else {})}
 
 
-def _note(result: ScanResult, fmt: JsonlFormat, verdict: Verdict) -> None:
+def _note(result: ScanResult, fmt: JsonlFormat[Any], verdict: Verdict) -> None:
     drift = result.drift
     if verdict.version is not None:
         drift.see_version(verdict.version, fmt.tested_version)
@@ -229,7 +240,7 @@ def _note(result: ScanResult, fmt: JsonlFormat, verdict: Verdict) -> None:
 
 
 def scan(
-    fmt: JsonlFormat,
+    fmt: JsonlFormat[Any],
     lines: list[tuple[int, bytes]],
     state: Any,
     own: OwnPool,
@@ -256,7 +267,7 @@ def scan(
 
 
 def classify_records(
-    fmt: JsonlFormat,
+    fmt: JsonlFormat[Any],
     records: list[tuple[int | None, dict[str, Any]]],
     state: Any,
     own: OwnPool,

@@ -63,7 +63,7 @@ def _title(records: list[dict[str, Any]]) -> str | None:
     return title
 
 
-def file_entry(fmt: JsonlFormat, path: str, stat: os.stat_result) -> CatalogEntry | None:
+def file_entry(fmt: JsonlFormat[Any], path: str, stat: os.stat_result) -> CatalogEntry | None:
     """One file's entry; None when it is not adoptable. Raises ValueError when malformed."""
     head, tail = _head_and_tail(path, stat.st_size)
     first_nl = head.find(b"\n")
@@ -94,7 +94,7 @@ def file_entry(fmt: JsonlFormat, path: str, stat: os.stat_result) -> CatalogEntr
     )
 
 
-def _candidates(fmt: JsonlFormat, root: str) -> tuple[list[str], int]:
+def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[str], int]:
     """Files of the format under its root, and how many were skipped as not adoptable."""
     found: list[str] = []
     skipped = 0
@@ -112,7 +112,7 @@ def _candidates(fmt: JsonlFormat, root: str) -> tuple[list[str], int]:
     return sorted(found), skipped
 
 
-def scan_files(fmt: JsonlFormat, root: str) -> Catalog:
+def scan_files(fmt: JsonlFormat[Any], root: str) -> Catalog:
     """The format's adoptable files under ``root``, newest first."""
     catalog = Catalog()
     if not root or not os.path.isdir(root):

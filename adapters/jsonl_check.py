@@ -131,7 +131,7 @@ def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
     return parse_line(read.lines[0][1], recover=False)
 
 
-def baseline_file(fmt: JsonlFormat, path: str) -> Marker:
+def baseline_file(fmt: JsonlFormat[Any], path: str) -> Marker:
     """The marker at the end of the file's last complete line. Raises Declined / OSError."""
     try:
         offset, head, ino = end_of_last_line(path)
@@ -145,7 +145,7 @@ def baseline_file(fmt: JsonlFormat, path: str) -> Marker:
 
 
 def check_file(
-    fmt: JsonlFormat,
+    fmt: JsonlFormat[Any],
     probe: Probe,
     settings: TailSettings,
     held: HeldLines,
@@ -188,7 +188,7 @@ def _idle(marker: Marker, read: TailRead) -> Outcome:
 
 
 def _settled(
-    fmt: JsonlFormat,
+    fmt: JsonlFormat[Any],
     probe: Probe,
     read: TailRead,
     lines: list[tuple[int, bytes]],
@@ -250,7 +250,7 @@ def _log_drift(key: str, kind: str, old: Drift, found: ScanResult) -> None:
 
 
 def _reread(
-    fmt: JsonlFormat, probe: Probe, read: TailRead, settings: TailSettings, held: HeldLines
+    fmt: JsonlFormat[Any], probe: Probe, read: TailRead, settings: TailSettings, held: HeldLines
 ) -> Outcome:
     marker = probe.marker
     reason = read.status
@@ -319,7 +319,7 @@ class JsonlAdapter:
     """Tails linked JSONL files, each link's read in its own daemon thread."""
 
     def __init__(
-        self, fmt: JsonlFormat, settings: Settings, *, read_timeout: float = READ_TIMEOUT_S
+        self, fmt: JsonlFormat[Any], settings: Settings, *, read_timeout: float = READ_TIMEOUT_S
     ) -> None:
         self.kind = fmt.kind
         self.format = fmt
@@ -397,7 +397,7 @@ _BOOKKEEPING = ("pending", "head", "ino", "recent", "drift", "echo", "seenAt", "
 
 
 def replay_file(
-    fmt: JsonlFormat, path: str, own_texts: list[str], settings: TailSettings
+    fmt: JsonlFormat[Any], path: str, own_texts: list[str], settings: TailSettings
 ) -> Iterator[dict[str, Any]]:
     """``sessionwatch replay``: the file read from offset 0, tick by tick, through the same
     check as the monitor (tailer, long lines, tolerant parsing, classifier, self-echo),

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
 from monitor.clock import now_ms  # noqa: E402
-from monitor.kernel import Kernel  # noqa: E402
+from monitor.kernel import Kernel, NewEvent  # noqa: E402
 from monitor.kernel.events import ActorType, EventKind  # noqa: E402
 from monitor.kernel.retention import MAX_ROWS, prune  # noqa: E402
 from monitor.kernel.schema import migrate  # noqa: E402
@@ -68,10 +68,12 @@ async def kernel_async(path: Path, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
         await kernel.record(
-            session_key=TARGET,
-            kind=EventKind.HUMAN_DIRECT_MESSAGE,
-            actor_type=ActorType.HUMAN,
-            payload={"channel": "bench"},
+            NewEvent(
+                session_key=TARGET,
+                kind=EventKind.HUMAN_DIRECT_MESSAGE,
+                actor_type=ActorType.HUMAN,
+                payload={"channel": "bench"},
+            )
         )
     elapsed = time.perf_counter() - start
     await kernel.close()

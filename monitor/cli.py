@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from adapters.registry import names
 from monitor.config import Config, load_config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.kernel.db import run_now
@@ -81,18 +80,22 @@ def parse_json_arg(name: str, raw: str | None) -> Any:
 
 @command("record")
 async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    from monitor.kernel.signal_log import NewEvent
+
     result = await kernel.record(
-        session_key=a.session,
-        kind=parse_kind(a.kind),
-        actor_type=parse_actor(a.actor),
-        agent_id=a.agent,
-        actor_id=a.actor_id,
-        run_id=a.run_id,
-        session_id=a.session_id,
-        summary=a.summary,
-        dedupe_key=a.dedupe_key,
-        payload=parse_json_arg("--payload", a.payload),
-        occurred_at=a.occurred_at,
+        NewEvent(
+            session_key=a.session,
+            kind=parse_kind(a.kind),
+            actor_type=parse_actor(a.actor),
+            agent_id=a.agent,
+            actor_id=a.actor_id,
+            run_id=a.run_id,
+            session_id=a.session_id,
+            summary=a.summary,
+            dedupe_key=a.dedupe_key,
+            payload=parse_json_arg("--payload", a.payload),
+            occurred_at=a.occurred_at,
+        )
     )
     return result.event.record_json(duplicate=result.duplicate)
 
@@ -283,6 +286,12 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+def _kinds() -> tuple[str, ...]:
+    from adapters.registry import names  # only the parsers that take a kind pay for it
+
+    return names()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of the ``only`` one."""
     p = _Parser(prog="sessionwatch", description=__doc__.splitlines()[0])
@@ -369,7 +378,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
     nd.add_argument("--token-file", required=True, type=Path)
     ca = sub.add_parser("catalog", help="list the native sessions (local and on paired nodes)")
-    ca.add_argument("--kind", choices=names())
+    ca.add_argument("--kind", choices=_kinds())
     ca.add_argument("--cwd", help="only sessions in this directory or below it")
     ca.add_argument("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date")
     ca.add_argument("--search", help="rank by a fuzzy match of title, prompt and directory")

@@ -13,11 +13,13 @@
     │   ├── SchemaTooNew         the database was written by a newer sessionwatch
     │   ├── NotPrivate           a database or token file others can read
     │   └── AlreadyRunning       another ``serve`` holds the database's instance lock
+    ├── Unreachable              an upstream source did not answer (503)
+    │   └── NodeError            a paired node (adapters/claude_node.py)
     └── ConfigError              the configuration file is invalid
 
-Inside the adapters, ``NodeError`` (a paired node did not answer), ``SourceBusy`` (a read
-of the same source is still running) and ``NotRegularFile`` (an ``OSError``) never leave
-the tick: each becomes an outcome with its reason.
+Inside the adapters, ``NodeError``, ``SourceBusy`` (a read of the same source is still
+running) and ``NotRegularFile`` (an ``OSError``) never leave the tick: each becomes an
+outcome with its reason (or, for a baseline, a ``Declined``).
 
 Third-party exceptions are translated at the boundary (``raise ... from exc``); the CLI and
 the HTTP API turn ``BadInput`` into exit code 2 / a 4xx answer and never show a traceback.
@@ -64,6 +66,10 @@ class NotPrivate(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database carries a schema version newer than this sessionwatch understands."""
+
+
+class Unreachable(SessionwatchError):
+    """An upstream source (a paired node) did not answer."""
 
 
 class ConfigError(SessionwatchError):

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from monitor.config import ApiConfig, Config, MonitorConfig, RootsConfig
-from monitor.kernel import Kernel, KernelSettings
+from monitor.kernel import Kernel, KernelSettings, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.signal_log import Recorded
 from monitor.service import Sidecar, running
@@ -84,7 +84,9 @@ async def kernel(open_kernel: KernelFactory) -> Kernel:
 async def human(kernel: Kernel, key: str, **kw: Any) -> Recorded:
     """Record a human turn on ``key``."""
     return await kernel.record(
-        session_key=key, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN, **kw
+        NewEvent(
+            session_key=key, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN, **kw
+        )
     )
 
 

@@ -1,7 +1,26 @@
 """The kernel of session state awareness: the signal log, watcher cursors, notices and
 reconciliation over one state database. It imports no adapter, no upstream monitor and no
-web code (see docs/architecture.md)."""
+web code (see docs/architecture.md).
 
-from monitor.kernel.kernel import Kernel, KernelSettings
+``Kernel``, ``KernelSettings`` and ``NewEvent`` are imported on first use, so that a
+one-shot command importing one kernel module pays for that module only.
+"""
 
-__all__ = ["Kernel", "KernelSettings"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from monitor.kernel.kernel import Kernel, KernelSettings
+    from monitor.kernel.signal_log import NewEvent
+
+__all__ = ["Kernel", "KernelSettings", "NewEvent"]
+_HOMES = {"Kernel": "kernel", "KernelSettings": "kernel", "NewEvent": "signal_log"}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'monitor.kernel' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"monitor.kernel.{home}"), name)

@@ -23,10 +23,8 @@ from monitor.kernel import cursors, retention, sessions
 from monitor.kernel.db import DirectStore
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
-    is_group_key,
     is_internal_key,
     is_main_key,
-    is_subagent_key,
     main_key_for,
     normalize_key,
     parse_agent_key,
@@ -41,15 +39,16 @@ from monitor.kernel.notices import (
     WakeCallback,
     WakeCoalescer,
 )
+from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.signal_log import (
     EventDraft,
+    NewEvent,
     Recorded,
     delete_session_log,
-    earliest_sequence,
     make_draft,
     read_head,
     record_event,
-    state_changes,
+    session_status,
     state_versions,
 )
 from monitor.kernel.store_paths import LEGACY_DEFAULT, StorePathRule
@@ -129,7 +128,11 @@ class Kernel:
         self._on_delete = tuple(on_delete)
         self._watches_changed = on_watches_changed
         self._next_prune_at = 0
-        self.store_paths = StorePathRule.for_database(store.path, settings.store_path_template)
+        self.policy = WatchPolicy(
+            main_key=settings.main_key,
+            group_scope=settings.group_scope,
+            rule=StorePathRule.for_database(store.path, settings.store_path_template),
+        )
 
     @classmethod
     async def open(
@@ -174,7 +177,7 @@ class Kernel:
 
     def _migrate_legacy_store_paths(self, conn: sqlite3.Connection) -> int:
         """Cursors an earlier sidecar wrote with the store path "default" get the real one."""
-        return cursors.migrate_store_paths(conn, LEGACY_DEFAULT, self._default_store_path)
+        return cursors.migrate_store_paths(conn, LEGACY_DEFAULT, self.policy.default_store_path)
 
     async def close(self) -> None:
         await self.store.close()
@@ -202,17 +205,19 @@ class Kernel:
 
     # -- recording ---------------------------------------------------------------------
 
-    async def record(self, **fields: Any) -> Recorded:
+    async def record(self, event: NewEvent) -> Recorded:
         """Validate and record one event; raises :class:`BadInput` or ``StoreError``."""
         now = self.clock()
-        explicit_path = fields.pop("watcher_store_path", None)
-        draft = make_draft(now=now, **fields)
+        draft = event.draft(now)
         watcher = draft.actor_id if draft.kind is EventKind.CHILD_SPAWNED else None
-        if self._starts_ambient_watch(draft.kind, draft.actor_type, draft.session_key):
-            watcher = main_key_for(draft.agent_id, self.settings.main_key)
-            draft = dataclasses.replace(draft, ambient_watcher=watcher)
+        ambient = self.policy.ambient_watcher(
+            draft.kind, draft.actor_type, draft.session_key, draft.agent_id
+        )
+        if ambient is not None:
+            watcher = ambient
+            draft = dataclasses.replace(draft, ambient_watcher=ambient)
         if watcher is not None:
-            path = self._store_path(explicit_path, watcher)
+            path = self.policy.default_store_path(watcher)
             draft = dataclasses.replace(draft, watcher_store_path=path)
         result = await self.store.write(lambda conn: record_event(conn, draft, now))
         self.observe([result])
@@ -231,11 +236,13 @@ class Kernel:
         if normalize_key(child) == parent_key:
             raise BadInput("a session cannot spawn itself: parent and child are the same key")
         return await self.record(
-            session_key=child,
-            kind=EventKind.CHILD_SPAWNED,
-            actor_type=ActorType.AGENT,
-            actor_id=parent_key,
-            run_id=run_id,
+            NewEvent(
+                session_key=child,
+                kind=EventKind.CHILD_SPAWNED,
+                actor_type=ActorType.AGENT,
+                actor_id=parent_key,
+                run_id=run_id,
+            )
         )
 
     def observe(self, recorded: list[Recorded]) -> None:
@@ -251,13 +258,8 @@ class Kernel:
         if self._waker is None:
             return
         for notice in notices:
-            if self.should_wake(notice):
+            if self.policy.wakes(notice):
                 self._waker.request(notice.watcher)
-
-    def should_wake(self, notice: Notice) -> bool:
-        """Every explicit watcher that is not a sub-agent is woken (a main session, or a
-        coordinator that watched a peer); sub-agent and ambient watchers are not."""
-        return not notice.queue_only and not is_subagent_key(notice.watcher)
 
     # -- watches and notices -----------------------------------------------------------
 
@@ -267,8 +269,8 @@ class Kernel:
         """Register a watch; ``False`` when the pair cannot be watched (bare keys, self,
         an ambient watch the group scope does not allow)."""
         w, t = normalize_key(watcher), normalize_key(target)
-        path = self._store_path(store_path, w)
-        if ambient and not self._ambient_allowed(w, t):
+        path = self.policy.store_path(store_path, w)
+        if ambient and not self.policy.ambient_allowed(w, t):
             return False
         provenance = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
         now = self.clock()
@@ -291,39 +293,9 @@ class Kernel:
         if self._watches_changed is not None:
             self._watches_changed()
 
-    def _starts_ambient_watch(self, kind: EventKind, actor: ActorType, key: str) -> bool:
-        """A group session's human turn makes the agent's main session watch it ambiently."""
-        return (
-            kind is EventKind.HUMAN_DIRECT_MESSAGE
-            and actor is ActorType.HUMAN
-            and self.settings.group_scope == "per-group"
-            and is_group_key(key)
-        )
-
-    def _ambient_allowed(self, watcher: str, target: str) -> bool:
-        target_key = parse_agent_key(target)
-        if self.settings.group_scope != "per-group" or target_key is None:
-            return False
-        main = main_key_for(target_key.agent_id, self.settings.main_key)
-        return watcher == main and target != main and is_group_key(target)
-
-    def _store_path(self, store_path: str | None, key: str) -> str:
-        """The explicit store path, else the watcher's default (see monitor.kernel.store_paths)."""
-        if store_path is None or not store_path.strip():
-            return self._default_store_path(key)
-        path = store_path.strip()
-        if len(path) > 4096 or any(ch in path for ch in "\r\n\x00"):
-            raise BadInput("store path must be one line of at most 4096 characters")
-        return path
-
-    def _default_store_path(self, key: str) -> str:
-        parsed = parse_agent_key(key)
-        # A bare key never holds a cursor, so it has no store to name.
-        return self.store_paths.resolve(parsed.agent_id) if parsed else ""
-
     def default_store_path(self, key: str) -> str:
         """The store path a watch of ``key`` gets when the caller names none."""
-        return self._default_store_path(normalize_key(key))
+        return self.policy.default_store_path(normalize_key(key))
 
     async def notices(
         self, *, watcher: str, store_path: str | None = None, drain: bool = False
@@ -333,7 +305,7 @@ class Kernel:
         w = normalize_key(watcher)
         if parse_agent_key(w) is None:
             raise BadInput(f'watcher "{w}" is not an agent-qualified session key')
-        path = self._store_path(store_path, w)
+        path = self.policy.store_path(store_path, w)
         now = self.clock()
 
         def run(conn: sqlite3.Connection) -> list[Notice]:
@@ -370,18 +342,7 @@ class Kernel:
             raise BadInput("changesSince must be a non-negative integer")
 
         def run(conn: sqlite3.Connection) -> dict[str, Any]:
-            version, pruned = read_head(conn, k, agent)
-            out: dict[str, Any] = {"ok": True, "sessionKey": k, "stateVersion": version}
-            if changes_since is not None:
-                events, truncated = state_changes(conn, k, agent, changes_since)
-                out["stateChanges"] = {
-                    "events": [e.delta_json() for e in events],
-                    "truncated": truncated,
-                    "earliestAvailableSequence": earliest_sequence(conn, k, agent)
-                    or (version + 1 if version else 0),
-                    "historyGap": changes_since < pruned,
-                }
-            return out
+            return session_status(conn, k, agent, changes_since)
 
         return self.store.read_now(run)
 
@@ -447,14 +408,11 @@ class Kernel:
         k = normalize_key(key)
         agent = resolve_agent(k, agent_id)
         now = self.clock()
-
         keep = self.settings.own_text_limit if limit is None else limit
-
-        def run(conn: sqlite3.Connection) -> int:
-            sessions.remember_own(conn, k, agent, digest, now, keep)
-            return keep
-
-        return await self.store.write(run)
+        await self.store.write(
+            lambda conn: sessions.remember_own(conn, k, agent, digest, now, keep)
+        )
+        return keep
 
     # -- known gateway sessions --------------------------------------------------------
 
@@ -474,7 +432,7 @@ class Kernel:
         """
         k = normalize_key(key)
         agent = resolve_agent(k, agent_id)
-        path = self._store_path(store_path, k) if store_path is not None else None
+        path = self.policy.store_path(store_path, k) if store_path is not None else None
         now = self.clock()
         created_draft = None
         if not is_main_key(k, self.settings.main_key) and not is_internal_key(k):

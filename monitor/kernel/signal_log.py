@@ -38,6 +38,40 @@ _EVENT_COLUMNS = (
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NewEvent:
+    """What a producer (the gateway, the CLI, a test) asks to record, before validation."""
+
+    session_key: str
+    kind: EventKind
+    actor_type: ActorType
+    agent_id: str | None = None
+    actor_id: str | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+    summary: str | None = None
+    dedupe_key: str | None = None
+    payload: Any = None
+    occurred_at: int | None = None
+
+    def draft(self, now: int) -> EventDraft:
+        """Validated (see :func:`make_draft`); raises :class:`BadInput`."""
+        return make_draft(
+            session_key=self.session_key,
+            kind=self.kind,
+            actor_type=self.actor_type,
+            now=now,
+            agent_id=self.agent_id,
+            actor_id=self.actor_id,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            summary=self.summary,
+            dedupe_key=self.dedupe_key,
+            payload=self.payload,
+            occurred_at=self.occurred_at,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class EventDraft:
     """A validated event about to be recorded."""
 
@@ -342,3 +376,23 @@ def row_cap_sequence(conn: sqlite3.Connection, max_rows: int) -> int:
         (max_rows,),
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def session_status(
+    conn: sqlite3.Connection, key: str, agent_id: str, changes_since: int | None
+) -> dict[str, Any]:
+    """The ``session_status`` object: ``stateVersion`` always; with ``changes_since``, the
+    events after it (``truncated`` past the page), the earliest sequence still kept, and
+    ``historyGap`` when retention pruned events the caller has not seen."""
+    version, pruned = read_head(conn, key, agent_id)
+    out: dict[str, Any] = {"ok": True, "sessionKey": key, "stateVersion": version}
+    if changes_since is not None:
+        events, truncated = state_changes(conn, key, agent_id, changes_since)
+        out["stateChanges"] = {
+            "events": [e.delta_json() for e in events],
+            "truncated": truncated,
+            "earliestAvailableSequence": earliest_sequence(conn, key, agent_id)
+            or (version + 1 if version else 0),
+            "historyGap": changes_since < pruned,
+        }
+    return out

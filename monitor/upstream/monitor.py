@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from adapters.base import Adapter, Catalog, NodeAddress, Settings
+from adapters.base import Adapter, NodeAddress, Settings
 from adapters.registry import build_adapters
 from monitor.config import Config
 from monitor.kernel import Kernel
@@ -57,6 +57,11 @@ class UpstreamMonitor:
         self.ticker = Ticker(kernel, adapters, settings, metrics)
         self.sessions = SessionCatalog(kernel, adapters)
         self.adoption = Adoption(kernel, adapters, self.sessions, on_links_changed)
+        # the parts' own typed entry points
+        self.adopt = self.adoption.adopt
+        self.adopt_source = self.adoption.adopt_source
+        self.adopt_catalog = self.adoption.adopt_catalog
+        self.find_catalog = self.sessions.find
 
     @classmethod
     def from_config(
@@ -93,19 +98,7 @@ class UpstreamMonitor:
     async def tick_done(self) -> None:
         await self.ticker.done()
 
-    # -- adoption and the catalog ------------------------------------------------------
-
-    async def adopt(self, **source: Any) -> dict[str, Any]:
-        return await self.adoption.adopt(**source)
-
-    async def adopt_source(self, **source: Any) -> dict[str, Any]:
-        return await self.adoption.adopt_source(**source)
-
-    async def adopt_catalog(self, catalog_id: str, **target: Any) -> dict[str, Any]:
-        return await self.adoption.adopt_catalog(catalog_id, **target)
-
-    async def find_catalog(self, kind: str | None = None, **filters: Any) -> Catalog:
-        return await self.sessions.find(kind, **filters)
+    # -- the catalog -------------------------------------------------------------------
 
     async def catalog(self, kind: str | None = None, **filters: Any) -> dict[str, Any]:
         return (await self.sessions.find(kind, **filters)).as_json()

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from adapters.base import own_text_hash
 from monitor.errors import NotFound, SessionwatchError, StoreError
-from monitor.kernel import Kernel
+from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel.notices import Notice
 from monitor.metrics import CONTENT_TYPE, Metrics
@@ -140,17 +140,19 @@ async def post_event(request: web.Request) -> web.Response:
     e = await decoded(request, EventIn)
     try:
         result = await request.app[KERNEL].record(
-            session_key=e.session_key,
-            kind=e.kind,
-            actor_type=e.actor_type,
-            actor_id=e.actor_id,
-            agent_id=e.agent_id,
-            run_id=e.run_id,
-            session_id=e.session_id,
-            summary=e.summary,
-            dedupe_key=e.dedupe_key,
-            payload=_payload(e.payload),
-            occurred_at=whole(e.occurred_at),
+            NewEvent(
+                session_key=e.session_key,
+                kind=e.kind,
+                actor_type=e.actor_type,
+                actor_id=e.actor_id,
+                agent_id=e.agent_id,
+                run_id=e.run_id,
+                session_id=e.session_id,
+                summary=e.summary,
+                dedupe_key=e.dedupe_key,
+                payload=_payload(e.payload),
+                occurred_at=whole(e.occurred_at),
+            )
         )
     except StoreError as exc:
         log.warning("event not recorded: %s", exc)  # best-effort: the gateway's turn goes on

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from monitor.clock import DAY_MS, HOUR_MS
-from monitor.kernel import Kernel
+from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import CURSOR_IDLE_MS, RETENTION_MS
 from tests.conftest import T0, ManualClock, notice
@@ -118,10 +118,12 @@ class CursorProtocol(RuleBasedStateMachine):
         target = session
         self.run(
             self.kernel.record(
-                session_key=target,
-                kind=kind,
-                actor_type=ActorType.AGENT if actor else ActorType.HUMAN,
-                actor_id=actor,
+                NewEvent(
+                    session_key=target,
+                    kind=kind,
+                    actor_type=ActorType.AGENT if actor else ActorType.HUMAN,
+                    actor_id=actor,
+                )
             )
         )
         self.model.record(target, actor, kind is not EventKind.RUN_COMPLETED, self.clock.now)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.kernel import Kernel, KernelSettings
+from monitor.kernel import Kernel, KernelSettings, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from tests.conftest import KernelFactory, ManualClock, human, notice, texts
 
@@ -62,7 +62,7 @@ async def test_log_only_kinds_queue_nothing(kernel: Kernel) -> None:
         (EventKind.CREATED, {"session_id": "s1"}),
     ]:
         result = await kernel.record(
-            session_key=CHILD, kind=kind, actor_type=ActorType.SYSTEM, **extra
+            NewEvent(session_key=CHILD, kind=kind, actor_type=ActorType.SYSTEM, **extra)
         )
         assert result.notices == []
     assert await texts(kernel, MAIN) == []
@@ -72,7 +72,12 @@ async def test_no_reopen_for_log_only_events_between_freeze_and_drain(kernel: Ke
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     await human(kernel, CHILD)
     await kernel.record(
-        session_key=CHILD, kind=EventKind.RUN_COMPLETED, actor_type=ActorType.SYSTEM, run_id="r1"
+        NewEvent(
+            session_key=CHILD,
+            kind=EventKind.RUN_COMPLETED,
+            actor_type=ActorType.SYSTEM,
+            run_id="r1",
+        )
     )
     assert len(await texts(kernel, MAIN, drain=True)) == 1
     assert await texts(kernel, MAIN) == []
@@ -81,16 +86,18 @@ async def test_no_reopen_for_log_only_events_between_freeze_and_drain(kernel: Ke
 async def test_upstream_missing_and_goal_changed_notify(kernel: Kernel) -> None:
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     missing = await kernel.record(
-        session_key=CHILD,
-        kind=EventKind.UPSTREAM_MISSING,
-        actor_type=ActorType.SYSTEM,
-        payload={"channel": "claude"},
+        NewEvent(
+            session_key=CHILD,
+            kind=EventKind.UPSTREAM_MISSING,
+            actor_type=ActorType.SYSTEM,
+            payload={"channel": "claude"},
+        )
     )
     assert [notice(CHILD, 1)] == [n.text for n in missing.notices]
     assert missing.event.summary == "upstream missing via claude"
     await kernel.notices(watcher=MAIN, drain=True)
     goal = await kernel.record(
-        session_key=CHILD, kind=EventKind.GOAL_CHANGED, actor_type=ActorType.HUMAN
+        NewEvent(session_key=CHILD, kind=EventKind.GOAL_CHANGED, actor_type=ActorType.HUMAN)
     )
     assert len(goal.notices) == 1
 
@@ -99,10 +106,12 @@ async def test_watcher_is_not_told_about_its_own_events(kernel: Kernel) -> None:
     """Self-suppression: actor id equal to the watcher key notifies nobody else either way."""
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     own = await kernel.record(
-        session_key=CHILD,
-        kind=EventKind.GOAL_CHANGED,
-        actor_type=ActorType.AGENT,
-        actor_id=MAIN,
+        NewEvent(
+            session_key=CHILD,
+            kind=EventKind.GOAL_CHANGED,
+            actor_type=ActorType.AGENT,
+            actor_id=MAIN,
+        )
     )
     assert own.notices == []
     assert await texts(kernel, MAIN) == []

@@ -10,7 +10,7 @@ import pytest
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.errors import BadInput, SchemaTooNew
-from monitor.kernel import Kernel
+from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import MAX_ROWS
 from tests.conftest import KernelFactory, ManualClock, human
@@ -29,10 +29,17 @@ async def test_duplicate_dedupe_key_returns_the_existing_row(kernel: Kernel) -> 
 async def test_default_dedupe_keys_of_producer_kinds(kernel: Kernel) -> None:
     """A run's first terminal event wins; a spawn is recorded once per run."""
     done = await kernel.record(
-        session_key=CHILD, kind=EventKind.RUN_COMPLETED, actor_type=ActorType.SYSTEM, run_id="r9"
+        NewEvent(
+            session_key=CHILD,
+            kind=EventKind.RUN_COMPLETED,
+            actor_type=ActorType.SYSTEM,
+            run_id="r9",
+        )
     )
     failed = await kernel.record(
-        session_key=CHILD, kind=EventKind.RUN_FAILED, actor_type=ActorType.SYSTEM, run_id="r9"
+        NewEvent(
+            session_key=CHILD, kind=EventKind.RUN_FAILED, actor_type=ActorType.SYSTEM, run_id="r9"
+        )
     )
     assert failed.duplicate
     assert "run-terminal:r9" == done.event.dedupe_key == failed.event.dedupe_key
@@ -80,7 +87,7 @@ async def test_summaries_are_templates_and_payloads_compact(
     kernel: Kernel, kind: EventKind, fields: dict[str, Any], summary: str, payload: dict[str, Any]
 ) -> None:
     result = await kernel.record(
-        session_key=CHILD, kind=kind, actor_type=ActorType.SYSTEM, **fields
+        NewEvent(session_key=CHILD, kind=kind, actor_type=ActorType.SYSTEM, **fields)
     )
     assert (summary, payload) == (result.event.summary, result.event.payload)
 
@@ -105,7 +112,9 @@ async def test_bad_input_is_refused_and_writes_nothing(
 ) -> None:
     args: dict[str, Any] = {"session_key": CHILD, **fields}
     with pytest.raises(BadInput):
-        await kernel.record(kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN, **args)
+        await kernel.record(
+            NewEvent(kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN, **args)
+        )
     assert await kernel.state_versions([]) == []
 
 

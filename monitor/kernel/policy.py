@@ -1,0 +1,63 @@
+"""The kernel's rules that need no database: who watches whom ambiently, which store path a
+watch names, and whom a notice wakes."""
+
+from __future__ import annotations
+
+from monitor.errors import BadInput
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.keys import is_group_key, is_subagent_key, main_key_for, parse_agent_key
+from monitor.kernel.notices import Notice
+from monitor.kernel.store_paths import StorePathRule
+
+MAX_STORE_PATH = 4096
+
+
+class WatchPolicy:
+    """``main_key`` and ``group_scope`` as configured (``[session]``); store paths by
+    ``rule`` (see :mod:`monitor.kernel.store_paths`)."""
+
+    def __init__(self, *, main_key: str, group_scope: str, rule: StorePathRule) -> None:
+        self.main_key = main_key
+        self.group_scope = group_scope
+        self.rule = rule
+
+    def ambient_watcher(
+        self, kind: EventKind, actor: ActorType, key: str, agent_id: str
+    ) -> str | None:
+        """A group session's human turn makes the agent's main session watch it ambiently:
+        that main session, else None."""
+        if (
+            kind is EventKind.HUMAN_DIRECT_MESSAGE
+            and actor is ActorType.HUMAN
+            and self.group_scope == "per-group"
+            and is_group_key(key)
+        ):
+            return main_key_for(agent_id, self.main_key)
+        return None
+
+    def ambient_allowed(self, watcher: str, target: str) -> bool:
+        target_key = parse_agent_key(target)
+        if self.group_scope != "per-group" or target_key is None:
+            return False
+        main = main_key_for(target_key.agent_id, self.main_key)
+        return watcher == main and target != main and is_group_key(target)
+
+    def store_path(self, store_path: str | None, key: str) -> str:
+        """The explicit store path, else the watcher's default."""
+        if store_path is None or not store_path.strip():
+            return self.default_store_path(key)
+        path = store_path.strip()
+        if len(path) > MAX_STORE_PATH or any(ch in path for ch in "\r\n\x00"):
+            raise BadInput(f"store path must be one line of at most {MAX_STORE_PATH} characters")
+        return path
+
+    def default_store_path(self, key: str) -> str:
+        parsed = parse_agent_key(key)
+        # A bare key never holds a cursor, so it has no store to name.
+        return self.rule.resolve(parsed.agent_id) if parsed else ""
+
+    @staticmethod
+    def wakes(notice: Notice) -> bool:
+        """Every explicit watcher that is not a sub-agent is woken (a main session, or a
+        coordinator that watched a peer); sub-agent and ambient watchers are not."""
+        return not notice.queue_only and not is_subagent_key(notice.watcher)

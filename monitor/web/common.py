@@ -1,0 +1,195 @@
+"""What every HTTP face of the sidecar shares: JSON answers and errors, the one bearer-token
+guard, protocol errors in the same JSON shape, and starting a listener (``HOST:PORT`` or
+``unix:PATH``)."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from aiohttp import web, web_protocol
+from aiohttp.web_request import BaseRequest
+
+from monitor.errors import (
+    ConfigError,
+    NotFound,
+    OutsideRoots,
+    SessionwatchError,
+    StoreError,
+    Unreachable,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 1024 * 1024
+RETRY_AFTER_S = "1"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def error(status: int, code: str, message: str) -> web.Response:
+    return json_response({"error": {"code": code, "message": message}}, status)
+
+
+def unavailable(response: web.Response) -> web.Response:
+    """A 503 tells the client when to try again."""
+    response.headers["Retry-After"] = RETRY_AFTER_S
+    return response
+
+
+def token_matches(header: str, expected: str) -> bool:
+    """Constant-time comparison of a bearer token; any malformed header is just wrong."""
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    presented = given.strip().encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(presented, expected.encode())
+
+
+_HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    400: "bad_request",
+}
+
+
+def _refusal(request: web.Request, exc: BaseException) -> web.Response | None:
+    """A client's mistake or an unavailable store as the API's error answer."""
+    if isinstance(exc, NotFound):
+        return error(404, "not_found", str(exc))
+    if isinstance(exc, OutsideRoots):
+        return error(403, "outside_roots", str(exc))
+    if isinstance(exc, StoreError):
+        log.warning("%s %s: %s", request.method, request.path, exc)
+        return unavailable(error(503, "store_unavailable", str(exc)))
+    if isinstance(exc, Unreachable):
+        return unavailable(error(503, "upstream_unreachable", str(exc)))
+    if isinstance(exc, SessionwatchError):  # BadInput and every other refusal
+        return error(400, "bad_request", str(exc))
+    if isinstance(exc, web.HTTPException) and exc.status >= 400:
+        code = _HTTP_CODES.get(exc.status, "http_error")
+        message = exc.text if exc.status == 400 and exc.text else exc.reason
+        if exc.status == 413:
+            message = f"request body is larger than {MAX_BODY} bytes"
+        answer = error(exc.status, code, message or code)
+        if "Allow" in exc.headers:  # a 405 names the methods the route takes (RFC 9110)
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
+    return None
+
+
+def make_guard(token: web.AppKey[str], open_paths: frozenset[str] = frozenset()) -> Any:
+    """The one bearer-token check (every path but ``open_paths``), with errors answered as
+    JSON. One middleware, not two: each layer costs every request another coroutine."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in open_paths and not token_matches(
+            request.headers.get("Authorization", ""), request.app[token]
+        ):
+            return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
+        try:
+            return await handler(request)
+        except (SessionwatchError, web.HTTPException) as exc:
+            answer = _refusal(request, exc)
+            if answer is None:
+                raise
+            return answer
+
+    return guard
+
+
+class _JsonErrorHandler(web_protocol.RequestHandler):
+    """Protocol-level errors (a bad request line, an over-long URL or header, a bad
+    Content-Length) answered in the API's ``{"error": {...}}`` shape instead of plain text."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            log.error("error handling a request from %s", request.remote, exc_info=exc)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was already started; cannot answer the error")
+        detail = getattr(exc, "message", None) or message or HTTPStatus(status).phrase
+        code = _HTTP_CODES.get(status, "http_error" if status < 500 else "internal_error")
+        response = error(status, code, " ".join(str(detail).split())[:500])
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(web.Server):
+    # aiohttp makes one RequestHandler per connection here; ours shapes protocol errors.
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+def use_json_errors(runner: web.AppRunner) -> None:
+    """Make a set-up runner answer protocol-level errors as JSON (see ``_JsonErrorHandler``)."""
+    server = runner.server
+    if server is not None:
+        server.__class__ = _JsonErrorServer
+
+
+async def start_site(
+    stack: AsyncExitStack, app: web.Application, listen: str, option: str
+) -> list[str]:
+    """Serve ``app`` on ``listen`` (``HOST:PORT``, or ``unix:PATH`` made 0600), answering
+    protocol errors as JSON; the runner is cleaned up first when ``stack`` unwinds (no new
+    requests). The addresses it listens on; a bad ``listen`` is a ConfigError naming
+    ``option``."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    use_json_errors(runner)
+    stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
+    if listen.startswith("unix:"):
+        path = listen.removeprefix("unix:")
+        clear_stale_socket(path)
+        await web.UnixSite(runner, path).start()
+        os.chmod(path, 0o600)
+        return [f"unix:{path}"]
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{option} must be HOST:PORT (port 0-65535) or unix:PATH, got {listen!r}")
+    try:
+        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {listen}: {exc.strerror}") from None
+    return [f"http://{a[0]}:{a[1]}" for a in runner.addresses]
+
+
+def clear_stale_socket(path: str) -> None:
+    """Remove a socket nobody listens on; anything else at ``path`` is refused, never deleted."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"refusing to listen on {path}: it exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # stale: whoever made it is gone
+        return
+    finally:
+        probe.close()
+    raise ConfigError(f"refusing to listen on {path}: another process is listening there")
