@@ -23,8 +23,6 @@ import aiohttp
 
 from adapters.base import (
     Adapter,
-    Catalog,
-    CatalogEntry,
     Marker,
     NodeAddress,
     Outcome,
@@ -32,9 +30,9 @@ from adapters.base import (
     Probe,
     Settings,
     Source,
-    catalog_id,
     non_negative_int,
 )
+from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.claude import ClaudeState
 from adapters.jsonl import FORMATS, Cutoff, classify_records, remembered, reread_from
 from monitor.errors import BadInput, Declined, NotFound, Unreachable

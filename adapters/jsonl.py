@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import orjson
 
@@ -33,13 +33,15 @@ RECENT_IDS = 32  # native ids of the last turns reported, kept in the marker
 Described = tuple[str | None, str | None]  # a file's native id and working directory
 
 
-class FormatState(Protocol):
-    """What a format's classifier carries from record to record, kept in the marker."""
+if TYPE_CHECKING:  # for the type checker only: a Protocol costs start-up time to create
 
-    def to_marker(self) -> dict[str, Any]: ...
+    class FormatState(Protocol):
+        """What a format's classifier carries from record to record, kept in the marker."""
+
+        def to_marker(self) -> dict[str, Any]: ...
 
 
-S = TypeVar("S", bound=FormatState)
+S = TypeVar("S", bound="FormatState")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from adapters.base import Catalog, CatalogEntry, catalog_id
+from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.jsonl import JsonlFormat, first_prompt
 from adapters.tailer import open_regular
 

@@ -18,19 +18,17 @@ symlink swapped in, a moved directory) is not read. Only regular files are opene
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import logging
 import os
 import stat
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.base import (
     DEFAULT_MAX_LINE,
     DEFAULT_SCAN_CAP,
-    Catalog,
     Drift,
     Marker,
     Outcome,
@@ -61,6 +59,9 @@ from adapters.tailer import (
 )
 from adapters.threads import DaemonReads, SourceBusy
 from monitor.errors import BadInput, Declined, OutsideRoots
+
+if TYPE_CHECKING:
+    from adapters.catalog import Catalog  # built only by ``catalog()``
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +349,8 @@ class JsonlAdapter:
         return Source(ref=ref, thread_id=thread_id)
 
     async def catalog(self) -> Catalog:
+        import asyncio  # not at the top: a replay never needs it
+
         from adapters.jsonl_catalog import scan_files
 
         return await asyncio.to_thread(scan_files, self.format, self.root)

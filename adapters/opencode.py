@@ -24,8 +24,6 @@ import orjson
 
 from adapters.base import (
     Adapter,
-    Catalog,
-    CatalogEntry,
     Drift,
     Marker,
     Outcome,
@@ -34,10 +32,10 @@ from adapters.base import (
     Settings,
     Source,
     Turn,
-    catalog_id,
     normalize_text,
     text_hash,
 )
+from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from monitor.errors import BadInput, Declined, OutsideRoots
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import orjson
 
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
-from adapters.base import Catalog  # noqa: E402
+from adapters.catalog import Catalog  # noqa: E402
 from adapters.registry import entry  # noqa: E402
 from monitor.config import Config, RootsConfig  # noqa: E402
 from monitor.upstream.monitor import adapter_settings  # noqa: E402

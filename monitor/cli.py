@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -286,10 +286,21 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
-def _kinds() -> tuple[str, ...]:
-    from adapters.registry import names  # only the parsers that take a kind pay for it
+class _Kinds:
+    """The registered upstream kinds, as argparse ``choices``: the registry is imported only
+    when a command checks or lists them."""
 
-    return names()
+    @staticmethod
+    def _names() -> tuple[str, ...]:
+        from adapters.registry import names
+
+        return names()
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -378,7 +389,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
     nd.add_argument("--token-file", required=True, type=Path)
     ca = sub.add_parser("catalog", help="list the native sessions (local and on paired nodes)")
-    ca.add_argument("--kind", choices=_kinds())
+    ca.add_argument("--kind", choices=_Kinds())
     ca.add_argument("--cwd", help="only sessions in this directory or below it")
     ca.add_argument("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date")
     ca.add_argument("--search", help="rank by a fuzzy match of title, prompt and directory")
@@ -402,17 +413,23 @@ _NEEDS_LOOP = frozenset({"adopt", "tick", "catalog"})
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.kernel import Kernel, KernelSettings  # not for replay, config, serve, node
-    from monitor.upstream.links import delete_links
 
     handler = _HANDLERS[args.command]
     config: Config = args.config_obj
     kernel = await Kernel.open(
-        db_path(args, config), KernelSettings.of(config), direct=True, on_delete=(delete_links,)
+        db_path(args, config), KernelSettings.of(config), direct=True, on_delete=(_unlink,)
     )
     try:
         return await handler(kernel, args)
     finally:
         await kernel.close()
+
+
+def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:
+    """A deleted session's links go too; the upstream module loads only when one is deleted."""
+    from monitor.upstream.links import delete_links
+
+    return delete_links(conn, scope, params)
 
 
 def _run_command(args: argparse.Namespace) -> dict[str, Any]:

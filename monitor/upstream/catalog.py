@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from adapters.base import Adapter, Catalog, CatalogEntry, catalog_id
+from adapters.base import Adapter
+from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.paths import expand_user

@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 
 from adapters import registry
-from adapters.base import Adapter, NodeAddress, Outcome, Probe, Settings, catalog_id, text_hash
+from adapters.base import Adapter, NodeAddress, Outcome, Probe, Settings, text_hash
+from adapters.catalog import catalog_id
 from adapters.registry import Entry
 from monitor.errors import OutsideRoots
 from monitor.web.node import build_node_app
