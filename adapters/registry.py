@@ -15,7 +15,8 @@ from typing import Any, Literal
 from adapters.base import Adapter, Settings
 from monitor.errors import BadInput
 
-LOCAL_HOST_ID = "gateway:local"  # OpenClaw's CLAUDE_LOCAL_SESSION_HOST_ID
+LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
+GATEWAY_HOST_PREFIX = "gateway:"
 NODE_HOST_PREFIX = "node:"
 
 Form = Literal["file", "database", "node"]
@@ -105,11 +106,12 @@ def build_adapters(settings: Settings) -> dict[str, Adapter]:
     return {name: e.build(settings) for name, e in _ENTRIES.items()}
 
 
-def host_id_for(name: str, ref: dict[str, Any]) -> str:
-    """OpenClaw's host id of a source: this machine, or the paired node it lives on."""
+def host_id_for(name: str, ref: dict[str, Any], host: str = LOCAL_HOST) -> str:
+    """OpenClaw's host id of a source: the sidecar's host (``gateway:<host>``, so
+    ``gateway:local`` for a single one), or the paired node it lives on."""
     if entry(name).remote:
         return f"{NODE_HOST_PREFIX}{ref.get('nodeId', '')}"
-    return LOCAL_HOST_ID
+    return f"{GATEWAY_HOST_PREFIX}{host}"
 
 
 def adapter_for_link(upstream_kind: str, host_id: str | None, ref: dict[str, Any]) -> str | None:

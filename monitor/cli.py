@@ -35,12 +35,15 @@ Handler = Callable[["Kernel", argparse.Namespace], Awaitable[dict[str, Any]]]
 _HANDLERS: dict[str, Handler] = {}
 
 
-def db_path(args: argparse.Namespace, config: Config) -> Path:
-    """``--db``, else ``$SESSIONWATCH_DB``, else ``[store] path``."""
-    if args.db:
-        return Path(expand_user(args.db))
-    env = os.environ.get("SESSIONWATCH_DB")
-    return Path(expand_user(env or config.store.path))
+def db_path(args: argparse.Namespace, config: Config) -> Path | str:
+    """``--db``, else ``$SESSIONWATCH_DB``, else ``[store] url``, else ``[store] path``: a
+    SQLite file, or a ``postgresql://`` URL (kept as it is)."""
+    chosen = str(
+        args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url or config.store.path
+    )
+    if chosen.startswith(("postgresql://", "postgres://")):
+        return chosen
+    return Path(expand_user(chosen))
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -133,7 +136,7 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
 
     from monitor.kernel.feed import POLL_S, NoticeFeed
 
-    feed = NoticeFeed(kernel.store.read_now)
+    feed = NoticeFeed(kernel.store.version)
     reader_gone = select.poll()
     reader_gone.register(sys.stdout.fileno(), select.POLLERR)
     while True:
@@ -306,7 +309,7 @@ class _Kinds:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of the ``only`` one."""
     p = _Parser(prog="sessionwatch", description=__doc__.splitlines()[0])
-    p.add_argument("--db", type=Path, help="state database (default $SESSIONWATCH_DB)")
+    p.add_argument("--db", help="state database: a SQLite file or a postgresql:// URL")
     p.add_argument("--config", type=Path, help="TOML configuration ($SESSIONWATCH_CONFIG)")
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
     sub = _Commands(p.add_subparsers(dest="command", required=True, parser_class=_Parser), only)
@@ -433,7 +436,8 @@ def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> dict[str, Any]:
-    if args.command in _NEEDS_LOOP:
+    # PostgreSQL is reached over the network: its store needs an event loop
+    if args.command in _NEEDS_LOOP or isinstance(db_path(args, args.config_obj), str):
         import asyncio
 
         return asyncio.run(_run(args))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from monitor.paths import expand_user
 @dataclass(frozen=True, kw_only=True)
 class StoreConfig:
     path: str = "~/.local/state/sessionwatch/state.db"
+    url: str = ""  # postgresql://...: the state in PostgreSQL instead (several sidecars)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +82,18 @@ class SessionConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    """This sidecar's host: its file links are written ``gateway:<id>`` and only it ticks
+    them. A store several sidecars share needs an explicit, unique id."""
+
+    id: str = ""
+
+    @property
+    def effective(self) -> str:
+        return self.id or "local"
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeConfig:
     url: str
     token_file: str
@@ -89,6 +103,8 @@ _CHOICES = {
     ("session", "scope"): {"per-sender", "global"},
     ("session", "group_scope"): {"per-group", "shared"},
 }
+_HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_PG_SCHEMES = ("postgresql://", "postgres://")
 _POSITIVE = {
     "interval_s",
     "adapter_budget_s",
@@ -106,6 +122,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
+    host: HostConfig = field(default_factory=HostConfig)
     nodes: dict[str, NodeConfig] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -125,6 +142,10 @@ def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
         value = float(value)
     if expected is str and not isinstance(value, str):
         raise ConfigError(f"{where} must be a string")
+    if (section, name) == ("host", "id") and value and not _HOST_ID.match(value):
+        raise ConfigError(f"{where} must be letters, digits, '.', '_' or '-' (at most 64)")
+    if (section, name) == ("store", "url") and value and not value.startswith(_PG_SCHEMES):
+        raise ConfigError(f"{where} must be a postgresql:// URL")
     if name in _POSITIVE and value <= 0:
         raise ConfigError(f"{where} must be positive")
     if isinstance(value, int | float) and value < 0:
@@ -157,6 +178,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "api": ApiConfig,
     "gateway": GatewayConfig,
     "session": SessionConfig,
+    "host": HostConfig,
 }
 
 

@@ -32,14 +32,17 @@ from monitor.errors import (
     AlreadyRunning,
     ConfigError,
     NotPrivate,
+    SchemaTooNew,
     SessionwatchError,
+    StoreError,
     StoreLocked,
 )
 from monitor.kernel import Kernel, KernelSettings
-from monitor.kernel.feed import data_version
+from monitor.kernel.feed import POLL_S
 from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import UpstreamMonitor
+from monitor.upstream.leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
 from monitor.web.api import build_app
 from monitor.web.common import start_site
@@ -169,6 +172,23 @@ class Sidecar:
         if rearm and any(r.outcome == "missing" for r in results):
             self._paths_changed.set()
 
+    async def watch_notices(self) -> None:
+        """Wake the watchers of notices another process opened (a CLI command, another
+        sidecar on a shared store): the store's change counter is checked every
+        ``POLL_S``; each notice is woken once, whichever process opened it."""
+        seen: int | None = None
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), POLL_S)
+            try:
+                version = self.kernel.store.version()
+                if version == seen:
+                    continue
+                seen = version
+                self.kernel.deliver(await self.kernel.pending())
+            except SessionwatchError as exc:
+                log.debug("notices not checked: %s", exc)
+
     async def _watched_files(self) -> dict[str, set[str]]:
         """Linked file path -> the session keys linked to it."""
         by_path: dict[str, set[str]] = {}
@@ -209,7 +229,7 @@ class Sidecar:
 
     async def _links_may_have_changed(self) -> None:
         """Until a link changed here, or the database changed under another process (an
-        adoption or a watch from the CLI, a gateway sharing the file): ``PRAGMA data_version``
+        adoption or a watch from the CLI, a gateway sharing the file): the store's ``version()``
         is checked every ``REARM_S``."""
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
@@ -217,7 +237,7 @@ class Sidecar:
             if self._paths_changed.is_set():
                 break
             try:
-                version = self.kernel.store.read_now(data_version)
+                version = self.kernel.store.version()
             except SessionwatchError:
                 continue
             if version != self._data_version:
@@ -260,7 +280,7 @@ async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen
 
 
 async def open_kernel(
-    db: Path,
+    db: Path | str,
     settings: KernelSettings,
     stopping: asyncio.Event | None,
     **wiring: Any,
@@ -271,9 +291,13 @@ async def open_kernel(
     while True:
         try:
             return await Kernel.open(db, settings, **wiring)
-        except StoreLocked as exc:
+        except (StoreLocked, StoreError) as exc:
+            if isinstance(exc, SchemaTooNew) or not (
+                isinstance(exc, StoreLocked) or isinstance(db, str)
+            ):
+                raise  # a SQLite file that cannot be opened, or a newer schema: said at once
             if not said:
-                log.warning("%s; retrying until it is free", exc)
+                log.warning("%s; retrying until it answers", exc)
                 said = True
         if stopping is None:
             await asyncio.sleep(delay)
@@ -287,12 +311,14 @@ async def open_kernel(
 
 @contextlib.asynccontextmanager
 async def running(
-    config: Config, db: Path, stopping: asyncio.Event | None = None
+    config: Config, db: Path | str, stopping: asyncio.Event | None = None
 ) -> AsyncIterator[Sidecar | None]:
-    """The whole service on one exit stack; None when stopped before the database opened."""
+    """The whole service on one exit stack; None when stopped before the database opened.
+    ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL."""
     async with AsyncExitStack() as stack:
-        stack.callback(take_instance_lock(db).close)
-        check_private_state(db)
+        if isinstance(db, Path):
+            stack.callback(take_instance_lock(db).close)
+            check_private_state(db)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
         waker = (
@@ -316,13 +342,23 @@ async def running(
             yield None
             return
         stack.push_async_callback(kernel.close)
+        leases = await _host_leases(kernel, config)
+        if leases is not None:
+            stack.push_async_callback(leases.release)  # after the tick in flight finished
         monitor = UpstreamMonitor.from_config(
-            kernel, config, metrics=metrics, on_links_changed=paths_changed.set
+            kernel,
+            config,
+            metrics=metrics,
+            on_links_changed=paths_changed.set,
+            holds_shared=leases.holds_shared if leases else lambda: True,
         )
         stack.push_async_callback(monitor.tick_done)  # after the scheduler and API stopped
         sidecar = Sidecar(
             kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
         )
+        if leases is not None:
+            keeper = asyncio.ensure_future(leases.keep(sidecar.stopping))
+            stack.callback(keeper.cancel)
         pending = await kernel.sweep()
         pruned = await kernel.prune()
         log.info(
@@ -344,11 +380,29 @@ async def running(
         if config.monitor.watch_files:
             task = asyncio.ensure_future(sidecar.watch_files())
             stack.callback(task.cancel)
+        if waker is not None:  # notices other processes opened wake their watchers too
+            notices = asyncio.ensure_future(sidecar.watch_notices())
+            stack.callback(notices.cancel)
         sidecar.addresses = await _start_api(stack, sidecar, token, config.api.listen)
         yield sidecar
 
 
-async def serve(config: Config, db: Path) -> None:
+async def _host_leases(kernel: Kernel, config: Config) -> HostLeases | None:
+    """On a store several sidecars share: this sidecar's host lease (its id must be set,
+    and unique among the live ones); None on a file only this sidecar serves."""
+    if not kernel.store.shared:
+        return None
+    if not config.host.id:
+        raise ConfigError(
+            "a store several sidecars share needs this sidecar's own [host] id"
+            ' (for example: [host] id = "laptop")'
+        )
+    leases = HostLeases(kernel, config.host.id, ttl_ms=ttl_for(config.monitor.interval_s))
+    await leases.start()
+    return leases
+
+
+async def serve(config: Config, db: Path | str) -> None:
     """Run until SIGINT/SIGTERM."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

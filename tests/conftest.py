@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,19 +56,75 @@ def roots(tmp_path: Path) -> RootsConfig:
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
+    """The SQLite file. A test that asks for it reads the file itself: SQLite only."""
     return tmp_path / "state.db"
+
+
+@dataclass
+class PgServer:
+    url: str | None  # the admin URL of a server, or None with the reason
+    reason: str = ""
+    cluster: Any = None  # the throwaway cluster the suite started (None for an outside one)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A PostgreSQL server for the suite's PostgreSQL half: ``$SESSIONWATCH_TEST_PG``, else a
+    throwaway cluster (tests/pg_cluster.py), else none, with the reason."""
+    import os
+
+    outside = os.environ.get("SESSIONWATCH_TEST_PG", "").strip()
+    if outside:
+        yield PgServer(url=outside)
+        return
+    from tests.pg_cluster import Cluster, why_unavailable
+
+    reason = why_unavailable()
+    if reason:
+        yield PgServer(url=None, reason=reason)
+        return
+    cluster = Cluster()
+    cluster.start()
+    try:
+        yield PgServer(url=cluster.url, cluster=cluster)
+    finally:
+        cluster.destroy()
+
+
+_databases = itertools.count(1)
+
+
+def pg_database(server: PgServer) -> str:
+    """A fresh, empty database on the suite's server (skips when there is none)."""
+    if server.url is None:
+        pytest.skip(f"PostgreSQL half skipped: {server.reason}")
+    from tests.pg_cluster import fresh_database
+
+    return fresh_database(server.url, f"t{os.getpid()}_{next(_databases)}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where the state lives: the kernel, upstream and API tests run on both stores. A test
+    that also asks for ``db_path`` reads the SQLite file and runs on SQLite only."""
+    if request.param == "sqlite":
+        return tmp_path / "state.db"
+    if "db_path" in request.fixturenames:
+        pytest.skip("SQLite only: the test reads the database file")
+    server: PgServer = request.getfixturevalue("pg_server")
+    return pg_database(server)
 
 
 KernelFactory = Callable[..., Any]
 
 
 @pytest.fixture
-async def open_kernel(db_path: Path, clock: ManualClock) -> AsyncIterator[KernelFactory]:
+async def open_kernel(store_target: Path | str, clock: ManualClock) -> AsyncIterator[KernelFactory]:
     opened: list[Kernel] = []
 
     async def factory(**kwargs: Any) -> Kernel:
         settings = kwargs.pop("settings", KernelSettings())
-        kernel = await Kernel.open(db_path, settings, clock=clock, **kwargs)
+        kernel = await Kernel.open(store_target, settings, clock=clock, **kwargs)
         opened.append(kernel)
         return kernel
 
@@ -157,8 +215,37 @@ def make_config(tmp_path: Path, **extra: Any) -> Config:
 
 
 @pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[Client]:
+async def client(tmp_path: Path, store_target: Path | str) -> AsyncIterator[Client]:
     config = make_config(tmp_path)
-    async with running(config, tmp_path / "state.db") as sidecar, aiohttp.ClientSession() as http:
+    async with running(config, store_target) as sidecar, aiohttp.ClientSession() as http:
         token = (tmp_path / "token").read_text().strip()
         yield Client(sidecar.addresses[0], token, http, sidecar)
+
+
+def refuse_event_inserts(conn: Any) -> None:
+    """Make every insert into the signal log fail, on either store (a full disk, say)."""
+    import sqlite3
+
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
+            " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+        return
+    conn.execute(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql"
+        " AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$"
+    )
+    conn.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
+        " FOR EACH ROW EXECUTE FUNCTION refuse()"
+    )
+
+
+def allow_event_inserts(conn: Any) -> None:
+    import sqlite3
+
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("DROP TRIGGER refuse")
+    else:
+        conn.execute("DROP TRIGGER refuse ON session_state_events")

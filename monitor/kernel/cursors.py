@@ -7,10 +7,10 @@ pending notice) and ``material`` (the latest notifiable sequence). A notice is p
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from monitor.kernel.conn import Conn
 from monitor.kernel.keys import parse_agent_key
 from monitor.kernel.notices import PROVENANCE_EXPLICIT, Notice
 
@@ -58,7 +58,7 @@ class WatchCursor:
         )
 
 
-def read_cursor(conn: sqlite3.Connection, watcher: str, target: str) -> WatchCursor | None:
+def read_cursor(conn: Conn, watcher: str, target: str) -> WatchCursor | None:
     row = conn.execute(
         f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors"
         " WHERE watcher_session_key = ? AND target_session_key = ?",
@@ -68,7 +68,7 @@ def read_cursor(conn: sqlite3.Connection, watcher: str, target: str) -> WatchCur
 
 
 def _write_fresh(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
     watcher: str,
     target: str,
@@ -92,7 +92,7 @@ def _write_fresh(
 
 
 def register_watch(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
     watcher: str,
     target: str,
@@ -137,7 +137,7 @@ def register_watch(
 
 
 def seed_cursor(
-    conn: sqlite3.Connection, *, watcher: str, target: str, store_path: str, at: int, now: int
+    conn: Conn, *, watcher: str, target: str, store_path: str, at: int, now: int
 ) -> None:
     """A spawn edge: the parent watches the child from the spawn event on.
 
@@ -165,7 +165,7 @@ def seed_cursor(
 
 
 def advance_watchers(
-    conn: sqlite3.Connection, *, target: str, sequence: int, actor_id: str | None, now: int
+    conn: Conn, *, target: str, sequence: int, actor_id: str | None, now: int
 ) -> list[Notice]:
     """A notifiable event at ``sequence``: raise ``material`` of every watcher that is behind,
     freeze ``notified`` where nothing was pending, and return the notices that opened now.
@@ -179,7 +179,7 @@ def advance_watchers(
         "   THEN ? ELSE notified_sequence END,"
         " material_sequence = ?, updated_at = ?"
         f" WHERE target_session_key = ? AND {_QUALIFIED}"
-        " AND watcher_store_path IS NOT NULL AND watcher_session_key IS NOT ?"
+        " AND watcher_store_path IS NOT NULL AND watcher_session_key IS DISTINCT FROM ?"
         " AND material_sequence < ?"
         f" RETURNING {_NOTICE_COLUMNS}",
         (sequence, sequence, now, target, actor_id, sequence),
@@ -189,7 +189,7 @@ def advance_watchers(
 
 
 def list_pending(
-    conn: sqlite3.Connection, *, watcher: str | None = None, store_path: str | None = None
+    conn: Conn, *, watcher: str | None = None, store_path: str | None = None
 ) -> list[WatchCursor]:
     """Cursors with a notice pending, optionally for one watcher in one store."""
     sql = (
@@ -205,7 +205,7 @@ def list_pending(
     return [WatchCursor.from_row(row) for row in rows]
 
 
-def acknowledge(conn: sqlite3.Connection, cursors: list[WatchCursor], now: int) -> None:
+def acknowledge(conn: Conn, cursors: list[WatchCursor], now: int) -> None:
     """Ack on drain: ``last_seen := notified``; work that arrived after the freeze reopens
     exactly one fresh notice (``notified := material``)."""
     for c in cursors:
@@ -218,7 +218,7 @@ def acknowledge(conn: sqlite3.Connection, cursors: list[WatchCursor], now: int) 
         )
 
 
-def heal_unfrozen(conn: sqlite3.Connection) -> int:
+def heal_unfrozen(conn: Conn) -> int:
     """Startup sweep: a cursor with material work but no frozen watermark gets one."""
     cur = conn.execute(
         "UPDATE session_watch_cursors SET notified_sequence = material_sequence"
@@ -228,14 +228,14 @@ def heal_unfrozen(conn: sqlite3.Connection) -> int:
     return cur.rowcount
 
 
-def delete_watcher_cursors(conn: sqlite3.Connection, watcher: str) -> int:
+def delete_watcher_cursors(conn: Conn, watcher: str) -> int:
     cur = conn.execute(
         "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?", (watcher,)
     )
     return cur.rowcount
 
 
-def delete_session_cursors(conn: sqlite3.Connection, key: str) -> int:
+def delete_session_cursors(conn: Conn, key: str) -> int:
     cur = conn.execute(
         "DELETE FROM session_watch_cursors WHERE watcher_session_key = ? OR target_session_key = ?",
         (key, key),
@@ -243,9 +243,7 @@ def delete_session_cursors(conn: sqlite3.Connection, key: str) -> int:
     return cur.rowcount
 
 
-def migrate_store_paths(
-    conn: sqlite3.Connection, legacy: str, resolve: Callable[[str], str]
-) -> int:
+def migrate_store_paths(conn: Conn, legacy: str, resolve: Callable[[str], str]) -> int:
     """Rewrite cursors stored under the placeholder ``legacy`` with the watcher's real path."""
     rows = conn.execute(
         "SELECT watcher_session_key, target_session_key FROM session_watch_cursors"
@@ -266,14 +264,14 @@ def migrate_store_paths(
     return moved
 
 
-def watched_targets(conn: sqlite3.Connection) -> set[str]:
+def watched_targets(conn: Conn) -> set[str]:
     """Every session some watcher watches."""
     return {
         r[0] for r in conn.execute("SELECT DISTINCT target_session_key FROM session_watch_cursors")
     }
 
 
-def delete_idle(conn: sqlite3.Connection, before: int) -> int:
+def delete_idle(conn: Conn, before: int) -> int:
     """Retention: cursors not touched since ``before`` go."""
     return conn.execute(
         "DELETE FROM session_watch_cursors WHERE updated_at < ?", (before,)

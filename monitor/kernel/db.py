@@ -124,6 +124,8 @@ def open_path(path: Path | str) -> tuple[Path, bool]:
 class DirectStore:
     """The state database on the calling thread (see the module docstring)."""
 
+    shared = False  # one host's file
+
     def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock) -> None:
         self._conn: sqlite3.Connection | None = conn
         self.path = path
@@ -167,10 +169,22 @@ class DirectStore:
         with translated(self.on_error):
             return run_read(self._live(), fn)
 
+    async def peek(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return self.read_now(fn)
+
+    def version(self) -> int:
+        """Moves with every commit of another connection (``PRAGMA data_version``)."""
+        return self.read_now(data_version)
+
     async def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    """SQLite's counter of commits by other connections (``PRAGMA data_version``)."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def run_now(coro: Coroutine[Any, Any, T]) -> T:

@@ -10,7 +10,7 @@ owns tables of its own (the upstream monitor's links) joins a transaction throug
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from monitor.clock import Clock, now_ms
 from monitor.config import Config
 from monitor.errors import BadInput, SessionwatchError
-from monitor.kernel import cursors, retention, sessions
-from monitor.kernel.db import DirectStore
+from monitor.kernel import cursors, retention, sessions, wakes
+from monitor.kernel.conn import Conn, StateStore, open_store
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
     is_internal_key,
@@ -34,6 +34,7 @@ from monitor.kernel.keys import (
 from monitor.kernel.notices import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
+    WAKE_COALESCE_MS,
     CreatedNotices,
     Notice,
     WakeCallback,
@@ -55,22 +56,22 @@ from monitor.kernel.store_paths import LEGACY_DEFAULT, StorePathRule
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
-    from monitor.kernel.store import Store
     from monitor.metrics import Metrics
 
 log = LazyLogger(__name__)
 
 T = TypeVar("T")
+DELIVERED_MEMORY = 4096  # notices remembered as delivered (each is woken once)
 # Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the kernel's
 # transaction: how ``delete`` reaches tables the kernel does not own.
-ScopeDeleter = Callable[[sqlite3.Connection, str, tuple[str, ...]], object]
+ScopeDeleter = Callable[[Conn, str, tuple[str, ...]], object]
 
 
 class Recorder:
     """Records events inside a :meth:`Kernel.commit` transaction; the kernel observes what
     was recorded (metrics, wake calls) once the transaction committed."""
 
-    def __init__(self, conn: sqlite3.Connection, now: int) -> None:
+    def __init__(self, conn: Conn, now: int) -> None:
         self.conn = conn
         self.now = now
         self.recorded: list[Recorded] = []
@@ -108,7 +109,7 @@ class Kernel:
 
     def __init__(
         self,
-        store: Store | DirectStore,
+        store: StateStore,
         settings: KernelSettings,
         *,
         wake: WakeCallback | None = None,
@@ -122,7 +123,9 @@ class Kernel:
         self.store = store
         self.settings = settings
         self.clock: Clock = store.clock
-        self._waker = WakeCoalescer(wake, clock=self.clock) if wake else None
+        claim = self._claim_wake if store.shared else None
+        self._waker = WakeCoalescer(wake, clock=self.clock, claim=claim) if wake else None
+        self._delivered: OrderedDict[tuple[str, str | None, str], None] = OrderedDict()
         self.created_notices = CreatedNotices()
         self.metrics = metrics
         self._on_delete = tuple(on_delete)
@@ -147,17 +150,11 @@ class Kernel:
         on_delete: Sequence[ScopeDeleter] = (),
         on_watches_changed: Callable[[], None] | None = None,
     ) -> Kernel:
-        """``direct``: on the calling thread, for one-shot commands (:class:`DirectStore`);
-        else the service's store with group commit on a writer thread."""
-        store: Store | DirectStore
-        if direct:
-            store = await DirectStore.open(path, clock=clock)
-        else:
-            from monitor.kernel.store import Store
-
-            store = await Store.open(
-                path, clock=clock, on_error=metrics.db_errors.inc if metrics else None
-            )
+        """``path``: a SQLite file or a ``postgresql://`` URL (see :func:`open_store`);
+        ``direct``: SQLite on the calling thread, for one-shot commands."""
+        store = await open_store(
+            path, clock=clock, direct=direct, on_error=metrics.db_errors.inc if metrics else None
+        )
         kernel = cls(
             store,
             settings or KernelSettings(),
@@ -175,7 +172,7 @@ class Kernel:
         kernel._next_prune_at = last + retention.PRUNE_INTERVAL_MS
         return kernel
 
-    def _migrate_legacy_store_paths(self, conn: sqlite3.Connection) -> int:
+    def _migrate_legacy_store_paths(self, conn: Conn) -> int:
         """Cursors an earlier sidecar wrote with the store path "default" get the real one."""
         return cursors.migrate_store_paths(conn, LEGACY_DEFAULT, self.policy.default_store_path)
 
@@ -190,7 +187,7 @@ class Kernel:
         now = self.clock()
         recorders: list[Recorder] = []
 
-        def run(conn: sqlite3.Connection) -> T:
+        def run(conn: Conn) -> T:
             recorder = Recorder(conn, now)
             recorders[:] = [recorder]  # a retried transaction starts a fresh recorder
             return fn(recorder)
@@ -199,7 +196,7 @@ class Kernel:
         self.observe(recorders[0].recorded if recorders else [])
         return result
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on a read snapshot."""
         return await self.store.read(fn)
 
@@ -255,11 +252,29 @@ class Kernel:
         self.deliver([n for r in fresh for n in r.notices])
 
     def deliver(self, notices: list[Notice]) -> None:
+        """Wake whom the notices concern; each notice once, whichever path saw it first
+        (this process's commit, or :meth:`deliver_opened` after another process's)."""
         if self._waker is None:
             return
         for notice in notices:
+            key = (notice.watcher, notice.target, notice.text)
+            if key in self._delivered:
+                continue
+            self._delivered[key] = None
+            if len(self._delivered) > DELIVERED_MEMORY:
+                self._delivered.popitem(last=False)
             if self.policy.wakes(notice):
                 self._waker.request(notice.watcher)
+
+    async def pending(self) -> list[Notice]:
+        """Every watcher's pending notices (what another process may have opened)."""
+        return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])
+
+    async def _claim_wake(self, watcher: str) -> int | None:
+        now = self.clock()
+        return await self.store.write(
+            lambda conn: wakes.claim(conn, watcher, now=now, window_ms=WAKE_COALESCE_MS)
+        )
 
     # -- watches and notices -----------------------------------------------------------
 
@@ -308,13 +323,13 @@ class Kernel:
         path = self.policy.store_path(store_path, w)
         now = self.clock()
 
-        def run(conn: sqlite3.Connection) -> list[Notice]:
+        def run(conn: Conn) -> list[Notice]:
             pending = cursors.list_pending(conn, watcher=w, store_path=path)
             if drain:
                 cursors.acknowledge(conn, pending, now)
             return [c.notice() for c in pending]
 
-        notices = await self.store.write(run) if drain else self.store.read_now(run)
+        notices = await (self.store.write(run) if drain else self.store.peek(run))
         if drain and self.metrics:
             self.metrics.notices_drained.inc(len(notices))
         return notices
@@ -322,7 +337,7 @@ class Kernel:
     async def sweep(self) -> list[Notice]:
         """Startup recovery: freeze unfrozen work, then list (and wake) every pending notice."""
 
-        def run(conn: sqlite3.Connection) -> list[Notice]:
+        def run(conn: Conn) -> list[Notice]:
             cursors.heal_unfrozen(conn)
             return [c.notice() for c in cursors.list_pending(conn)]
 
@@ -341,16 +356,16 @@ class Kernel:
         if changes_since is not None and changes_since < 0:
             raise BadInput("changesSince must be a non-negative integer")
 
-        def run(conn: sqlite3.Connection) -> dict[str, Any]:
+        def run(conn: Conn) -> dict[str, Any]:
             return session_status(conn, k, agent, changes_since)
 
-        return self.store.read_now(run)
+        return await self.store.peek(run)
 
     async def state_versions(self, keys: list[str]) -> list[dict[str, Any]]:
         """``stateVersion`` per session; all sessions with a head when ``keys`` is empty."""
         wanted = [normalize_key(k) for k in keys]
 
-        def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def run(conn: Conn) -> list[dict[str, Any]]:
             rows = state_versions(conn, wanted)
             return [_version_row(k, a if a is not None else _agent_of(k), v) for k, a, v in rows]
 
@@ -362,7 +377,7 @@ class Kernel:
         """A watcher's reset: its cursors and self-echo memory go; targets' history stays."""
         k = normalize_key(key)
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: Conn) -> None:
             cursors.delete_watcher_cursors(conn, k)
             sessions.forget_session_own(conn, k)
 
@@ -375,7 +390,7 @@ class Kernel:
         k = normalize_key(key)
         scope, params = session_scope(k, agent_id)
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: Conn) -> None:
             cursors.delete_session_cursors(conn, k)
             delete_session_log(conn, scope, params)
             sessions.delete_sessions(conn, scope, params)
@@ -445,7 +460,7 @@ class Kernel:
                 now=now,
             )
 
-        def run(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+        def run(conn: Conn) -> tuple[dict[str, Any], bool]:
             existed = sessions.write_session_row(
                 conn,
                 k,

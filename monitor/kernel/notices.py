@@ -8,12 +8,15 @@ opens the database sees the same pending notices; nothing here is the source of 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.clock import SECOND_MS, Clock
 from monitor.lazylog import LazyLogger
+
+if TYPE_CHECKING:
+    import asyncio  # at run time only where a service schedules: one-shot commands never do
 
 log = LazyLogger(__name__)
 
@@ -58,11 +61,18 @@ class Notice:
 WakeCallback = Callable[[str], None]
 
 
+WakeClaim = Callable[[str], Awaitable[int | None]]
+
+
 class WakeCoalescer:
     """Wakes a watcher at once, then at most once per 20 s window.
 
     A request inside the window is folded into one trailing wake at the window's end.
     ``schedule(delay_s, fn)`` is the event loop's ``call_later`` unless a test plugs another.
+
+    On a store several sidecars share, each wake is first claimed in the store (``claim``:
+    None when it is ours to send, else when another sidecar sent one): the window holds
+    across all of them, and a wake another sidecar sent becomes this one's trailing wake.
     """
 
     def __init__(
@@ -72,13 +82,16 @@ class WakeCoalescer:
         clock: Clock,
         schedule: Callable[[float, Callable[[], None]], Any] | None = None,
         window_ms: int = WAKE_COALESCE_MS,
+        claim: WakeClaim | None = None,
     ) -> None:
         self._wake = wake
         self._clock = clock
         self._schedule = schedule
         self._window_ms = window_ms
+        self._claim = claim
         self._last_fired: dict[str, int] = {}
         self._trailing: set[str] = set()
+        self._claims: set[asyncio.Task[None]] = set()
 
     def request(self, watcher: str) -> None:
         now = self._clock()
@@ -86,13 +99,17 @@ class WakeCoalescer:
         if last is None or now - last >= self._window_ms:
             self._fire(watcher)
             return
+        self._trail(watcher, last, now)
+
+    def _trail(self, watcher: str, last: int, now: int) -> None:
+        """One trailing wake at the end of the window that began at ``last``."""
         if watcher in self._trailing:
             return
         self._trailing.add(watcher)
-        delay_s = (last + self._window_ms - now) / 1000
+        delay_s = max(0, last + self._window_ms - now) / 1000
         schedule = self._schedule
         if schedule is None:
-            import asyncio  # only a service schedules; one-shot commands never get here
+            import asyncio
 
             schedule = asyncio.get_running_loop().call_later
         schedule(delay_s, lambda: self._fire_trailing(watcher))
@@ -103,6 +120,29 @@ class WakeCoalescer:
 
     def _fire(self, watcher: str) -> None:
         self._last_fired[watcher] = self._clock()
+        if self._claim is None:
+            self._send(watcher)
+            return
+        import asyncio
+
+        task = asyncio.get_running_loop().create_task(self._claimed(watcher))
+        self._claims.add(task)
+        task.add_done_callback(self._claims.discard)
+
+    async def _claimed(self, watcher: str) -> None:
+        assert self._claim is not None
+        try:
+            other = await self._claim(watcher)
+        except Exception as exc:  # the store is down: a wake too many beats one missing
+            log.warning("could not claim the wake of %s (%s); waking anyway", watcher, exc)
+            other = None
+        if other is None:
+            self._send(watcher)
+            return
+        self._last_fired[watcher] = other  # another sidecar woke it: this window is theirs
+        self._trail(watcher, other, self._clock())
+
+    def _send(self, watcher: str) -> None:
         try:
             self._wake(watcher)
         except Exception:  # a wake is best-effort; it must never fail the producer

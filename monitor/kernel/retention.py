@@ -6,11 +6,11 @@ deleted before anything is deleted, so ``historyGap`` stays exact; heads never g
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.kernel import cursors, schema, signal_log
+from monitor.kernel.conn import Conn
 
 RETENTION_MS = 30 * DAY_MS
 MAX_ROWS = 50_000
@@ -33,7 +33,7 @@ class PruneResult:
 
 
 def prune(
-    conn: sqlite3.Connection,
+    conn: Conn,
     now: int,
     *,
     max_rows: int = MAX_ROWS,
@@ -48,5 +48,5 @@ def prune(
     return PruneResult(deleted_events=deleted, deleted_cursors=idle, stamped_sessions=stamped)
 
 
-def last_prune_at(conn: sqlite3.Connection) -> int:
+def last_prune_at(conn: Conn) -> int:
     return int(schema.read_meta(conn, "last_prune_at") or 0)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import sqlite3
 
 from monitor.errors import SchemaTooNew
+from monitor.kernel.conn import Conn
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # How the links an earlier sessionwatch (schema 1) wrote map to OpenClaw's vocabulary: its
 # adapter name becomes (upstream_kind, catalog_id); a paired node's host is ``node:<nodeId>``.
@@ -161,6 +162,18 @@ _OWN_TABLES = (
         last_reason TEXT,
         PRIMARY KEY (session_key, agent_id)
     ) STRICT""",
+    # Leases: who ticks the links without a host, which sidecar holds a host id (schema 3).
+    """CREATE TABLE IF NOT EXISTS sessionwatch_leases (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        info TEXT
+    ) STRICT""",
+    # The last wake call per watcher, claimed by whichever process sends it (schema 3).
+    """CREATE TABLE IF NOT EXISTS sessionwatch_wakes (
+        watcher_session_key TEXT PRIMARY KEY,
+        woken_at INTEGER NOT NULL
+    ) STRICT""",
 )
 # Columns of our own tables added after they were first created.
 _OWN_ADDABLE = {
@@ -248,13 +261,13 @@ def read_schema_version(conn: sqlite3.Connection) -> int:
     return int(read_meta(conn, "schema_version") or 0)
 
 
-def read_meta(conn: sqlite3.Connection, key: str) -> str | None:
+def read_meta(conn: Conn, key: str) -> str | None:
     """A value of ``sessionwatch_meta``, the sidecar's own key-value table."""
     row = conn.execute("SELECT value FROM sessionwatch_meta WHERE key = ?", (key,)).fetchone()
     return str(row[0]) if row else None
 
 
-def write_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+def write_meta(conn: Conn, key: str, value: str) -> None:
     conn.execute(
         "INSERT INTO sessionwatch_meta (key, value) VALUES (?, ?)"
         " ON CONFLICT(key) DO UPDATE SET value = excluded.value",

@@ -4,15 +4,16 @@ their SQL."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from typing import Any
+
+from monitor.kernel.conn import Conn
 
 SessionFlags = tuple[str | None, bool]  # the session id, and whether a run is active
 
 
 def write_session_row(
-    conn: sqlite3.Connection,
+    conn: Conn,
     key: str,
     agent_id: str,
     *,
@@ -30,16 +31,17 @@ def write_session_row(
         "INSERT INTO sessionwatch_sessions (session_key, agent_id, session_id,"
         " store_path, run_active, created_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-        " session_id = coalesce(excluded.session_id, session_id),"
-        " store_path = coalesce(excluded.store_path, store_path),"
-        " run_active = CASE WHEN ? IS NULL THEN run_active ELSE excluded.run_active END,"
+        " session_id = coalesce(excluded.session_id, sessionwatch_sessions.session_id),"
+        " store_path = coalesce(excluded.store_path, sessionwatch_sessions.store_path),"
+        " run_active = CASE WHEN CAST(? AS INTEGER) IS NULL"
+        " THEN sessionwatch_sessions.run_active ELSE excluded.run_active END,"
         " updated_at = excluded.updated_at",
-        (key, agent_id, session_id, store_path, int(bool(run_active)), now, now, run_active),
+        (key, agent_id, session_id, store_path, int(bool(run_active)), now, now, _int(run_active)),
     )
     return existed is not None
 
 
-def read_session(conn: sqlite3.Connection, key: str, agent_id: str) -> dict[str, Any] | None:
+def read_session(conn: Conn, key: str, agent_id: str) -> dict[str, Any] | None:
     row = conn.execute(
         "SELECT session_key, agent_id, session_id, store_path, run_active, created_at,"
         " updated_at FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
@@ -58,7 +60,7 @@ def read_session(conn: sqlite3.Connection, key: str, agent_id: str) -> dict[str,
     }
 
 
-def session_flags(conn: sqlite3.Connection, key: str, agent_id: str) -> SessionFlags | None:
+def session_flags(conn: Conn, key: str, agent_id: str) -> SessionFlags | None:
     row = conn.execute(
         "SELECT session_id, run_active FROM sessionwatch_sessions"
         " WHERE session_key = ? AND agent_id = ?",
@@ -67,7 +69,7 @@ def session_flags(conn: sqlite3.Connection, key: str, agent_id: str) -> SessionF
     return (row[0], bool(row[1])) if row else None
 
 
-def all_session_flags(conn: sqlite3.Connection) -> dict[tuple[str, str], SessionFlags]:
+def all_session_flags(conn: Conn) -> dict[tuple[str, str], SessionFlags]:
     return {
         (r[0], r[1]): (r[2], bool(r[3]))
         for r in conn.execute(
@@ -76,9 +78,7 @@ def all_session_flags(conn: sqlite3.Connection) -> dict[tuple[str, str], Session
     }
 
 
-def remember_own(
-    conn: sqlite3.Connection, key: str, agent_id: str, digest: str, now: int, limit: int
-) -> None:
+def remember_own(conn: Conn, key: str, agent_id: str, digest: str, now: int, limit: int) -> None:
     """Remember one own message's hash; only the newest ``limit`` per session are kept."""
     conn.execute(
         "INSERT INTO sessionwatch_own_messages (session_key, agent_id, text_hash,"
@@ -93,32 +93,34 @@ def remember_own(
     )
 
 
-def recent_own(
-    conn: sqlite3.Connection, limit: int
-) -> dict[tuple[str, str], list[tuple[int, str]]]:
+def recent_own(conn: Conn, limit: int) -> dict[tuple[str, str], list[tuple[int, str]]]:
     """Per session, its newest ``limit`` own messages as ``(id, hash)``, oldest first."""
     own: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     for row_id, key, agent, digest in conn.execute(
         "SELECT id, session_key, agent_id, text_hash FROM (SELECT id, session_key, agent_id,"
         " text_hash, row_number() OVER (PARTITION BY session_key, agent_id ORDER BY id DESC)"
-        " AS n FROM sessionwatch_own_messages) WHERE n <= ? ORDER BY id",
+        " AS n FROM sessionwatch_own_messages) AS recent WHERE n <= ? ORDER BY id",
         (limit,),
     ):
         own[(key, agent)].append((row_id, digest))
     return own
 
 
-def forget_own(conn: sqlite3.Connection, ids: list[int]) -> None:
+def forget_own(conn: Conn, ids: list[int]) -> None:
     """Own messages that suppressed an upstream prompt are used up."""
     conn.executemany("DELETE FROM sessionwatch_own_messages WHERE id = ?", [(i,) for i in ids])
 
 
-def forget_session_own(conn: sqlite3.Connection, key: str) -> None:
+def forget_session_own(conn: Conn, key: str) -> None:
     """A reset: the session's self-echo memory goes."""
     conn.execute("DELETE FROM sessionwatch_own_messages WHERE session_key = ?", (key,))
 
 
-def delete_sessions(conn: sqlite3.Connection, scope: str, params: tuple[str, ...]) -> None:
+def delete_sessions(conn: Conn, scope: str, params: tuple[str, ...]) -> None:
     """Remove the known sessions and own messages of a ``keys.session_scope``."""
     conn.execute(f"DELETE FROM sessionwatch_own_messages WHERE {scope}", params)
     conn.execute(f"DELETE FROM sessionwatch_sessions WHERE {scope}", params)
+
+
+def _int(flag: bool | None) -> int | None:
+    return None if flag is None else int(flag)

@@ -7,7 +7,6 @@ the head, move the target's cursors) as one synchronous function the store runs 
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +14,7 @@ import orjson
 
 from monitor.clock import DAY_MS
 from monitor.errors import BadInput
+from monitor.kernel.conn import Conn
 from monitor.kernel.cursors import advance_watchers, register_watch, seed_cursor
 from monitor.kernel.events import (
     NOTIFYING_KINDS,
@@ -208,7 +208,7 @@ def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
     )
 
 
-def find_by_dedupe(conn: sqlite3.Connection, dedupe_key: str) -> StateEvent | None:
+def find_by_dedupe(conn: Conn, dedupe_key: str) -> StateEvent | None:
     row = conn.execute(
         f"SELECT {_EVENT_COLUMNS} FROM session_state_events WHERE dedupe_key = ?",
         (dedupe_key,),
@@ -216,18 +216,19 @@ def find_by_dedupe(conn: sqlite3.Connection, dedupe_key: str) -> StateEvent | No
     return _row_to_event(row) if row else None
 
 
-def raise_head(conn: sqlite3.Connection, key: str, agent_id: str, sequence: int, now: int) -> None:
+def raise_head(conn: Conn, key: str, agent_id: str, sequence: int, now: int) -> None:
     conn.execute(
         "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
         " pruned_max_sequence, updated_at) VALUES (?, ?, ?, 0, ?)"
         " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-        " last_sequence = max(last_sequence, excluded.last_sequence),"
+        " last_sequence = CASE WHEN excluded.last_sequence > session_state_heads.last_sequence"
+        " THEN excluded.last_sequence ELSE session_state_heads.last_sequence END,"
         " updated_at = excluded.updated_at",
         (key, agent_id, sequence, now),
     )
 
 
-def record_event(conn: sqlite3.Connection, draft: EventDraft, now: int) -> Recorded:
+def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
     """The recording transaction's body: see the module docstring."""
     payload_json = orjson.dumps(draft.payload).decode() if draft.payload else None
     row = conn.execute(
@@ -299,7 +300,7 @@ def record_event(conn: sqlite3.Connection, draft: EventDraft, now: int) -> Recor
 
 
 def state_changes(
-    conn: sqlite3.Connection, key: str, agent_id: str, since: int, limit: int = CHANGES_LIMIT
+    conn: Conn, key: str, agent_id: str, since: int, limit: int = CHANGES_LIMIT
 ) -> tuple[list[StateEvent], bool]:
     """Events of one session after ``since``, ascending, at most ``limit``; and whether
     more exist."""
@@ -312,7 +313,7 @@ def state_changes(
     return [_row_to_event(r) for r in rows[:limit]], len(rows) > limit
 
 
-def earliest_sequence(conn: sqlite3.Connection, key: str, agent_id: str) -> int | None:
+def earliest_sequence(conn: Conn, key: str, agent_id: str) -> int | None:
     row = conn.execute(
         "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
         (key, agent_id),
@@ -320,7 +321,7 @@ def earliest_sequence(conn: sqlite3.Connection, key: str, agent_id: str) -> int 
     return int(row[0]) if row and row[0] is not None else None
 
 
-def read_head(conn: sqlite3.Connection, key: str, agent_id: str) -> tuple[int, int]:
+def read_head(conn: Conn, key: str, agent_id: str) -> tuple[int, int]:
     """``(last_sequence, pruned_max_sequence)`` of a session, zeros when never logged."""
     row = conn.execute(
         "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
@@ -330,7 +331,7 @@ def read_head(conn: sqlite3.Connection, key: str, agent_id: str) -> tuple[int, i
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def prune_events(conn: sqlite3.Connection, *, before: int, cap: int, now: int) -> tuple[int, int]:
+def prune_events(conn: Conn, *, before: int, cap: int, now: int) -> tuple[int, int]:
     """Retention: events older than ``before`` or at most ``cap`` go; each pruned session's
     head keeps its last sequence and records the newest pruned one (for ``historyGap``).
     How many heads were stamped, and how many events went."""
@@ -339,18 +340,21 @@ def prune_events(conn: sqlite3.Connection, *, before: int, cap: int, now: int) -
     stamped = conn.execute(
         "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
         " pruned_max_sequence, updated_at)"
-        f" SELECT session_key, agent_id, max(sequence), max(sequence), :now"
+        f" SELECT session_key, agent_id, max(sequence), max(sequence), CAST(:now AS BIGINT)"
         f" FROM session_state_events WHERE {doomed} GROUP BY session_key, agent_id"
         " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-        " last_sequence = max(last_sequence, excluded.last_sequence),"
-        " pruned_max_sequence = max(pruned_max_sequence, excluded.pruned_max_sequence)",
+        " last_sequence = CASE WHEN excluded.last_sequence > session_state_heads.last_sequence"
+        " THEN excluded.last_sequence ELSE session_state_heads.last_sequence END,"
+        " pruned_max_sequence = CASE"
+        " WHEN excluded.pruned_max_sequence > session_state_heads.pruned_max_sequence"
+        " THEN excluded.pruned_max_sequence ELSE session_state_heads.pruned_max_sequence END",
         params,
     ).rowcount
     deleted = conn.execute(f"DELETE FROM session_state_events WHERE {doomed}", params).rowcount
     return stamped, deleted
 
 
-def state_versions(conn: sqlite3.Connection, keys: list[str]) -> list[tuple[str, str | None, int]]:
+def state_versions(conn: Conn, keys: list[str]) -> list[tuple[str, str | None, int]]:
     """``(session key, agent id, last sequence)`` of the heads of ``keys`` (all heads when
     empty); a key without a head is answered with agent None and 0."""
     sql = "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
@@ -363,13 +367,13 @@ def state_versions(conn: sqlite3.Connection, keys: list[str]) -> list[tuple[str,
     return out
 
 
-def delete_session_log(conn: sqlite3.Connection, scope: str, params: tuple[str, ...]) -> None:
+def delete_session_log(conn: Conn, scope: str, params: tuple[str, ...]) -> None:
     """Remove the events and head of a ``keys.session_scope``."""
     conn.execute(f"DELETE FROM session_state_events WHERE {scope}", params)
     conn.execute(f"DELETE FROM session_state_heads WHERE {scope}", params)
 
 
-def row_cap_sequence(conn: sqlite3.Connection, max_rows: int) -> int:
+def row_cap_sequence(conn: Conn, max_rows: int) -> int:
     """Rows with a sequence at or below this fall outside the newest ``max_rows``."""
     row = conn.execute(
         "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
@@ -379,7 +383,7 @@ def row_cap_sequence(conn: sqlite3.Connection, max_rows: int) -> int:
 
 
 def session_status(
-    conn: sqlite3.Connection, key: str, agent_id: str, changes_since: int | None
+    conn: Conn, key: str, agent_id: str, changes_since: int | None
 ) -> dict[str, Any]:
     """The ``session_status`` object: ``stateVersion`` always; with ``changes_since``, the
     events after it (``truncated`` past the page), the earliest sequence still kept, and

@@ -34,6 +34,7 @@ from monitor.kernel.db import (
     _locked_error,
     _read_only,
     configure,
+    data_version,
     make_private,
     open_path,
     run_read,
@@ -139,6 +140,8 @@ def run_group(
 class Store:
     """The writer and reader connections to the state database, opened with :meth:`open`."""
 
+    shared = False  # one host's file
+
     def __init__(
         self,
         conn: aiosqlite.Connection,
@@ -235,6 +238,15 @@ class Store:
         """Run a small read inline on the read-only connection (the API's hot point reads,
         which cost less than the hop to a thread)."""
         return self._read_on(self._reader_lock, "_reader", fn)
+
+    async def peek(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A small read: inline here (a PostgreSQL store awaits a round trip)."""
+        return self.read_now(fn)
+
+    def version(self) -> int:
+        """Moves with every commit of another connection (``PRAGMA data_version`` of the
+        reader): the service's writer, a CLI process, a gateway sharing the file."""
+        return self.read_now(data_version)
 
     def _read_on(self, lock: threading.Lock, name: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         with lock, self._translated():

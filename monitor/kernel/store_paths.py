@@ -59,9 +59,10 @@ class StorePathRule:
 
     @classmethod
     def for_database(
-        cls, db_path: Path, template: str = "", env: Mapping[str, str] | None = None
+        cls, db_path: object, template: str = "", env: Mapping[str, str] | None = None
     ) -> StorePathRule:
-        found = openclaw_state_dir(db_path)
+        """``db_path``: the SQLite file; a PostgreSQL store is never OpenClaw's own file."""
+        found = openclaw_state_dir(db_path) if isinstance(db_path, Path) else None
         if found is not None:
             return cls(state_dir=found)
         if template.strip():

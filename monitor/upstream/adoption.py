@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapters.base import Adapter, Marker
-from adapters.registry import entry, host_id_for
+from adapters.registry import LOCAL_HOST, entry, host_id_for
 from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
 from monitor.kernel import Kernel
 from monitor.kernel.events import ActorType, EventKind
@@ -38,8 +38,12 @@ class Adoption:
         adapters: Mapping[str, Adapter],
         catalog: SessionCatalog,
         on_links_changed: Callable[[], None] | None = None,
+        host: str = LOCAL_HOST,
     ) -> None:
+        """``host``: this sidecar's host id; the file links it adopts are written
+        ``gateway:<host>``."""
         self.kernel = kernel
+        self.host = host
         self.adapters = adapters
         self.catalog = catalog
         self._changed = on_links_changed
@@ -79,7 +83,7 @@ class Adoption:
             actor_type=ActorType.HUMAN,
             session_id=session_id,
             now=self.kernel.clock(),
-            payload={"catalogId": form.catalog_id, "hostId": host_id_for(kind, ref)},
+            payload={"catalogId": form.catalog_id, "hostId": host_id_for(kind, ref, self.host)},
             dedupe_key=f"adopted:{key}",
         )
 
@@ -102,6 +106,7 @@ class Adoption:
                 marker=marker,
                 thread_id=thread_id,
                 now=now,
+                host=self.host,
             )
 
         link = await self.kernel.commit(run)

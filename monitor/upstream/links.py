@@ -9,7 +9,6 @@ offset, the last outcome worth showing and its reason).
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,8 @@ from typing import Any
 import orjson
 
 from adapters.base import Marker
-from adapters.registry import adapter_for_link, entry, host_id_for
+from adapters.registry import LOCAL_HOST, adapter_for_link, entry, host_id_for
+from monitor.kernel.conn import Conn
 
 _LINK_COLUMNS = (
     "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"
@@ -114,7 +114,7 @@ def public_marker(marker: Marker) -> Marker:
     return {k: v for k, v in marker.items() if k not in _PRIVATE_MARKER_FIELDS}
 
 
-def read_link(conn: sqlite3.Connection, key: str, agent_id: str) -> UpstreamLink | None:
+def read_link(conn: Conn, key: str, agent_id: str) -> UpstreamLink | None:
     row = conn.execute(
         f"SELECT {_LINK_COLUMNS} FROM session_upstream_links"
         " WHERE session_key = ? AND agent_id = ?",
@@ -124,7 +124,7 @@ def read_link(conn: sqlite3.Connection, key: str, agent_id: str) -> UpstreamLink
 
 
 def upsert_link(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
     key: str,
     agent_id: str,
@@ -133,6 +133,7 @@ def upsert_link(
     marker: Marker,
     thread_id: str,
     now: int,
+    host: str = LOCAL_HOST,
 ) -> UpstreamLink:
     """Create the link, keep the marker of the same source, rebase a different one.
 
@@ -148,15 +149,15 @@ def upsert_link(
         " upstream_kind = excluded.upstream_kind,"
         " upstream_ref_json = excluded.upstream_ref_json,"
         " last_marker_json = CASE WHEN " + _SOURCE_CHANGED + " THEN excluded.last_marker_json"
-        " ELSE last_marker_json END,"
+        " ELSE session_upstream_links.last_marker_json END,"
         " last_scanned_at = CASE WHEN " + _SOURCE_CHANGED + " THEN NULL"
-        " ELSE last_scanned_at END,"
+        " ELSE session_upstream_links.last_scanned_at END,"
         " updated_at = excluded.updated_at",
         (
             key,
             agent_id,
             vocab.catalog_id,
-            host_id_for(kind, ref),
+            host_id_for(kind, ref, host),
             thread_id,
             vocab.upstream_kind,
             orjson.dumps(ref, option=orjson.OPT_SORT_KEYS).decode(),
@@ -171,9 +172,10 @@ def upsert_link(
 
 
 _SOURCE_CHANGED = (
-    "(thread_id IS NOT excluded.thread_id OR host_id IS NOT excluded.host_id"
-    " OR upstream_kind IS NOT excluded.upstream_kind"
-    " OR upstream_ref_json IS NOT excluded.upstream_ref_json)"
+    "(session_upstream_links.thread_id IS DISTINCT FROM excluded.thread_id"
+    " OR session_upstream_links.host_id IS DISTINCT FROM excluded.host_id"
+    " OR session_upstream_links.upstream_kind IS DISTINCT FROM excluded.upstream_kind"
+    " OR session_upstream_links.upstream_ref_json IS DISTINCT FROM excluded.upstream_ref_json)"
 )
 
 
@@ -188,7 +190,7 @@ class LinkState:
     reason: str | None = None
 
 
-def link_state(conn: sqlite3.Connection, link: UpstreamLink, session_id: str | None) -> LinkState:
+def link_state(conn: Conn, link: UpstreamLink, session_id: str | None) -> LinkState:
     row = conn.execute(
         "SELECT source_key, link_updated_at, session_id, missing_streak, blocked_offset,"
         " last_outcome, last_reason FROM sessionwatch_link_state"
@@ -202,7 +204,7 @@ def link_state(conn: sqlite3.Connection, link: UpstreamLink, session_id: str | N
 
 
 def write_link_state(
-    conn: sqlite3.Connection,
+    conn: Conn,
     link: UpstreamLink,
     session_id: str | None,
     state: LinkState,
@@ -232,29 +234,28 @@ def write_link_state(
     )
 
 
-def note_link_status(
-    conn: sqlite3.Connection, link: UpstreamLink, outcome: str, reason: str | None
-) -> None:
+def note_link_status(conn: Conn, link: UpstreamLink, outcome: str, reason: str | None) -> None:
     """Record why a link was not checked, for ``links``; its streak stays as it was."""
     conn.execute(
         "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
         " link_updated_at, last_outcome, last_reason) VALUES (?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
-        " missing_streak = CASE WHEN source_key = excluded.source_key"
-        "   AND link_updated_at = excluded.link_updated_at THEN missing_streak ELSE 0 END,"
+        " missing_streak = CASE WHEN sessionwatch_link_state.source_key = excluded.source_key"
+        " AND sessionwatch_link_state.link_updated_at = excluded.link_updated_at"
+        " THEN sessionwatch_link_state.missing_streak ELSE 0 END,"
         " source_key = excluded.source_key, link_updated_at = excluded.link_updated_at,"
         " last_outcome = excluded.last_outcome, last_reason = excluded.last_reason",
         (link.session_key, link.agent_id, link.source_key, link.updated_at, outcome, reason),
     )
 
 
-def note_skips(conn: sqlite3.Connection, skipped: list[tuple[UpstreamLink, str]]) -> None:
+def note_skips(conn: Conn, skipped: list[tuple[UpstreamLink, str]]) -> None:
     """Why watched links were not checked (a run active, no session id, ambiguous)."""
     for link, reason in skipped:
         note_link_status(conn, link, "skipped", reason)
 
 
-def list_links(conn: sqlite3.Connection, targets: set[str]) -> list[dict[str, Any]]:
+def list_links(conn: Conn, targets: set[str]) -> list[dict[str, Any]]:
     """Every link with its state, as ``sessionwatch links`` shows it; ``watched`` when its
     session is among the watched ``targets``."""
     rows = conn.execute(
@@ -293,14 +294,14 @@ def _listed(link: UpstreamLink, state: tuple[Any, ...], watched: bool) -> dict[s
     }
 
 
-def all_links(conn: sqlite3.Connection) -> list[UpstreamLink]:
+def all_links(conn: Conn) -> list[UpstreamLink]:
     rows = conn.execute(
         f"SELECT {_LINK_COLUMNS} FROM session_upstream_links ORDER BY session_key, agent_id"
     ).fetchall()
     return [UpstreamLink.from_row(r) for r in rows]
 
 
-def load_links(conn: sqlite3.Connection, targets: set[str]) -> list[UpstreamLink]:
+def load_links(conn: Conn, targets: set[str]) -> list[UpstreamLink]:
     """The links of the watched ``targets`` (what a tick checks)."""
     rows = conn.execute(
         f"SELECT {_LINK_COLUMNS} FROM session_upstream_links ORDER BY session_key, agent_id"
@@ -308,7 +309,7 @@ def load_links(conn: sqlite3.Connection, targets: set[str]) -> list[UpstreamLink
     return [UpstreamLink.from_row(r) for r in rows if r[0] in targets]
 
 
-def stateful_links(conn: sqlite3.Connection) -> dict[tuple[str, str], str | None]:
+def stateful_links(conn: Conn) -> dict[tuple[str, str], str | None]:
     """Links whose state is not plain (a streak, a block, a noted outcome): their reason."""
     return {
         (r[0], r[1]): r[2]
@@ -319,7 +320,7 @@ def stateful_links(conn: sqlite3.Connection) -> dict[tuple[str, str], str | None
     }
 
 
-def touch(conn: sqlite3.Connection, links: Iterable[UpstreamLink], now: int) -> None:
+def touch(conn: Conn, links: Iterable[UpstreamLink], now: int) -> None:
     """Stamp the scan time of quiet links (unless they changed since they were read)."""
     conn.executemany(
         "UPDATE session_upstream_links SET last_scanned_at = ? WHERE session_key = ?"
@@ -328,7 +329,7 @@ def touch(conn: sqlite3.Connection, links: Iterable[UpstreamLink], now: int) -> 
     )
 
 
-def advance_marker(conn: sqlite3.Connection, link: UpstreamLink, marker: Marker, now: int) -> None:
+def advance_marker(conn: Conn, link: UpstreamLink, marker: Marker, now: int) -> None:
     conn.execute(
         "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?"
         " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
@@ -336,13 +337,13 @@ def advance_marker(conn: sqlite3.Connection, link: UpstreamLink, marker: Marker,
     )
 
 
-def delete_links(conn: sqlite3.Connection, scope: str, params: tuple[str, ...]) -> int:
+def delete_links(conn: Conn, scope: str, params: tuple[str, ...]) -> int:
     """Remove the links (and their state) of a ``keys.session_scope``; how many links."""
     conn.execute(f"DELETE FROM sessionwatch_link_state WHERE {scope}", params)
     return conn.execute(f"DELETE FROM session_upstream_links WHERE {scope}", params).rowcount
 
 
-def blocked_count(conn: sqlite3.Connection) -> int:
+def blocked_count(conn: Conn) -> int:
     row = conn.execute(
         "SELECT count(*) FROM sessionwatch_link_state s JOIN session_upstream_links l"
         " ON l.session_key = s.session_key AND l.agent_id = s.agent_id"

@@ -51,12 +51,15 @@ class UpstreamMonitor:
         *,
         metrics: Metrics | None = None,
         on_links_changed: Callable[[], None] | None = None,
+        holds_shared: Callable[[], bool] = lambda: True,
     ) -> None:
         self.kernel = kernel
         self.adapters = adapters
-        self.ticker = Ticker(kernel, adapters, settings, metrics)
+        self.ticker = Ticker(kernel, adapters, settings, metrics, holds_shared)
         self.sessions = SessionCatalog(kernel, adapters)
-        self.adoption = Adoption(kernel, adapters, self.sessions, on_links_changed)
+        self.adoption = Adoption(
+            kernel, adapters, self.sessions, on_links_changed, host=settings.host
+        )
         # the parts' own typed entry points
         self.adopt = self.adoption.adopt
         self.adopt_source = self.adoption.adopt_source
@@ -71,6 +74,7 @@ class UpstreamMonitor:
         *,
         metrics: Metrics | None = None,
         on_links_changed: Callable[[], None] | None = None,
+        holds_shared: Callable[[], bool] = lambda: True,
     ) -> UpstreamMonitor:
         m = config.monitor
         return cls(
@@ -80,9 +84,11 @@ class UpstreamMonitor:
                 budget_s=m.adapter_budget_s,
                 missing_threshold=m.missing_threshold,
                 own_text_limit=m.own_text_limit,
+                host=config.host.effective,
             ),
             metrics=metrics,
             on_links_changed=on_links_changed,
+            holds_shared=holds_shared,
         )
 
     # -- the tick ----------------------------------------------------------------------

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from adapters.base import Adapter, Outcome, Probe
+from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError
 from monitor.kernel import Kernel
+from monitor.kernel.conn import Conn
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.kernel import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
@@ -44,6 +45,7 @@ class TickSettings:
     budget_s: float = 45.0  # per adapter and tick
     missing_threshold: int = 3
     own_text_limit: int = 10
+    host: str = LOCAL_HOST  # this sidecar's host id: it ticks the file links of this host
 
 
 def _unchanged(link: UpstreamLink, outcome: Outcome, snapshot: Snapshot) -> bool:
@@ -64,11 +66,16 @@ class Ticker:
         adapters: Mapping[str, Adapter],
         settings: TickSettings,
         metrics: Metrics | None = None,
+        holds_shared: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``holds_shared``: whether this sidecar ticks the links without a host (OpenCode
+        databases, paired nodes) now: on a shared store, while it holds their lease."""
         self.kernel = kernel
         self.adapters = adapters
         self.settings = settings
         self.metrics = metrics
+        self.holds_shared = holds_shared
+        self._own_host = f"{GATEWAY_HOST_PREFIX}{settings.host}"
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
 
@@ -86,7 +93,7 @@ class Ticker:
         async with self._lock:
             return await self._tick(only)
 
-    def _load(self, conn: sqlite3.Connection) -> Snapshot:
+    def _load(self, conn: Conn) -> Snapshot:
         return Snapshot(
             links=links.load_links(conn, watched_targets(conn)),
             sessions=all_session_flags(conn),
@@ -100,9 +107,12 @@ class Ticker:
         results: list[LinkResult] = []
         skipped: list[tuple[UpstreamLink, str]] = []
         batches: dict[str, list[tuple[UpstreamLink, Probe]]] = defaultdict(list)
+        shared = self.holds_shared()
         for link in snapshot.links:
             if only is not None and link.session_key not in only:
                 continue
+            if not self._ours(link, shared):
+                continue  # another host's file, or shared links another sidecar ticks
             skip = self._skip_reason(link, agents_per_key, snapshot.sessions)
             if skip:
                 results.append(
@@ -143,7 +153,17 @@ class Ticker:
             )
         return results
 
-    async def _quietly(self, what: str, write: Callable[[sqlite3.Connection, int], None]) -> None:
+    def _ours(self, link: UpstreamLink, shared: bool) -> bool:
+        """A file link belongs to the host whose file it is; a link without a host is
+        ticked by whichever sidecar holds the shared lease. Foreign links are skipped (and
+        said so) by whoever looks."""
+        if link.kind is None or link.kind not in self.adapters:
+            return True
+        if entry(link.kind).form == "file":
+            return link.host_id == self._own_host
+        return shared
+
+    async def _quietly(self, what: str, write: Callable[[Conn, int], None]) -> None:
         """A bookkeeping write whose failure is logged, not raised: the next tick redoes it."""
         try:
             await self.kernel.commit(lambda r: write(r.conn, r.now))

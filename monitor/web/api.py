@@ -237,7 +237,7 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
     peeks; draining stays an explicit call (see :mod:`monitor.kernel.feed`)."""
     await _pending(request, drain=False)  # a bad key or query is a 400 before the stream
     kernel, stopping = request.app[KERNEL], request.app[STREAMS]
-    feed = NoticeFeed(kernel.store.read_now)
+    feed = NoticeFeed(kernel.store.version)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )

@@ -16,7 +16,7 @@ from monitor.config import Config, MonitorConfig, RootsConfig
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
-from tests.conftest import REPO, notice
+from tests.conftest import REPO, allow_event_inserts, notice, refuse_event_inserts
 
 KEY = "agent:main:adopted:x"
 MAIN = "agent:main:main"
@@ -156,17 +156,11 @@ async def test_a_failing_insert_leaves_the_marker(
     path.write_bytes(b"")
     await adopt_watched(monitor, path)
 
-    def trap(conn: sqlite3.Connection) -> None:
-        conn.execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
-            " BEGIN SELECT RAISE(ABORT, 'no'); END"
-        )
-
-    await monitor.kernel.store.write(trap)
+    await monitor.kernel.store.write(refuse_event_inserts)
     append(path, user_line("do not lose me"))
     assert await outcomes(monitor) == [("inconclusive", 0)]
     assert (await monitor.links())[0]["marker"] == {"offset": 0}
-    await monitor.kernel.store.write(lambda c: c.execute("DROP TRIGGER refuse"))
+    await monitor.kernel.store.write(allow_event_inserts)
     assert await outcomes(monitor) == [("activity", 1)]
 
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from monitor.config import ApiConfig, Config, GatewayConfig
 from monitor.errors import AlreadyRunning
 from monitor.service import running
-from tests.conftest import Client, make_config, notice
+from tests.conftest import Client, make_config, notice, refuse_event_inserts
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
@@ -149,12 +149,7 @@ async def test_bad_json_wrong_type_and_oversized_bodies(client: Client) -> None:
 
 
 async def test_a_database_failure_answers_503_recorded_false(client: Client) -> None:
-    await client.sidecar.kernel.store.write(
-        lambda c: c.execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
-            " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
-        )
-    )
+    await client.sidecar.kernel.store.write(refuse_event_inserts)
     status, answer = await client.call(
         "POST", "/v1/events", {"sessionKey": CHILD, "kind": "goal_changed", "actorType": "human"}
     )

@@ -1,0 +1,85 @@
+"""What the SQL modules need of a database connection, whichever the store.
+
+Every table's SQL is written once, with ``?`` (or ``:name``) placeholders, in the dialect
+SQLite and PostgreSQL share (``ON CONFLICT``, ``RETURNING``, ``IS DISTINCT FROM``, ``CASE``
+rather than two-argument ``max``, ``CAST`` for a parameter whose type is only known by
+its use). SQLite runs it as it is; :class:`monitor.kernel.pg.PgConn` rewrites the
+placeholders for psycopg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from monitor.clock import Clock
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
+
+
+T = TypeVar("T")
+
+
+class StateStore(Protocol):
+    """What the kernel needs of a store: :class:`monitor.kernel.store.Store` (SQLite, the
+    service), :class:`monitor.kernel.db.DirectStore` (SQLite, one-shot commands) or
+    :class:`monitor.kernel.pg.PgStore` (PostgreSQL, shared by several sidecars)."""
+
+    clock: Clock
+    on_error: Callable[[], None] | None
+    shared: bool  # several sidecars (on several hosts) may use it
+
+    @property
+    def path(self) -> object: ...
+
+    async def write(self, fn: Callable[[Conn], T]) -> T: ...
+
+    async def read(self, fn: Callable[[Conn], T]) -> T: ...
+
+    async def peek(self, fn: Callable[[Conn], T]) -> T: ...
+
+    def read_now(self, fn: Callable[[Conn], T]) -> T: ...
+
+    def version(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+async def open_store(
+    target: Path | str,
+    *,
+    clock: Clock,
+    direct: bool = False,
+    on_error: Callable[[], None] | None = None,
+) -> StateStore:
+    """The store ``target`` names: a ``postgresql://`` URL, else a SQLite file (``direct``:
+    on the calling thread, for one-shot commands; else group commit on a writer thread)."""
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        from monitor.kernel.pg import PgStore
+
+        return await PgStore.open(target, clock=clock, on_error=on_error)
+    if direct:
+        from monitor.kernel.db import DirectStore
+
+        direct_store = await DirectStore.open(target, clock=clock)
+        direct_store.on_error = on_error
+        return direct_store
+    from monitor.kernel.store import Store
+
+    return await Store.open(target, clock=clock, on_error=on_error)

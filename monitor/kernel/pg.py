@@ -1,0 +1,269 @@
+"""The state database on PostgreSQL (``postgresql://...``), for several sidecars on several
+hosts sharing one store.
+
+The kernel's transaction functions are the same synchronous functions as on SQLite; here
+each runs on a pooled psycopg connection in a worker thread (``psycopg_pool``).
+
+- **Writes** take a transaction-scoped advisory lock first (``pg_advisory_xact_lock``): one
+  writer at a time across every process and host, which is SQLite's ``BEGIN IMMEDIATE``
+  discipline. Under that lock, at ``READ COMMITTED``, each write sees every earlier commit,
+  so the invariants proven for SQLite hold as they are: sequences are assigned and committed
+  in one order (a reader of ``changesSince`` never sees a later sequence before an earlier
+  one), heads only rise, a cursor's freeze and acknowledgement are compare-and-set, and a
+  link's marker moves only with its event. Writes are few and short (an event, a tick's
+  settle), so one at a time costs little; ``bench/hosts.py`` measures it.
+- **Reads** run at ``REPEATABLE READ, READ ONLY``: one snapshot per read, as on SQLite.
+- **Change notices**: every write ends with ``pg_notify('sessionwatch', '')``, delivered on
+  commit; a ``LISTEN`` connection counts them in :meth:`PgStore.version`, which the notice
+  feed, the service's notice watcher and file-watch re-arming compare, as they compare
+  SQLite's ``PRAGMA data_version``.
+- **Faults**: psycopg's errors leave as :class:`StoreError` (a write answers 503, a tick
+  keeps its markers). A connection found dead before a write did anything is dropped and
+  the write retried once on a fresh one; the pool reconnects with backoff, and so does the
+  listener (which counts a reconnection as a change: notifications may have been missed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from monitor.clock import Clock, now_ms
+from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.kernel.conn import Conn, Cursor
+from monitor.kernel.pg_schema import migrate
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+WRITE_LOCK = 0x73776174  # "swat": the one advisory lock every write takes
+CHANNEL = "sessionwatch"
+CONNECT_TIMEOUT_S = 5.0
+WRITE_TIMEOUT_MS = 5000  # how long a write waits for the lock (another writer, another host)
+LISTEN_BACKOFF_S = (0.2, 5.0)
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_url(target: object) -> bool:
+    """Whether a ``--db`` or ``[store] url`` names a PostgreSQL database."""
+    return isinstance(target, str) and target.startswith(URL_SCHEMES)
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholders(sql: str, named: bool) -> str:
+    """Our SQL's ``?`` (or ``:name``) placeholders as psycopg's ``%s`` (``%(name)s``)."""
+    text = sql.replace("%", "%%")
+    if named:
+        return re.sub(r"(?<![:\w]):([a-z_]+)\b", r"%(\1)s", text)
+    return text.replace("?", "%s")
+
+
+class PgConn:
+    """A psycopg connection as the SQL modules use one (see :mod:`monitor.kernel.conn`)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Any = None, /) -> Cursor:
+        named = isinstance(parameters, Mapping)
+        cursor: Cursor = self._conn.execute(_placeholders(sql, named), parameters)
+        return cursor
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor:
+        rows = list(parameters)
+        cursor = self._conn.cursor()
+        if rows:
+            named = isinstance(rows[0], Mapping)
+            cursor.executemany(_placeholders(sql, named), rows)
+        return cursor
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+class PgStore:
+    """The store interface of :class:`monitor.kernel.store.Store`, on PostgreSQL."""
+
+    def __init__(
+        self,
+        url: str,
+        writers: ConnectionPool,
+        readers: ConnectionPool,
+        clock: Clock,
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
+        self.url = url
+        self.path = _safe_url(url)  # what messages and ``status`` name the store by
+        self.clock = clock
+        self.on_error = on_error
+        self.shared = True  # several sidecars may use this store
+        self._writers = writers
+        self._readers = readers
+        self._version = 0
+        self._version_lock = threading.Lock()
+        self._listener: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls, url: str, *, clock: Clock = now_ms, on_error: Callable[[], None] | None = None
+    ) -> PgStore:
+        """Connect, create or migrate the schema, and start listening for changes."""
+        common = {"connect_timeout": int(CONNECT_TIMEOUT_S), "application_name": "sessionwatch"}
+        writers = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=4,
+            open=False,
+            kwargs={**common, "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"},
+            reconnect_timeout=0,
+        )
+        readers = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=4,
+            open=False,
+            kwargs={
+                **common,
+                "options": "-c default_transaction_isolation=repeatable\\ read"
+                " -c default_transaction_read_only=on",
+            },
+            reconnect_timeout=0,
+        )
+        store = cls(url, writers, readers, clock, on_error)
+        try:
+            await asyncio.to_thread(store._open_pools)
+            await store.write(lambda conn: migrate(conn, clock()))
+        except BaseException:
+            await store.close()
+            raise
+        store._listener = asyncio.ensure_future(store._listen())
+        return store
+
+    def _open_pools(self) -> None:
+        try:
+            for pool in (self._writers, self._readers):
+                pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise StoreError(f"cannot reach the state database {self.path}: {exc}") from None
+
+    # -- the store interface -------------------------------------------------------------
+
+    async def write(self, fn: Callable[[Conn], T]) -> T:
+        return await asyncio.to_thread(self._write, fn)
+
+    async def read(self, fn: Callable[[Conn], T]) -> T:
+        return await asyncio.to_thread(self._read, fn)
+
+    async def peek(self, fn: Callable[[Conn], T]) -> T:
+        return await self.read(fn)
+
+    def read_now(self, fn: Callable[[Conn], T]) -> T:
+        """A read on the calling thread (for callers that cannot await)."""
+        return self._read(fn)
+
+    def version(self) -> int:
+        """A counter that moves with every commit any process made (see the module
+        docstring); compared, never interpreted."""
+        return self._version
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
+        await asyncio.to_thread(self._close_pools)
+
+    def _close_pools(self) -> None:
+        for pool in (self._writers, self._readers):
+            with contextlib.suppress(Exception):
+                pool.close(timeout=1.0)
+
+    # -- transactions --------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[Conn], T]) -> T:
+        for attempt in (1, 2):
+            try:
+                with self._writers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+                    try:
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                    except psycopg.OperationalError:
+                        if attempt == 1 and conn.broken:
+                            raise _Retry from None  # dead before it did anything: once more
+                        raise
+                    result = fn(PgConn(conn))
+                    conn.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
+                    return result  # the pool's context manager commits
+            except _Retry:
+                self._writers.check()
+                continue
+            except SessionwatchError:
+                raise
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self._error(exc) from exc
+        raise StoreError("state database error: the write could not be run")
+
+    def _read(self, fn: Callable[[Conn], T]) -> T:
+        try:
+            with self._readers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+                return fn(PgConn(conn))
+        except SessionwatchError:
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> StoreError:
+        if self.on_error:
+            self.on_error()
+        if isinstance(exc, psycopg.errors.LockNotAvailable):
+            return StoreLocked(
+                "the state database's write lock is held by another sidecar"
+                f" (waited {WRITE_TIMEOUT_MS / 1000:.1f} s); try again"
+            )
+        if isinstance(exc, PoolTimeout | psycopg.OperationalError):
+            self._writers.check()
+            return StoreError(f"the state database {self.path} is unavailable: {exc}")
+        return StoreError(f"state database error: {exc}")
+
+    # -- change notices ------------------------------------------------------------------
+
+    def _bump(self) -> None:
+        with self._version_lock:
+            self._version += 1
+
+    async def _listen(self) -> None:
+        delay = LISTEN_BACKOFF_S[0]
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
+                ) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._bump()  # whatever happened while not listening
+                    delay = LISTEN_BACKOFF_S[0]
+                    async for _ in conn.notifies():
+                        self._bump()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("listening for changes on %s failed: %s; retrying", self.path, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LISTEN_BACKOFF_S[1])
+
+
+class _Retry(Exception):
+    pass

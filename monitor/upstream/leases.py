@@ -1,0 +1,126 @@
+"""Several sidecars on one store: each holds its host id, one ticks the links without a host.
+
+A sidecar on a shared store takes the lease ``host:<id>`` at start (refused while another
+live sidecar holds it) and keeps it, and takes ``ticks:shared`` whenever it is free: the
+holder ticks the links that belong to no host (OpenCode databases, paired nodes); every
+sidecar ticks its own host's file links. Leases last ``ttl`` and are renewed every third of
+it; a sidecar that dies (SIGKILL, a lost host) stops renewing, and another takes
+``ticks:shared`` within ``ttl`` plus one renewal period: under one tick interval, since
+``ttl`` is half of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+
+from monitor.errors import AlreadyRunning, SessionwatchError
+from monitor.kernel import Kernel
+from monitor.kernel import leases as lease_rows
+from monitor.kernel.leases import Lease
+
+log = logging.getLogger(__name__)
+
+SHARED = "ticks:shared"
+
+
+def ttl_for(interval_s: float) -> int:
+    """Half a tick interval, at least a second (ms)."""
+    return max(1000, int(interval_s * 1000 / 2))
+
+
+class HostLeases:
+    def __init__(self, kernel: Kernel, host: str, *, ttl_ms: int) -> None:
+        self.kernel = kernel
+        self.host = host
+        self.ttl_ms = ttl_ms
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._shared = False
+        self._said: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"host:{self.host}"
+
+    def holds_shared(self) -> bool:
+        return self._shared
+
+    async def _take(self, name: str) -> Lease:
+        now = self.kernel.clock()
+        return await self.kernel.commit(
+            lambda r: lease_rows.take(r.conn, name, self.me, now=now, ttl_ms=self.ttl_ms)
+        )
+
+    async def start(self) -> None:
+        """Take this host's lease, or refuse to start: another live sidecar has the id."""
+        lease = await self._take(self.name)
+        if not lease.held_by(self.me) and _dead_here(lease.holder):
+            await self.kernel.commit(lambda r: lease_rows.release(r.conn, self.name, lease.holder))
+            lease = await self._take(self.name)
+        if not lease.held_by(self.me):
+            left = max(0, lease.expires_at - self.kernel.clock()) / 1000
+            raise AlreadyRunning(
+                f"another sidecar ({lease.holder}) runs with host id {self.host!r} on this"
+                f" store (its lease ends in {left:.0f} s unless renewed); give each sidecar"
+                " its own [host] id"
+            )
+        await self.renew()
+
+    async def renew(self) -> None:
+        """Renew the host lease; take (or keep) the shared one when it is free."""
+        host = await self._take(self.name)
+        if not host.held_by(self.me):  # lost while paused: say so, stop ticking shared links
+            self._say(f"lost the lease of host id {self.host!r} to {host.holder}")
+        shared = await self._take(SHARED)
+        held = shared.held_by(self.me) and host.held_by(self.me)
+        if held != self._shared:
+            log.info("%s the links without a host", "ticking" if held else "no longer ticking")
+        self._shared = held
+
+    def _say(self, message: str) -> None:
+        if self._said != message:
+            log.warning("%s", message)
+            self._said = message
+
+    async def keep(self, stopping: asyncio.Event) -> None:
+        """Renew every third of the lease's life until ``stopping``."""
+        period = self.ttl_ms / 3000
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), period)
+            if stopping.is_set():
+                return
+            try:
+                await self.renew()
+            except SessionwatchError as exc:  # the store is down: the leases lapse
+                self._shared = False
+                self._say(f"could not renew the leases: {exc}")
+
+    async def release(self) -> None:
+        """A clean stop gives both leases up at once."""
+        self._shared = False
+        for name in (SHARED, self.name):
+            with contextlib.suppress(SessionwatchError):
+                await self._release(name)
+
+    async def _release(self, name: str) -> None:
+        await self.kernel.commit(lambda r: lease_rows.release(r.conn, name, self.me))
+
+
+def _dead_here(holder: str) -> bool:
+    """A holder that ran on this machine, under a pid that no longer exists (a crash)."""
+    machine, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if machine != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
