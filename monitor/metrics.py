@@ -42,6 +42,11 @@ class Metrics:
             "Links blocked at a line longer than the scan cap",
             registry=r,
         )
+        self.shared_lease = Gauge(
+            "sessionwatch_shared_lease",
+            "1 while this sidecar ticks the links without a host (a shared store's lease)",
+            registry=r,
+        )
         self.db_errors = Counter(
             "sessionwatch_database_errors_total",
             "State database operations that failed",

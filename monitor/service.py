@@ -342,7 +342,7 @@ async def running(
             yield None
             return
         stack.push_async_callback(kernel.close)
-        leases = await _host_leases(kernel, config)
+        leases = await _host_leases(kernel, config, metrics)
         if leases is not None:
             stack.push_async_callback(leases.release)  # after the tick in flight finished
         monitor = UpstreamMonitor.from_config(
@@ -387,7 +387,7 @@ async def running(
         yield sidecar
 
 
-async def _host_leases(kernel: Kernel, config: Config) -> HostLeases | None:
+async def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> HostLeases | None:
     """On a store several sidecars share: this sidecar's host lease (its id must be set,
     and unique among the live ones); None on a file only this sidecar serves."""
     if not kernel.store.shared:
@@ -397,7 +397,8 @@ async def _host_leases(kernel: Kernel, config: Config) -> HostLeases | None:
             "a store several sidecars share needs this sidecar's own [host] id"
             ' (for example: [host] id = "laptop")'
         )
-    leases = HostLeases(kernel, config.host.id, ttl_ms=ttl_for(config.monitor.interval_s))
+    ttl_ms = ttl_for(config.monitor.interval_s)
+    leases = HostLeases(kernel, config.host.id, ttl_ms=ttl_ms, metrics=metrics)
     await leases.start()
     return leases
 

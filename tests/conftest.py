@@ -71,8 +71,6 @@ class PgServer:
 def pg_server() -> Iterator[PgServer]:
     """A PostgreSQL server for the suite's PostgreSQL half: ``$SESSIONWATCH_TEST_PG``, else a
     throwaway cluster (tests/pg_cluster.py), else none, with the reason."""
-    import os
-
     outside = os.environ.get("SESSIONWATCH_TEST_PG", "").strip()
     if outside:
         yield PgServer(url=outside)
@@ -81,6 +79,8 @@ def pg_server() -> Iterator[PgServer]:
 
     reason = why_unavailable()
     if reason:
+        if os.environ.get("SESSIONWATCH_REQUIRE_PG"):  # CI: the half must run
+            raise RuntimeError(f"SESSIONWATCH_REQUIRE_PG is set, but {reason}")
         yield PgServer(url=None, reason=reason)
         return
     cluster = Cluster()

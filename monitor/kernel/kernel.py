@@ -264,17 +264,18 @@ class Kernel:
             if len(self._delivered) > DELIVERED_MEMORY:
                 self._delivered.popitem(last=False)
             if self.policy.wakes(notice):
-                self._waker.request(notice.watcher)
+                self._waker.request(notice.watcher, f"{notice.target}\n{notice.text}")
 
     async def pending(self) -> list[Notice]:
         """Every watcher's pending notices (what another process may have opened)."""
         return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])
 
-    async def _claim_wake(self, watcher: str) -> int | None:
+    async def _claim_wake(self, watcher: str, notice: str) -> int | str:
         now = self.clock()
-        return await self.store.write(
-            lambda conn: wakes.claim(conn, watcher, now=now, window_ms=WAKE_COALESCE_MS)
+        claimed: int | str = await self.store.write(
+            lambda conn: wakes.claim(conn, watcher, notice, now=now, window_ms=WAKE_COALESCE_MS)
         )
+        return claimed
 
     # -- watches and notices -----------------------------------------------------------
 

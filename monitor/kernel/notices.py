@@ -61,7 +61,7 @@ class Notice:
 WakeCallback = Callable[[str], None]
 
 
-WakeClaim = Callable[[str], Awaitable[int | None]]
+WakeClaim = Callable[[str, str], Awaitable["int | str"]]  # see monitor.kernel.wakes.claim
 
 
 class WakeCoalescer:
@@ -70,9 +70,10 @@ class WakeCoalescer:
     A request inside the window is folded into one trailing wake at the window's end.
     ``schedule(delay_s, fn)`` is the event loop's ``call_later`` unless a test plugs another.
 
-    On a store several sidecars share, each wake is first claimed in the store (``claim``:
-    None when it is ours to send, else when another sidecar sent one): the window holds
-    across all of them, and a wake another sidecar sent becomes this one's trailing wake.
+    On a store several sidecars share, each wake is first claimed in the store, with the
+    notice it is for (``claim``, see :func:`monitor.kernel.wakes.claim`): the window holds
+    across all of them, a notice another sidecar already woke for is not woken again, and a
+    newer one inside another sidecar's window becomes one trailing wake.
     """
 
     def __init__(
@@ -91,9 +92,13 @@ class WakeCoalescer:
         self._claim = claim
         self._last_fired: dict[str, int] = {}
         self._trailing: set[str] = set()
+        self._latest: dict[str, str] = {}  # the newest notice each watcher is woken for
         self._claims: set[asyncio.Task[None]] = set()
 
-    def request(self, watcher: str) -> None:
+    def request(self, watcher: str, notice: str = "") -> None:
+        """Wake ``watcher`` (for ``notice``, the notice's text) at once or at the end of
+        its window."""
+        self._latest[watcher] = notice
         now = self._clock()
         last = self._last_fired.get(watcher)
         if last is None or now - last >= self._window_ms:
@@ -131,16 +136,17 @@ class WakeCoalescer:
 
     async def _claimed(self, watcher: str) -> None:
         assert self._claim is not None
+        claimed: int | str
         try:
-            other = await self._claim(watcher)
+            claimed = await self._claim(watcher, self._latest.get(watcher, ""))
         except Exception as exc:  # the store is down: a wake too many beats one missing
             log.warning("could not claim the wake of %s (%s); waking anyway", watcher, exc)
-            other = None
-        if other is None:
+            claimed = "send"
+        if claimed == "send":
             self._send(watcher)
-            return
-        self._last_fired[watcher] = other  # another sidecar woke it: this window is theirs
-        self._trail(watcher, other, self._clock())
+        elif isinstance(claimed, int):  # another sidecar woke it: this window is theirs
+            self._last_fired[watcher] = claimed
+            self._trail(watcher, claimed, self._clock())
 
     def _send(self, watcher: str) -> None:
         try:

@@ -43,6 +43,8 @@ from monitor.kernel.conn import Conn, Cursor
 from monitor.kernel.pg_schema import migrate
 
 log = logging.getLogger(__name__)
+# The pool says every failed connection attempt; the store says an outage once (below).
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 T = TypeVar("T")
 
@@ -115,6 +117,7 @@ class PgStore:
         self._readers = readers
         self._version = 0
         self._version_lock = threading.Lock()
+        self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
 
     @classmethod
@@ -129,7 +132,6 @@ class PgStore:
             max_size=4,
             open=False,
             kwargs={**common, "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"},
-            reconnect_timeout=0,
         )
         readers = ConnectionPool(
             url,
@@ -141,7 +143,6 @@ class PgStore:
                 "options": "-c default_transaction_isolation=repeatable\\ read"
                 " -c default_transaction_read_only=on",
             },
-            reconnect_timeout=0,
         )
         store = cls(url, writers, readers, clock, on_error)
         try:
@@ -207,7 +208,9 @@ class PgStore:
                         raise
                     result = fn(PgConn(conn))
                     conn.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
-                    return result  # the pool's context manager commits
+                # the pool's context manager committed
+                self._up()
+                return result
             except _Retry:
                 self._writers.check()
                 continue
@@ -220,7 +223,9 @@ class PgStore:
     def _read(self, fn: Callable[[Conn], T]) -> T:
         try:
             with self._readers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
-                return fn(PgConn(conn))
+                result = fn(PgConn(conn))
+            self._up()
+            return result
         except SessionwatchError:
             raise
         except (psycopg.Error, PoolTimeout) as exc:
@@ -235,9 +240,16 @@ class PgStore:
                 f" (waited {WRITE_TIMEOUT_MS / 1000:.1f} s); try again"
             )
         if isinstance(exc, PoolTimeout | psycopg.OperationalError):
-            self._writers.check()
+            if not self._down:
+                self._down = True
+                log.warning("the state database %s is unavailable: %s", self.path, exc)
             return StoreError(f"the state database {self.path} is unavailable: {exc}")
         return StoreError(f"state database error: {exc}")
+
+    def _up(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("the state database %s answers again", self.path)
 
     # -- change notices ------------------------------------------------------------------
 
@@ -260,7 +272,8 @@ class PgStore:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("listening for changes on %s failed: %s; retrying", self.path, exc)
+                if delay == LISTEN_BACKOFF_S[0]:  # said once per outage
+                    log.warning("listening for changes on %s failed: %s; retrying", self.path, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, LISTEN_BACKOFF_S[1])
 

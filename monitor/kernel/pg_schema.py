@@ -115,7 +115,8 @@ TABLES = (
     )""",
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_wakes (
         watcher_session_key {T} PRIMARY KEY,
-        woken_at BIGINT NOT NULL
+        woken_at BIGINT NOT NULL,
+        notice {T}
     )""",
 )
 

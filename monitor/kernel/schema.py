@@ -172,7 +172,8 @@ _OWN_TABLES = (
     # The last wake call per watcher, claimed by whichever process sends it (schema 3).
     """CREATE TABLE IF NOT EXISTS sessionwatch_wakes (
         watcher_session_key TEXT PRIMARY KEY,
-        woken_at INTEGER NOT NULL
+        woken_at INTEGER NOT NULL,
+        notice TEXT
     ) STRICT""",
 )
 # Columns of our own tables added after they were first created.

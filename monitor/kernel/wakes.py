@@ -1,23 +1,32 @@
-"""The owner of ``sessionwatch_wakes``: the last wake call per watcher, claimed in the store
-so that wake calls stay coalesced per watcher across every sidecar on a shared store."""
+"""The owner of ``sessionwatch_wakes``: the last wake call per watcher and the notice it was
+for, claimed in the store so that wake calls stay coalesced per watcher across every
+sidecar on a shared store: one wake per notice, at most one per window."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from monitor.kernel.conn import Conn
 
+Claim = int | Literal["send", "done"]
 
-def claim(conn: Conn, watcher: str, *, now: int, window_ms: int) -> int | None:
-    """Claim the wake of ``watcher`` at ``now``: None when it is ours to send, else the time
-    of the wake someone sent within the window (the caller may try again when it ends)."""
-    won = conn.execute(
-        "INSERT INTO sessionwatch_wakes (watcher_session_key, woken_at) VALUES (?, ?)"
-        " ON CONFLICT (watcher_session_key) DO UPDATE SET woken_at = excluded.woken_at"
-        " WHERE sessionwatch_wakes.woken_at <= ? RETURNING woken_at",
-        (watcher, now, now - window_ms),
-    ).fetchone()
-    if won is not None:
-        return None
+
+def claim(conn: Conn, watcher: str, notice: str, *, now: int, window_ms: int) -> Claim:
+    """Claim the wake of ``watcher`` for ``notice`` at ``now``: ``"send"`` when it is ours
+    to send; ``"done"`` when someone already woke it for that notice; else the time of the
+    wake someone sent within the window (one trailing wake may follow when it ends)."""
     row = conn.execute(
-        "SELECT woken_at FROM sessionwatch_wakes WHERE watcher_session_key = ?", (watcher,)
+        "SELECT woken_at, notice FROM sessionwatch_wakes WHERE watcher_session_key = ?",
+        (watcher,),
     ).fetchone()
-    return int(row[0]) if row else None
+    if row is not None and row[1] == notice:
+        return "done"
+    if row is not None and int(row[0]) > now - window_ms:
+        return int(row[0])
+    conn.execute(
+        "INSERT INTO sessionwatch_wakes (watcher_session_key, woken_at, notice) VALUES (?, ?, ?)"
+        " ON CONFLICT (watcher_session_key) DO UPDATE SET woken_at = excluded.woken_at,"
+        " notice = excluded.notice",
+        (watcher, now, notice),
+    )
+    return "send"

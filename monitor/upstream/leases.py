@@ -22,6 +22,7 @@ from monitor.errors import AlreadyRunning, SessionwatchError
 from monitor.kernel import Kernel
 from monitor.kernel import leases as lease_rows
 from monitor.kernel.leases import Lease
+from monitor.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,11 @@ def ttl_for(interval_s: float) -> int:
 
 
 class HostLeases:
-    def __init__(self, kernel: Kernel, host: str, *, ttl_ms: int) -> None:
+    def __init__(
+        self, kernel: Kernel, host: str, *, ttl_ms: int, metrics: Metrics | None = None
+    ) -> None:
         self.kernel = kernel
+        self.metrics = metrics
         self.host = host
         self.ttl_ms = ttl_ms
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -80,6 +84,8 @@ class HostLeases:
         if held != self._shared:
             log.info("%s the links without a host", "ticking" if held else "no longer ticking")
         self._shared = held
+        if self.metrics:
+            self.metrics.shared_lease.set(int(held))
 
     def _say(self, message: str) -> None:
         if self._said != message:

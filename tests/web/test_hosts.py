@@ -1,0 +1,278 @@
+"""Several sidecars on one PostgreSQL store, in one test process each with its own host id:
+host ids, notices across sidecars (the SSE stream, the peek route and the wake call), wakes
+coalesced across sidecars, file links ticked by their own host only, the shared lease, no
+turn recorded twice, and the store stopped and started under them."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from monitor.config import Config, GatewayConfig, HostConfig, MonitorConfig
+from monitor.errors import AlreadyRunning, ConfigError, StoreError
+from monitor.service import Sidecar, running
+from monitor.upstream.leases import SHARED
+from tests.conftest import Client, PgServer, make_config, notice, pg_database
+
+MAIN = "agent:main:main"
+CHILD = "agent:main:subagent:c1"
+
+
+def user_line(text: str, uuid: str = "u") -> bytes:
+    record = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
+    return orjson.dumps(record) + b"\n"
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    return pg_database(pg_server)
+
+
+class Gateway:
+    """A tiny gateway on loopback that records the wake calls it gets."""
+
+    def __init__(self) -> None:
+        self.wakes: list[str] = []
+        self.woken = asyncio.Event()
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.wakes.append(orjson.loads(await request.read())["sessionKey"])
+        self.woken.set()
+        return web.json_response({"ok": True})
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[Gateway]:
+    gw = Gateway()
+    app = web.Application()
+    app.router.add_post("/wake", gw.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    gw.url = f"http://{host}:{port}/wake"
+    yield gw
+    await runner.cleanup()
+
+
+def host_config(tmp_path: Path, host: str, **extra: Any) -> Config:
+    """A sidecar of host ``host``: its own token, roots and API port."""
+    home = tmp_path / host
+    home.mkdir(parents=True, exist_ok=True)
+    monitor = extra.pop("monitor", None)
+    config = make_config(home, host=HostConfig(id=host), **extra)
+    return dataclasses.replace(config, monitor=monitor) if monitor else config
+
+
+async def start(
+    stack: AsyncExitStack, config: Config, url: str, http: aiohttp.ClientSession
+) -> Client:
+    sidecar = await stack.enter_async_context(running(config, url))
+    assert sidecar is not None
+    token = Path(config.api.token_file).read_text().strip()
+    return Client(sidecar.addresses[0], token, http, sidecar)
+
+
+async def test_a_shared_store_needs_an_explicit_unique_host_id(pg_url: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\[host\] id"):
+        async with running(make_config(tmp_path), pg_url):
+            pass
+    async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
+        await start(stack, host_config(tmp_path, "a"), pg_url, http)
+        with pytest.raises(AlreadyRunning, match="host id 'a'"):
+            async with running(host_config(tmp_path / "x", "a"), pg_url):
+                pass
+        await start(stack, host_config(tmp_path, "b"), pg_url, http)  # another id is fine
+
+
+async def _next_notice(response: aiohttp.ClientResponse) -> Any:
+    async def first() -> Any:
+        event = None
+        async for raw in response.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line.removeprefix("event: ")
+            elif line.startswith("data: ") and event == "notice":
+                return orjson.loads(line.removeprefix("data: "))
+        raise AssertionError("the stream ended")
+
+    return await asyncio.wait_for(first(), 20)
+
+
+async def test_a_notice_opened_on_one_sidecar_reaches_the_other(
+    pg_url: str, tmp_path: Path, gateway: Gateway
+) -> None:
+    """Recorded through A: B's stream pushes it, B's peek route shows it, and the watcher is
+    woken once in all (A woke it; B, seeing the same notice, does not wake it again)."""
+    wake = GatewayConfig(wake_url=gateway.url)
+    async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
+        a = await start(stack, host_config(tmp_path, "a", gateway=wake), pg_url, http)
+        b = await start(stack, host_config(tmp_path, "b", gateway=wake), pg_url, http)
+        await a.call("POST", "/v1/spawns", {"parent": MAIN, "child": CHILD, "runId": "r"})
+        headers = {"Authorization": f"Bearer {b.token}"}
+        url = f"{b.base}/v1/watchers/{MAIN}/notices/stream"
+        async with http.get(url, headers=headers) as stream:
+            body = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}
+            assert 200 == (await a.call("POST", "/v1/events", body))[0]
+            expected = {"target": CHILD, "text": notice(CHILD, 1)}
+            assert expected == await _next_notice(stream)
+        _, peeked = await b.call("GET", f"/v1/watchers/{MAIN}/notices")
+        assert [expected] == peeked["notices"]
+        await asyncio.wait_for(gateway.woken.wait(), 20)
+        await asyncio.sleep(1.0)  # time for B to see the notice and decline to wake again
+        assert [MAIN] == gateway.wakes
+
+
+async def test_a_notice_opened_by_another_process_wakes_through_the_sidecar(
+    pg_url: str, tmp_path: Path, gateway: Gateway
+) -> None:
+    """Recorded by a second kernel (as a CLI process would): B wakes the watcher."""
+    from monitor.kernel import Kernel, NewEvent
+    from monitor.kernel.events import ActorType, EventKind
+
+    wake = GatewayConfig(wake_url=gateway.url)
+    async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
+        await start(stack, host_config(tmp_path, "b", gateway=wake), pg_url, http)
+        other = await Kernel.open(pg_url)
+        try:
+            await other.spawn(parent=MAIN, child=CHILD, run_id="r")
+            human = NewEvent(
+                session_key=CHILD, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN
+            )
+            await other.record(human)
+        finally:
+            await other.close()
+        await asyncio.wait_for(gateway.woken.wait(), 20)
+        assert [MAIN] == gateway.wakes
+
+
+async def _adopt(client: Client, path: Path, key: str) -> None:
+    body = {"kind": "claude", "path": str(path), "sessionKey": key, "sessionId": "s"}
+    status, answer = await client.call("POST", "/v1/links", body)
+    assert 200 == status, answer
+    assert answer["link"]["hostId"] == f"gateway:{client.sidecar.config.host.id}"
+    status, _ = await client.call("POST", "/v1/watches", {"watcher": MAIN, "target": key})
+    assert 200 == status
+
+
+async def test_each_host_ticks_only_its_own_files(pg_url: str, tmp_path: Path) -> None:
+    async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
+        a = await start(stack, host_config(tmp_path, "a"), pg_url, http)
+        b = await start(stack, host_config(tmp_path, "b"), pg_url, http)
+        transcripts = {}
+        for client, name in ((a, "a"), (b, "b")):
+            path = tmp_path / name / "claude" / "p" / f"{name}.jsonl"
+            path.parent.mkdir(parents=True)
+            path.write_bytes(b"")
+            await _adopt(client, path, f"agent:main:adopted:{name}")
+            transcripts[name] = path
+        for name, path in transcripts.items():
+            with path.open("ab") as f:
+                f.write(user_line(f"typed on {name}"))
+        ticked_a = {r.session_key for r in await a.sidecar.monitor.tick()}
+        ticked_b = {r.session_key for r in await b.sidecar.monitor.tick()}
+        assert ({"agent:main:adopted:a"}, {"agent:main:adopted:b"}) == (ticked_a, ticked_b)
+        for name in ("a", "b"):
+            status = await a.sidecar.kernel.status(f"agent:main:adopted:{name}", changes_since=0)
+            kinds = [e["kind"] for e in status["stateChanges"]["events"]]
+            assert ["adopted", "human_direct_message"] == kinds
+
+
+def _holders(sidecars: list[Sidecar]) -> list[bool]:
+    leases = [s.monitor.ticker.holds_shared() for s in sidecars]
+    return leases
+
+
+async def test_the_shared_lease_is_held_once_and_taken_over(pg_url: str, tmp_path: Path) -> None:
+    """One sidecar ticks the links without a host; when it stops renewing (as if killed),
+    another takes them over within one tick interval."""
+    fast = MonitorConfig(interval_s=2, initial_delay_s=3600, watch_files=False)
+    async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
+        a = await start(stack, host_config(tmp_path, "a", monitor=fast), pg_url, http)
+        b = await start(stack, host_config(tmp_path, "b", monitor=fast), pg_url, http)
+        sidecars = [a.sidecar, b.sidecar]
+        assert 1 == sum(_holders(sidecars))
+        holder = sidecars[_holders(sidecars).index(True)]
+        other = sidecars[1 - sidecars.index(holder)]
+        holder.stopping.set()  # it stops renewing, and never releases: as after a SIGKILL
+        await asyncio.sleep(2.0)  # one tick interval
+        assert other.monitor.ticker.holds_shared()
+        lease = await other.kernel.read(
+            lambda c: c.execute(
+                "SELECT holder FROM sessionwatch_leases WHERE name = ?", (SHARED,)
+            ).fetchone()
+        )
+        assert other.config.host.id is not None and lease is not None
+
+
+async def test_two_monitors_ticking_the_same_links_record_each_turn_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Even without the lease (two hosts configured alike tick at once), dedupe keys and the
+    link's compare-and-set record each turn once."""
+    from monitor.kernel import Kernel
+    from monitor.upstream import UpstreamMonitor
+
+    config = host_config(tmp_path, "a")
+    root = Path(config.roots.claude)
+    first, second = await Kernel.open(pg_url), await Kernel.open(pg_url)
+    try:
+        monitors = [UpstreamMonitor.from_config(k, config) for k in (first, second)]
+        path = root / "p" / "s.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"")
+        key = "agent:main:adopted:s"
+        await monitors[0].adopt(kind="claude", path=str(path), session_key=key, session_id="s")
+        await first.watch(watcher=MAIN, target=key)
+        for turn in range(10):
+            with path.open("ab") as f:
+                f.write(user_line(f"turn {turn}", f"u{turn}"))
+            await asyncio.gather(*(m.tick() for m in monitors))
+        events = (await first.status(key, changes_since=0))["stateChanges"]["events"]
+        turns = sum((e.get("payload") or {}).get("turns", 1) for e in events[1:])
+        assert 10 == turns
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_stopped_store_answers_503_and_the_tick_catches_up(
+    pg_server: PgServer, pg_url: str, tmp_path: Path
+) -> None:
+    if pg_server.cluster is None:
+        pytest.skip("the server is not ours to stop ($SESSIONWATCH_TEST_PG)")
+    async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
+        a = await start(stack, host_config(tmp_path, "a"), pg_url, http)
+        path = tmp_path / "a" / "claude" / "p" / "s.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"")
+        key = "agent:main:adopted:s"
+        await _adopt(a, path, key)
+        await asyncio.to_thread(pg_server.cluster.stop)
+        try:
+            with path.open("ab") as f:
+                f.write(user_line("typed while the store was down"))
+            body = {"sessionKey": CHILD, "kind": "goal_changed", "actorType": "human"}
+            status, answer = await a.call("POST", "/v1/events", body)
+            assert (503, False) == (status, answer["recorded"])
+            with pytest.raises(StoreError):  # the service logs it; the marker stays
+                await a.sidecar.monitor.tick()
+        finally:
+            await asyncio.to_thread(pg_server.cluster.start)
+        for _ in range(50):  # the pool reconnects with backoff
+            status, answer = await a.call("POST", "/v1/events", body)
+            if status == 200:
+                break
+            await asyncio.sleep(0.2)
+        assert (200, True) == (status, answer["recorded"])
+        assert [("activity", 1)] == [(r.outcome, r.turns) for r in await a.sidecar.monitor.tick()]
