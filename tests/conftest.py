@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
-from monitor.config import ApiConfig, Config, MonitorConfig, RootsConfig
+from monitor.config import ApiConfig, Config, HostConfig, MonitorConfig, RootsConfig
 from monitor.kernel import Kernel, KernelSettings, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.signal_log import Recorded
@@ -204,8 +204,11 @@ class Client:
 
 
 def make_config(tmp_path: Path, **extra: Any) -> Config:
+    """A sidecar's configuration under ``tmp_path``; its host id is ``local`` (explicit,
+    so that it also starts on a shared PostgreSQL store)."""
     root = tmp_path / "claude"
     root.mkdir(exist_ok=True)
+    extra.setdefault("host", HostConfig(id="local"))
     return Config(
         roots=RootsConfig(claude=str(root), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")),
         api=ApiConfig(listen="127.0.0.1:0", token_file=str(tmp_path / "token")),

@@ -266,6 +266,11 @@ class Kernel:
             if self.policy.wakes(notice):
                 self._waker.request(notice.watcher, f"{notice.target}\n{notice.text}")
 
+    async def wakes_settled(self) -> None:
+        """Wait until the wakes requested so far were claimed (and sent, if ours)."""
+        if self._waker is not None:
+            await self._waker.settled()
+
     async def pending(self) -> list[Notice]:
         """Every watcher's pending notices (what another process may have opened)."""
         return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])

@@ -148,6 +148,13 @@ class WakeCoalescer:
             self._last_fired[watcher] = claimed
             self._trail(watcher, claimed, self._clock())
 
+    async def settled(self) -> None:
+        """Wait for the wakes being claimed in the store (tests; a clean stop)."""
+        import asyncio
+
+        while self._claims:
+            await asyncio.gather(*list(self._claims), return_exceptions=True)
+
     def _send(self, watcher: str) -> None:
         try:
             self._wake(watcher)

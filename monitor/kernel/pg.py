@@ -13,10 +13,13 @@ each runs on a pooled psycopg connection in a worker thread (``psycopg_pool``).
   link's marker moves only with its event. Writes are few and short (an event, a tick's
   settle), so one at a time costs little; ``bench/hosts.py`` measures it.
 - **Reads** run at ``REPEATABLE READ, READ ONLY``: one snapshot per read, as on SQLite.
-- **Change notices**: every write ends with ``pg_notify('sessionwatch', '')``, delivered on
-  commit; a ``LISTEN`` connection counts them in :meth:`PgStore.version`, which the notice
-  feed, the service's notice watcher and file-watch re-arming compare, as they compare
-  SQLite's ``PRAGMA data_version``.
+- **Change notices**: every write asks for ``pg_notify('sessionwatch', '')`` with its
+  lock (one round trip); PostgreSQL delivers it on commit, and a ``LISTEN`` connection
+  counts them in :meth:`PgStore.version`, which the notice feed, the service's notice
+  watcher and file-watch re-arming compare, as they compare SQLite's ``PRAGMA
+  data_version``.
+- **Group commit**: writes that arrive while a transaction runs share the next one, a
+  savepoint each (a write that fails rolls back alone), as on SQLite: one lock per batch.
 - **Faults**: psycopg's errors leave as :class:`StoreError` (a write answers 503, a tick
   keeps its markers). A connection found dead before a write did anything is dropped and
   the write retried once on a fresh one; the pool reconnects with backoff, and so does the
@@ -47,6 +50,8 @@ log = logging.getLogger(__name__)
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 T = TypeVar("T")
+Outcome = tuple[bool, Any]  # (ok, the value or the exception)
+MAX_GROUP = 64  # writes sharing one transaction at most
 
 WRITE_LOCK = 0x73776174  # "swat": the one advisory lock every write takes
 CHANNEL = "sessionwatch"
@@ -119,6 +124,8 @@ class PgStore:
         self._version_lock = threading.Lock()
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
+        self._pending: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
+        self._drainer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -164,7 +171,34 @@ class PgStore:
     # -- the store interface -------------------------------------------------------------
 
     async def write(self, fn: Callable[[Conn], T]) -> T:
-        return await asyncio.to_thread(self._write, fn)
+        """One write; writes that arrive while a batch runs share the next transaction (a
+        savepoint each: one that fails rolls back alone), so concurrent callers take the
+        lock once per batch, not once each."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((fn, future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = loop.create_task(self._drain())
+        result: T = await future
+        return result
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch = self._pending[:MAX_GROUP]
+            del self._pending[: len(batch)]
+            try:
+                results = await asyncio.to_thread(self._write_group, [fn for fn, _ in batch])
+            except asyncio.CancelledError:
+                for _, future in batch:
+                    future.cancel()
+                raise
+            for (_, future), (ok, value) in zip(batch, results, strict=True):
+                if future.done():
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         return await asyncio.to_thread(self._read, fn)
@@ -196,29 +230,46 @@ class PgStore:
 
     # -- transactions --------------------------------------------------------------------
 
-    def _write(self, fn: Callable[[Conn], T]) -> T:
+    def _write_group(self, fns: list[Callable[[Conn], Any]]) -> list[Outcome]:
+        """One transaction under the write lock, a savepoint per write; if the transaction
+        itself fails, every write of it fails."""
         for attempt in (1, 2):
             try:
+                results: list[Outcome] = []
                 with self._writers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
-                    try:
-                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                    try:  # the change notice is sent at commit: ask for it with the lock
+                        conn.execute(
+                            "SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')",
+                            (WRITE_LOCK, CHANNEL),
+                        )
                     except psycopg.OperationalError:
                         if attempt == 1 and conn.broken:
                             raise _Retry from None  # dead before it did anything: once more
                         raise
-                    result = fn(PgConn(conn))
-                    conn.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
+                    for fn in fns:
+                        results.append(self._one(conn, fn))
                 # the pool's context manager committed
                 self._up()
-                return result
+                return results
             except _Retry:
                 self._writers.check()
                 continue
-            except SessionwatchError:
-                raise
             except (psycopg.Error, PoolTimeout) as exc:
-                raise self._error(exc) from exc
-        raise StoreError("state database error: the write could not be run")
+                error = self._error(exc)
+                return [(False, error)] * len(fns)
+        return [(False, StoreError("state database error: the write could not be run"))] * len(fns)
+
+    def _one(self, conn: psycopg.Connection[Any], fn: Callable[[Conn], Any]) -> Outcome:
+        """One write in its savepoint; a broken connection fails the whole batch."""
+        try:
+            with conn.transaction():
+                return (True, fn(PgConn(conn)))
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            return (False, self._error(exc))
+        except Exception as exc:  # the caller's own error (BadInput, a bug): its own
+            return (False, exc)
 
     def _read(self, fn: Callable[[Conn], T]) -> T:
         try:

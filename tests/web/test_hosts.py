@@ -85,7 +85,7 @@ async def start(
 
 async def test_a_shared_store_needs_an_explicit_unique_host_id(pg_url: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"\[host\] id"):
-        async with running(make_config(tmp_path), pg_url):
+        async with running(make_config(tmp_path, host=HostConfig()), pg_url):
             pass
     async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
         await start(stack, host_config(tmp_path, "a"), pg_url, http)

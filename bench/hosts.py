@@ -1,0 +1,231 @@
+"""Several hosts on one PostgreSQL: two ``sessionwatch serve`` processes (hosts ``a`` and
+``b``) on one throwaway cluster (or ``--url``), three figures.
+
+Run: python bench/hosts.py [--events 2000] [--clients 8] [--rows 50000] [--samples 200]
+
+(a) Recording throughput: ``--events`` events POSTed to the two sidecars at once (``--clients``
+    connections each, half to each host), against a plain psycopg loop on one connection
+    running the same transaction (the kernel's ``record_event`` body, with ten watchers).
+(b) ``changesSince`` at ``--rows`` rows: p50/p99 of ``Kernel.status(key, changes_since=...)``
+    for 20 events back, on the PostgreSQL store (target p99 under 2 ms, as on SQLite).
+(c) The latency from an event recorded through sidecar A to its notice on sidecar B's SSE
+    stream: p50/p99 over ``--samples`` notices (target p99 under one second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+import psycopg
+
+sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from monitor.clock import now_ms  # noqa: E402
+from monitor.kernel import Kernel  # noqa: E402
+from monitor.kernel.events import ActorType, EventKind  # noqa: E402
+from monitor.kernel.pg import PgConn  # noqa: E402
+from monitor.kernel.pg_schema import migrate  # noqa: E402
+from monitor.kernel.signal_log import make_draft, record_event  # noqa: E402
+from tests.conftest import served_address  # noqa: E402
+from tests.pg_cluster import Cluster, fresh_database  # noqa: E402
+
+TARGET = "agent:main:subagent:target"
+WATCHERS = [f"agent:w{i}:main" for i in range(10)]
+MAIN = "agent:main:main"
+
+
+def seed_watchers(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        migrate(PgConn(conn), now_ms())
+        for w in WATCHERS:
+            conn.execute(
+                "INSERT INTO session_watch_cursors (watcher_session_key, watcher_store_path,"
+                " target_session_key, updated_at) VALUES (%s, 'default', %s, 0)"
+                " ON CONFLICT DO NOTHING",
+                (w, TARGET),
+            )
+
+
+def baseline(url: str, n: int) -> float:
+    """Events per second of a plain psycopg loop running the recording transaction."""
+    seed_watchers(url)
+    with psycopg.connect(url) as conn:
+        start = time.perf_counter()
+        for _ in range(n):
+            now = now_ms()
+            draft = make_draft(
+                session_key=TARGET,
+                kind=EventKind.HUMAN_DIRECT_MESSAGE,
+                actor_type=ActorType.HUMAN,
+                payload={"channel": "bench"},
+                now=now,
+            )
+            with conn.transaction():
+                record_event(PgConn(conn), draft, now)
+        return n / (time.perf_counter() - start)
+
+
+def start_sidecar(url: str, root: Path, host: str) -> tuple[subprocess.Popen[str], str, str]:
+    home = root / host
+    (home / "claude").mkdir(parents=True)
+    config = home / "sessionwatch.toml"
+    config.write_text(
+        f'[host]\nid = "{host}"\n[roots]\nclaude = "{home / "claude"}"\n'
+        "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\nwatch_files = false\n"
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{home / "token"}"\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "--db", url, "--config", str(config), "serve"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = served_address(proc)
+    return proc, base, (home / "token").read_text().strip()
+
+
+async def sidecar_throughput(
+    sidecars: list[tuple[str, str]], n: int, clients: int
+) -> tuple[float, float]:
+    """Events per second through the two sidecars' APIs at once, and the p99 (ms)."""
+    body = orjson.dumps({"sessionKey": TARGET, "kind": "goal_changed", "actorType": "agent"})
+    latencies: list[float] = []
+    counter = iter(range(n))
+
+    async def worker(http: aiohttp.ClientSession, base: str, token: str) -> None:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        for _ in counter:
+            t = time.perf_counter()
+            async with http.post(f"{base}/v1/events", data=body, headers=headers) as r:
+                assert r.status == 200, await r.text()
+                await r.read()
+            latencies.append(time.perf_counter() - t)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        start = time.perf_counter()
+        await asyncio.gather(
+            *(worker(http, base, token) for base, token in sidecars for _ in range(clients // 2))
+        )
+        elapsed = time.perf_counter() - start
+    return n / elapsed, statistics.quantiles(latencies, n=100)[98] * 1000
+
+
+async def changes_since(url: str, rows: int, samples: int) -> tuple[float, float]:
+    """p50/p99 (ms) of a 20-events-back ``changesSince`` at ``rows`` rows."""
+    with psycopg.connect(url) as conn:
+        migrate(PgConn(conn), now_ms())
+        conn.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary) SELECT 'agent:main:subagent:s' || (g %% 50), 'main',"
+            " 'goal_changed', 'agent', %s, 'goal changed' FROM generate_series(1, %s) AS g",
+            (now_ms(), rows),
+        )
+        conn.execute(
+            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence, updated_at)"
+            " SELECT session_key, agent_id, max(sequence), 0 FROM session_state_events"
+            " GROUP BY session_key, agent_id ON CONFLICT DO NOTHING"
+        )
+        conn.execute("ANALYZE")
+    kernel = await Kernel.open(url)
+    try:
+        key = "agent:main:subagent:s7"
+        head = (await kernel.status(key))["stateVersion"]
+        since = head - 20 * 50
+        times = []
+        for _ in range(samples):
+            t = time.perf_counter()
+            await kernel.status(key, changes_since=since)
+            times.append((time.perf_counter() - t) * 1000)
+    finally:
+        await kernel.close()
+    q = statistics.quantiles(times, n=100)
+    return statistics.median(times), q[98]
+
+
+async def notice_latency(a: tuple[str, str], b: tuple[str, str], samples: int) -> list[float]:
+    """Seconds from an event POSTed to A to its notice on B's stream, ``samples`` times."""
+    (base_a, token_a), (base_b, token_b) = a, b
+    out: list[float] = []
+    async with aiohttp.ClientSession() as http:
+        headers_a = {"Authorization": f"Bearer {token_a}"}
+        headers_b = {"Authorization": f"Bearer {token_b}"}
+        spawn = {"parent": MAIN, "child": "agent:main:subagent:lat", "runId": "r"}
+        async with http.post(f"{base_a}/v1/spawns", json=spawn, headers=headers_a) as r:
+            assert r.status == 200
+        url = f"{base_b}/v1/watchers/{MAIN}/notices/stream"
+        async with http.get(url, headers=headers_b, timeout=aiohttp.ClientTimeout()) as stream:
+            body = {"sessionKey": spawn["child"], "kind": "goal_changed", "actorType": "agent"}
+            for _ in range(samples):
+                sent = time.perf_counter()
+                async with http.post(f"{base_a}/v1/events", json=body, headers=headers_a) as r:
+                    assert r.status == 200
+                async for raw in stream.content:
+                    if raw.startswith(b"data: "):
+                        out.append(time.perf_counter() - sent)
+                        break
+                drain = f"{base_b}/v1/watchers/{MAIN}/notices/drain"
+                async with http.post(drain, headers=headers_b) as r:
+                    assert r.status == 200
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a PostgreSQL server to use (default: a throwaway one)")
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--samples", type=int, default=200)
+    args = parser.parse_args()
+    cluster = None
+    if args.url is None:
+        cluster = Cluster()
+        cluster.start()
+    admin = args.url or (cluster.url if cluster else "")
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        plain = baseline(fresh_database(admin, "bench_plain"), args.events)
+        url = fresh_database(admin, "bench_hosts")
+        seed_watchers(url)
+        with tempfile.TemporaryDirectory() as tmp:
+            started = [start_sidecar(url, Path(tmp), host) for host in ("a", "b")]
+            procs = [p for p, _, _ in started]
+            sidecars = [(base, token) for _, base, token in started]
+            rate, p99 = await sidecar_throughput(sidecars, args.events, args.clients)
+            print(
+                f"(a) recording through two sidecars ({args.clients} clients): {rate:,.0f}"
+                f" events/s, p99 {p99:.1f} ms; plain psycopg loop {plain:,.0f} events/s;"
+                f" ratio {rate / plain:.2f}"
+            )
+            lat = await notice_latency(sidecars[0], sidecars[1], args.samples)
+            q = statistics.quantiles(lat, n=100)
+            print(
+                f"(c) event on A to notice on B's stream: p50 {statistics.median(lat) * 1000:.0f}"
+                f" ms, p99 {q[98] * 1000:.0f} ms over {len(lat)} notices (target p99 < 1000 ms)"
+            )
+        p50, p99c = await changes_since(
+            fresh_database(admin, "bench_changes"), args.rows, args.samples
+        )
+        print(
+            f"(b) changesSince at {args.rows:,} rows: p50 {p50:.2f} ms, p99 {p99c:.2f} ms"
+            " (target p99 < 2 ms)"
+        )
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+        if cluster is not None:
+            cluster.destroy()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
