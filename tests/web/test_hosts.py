@@ -75,7 +75,7 @@ def host_config(tmp_path: Path, host: str, **extra: Any) -> Config:
 
 
 async def start(
-    stack: AsyncExitStack, config: Config, url: str, http: aiohttp.ClientSession
+    stack: AsyncExitStack, config: Config, url: Path | str, http: aiohttp.ClientSession
 ) -> Client:
     sidecar = await stack.enter_async_context(running(config, url))
     assert sidecar is not None
@@ -134,16 +134,17 @@ async def test_a_notice_opened_on_one_sidecar_reaches_the_other(
 
 
 async def test_a_notice_opened_by_another_process_wakes_through_the_sidecar(
-    pg_url: str, tmp_path: Path, gateway: Gateway
+    store_target: Path | str, tmp_path: Path, gateway: Gateway
 ) -> None:
-    """Recorded by a second kernel (as a CLI process would): B wakes the watcher."""
+    """Recorded by a second kernel (as a CLI process would), on either store: the sidecar
+    wakes the watcher."""
     from monitor.kernel import Kernel, NewEvent
     from monitor.kernel.events import ActorType, EventKind
 
     wake = GatewayConfig(wake_url=gateway.url)
     async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
-        await start(stack, host_config(tmp_path, "b", gateway=wake), pg_url, http)
-        other = await Kernel.open(pg_url)
+        await start(stack, host_config(tmp_path, "b", gateway=wake), store_target, http)
+        other = await Kernel.open(store_target)
         try:
             await other.spawn(parent=MAIN, child=CHILD, run_id="r")
             human = NewEvent(
