@@ -178,8 +178,7 @@ class Sidecar:
         ``POLL_S``; each notice is woken once, whichever process opened it."""
         seen: int | None = None
         while not self.stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), POLL_S)
+            await self.kernel.store.changed(POLL_S)
             try:
                 version = self.kernel.store.version()
                 if version == seen:

@@ -176,6 +176,12 @@ class DirectStore:
         """Moves with every commit of another connection (``PRAGMA data_version``)."""
         return self.read_now(data_version)
 
+    async def changed(self, timeout: float) -> None:
+        """SQLite says no one when another process commits: wait ``timeout`` and look."""
+        import asyncio
+
+        await asyncio.sleep(timeout)
+
     async def close(self) -> None:
         if self._conn is not None:
             self._conn.close()

@@ -33,7 +33,6 @@ import contextlib
 import functools
 import logging
 import re
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -121,7 +120,7 @@ class PgStore:
         self._writers = writers
         self._readers = readers
         self._version = 0
-        self._version_lock = threading.Lock()
+        self._change = asyncio.Event()  # set (and replaced) at every change heard
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
         self._pending: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
@@ -215,6 +214,11 @@ class PgStore:
         docstring); compared, never interpreted."""
         return self._version
 
+    async def changed(self, timeout: float) -> None:
+        """Return when a change is heard, or after ``timeout`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._change.wait(), timeout)
+
     async def close(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
@@ -305,8 +309,10 @@ class PgStore:
     # -- change notices ------------------------------------------------------------------
 
     def _bump(self) -> None:
-        with self._version_lock:
-            self._version += 1
+        """On the event loop (the listener's task): count a change and wake its waiters."""
+        self._version += 1
+        heard, self._change = self._change, asyncio.Event()
+        heard.set()
 
     async def _listen(self) -> None:
         delay = LISTEN_BACKOFF_S[0]

@@ -248,6 +248,12 @@ class Store:
         reader): the service's writer, a CLI process, a gateway sharing the file."""
         return self.read_now(data_version)
 
+    async def changed(self, timeout: float) -> None:
+        """SQLite says no one when another process commits: wait ``timeout`` and look."""
+        import asyncio
+
+        await asyncio.sleep(timeout)
+
     def _read_on(self, lock: threading.Lock, name: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         with lock, self._translated():
             conn: sqlite3.Connection | None = getattr(self, name)

@@ -10,7 +10,6 @@ database failure answers 503 (``POST /v1/events`` with ``{"recorded": false}``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any, TypeVar
 
@@ -238,6 +237,7 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
     await _pending(request, drain=False)  # a bad key or query is a 400 before the stream
     kernel, stopping = request.app[KERNEL], request.app[STREAMS]
     feed = NoticeFeed(kernel.store.version)
+    loop = asyncio.get_running_loop()
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -252,9 +252,9 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
             if quiet >= KEEPALIVE_S:
                 await response.write(b": keep-alive\n\n")
                 quiet = 0.0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), POLL_S)
-            quiet += POLL_S
+            started = loop.time()
+            await kernel.store.changed(POLL_S)  # at once on PostgreSQL; SQLite is polled
+            quiet += loop.time() - started
     except (ConnectionResetError, SessionwatchError):
         pass  # the client went away, or the database did: the stream ends
     return response
