@@ -126,8 +126,16 @@ class Config:
     nodes: dict[str, NodeConfig] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        """The effective configuration; token files are named, never read."""
-        return dataclasses.asdict(self)
+        """The effective configuration; token files are named, never read, and a store
+        URL's password is never shown."""
+        out = dataclasses.asdict(self)
+        out["store"]["url"] = without_password(self.store.url)
+        return out
+
+
+def without_password(url: str) -> str:
+    """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
 def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:

@@ -40,6 +40,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.clock import Clock, now_ms
+from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked
 from monitor.kernel.conn import Conn, Cursor
 from monitor.kernel.pg_schema import migrate
@@ -96,11 +97,6 @@ class PgConn:
         return cursor
 
 
-def _safe_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
-
-
 class PgStore:
     """The store interface of :class:`monitor.kernel.store.Store`, on PostgreSQL."""
 
@@ -113,7 +109,7 @@ class PgStore:
         on_error: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
-        self.path = _safe_url(url)  # what messages and ``status`` name the store by
+        self.path = without_password(url)  # what messages and ``status`` name the store by
         self.clock = clock
         self.on_error = on_error
         self.shared = True  # several sidecars may use this store
