@@ -135,7 +135,7 @@ class Config:
 
 def without_password(url: str) -> str:
     """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``."""
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    return re.sub(r"://([^:/@]+):[^/]*@", r"://\1:***@", url)
 
 
 def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:

@@ -159,3 +159,20 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     assert sw(db, "sessions") == {
         "sessions": [{"sessionKey": CHILD, "agentId": "main", "stateVersion": 1}]
     }
+
+
+def test_host_and_store_url_are_checked_and_the_password_never_shown(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[host]\nid = "gw 1"\n')
+    err = sw(tmp_path / "x.db", "--config", str(config), "config", code=1)
+    assert "[host] id must be letters, digits" in err
+    config.write_text('[store]\nurl = "mysql://x"\n')
+    err = sw(tmp_path / "x.db", "--config", str(config), "config", code=1)
+    assert "[store] url must be a postgresql:// URL" in err
+    config.write_text('[store]\nurl = "postgresql://gw:s3cret@db.example/sw"\n[host]\nid = "gw1"\n')
+    shown = sw(tmp_path / "x.db", "--config", str(config), "config")
+    assert "s3cret" not in orjson.dumps(shown).decode()
+    assert ("postgresql://gw:***@db.example/sw", "gw1") == (
+        shown["store"]["url"],
+        shown["host"]["id"],
+    )
