@@ -35,7 +35,8 @@ from monitor.errors import BadInput
 if TYPE_CHECKING:
     from adapters.catalog import Catalog
 
-Marker = dict[str, Any]
+Marker = dict[str, Any]  # where a check resumes; the adapter's own
+Ref = dict[str, Any]  # which source a link names (a file, a database and a thread, a node)
 Status = Literal["activity", "quiet", "missing", "blocked", "inconclusive"]
 
 
@@ -113,7 +114,7 @@ class Probe:
     ``(id, text hash)`` pairs oldest first, and when the link was last scanned (ms)."""
 
     session_key: str
-    ref: dict[str, Any]
+    ref: Ref
     marker: Marker
     own: tuple[tuple[int, str], ...] = ()
     last_scanned_at: int | None = None
@@ -252,7 +253,7 @@ class Outcome:
 class Source:
     """A resolved source: the ref a link stores, and the native thread id."""
 
-    ref: Marker
+    ref: Ref
     thread_id: str
 
 
@@ -294,13 +295,13 @@ class Adapter(Protocol):
 
     def resolve(self, path: str, thread: str | None) -> Source: ...
 
-    async def baseline(self, ref: dict[str, Any]) -> Marker: ...
+    async def baseline(self, ref: Ref) -> Marker: ...
 
     async def check(self, probes: list[Probe]) -> list[Outcome]: ...
 
     async def catalog(self) -> Catalog: ...
 
-    def catalog_key(self, ref: Marker) -> str: ...
+    def catalog_key(self, ref: Ref) -> str: ...
 
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]

@@ -28,6 +28,7 @@ from adapters.base import (
     Outcome,
     OwnPool,
     Probe,
+    Ref,
     Settings,
     Source,
     non_negative_int,
@@ -82,7 +83,7 @@ class ClaudeNodeAdapter:
             raise BadInput("a claude-node adoption needs the thread id (--thread)")
         return Source(ref={"nodeId": path, "threadId": thread.strip()}, thread_id=thread.strip())
 
-    def catalog_key(self, ref: Marker) -> str:
+    def catalog_key(self, ref: Ref) -> str:
         return f"{ref.get('nodeId', '')}\n{ref.get('threadId', '')}"
 
     async def catalog(self) -> Catalog:
@@ -144,7 +145,7 @@ class ClaudeNodeAdapter:
         threads = body.get("threads")
         return [t for t in threads if isinstance(t, dict)] if isinstance(threads, list) else []
 
-    async def baseline(self, ref: dict[str, Any]) -> Marker:
+    async def baseline(self, ref: Ref) -> Marker:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
             try:
                 page = await self._items(http, ref, {})

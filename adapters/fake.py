@@ -29,6 +29,7 @@ from adapters.base import (
     Outcome,
     OwnPool,
     Probe,
+    Ref,
     Settings,
     Source,
     Turn,
@@ -57,7 +58,7 @@ class FakeAdapter:
             raise Declined(f"cannot read {path}: no such file")
         return Source(ref={"filePath": real}, thread_id=os.path.basename(real)[: -len(SUFFIX)])
 
-    async def baseline(self, ref: dict[str, Any]) -> Marker:
+    async def baseline(self, ref: Ref) -> Marker:
         try:
             data = _read(ref)
         except OSError as exc:
@@ -93,7 +94,7 @@ class FakeAdapter:
                 )
         return found
 
-    def catalog_key(self, ref: Marker) -> str:
+    def catalog_key(self, ref: Ref) -> str:
         return str(ref.get("filePath", ""))
 
     def replay(

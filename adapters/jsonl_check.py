@@ -34,6 +34,7 @@ from adapters.base import (
     Outcome,
     OwnPool,
     Probe,
+    Ref,
     Settings,
     Source,
     non_negative_int,
@@ -355,7 +356,7 @@ class JsonlAdapter:
 
         return await asyncio.to_thread(scan_files, self.format, self.root)
 
-    def catalog_key(self, ref: Marker) -> str:
+    def catalog_key(self, ref: Ref) -> str:
         return str(ref.get("filePath", ""))
 
     def replay(
@@ -363,7 +364,7 @@ class JsonlAdapter:
     ) -> Iterator[dict[str, Any]]:
         return replay_file(self.format, path, own_texts, self.settings)
 
-    async def baseline(self, ref: dict[str, Any]) -> Marker:
+    async def baseline(self, ref: Ref) -> Marker:
         path = str(ref.get("filePath", ""))
         try:
             return await self.reads.run(f"baseline:{path}", baseline_file, self.format, path)

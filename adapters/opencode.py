@@ -29,6 +29,7 @@ from adapters.base import (
     Outcome,
     OwnPool,
     Probe,
+    Ref,
     Settings,
     Source,
     Turn,
@@ -300,7 +301,7 @@ class OpenCodeAdapter:
         self.default_db = default_db  # for refs without ``dbPath`` (OpenClaw writes ``{threadId}``)
         self.exports = 0  # how many sessions were exported (observability, tests)
 
-    async def baseline(self, ref: dict[str, Any]) -> Marker:
+    async def baseline(self, ref: Ref) -> Marker:
         db, thread = self._db_of(ref), str(ref.get("threadId", ""))
         try:
             return await asyncio.to_thread(baseline_session, db, thread)
@@ -322,7 +323,7 @@ class OpenCodeAdapter:
     async def catalog(self) -> Catalog:
         return await asyncio.to_thread(scan_sessions, self.default_db)
 
-    def catalog_key(self, ref: Marker) -> str:
+    def catalog_key(self, ref: Ref) -> str:
         return f"{os.path.realpath(self._db_of(ref))}\n{ref.get('threadId', '')}"
 
     def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:

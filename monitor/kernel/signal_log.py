@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from monitor.clock import DAY_MS
-from monitor.errors import BadInput
+from monitor.errors import BadInput, StoreError
 from monitor.kernel.conn import Conn
 from monitor.kernel.cursors import advance_watchers, register_watch, seed_cursor
 from monitor.kernel.events import (
@@ -254,7 +254,7 @@ def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
         assert draft.dedupe_key is not None  # only a dedupe key can conflict
         existing = find_by_dedupe(conn, draft.dedupe_key)
         if existing is None:  # pragma: no cover - the conflict row cannot vanish mid-transaction
-            raise BadInput(f"dedupe key {draft.dedupe_key} conflicted but is not stored")
+            raise StoreError(f"dedupe key {draft.dedupe_key} conflicted but is not stored")
         return Recorded(event=existing, duplicate=True)
     sequence = int(row[0])
     raise_head(conn, draft.session_key, draft.agent_id, sequence, now)
