@@ -10,7 +10,6 @@ owns tables of its own (the upstream monitor's links) joins a transaction throug
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from monitor.clock import Clock, now_ms
 from monitor.config import Config
 from monitor.errors import BadInput, SessionwatchError
-from monitor.kernel import cursors, retention, sessions, wakes
+from monitor.kernel import cursors, retention, sessions
 from monitor.kernel.conn import Conn, StateStore, open_store
+from monitor.kernel.delivery import Delivery
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
     is_internal_key,
@@ -34,11 +34,9 @@ from monitor.kernel.keys import (
 from monitor.kernel.notices import (
     PROVENANCE_AMBIENT,
     PROVENANCE_EXPLICIT,
-    WAKE_COALESCE_MS,
     CreatedNotices,
     Notice,
     WakeCallback,
-    WakeCoalescer,
 )
 from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.signal_log import (
@@ -61,7 +59,6 @@ if TYPE_CHECKING:
 log = LazyLogger(__name__)
 
 T = TypeVar("T")
-DELIVERED_MEMORY = 4096  # notices remembered as delivered (each is woken once)
 # Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the kernel's
 # transaction: how ``delete`` reaches tables the kernel does not own.
 ScopeDeleter = Callable[[Conn, str, tuple[str, ...]], object]
@@ -123,9 +120,6 @@ class Kernel:
         self.store = store
         self.settings = settings
         self.clock: Clock = store.clock
-        claim = self._claim_wake if store.shared else None
-        self._waker = WakeCoalescer(wake, clock=self.clock, claim=claim) if wake else None
-        self._delivered: OrderedDict[tuple[str, str | None, str], None] = OrderedDict()
         self.created_notices = CreatedNotices()
         self.metrics = metrics
         self._on_delete = tuple(on_delete)
@@ -136,6 +130,9 @@ class Kernel:
             group_scope=settings.group_scope,
             rule=StorePathRule.for_database(store.path, settings.store_path_template),
         )
+        self.delivery = Delivery(store, self.policy, wake=wake, metrics=metrics)
+        self.observe = self.delivery.observe  # after a commit: count, and wake whom it concerns
+        self.deliver = self.delivery.deliver  # notices another process opened
 
     @classmethod
     async def open(
@@ -242,45 +239,9 @@ class Kernel:
             )
         )
 
-    def observe(self, recorded: list[Recorded]) -> None:
-        """After a commit: count what was recorded and wake whom its notices concern."""
-        fresh = [r for r in recorded if not r.duplicate]
-        if self.metrics:
-            for r in fresh:
-                self.metrics.events.labels(r.event.kind).inc()
-                self.metrics.notices_queued.inc(len(r.notices))
-        self.deliver([n for r in fresh for n in r.notices])
-
-    def deliver(self, notices: list[Notice]) -> None:
-        """Wake whom the notices concern; each notice once, whichever path saw it first
-        (this process's commit, or :meth:`deliver_opened` after another process's)."""
-        if self._waker is None:
-            return
-        for notice in notices:
-            key = (notice.watcher, notice.target, notice.text)
-            if key in self._delivered:
-                continue
-            self._delivered[key] = None
-            if len(self._delivered) > DELIVERED_MEMORY:
-                self._delivered.popitem(last=False)
-            if self.policy.wakes(notice):
-                self._waker.request(notice.watcher, f"{notice.target}\n{notice.text}")
-
-    async def wakes_settled(self) -> None:
-        """Wait until the wakes requested so far were claimed (and sent, if ours)."""
-        if self._waker is not None:
-            await self._waker.settled()
-
     async def pending(self) -> list[Notice]:
         """Every watcher's pending notices (what another process may have opened)."""
         return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])
-
-    async def _claim_wake(self, watcher: str, notice: str) -> int | str:
-        now = self.clock()
-        claimed: int | str = await self.store.write(
-            lambda conn: wakes.claim(conn, watcher, notice, now=now, window_ms=WAKE_COALESCE_MS)
-        )
-        return claimed
 
     # -- watches and notices -----------------------------------------------------------
 

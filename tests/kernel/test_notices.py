@@ -245,33 +245,33 @@ async def test_main_watchers_woken_and_coalesced_nested_only_queued(
     """Main sessions wake at once and at most once per 20 s; sub-agent watchers never."""
     wakes = WakeLog()
     kernel: Kernel = await open_kernel(wake=wakes)
-    assert kernel._waker is not None
+    assert kernel.delivery.waker is not None
     scheduled: list[tuple[float, object]] = []
-    kernel._waker._schedule = lambda delay, fn: scheduled.append((delay, fn))
+    kernel.delivery.waker._schedule = lambda delay, fn: scheduled.append((delay, fn))
     nested = "agent:main:subagent:manager"
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     await kernel.spawn(parent=nested, child="agent:main:subagent:leaf", run_id="r2")
     await human(kernel, CHILD)
     await human(kernel, "agent:main:subagent:leaf")
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert wakes.woken == [MAIN]
     await kernel.notices(watcher=MAIN, drain=True)
     clock.advance(5_000)
     await human(kernel, CHILD)  # inside the window: one trailing wake is scheduled
     await kernel.notices(watcher=MAIN, drain=True)
     await human(kernel, CHILD)
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert wakes.woken == [MAIN]
     assert [delay for delay, _ in scheduled] == [15.0]
     clock.advance(15_000)
     scheduled[0][1]()  # type: ignore[operator]
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert wakes.woken == [MAIN, MAIN]
     clock.advance(21_000)
     await kernel.notices(watcher=MAIN, drain=True)
     await kernel.notices(watcher=MAIN, drain=True)
     await human(kernel, CHILD)
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert wakes.woken == [MAIN, MAIN, MAIN]
 
 
@@ -283,13 +283,13 @@ async def test_ambient_group_watch_is_queue_only_and_promoted_by_explicit(
     assert await kernel.watch(watcher=MAIN, target=GROUP, ambient=True)
     result = await human(kernel, GROUP)
     assert [notice(GROUP, 0)] == [n.text for n in result.notices]
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert wakes.woken == []
     await kernel.notices(watcher=MAIN, drain=True)
     assert await kernel.watch(watcher=MAIN, target=GROUP)  # explicit: promoted
     assert await kernel.watch(watcher=MAIN, target=GROUP, ambient=True)  # never downgraded
     await human(kernel, GROUP)
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert wakes.woken == [MAIN]
 
 
@@ -355,7 +355,7 @@ async def test_a_group_turn_makes_main_an_ambient_watcher_once(
     third = await human(kernel, GROUP)
     assert [notice(GROUP, first.event.sequence)] == [n.text for n in second.notices]
     assert [] == third.notices  # coalesced into the pending one
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert [] == wakes.woken
     assert [notice(GROUP, 1)] == await texts(kernel, MAIN)
 

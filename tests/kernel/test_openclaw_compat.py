@@ -459,7 +459,7 @@ async def test_explicit_coordinator_watchers_are_woken_ambient_and_subagent_ones
     assert await kernel.watch(watcher=MAIN, target=peer, ambient=True)
     await human(kernel, KEY)
     await human(kernel, peer)
-    await kernel.wakes_settled()
+    await kernel.delivery.settled()
     assert [coordinator] == wakes.woken
 
 
