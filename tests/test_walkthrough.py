@@ -28,7 +28,9 @@ def test_the_readme_walkthrough_runs_as_written() -> None:
         env=env,
         check=False,
     )
-    assert 0 == proc.returncode, proc.stderr + proc.stdout
+    log = Path("/tmp/sw-demo/serve.log")
+    served = log.read_text() if log.exists() else "(no serve.log)"
+    assert 0 == proc.returncode, proc.stderr + proc.stdout + "\nserve.log:\n" + served
     lines = proc.stdout.splitlines()
     assert any("Fix the failing billing tests" in line for line in lines)  # the table
     objects = [orjson.loads(line) for line in lines if line.startswith("{")]
