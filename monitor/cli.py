@@ -132,7 +132,6 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
     pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see
     monitor.kernel.feed)."""
     import select
-    import time
 
     from monitor.kernel.feed import POLL_S, NoticeFeed
 
@@ -147,7 +146,7 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
             for notice in feed.fresh([n.as_json() for n in pending]):
                 sys.stdout.buffer.write(orjson.dumps(notice) + b"\n")
             sys.stdout.flush()
-        time.sleep(POLL_S)
+        await kernel.store.changed(POLL_S)  # SQLite: a sleep; PostgreSQL: its notification
 
 
 @command("status")

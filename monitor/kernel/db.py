@@ -177,10 +177,11 @@ class DirectStore:
         return self.read_now(data_version)
 
     async def changed(self, timeout: float) -> None:
-        """SQLite says no one when another process commits: wait ``timeout`` and look."""
-        import asyncio
+        """SQLite says no one when another process commits: wait ``timeout`` and look. On
+        the calling thread, as everything here (the coroutine never suspends)."""
+        import time
 
-        await asyncio.sleep(timeout)
+        time.sleep(timeout)
 
     async def close(self) -> None:
         if self._conn is not None:

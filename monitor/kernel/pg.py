@@ -216,6 +216,10 @@ class PgStore:
             await asyncio.wait_for(self._change.wait(), timeout)
 
     async def close(self) -> None:
+        """The writes in flight finish; then listening stops and the pools close."""
+        if self._drainer is not None and not self._drainer.done():
+            with contextlib.suppress(Exception):
+                await self._drainer
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -157,3 +157,28 @@ def test_the_shared_lease_moves_when_its_holder_is_killed(
             break
         time.sleep(0.2)
     assert ["adopted", "human_direct_message"] == kinds
+
+
+def test_notices_follow_hears_another_process_on_postgresql(pg_url: str) -> None:
+    cli(pg_url, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "--db", pg_url, "notices", "--watcher", MAIN, "--follow"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        cli(
+            pg_url,
+            "record",
+            "--session",
+            CHILD,
+            "--kind",
+            "human_direct_message",
+            "--actor",
+            "human",
+        )
+        assert follow.stdout is not None
+        line = follow.stdout.readline()
+        assert {"target": CHILD, "text": notice(CHILD, 1)} == orjson.loads(line)
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
