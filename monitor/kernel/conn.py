@@ -10,7 +10,6 @@ placeholders for psycopg.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from monitor.clock import Clock
@@ -61,27 +60,3 @@ class StateStore(Protocol):
     async def changed(self, timeout: float) -> None: ...
 
     async def close(self) -> None: ...
-
-
-async def open_store(
-    target: Path | str,
-    *,
-    clock: Clock,
-    direct: bool = False,
-    on_error: Callable[[], None] | None = None,
-) -> StateStore:
-    """The store ``target`` names: a ``postgresql://`` URL, else a SQLite file (``direct``:
-    on the calling thread, for one-shot commands; else group commit on a writer thread)."""
-    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
-        from monitor.kernel.pg import PgStore
-
-        return await PgStore.open(target, clock=clock, on_error=on_error)
-    if direct:
-        from monitor.kernel.db import DirectStore
-
-        direct_store = await DirectStore.open(target, clock=clock)
-        direct_store.on_error = on_error
-        return direct_store
-    from monitor.kernel.store import Store
-
-    return await Store.open(target, clock=clock, on_error=on_error)

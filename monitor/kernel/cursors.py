@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from monitor.kernel.conn import Conn
 from monitor.kernel.keys import parse_agent_key
 from monitor.kernel.notices import PROVENANCE_EXPLICIT, Notice
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 _QUALIFIED = "watcher_session_key LIKE 'agent:%:%'"
 _NOTICE_COLUMNS = (

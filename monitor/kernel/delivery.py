@@ -13,12 +13,12 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from monitor.kernel import wakes
-from monitor.kernel.conn import StateStore
 from monitor.kernel.notices import WAKE_COALESCE_MS, Notice, WakeCallback, WakeCoalescer
 from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.signal_log import Recorded
 
 if TYPE_CHECKING:
+    from monitor.kernel.conn import StateStore
     from monitor.metrics import Metrics
 
 DELIVERED_MEMORY = 4096  # notices remembered as delivered (each is woken once)

@@ -19,7 +19,6 @@ from monitor.clock import Clock, now_ms
 from monitor.config import Config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.kernel import cursors, retention, sessions
-from monitor.kernel.conn import Conn, StateStore, open_store
 from monitor.kernel.delivery import Delivery
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
@@ -51,17 +50,20 @@ from monitor.kernel.signal_log import (
     state_versions,
 )
 from monitor.kernel.store_paths import LEGACY_DEFAULT, StorePathRule
+from monitor.kernel.stores import open_store
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn, StateStore
     from monitor.metrics import Metrics
 
 log = LazyLogger(__name__)
 
 T = TypeVar("T")
-# Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the kernel's
-# transaction: how ``delete`` reaches tables the kernel does not own.
-ScopeDeleter = Callable[[Conn, str, tuple[str, ...]], object]
+if TYPE_CHECKING:
+    # Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the
+    # kernel's transaction: how ``delete`` reaches tables the kernel does not own.
+    ScopeDeleter = Callable[[Conn, str, tuple[str, ...]], object]
 
 
 class Recorder:

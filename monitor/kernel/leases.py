@@ -10,8 +10,10 @@ expired, or already ours; a lease is renewed by taking it again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from monitor.kernel.conn import Conn
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -34,7 +34,7 @@ import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -42,8 +42,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.clock import Clock, now_ms
 from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked
-from monitor.kernel.conn import Conn, Cursor
 from monitor.kernel.pg_schema import migrate
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn, Cursor
 
 log = logging.getLogger(__name__)
 # The pool says every failed connection attempt; the store says an outage once (below).

@@ -8,9 +8,13 @@ stores. :func:`migrate` runs in the writer's transaction, under its lock.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from monitor.errors import SchemaTooNew
-from monitor.kernel.conn import Conn
 from monitor.kernel.schema import SCHEMA_VERSION, read_meta, write_meta
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 T = 'TEXT COLLATE "C"'
 

@@ -7,10 +7,13 @@ deleted before anything is deleted, so ``historyGap`` stays exact; heads never g
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.kernel import cursors, schema, signal_log
-from monitor.kernel.conn import Conn
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 RETENTION_MS = 30 * DAY_MS
 MAX_ROWS = 50_000

@@ -9,9 +9,12 @@ rewrites or reorders the gateway's tables or rows.
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
 from monitor.errors import SchemaTooNew
-from monitor.kernel.conn import Conn
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 SCHEMA_VERSION = 3
 

@@ -5,9 +5,11 @@ their SQL."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from monitor.kernel.conn import Conn
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
+
 
 SessionFlags = tuple[str | None, bool]  # the session id, and whether a run is active
 

@@ -8,13 +8,12 @@ the head, move the target's cursors) as one synchronous function the store runs 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from monitor.clock import DAY_MS
 from monitor.errors import BadInput, StoreError
-from monitor.kernel.conn import Conn
 from monitor.kernel.cursors import advance_watchers, register_watch, seed_cursor
 from monitor.kernel.events import (
     NOTIFYING_KINDS,
@@ -26,6 +25,9 @@ from monitor.kernel.events import (
 )
 from monitor.kernel.keys import normalize_key, resolve_agent
 from monitor.kernel.notices import PROVENANCE_AMBIENT, Notice
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 OCCURRED_AT_MAX_SKEW_MS = DAY_MS
 MAX_ID_LENGTH = 256

@@ -4,9 +4,11 @@ sidecar on a shared store: one wake per notice, at most one per window."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from monitor.kernel.conn import Conn
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
+
 
 Claim = int | Literal["send", "done"]
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from adapters.base import Marker
 from adapters.registry import LOCAL_HOST, adapter_for_link, entry, host_id_for
-from monitor.kernel.conn import Conn
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 _LINK_COLUMNS = (
     "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"

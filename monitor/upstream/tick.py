@@ -12,12 +12,12 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, Outcome, Probe
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError
 from monitor.kernel import Kernel
-from monitor.kernel.conn import Conn
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.kernel import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
@@ -25,6 +25,9 @@ from monitor.metrics import Metrics
 from monitor.upstream import links
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import LinkResult, settle
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 log = logging.getLogger(__name__)
 

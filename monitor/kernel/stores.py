@@ -1,0 +1,37 @@
+"""Which store a target names: a ``postgresql://`` URL, else a SQLite file. The stores are
+imported only when opened, so a one-shot command on SQLite never loads psycopg."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from monitor.clock import Clock
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import StateStore
+
+
+async def open_store(
+    target: Path | str,
+    *,
+    clock: Clock,
+    direct: bool = False,
+    on_error: Callable[[], None] | None = None,
+) -> StateStore:
+    """The store ``target`` names: a ``postgresql://`` URL, else a SQLite file (``direct``:
+    on the calling thread, for one-shot commands; else group commit on a writer thread)."""
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        from monitor.kernel.pg import PgStore
+
+        return await PgStore.open(target, clock=clock, on_error=on_error)
+    if direct:
+        from monitor.kernel.db import DirectStore
+
+        direct_store = await DirectStore.open(target, clock=clock)
+        direct_store.on_error = on_error
+        return direct_store
+    from monitor.kernel.store import Store
+
+    return await Store.open(target, clock=clock, on_error=on_error)
