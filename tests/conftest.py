@@ -83,8 +83,14 @@ def pg_server() -> Iterator[PgServer]:
             raise RuntimeError(f"SESSIONWATCH_REQUIRE_PG is set, but {reason}")
         yield PgServer(url=None, reason=reason)
         return
-    cluster = Cluster()
-    cluster.start()
+    try:
+        cluster = Cluster()
+        cluster.start()
+    except (OSError, subprocess.SubprocessError) as exc:
+        if os.environ.get("SESSIONWATCH_REQUIRE_PG"):
+            raise
+        yield PgServer(url=None, reason=f"the throwaway cluster did not start: {exc}")
+        return
     try:
         yield PgServer(url=cluster.url, cluster=cluster)
     finally:
@@ -252,3 +258,19 @@ def allow_event_inserts(conn: Any) -> None:
         conn.execute("DROP TRIGGER refuse")
     else:
         conn.execute("DROP TRIGGER refuse ON session_state_events")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say, at the end of every run, whether the PostgreSQL half ran, and if not, why."""
+    if os.environ.get("SESSIONWATCH_TEST_PG", "").strip():
+        terminalreporter.write_line(
+            "sessionwatch: the PostgreSQL half ran on $SESSIONWATCH_TEST_PG"
+        )
+        return
+    from tests.pg_cluster import why_unavailable
+
+    reason = why_unavailable()
+    if reason:
+        terminalreporter.write_line(f"sessionwatch: the PostgreSQL half was skipped: {reason}")
+    else:
+        terminalreporter.write_line("sessionwatch: the PostgreSQL half ran on a throwaway cluster")

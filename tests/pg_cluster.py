@@ -38,6 +38,13 @@ def find_binary(name: str) -> str | None:
     return None
 
 
+def _runuser() -> str:
+    for candidate in (shutil.which("runuser"), "/usr/sbin/runuser", "/sbin/runuser"):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    return "runuser"
+
+
 def why_unavailable() -> str | None:
     """None when a cluster can be started here; else the reason."""
     if not find_binary("initdb") or not find_binary("pg_ctl"):
@@ -47,6 +54,8 @@ def why_unavailable() -> str | None:
             pwd.getpwnam("postgres")
         except KeyError:
             return "running as root and there is no postgres user to run the server as"
+        if not os.path.exists(_runuser()):
+            return "running as root and there is no runuser to start the server as postgres"
     return None
 
 
@@ -68,7 +77,7 @@ class Cluster:
         if os.geteuid() == 0:
             owner = pwd.getpwnam("postgres")
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
-            self._as = ["runuser", "-u", "postgres", "--"]
+            self._as = [_runuser(), "-u", "postgres", "--"]
         self._run(
             find_binary("initdb") or "initdb",
             "-D",
