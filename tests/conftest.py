@@ -73,6 +73,7 @@ def pg_server() -> Iterator[PgServer]:
     throwaway cluster (tests/pg_cluster.py), else none, with the reason."""
     outside = os.environ.get("SESSIONWATCH_TEST_PG", "").strip()
     if outside:
+        _PG_SAID.append("ran on $SESSIONWATCH_TEST_PG")
         yield PgServer(url=outside)
         return
     from tests.pg_cluster import Cluster, why_unavailable
@@ -81,6 +82,7 @@ def pg_server() -> Iterator[PgServer]:
     if reason:
         if os.environ.get("SESSIONWATCH_REQUIRE_PG"):  # CI: the half must run
             raise RuntimeError(f"SESSIONWATCH_REQUIRE_PG is set, but {reason}")
+        _PG_SAID.append(f"was skipped: {reason}")
         yield PgServer(url=None, reason=reason)
         return
     try:
@@ -89,8 +91,11 @@ def pg_server() -> Iterator[PgServer]:
     except (OSError, subprocess.SubprocessError) as exc:
         if os.environ.get("SESSIONWATCH_REQUIRE_PG"):
             raise
-        yield PgServer(url=None, reason=f"the throwaway cluster did not start: {exc}")
+        reason = f"the throwaway cluster did not start: {exc}"
+        _PG_SAID.append(f"was skipped: {reason}")
+        yield PgServer(url=None, reason=reason)
         return
+    _PG_SAID.append("ran on a throwaway cluster")
     try:
         yield PgServer(url=cluster.url, cluster=cluster)
     finally:
@@ -98,6 +103,7 @@ def pg_server() -> Iterator[PgServer]:
 
 
 _databases = itertools.count(1)
+_PG_SAID: list[str] = []  # what the end of the run says of the PostgreSQL half
 
 
 def pg_database(server: PgServer) -> str:
@@ -261,16 +267,7 @@ def allow_event_inserts(conn: Any) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say, at the end of every run, whether the PostgreSQL half ran, and if not, why."""
-    if os.environ.get("SESSIONWATCH_TEST_PG", "").strip():
-        terminalreporter.write_line(
-            "sessionwatch: the PostgreSQL half ran on $SESSIONWATCH_TEST_PG"
-        )
-        return
-    from tests.pg_cluster import why_unavailable
-
-    reason = why_unavailable()
-    if reason:
-        terminalreporter.write_line(f"sessionwatch: the PostgreSQL half was skipped: {reason}")
-    else:
-        terminalreporter.write_line("sessionwatch: the PostgreSQL half ran on a throwaway cluster")
+    """Say, at the end of a run that had PostgreSQL tests, whether that half ran, and if
+    not, why."""
+    if _PG_SAID:
+        terminalreporter.write_line(f"sessionwatch: the PostgreSQL half {_PG_SAID[-1]}")
