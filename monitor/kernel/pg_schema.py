@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from monitor.errors import SchemaTooNew
-from monitor.kernel.schema import SCHEMA_VERSION, read_meta, write_meta
+from monitor.kernel.schema import INDEXES, SCHEMA_VERSION, read_meta, write_meta
 
 if TYPE_CHECKING:
     from monitor.kernel.conn import Conn
@@ -67,14 +67,7 @@ TABLES = (
         updated_at BIGINT NOT NULL,
         PRIMARY KEY (session_key, agent_id)
     )""",
-    "CREATE INDEX IF NOT EXISTS idx_session_state_events_session_sequence"
-    " ON session_state_events (session_key, sequence DESC)",
-    "CREATE INDEX IF NOT EXISTS idx_session_state_events_time"
-    " ON session_state_events (occurred_at DESC, sequence DESC)",
-    "CREATE INDEX IF NOT EXISTS idx_session_watch_cursors_target"
-    " ON session_watch_cursors (target_session_key)",
-    "CREATE INDEX IF NOT EXISTS idx_session_upstream_links_catalog_id"
-    " ON session_upstream_links (catalog_id)",
+    *INDEXES,  # the same statements as on SQLite
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_meta (
         key {T} PRIMARY KEY,
         value {T} NOT NULL

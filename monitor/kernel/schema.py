@@ -114,7 +114,7 @@ _ADDABLE_COLUMNS = {
     },
 }
 
-_INDEXES = (
+INDEXES = (
     "CREATE INDEX IF NOT EXISTS idx_session_state_events_session_sequence"
     " ON session_state_events (session_key, sequence DESC)",
     "CREATE INDEX IF NOT EXISTS idx_session_state_events_time"
@@ -298,7 +298,7 @@ def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {clause}")
     _rebuild_links(conn, found)
     _ensure_unique_dedupe_key(conn)
-    for statement in (*_INDEXES, *_OWN_TABLES):
+    for statement in (*INDEXES, *_OWN_TABLES):
         conn.execute(statement)
     for table, columns in _OWN_ADDABLE.items():
         present = _columns(conn, table)
