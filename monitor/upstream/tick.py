@@ -157,10 +157,11 @@ class Ticker:
         return results
 
     def _ours(self, link: UpstreamLink, shared: bool) -> bool:
-        """A file link belongs to the host whose file it is; a link without a host is
-        ticked by whichever sidecar holds the shared lease. Foreign links are skipped (and
-        said so) by whoever looks."""
-        if link.kind is None or link.kind not in self.adapters:
+        """On a shared store, a file link belongs to the host whose file it is, and a link
+        without a host is ticked by whichever sidecar holds the shared lease. A store only
+        this sidecar uses is all its own, whatever host id its links were written with.
+        Foreign links are skipped (and said so) by whoever looks."""
+        if not self.kernel.store.shared or link.kind is None or link.kind not in self.adapters:
             return True
         if entry(link.kind).form == "file":
             return link.host_id == self._own_host

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from adapters.base import own_text_hash
-from monitor.config import Config, MonitorConfig, RootsConfig
+from monitor.config import Config, HostConfig, MonitorConfig, RootsConfig
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
@@ -431,3 +431,16 @@ async def test_a_file_adopted_empty_keeps_being_read(
     assert [("quiet", 0)] == await outcomes(monitor)
     append(path, b'tent":"third"}}\n')
     assert [("activity", 1)] == await outcomes(monitor)
+
+
+async def test_a_single_host_store_ticks_its_links_whatever_host_id_wrote_them(
+    kernel: Kernel, roots: RootsConfig, db_path: Path
+) -> None:
+    """On a SQLite file only this sidecar uses, naming a host id later does not orphan the
+    links written as ``gateway:local`` (on a shared store, they would be another host's)."""
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(UpstreamMonitor.from_config(kernel, Config(roots=roots)), path)
+    renamed = UpstreamMonitor.from_config(kernel, Config(roots=roots, host=HostConfig(id="laptop")))
+    append(path, user_line("typed after the rename"))
+    assert [("activity", 1)] == await outcomes(renamed)
