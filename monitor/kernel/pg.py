@@ -203,10 +203,6 @@ class PgStore:
     async def peek(self, fn: Callable[[Conn], T]) -> T:
         return await self.read(fn)
 
-    def read_now(self, fn: Callable[[Conn], T]) -> T:
-        """A read on the calling thread (for callers that cannot await)."""
-        return self._read(fn)
-
     def version(self) -> int:
         """A counter that moves with every commit any process made (see the module
         docstring); compared, never interpreted."""
