@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from monitor.config import Config, load_config
+from monitor.config import Config, is_pg_url, load_config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.kernel.db import run_now
 from monitor.kernel.events import MAX_INT64, parse_actor, parse_kind
@@ -41,7 +41,7 @@ def db_path(args: argparse.Namespace, config: Config) -> Path | str:
     chosen = str(
         args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url or config.store.path
     )
-    if chosen.startswith(("postgresql://", "postgres://")):
+    if is_pg_url(chosen):
         return chosen
     return Path(expand_user(chosen))
 

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from monitor.errors import ConfigError
 from monitor.paths import expand_user
@@ -104,7 +104,7 @@ _CHOICES = {
     ("session", "group_scope"): {"per-group", "shared"},
 }
 _HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_PG_SCHEMES = ("postgresql://", "postgres://")
+PG_SCHEMES = ("postgresql://", "postgres://")
 _POSITIVE = {
     "interval_s",
     "adapter_budget_s",
@@ -133,6 +133,12 @@ class Config:
         return out
 
 
+def is_pg_url(target: object) -> TypeGuard[str]:
+    """Whether a ``--db``, ``$SESSIONWATCH_DB`` or ``[store] url`` names a PostgreSQL
+    database (else it is a SQLite file)."""
+    return isinstance(target, str) and target.startswith(PG_SCHEMES)
+
+
 def without_password(url: str) -> str:
     """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``."""
     return re.sub(r"://([^:/@]+):[^/]*@", r"://\1:***@", url)
@@ -152,7 +158,7 @@ def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
         raise ConfigError(f"{where} must be a string")
     if (section, name) == ("host", "id") and value and not _HOST_ID.match(value):
         raise ConfigError(f"{where} must be letters, digits, '.', '_' or '-' (at most 64)")
-    if (section, name) == ("store", "url") and value and not value.startswith(_PG_SCHEMES):
+    if (section, name) == ("store", "url") and value and not is_pg_url(value):
         raise ConfigError(f"{where} must be a postgresql:// URL")
     if name in _POSITIVE and value <= 0:
         raise ConfigError(f"{where} must be positive")

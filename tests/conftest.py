@@ -164,6 +164,12 @@ async def texts(kernel: Kernel, watcher: str, *, drain: bool = False, **kw: Any)
     return [n.text for n in await kernel.notices(watcher=watcher, drain=drain, **kw)]
 
 
+def user_line(text: str, uuid: str = "u") -> bytes:
+    """A Claude Code transcript line: a prompt a person typed."""
+    record = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
+    return orjson.dumps(record) + b"\n"
+
+
 def notice(target: str, since: int) -> str:
     return (
         f'Session "{target}" changed (other actor). Reconcile before acting: '

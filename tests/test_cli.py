@@ -16,7 +16,9 @@ MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
 
 
-def sw(db: Path, *args: str, code: int = 0) -> Any:
+def sw(db: Path | str, *args: str, code: int = 0) -> Any:
+    """``sessionwatch --db DB ARGS``: the answer as JSON, or (with ``code``) the one-line
+    error; ``db`` a SQLite file or a PostgreSQL URL."""
     proc = subprocess.run(
         [sys.executable, "-m", "monitor", "--db", str(db), *args],
         capture_output=True,

@@ -60,12 +60,6 @@ CHANNEL = "sessionwatch"
 CONNECT_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_MS = 5000  # how long a write waits for the lock (another writer, another host)
 LISTEN_BACKOFF_S = (0.2, 5.0)
-URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_url(target: object) -> bool:
-    """Whether a ``--db`` or ``[store] url`` names a PostgreSQL database."""
-    return isinstance(target, str) and target.startswith(URL_SCHEMES)
 
 
 @functools.lru_cache(maxsize=1024)

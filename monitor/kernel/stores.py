@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monitor.clock import Clock
+from monitor.config import is_pg_url
 
 if TYPE_CHECKING:
     from monitor.kernel.conn import StateStore
@@ -22,7 +23,7 @@ async def open_store(
 ) -> StateStore:
     """The store ``target`` names: a ``postgresql://`` URL, else a SQLite file (``direct``:
     on the calling thread, for one-shot commands; else group commit on a writer thread)."""
-    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+    if is_pg_url(target):
         from monitor.kernel.pg import PgStore
 
         return await PgStore.open(target, clock=clock, on_error=on_error)

@@ -16,15 +16,10 @@ from monitor.config import Config, HostConfig, MonitorConfig, RootsConfig
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
-from tests.conftest import REPO, allow_event_inserts, notice, refuse_event_inserts
+from tests.conftest import REPO, allow_event_inserts, notice, refuse_event_inserts, user_line
 
 KEY = "agent:main:adopted:x"
 MAIN = "agent:main:main"
-
-
-def user_line(text: str, uuid: str = "u") -> bytes:
-    record = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
-    return orjson.dumps(record) + b"\n"
 
 
 @pytest.fixture

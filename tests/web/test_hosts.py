@@ -21,15 +21,10 @@ from monitor.config import Config, GatewayConfig, HostConfig, MonitorConfig
 from monitor.errors import AlreadyRunning, ConfigError, StoreError
 from monitor.service import Sidecar, running
 from monitor.upstream.leases import SHARED
-from tests.conftest import Client, PgServer, make_config, notice, pg_database
+from tests.conftest import Client, PgServer, make_config, notice, pg_database, user_line
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:c1"
-
-
-def user_line(text: str, uuid: str = "u") -> bytes:
-    record = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
-    return orjson.dumps(record) + b"\n"
 
 
 @pytest.fixture

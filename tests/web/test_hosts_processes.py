@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import PgServer, notice, pg_database, served_address
 from tests.opencode_db import OpenCodeDB
+from tests.test_cli import sw
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:c1"
@@ -42,16 +43,6 @@ def config_for(tmp_path: Path, host: str) -> Path:
         f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{home / "token"}"\n'
     )
     return path
-
-
-def cli(url: str, *args: str) -> object:
-    out = subprocess.run(
-        [sys.executable, "-m", "monitor", "--db", url, *args],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
-    return orjson.loads(out.stdout)
 
 
 @pytest.fixture
@@ -91,12 +82,12 @@ def test_a_cli_notice_reaches_the_other_sidecars_stream(
 ) -> None:
     _, base = sidecars["b"]
     token = (tmp_path / "b" / "token").read_text().strip()
-    cli(pg_url, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
+    sw(pg_url, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
     request = urllib.request.Request(
         f"{base}/v1/watchers/{MAIN}/notices/stream", headers={"Authorization": f"Bearer {token}"}
     )
     with urllib.request.urlopen(request, timeout=30) as stream:
-        cli(pg_url, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "agent")
+        sw(pg_url, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "agent")
         for raw in stream:
             line = raw.decode()
             if line.startswith("data: "):
@@ -114,7 +105,7 @@ def test_the_shared_lease_moves_when_its_holder_is_killed(
     oc.prompt("ses_1", "before adoption")
     key = "agent:main:adopted:oc"
     config = str(tmp_path / "a" / "sessionwatch.toml")
-    cli(
+    sw(
         pg_url,
         "--config",
         config,
@@ -130,7 +121,7 @@ def test_the_shared_lease_moves_when_its_holder_is_killed(
         "--session-id",
         "s1",
     )
-    cli(pg_url, "watch", "--watcher", MAIN, "--target", key)
+    sw(pg_url, "watch", "--watcher", MAIN, "--target", key)
     tokens = {h: (tmp_path / h / "token").read_text().strip() for h in sidecars}
     deadline = time.monotonic() + 30
     holders: list[str] = []
@@ -150,7 +141,7 @@ def test_the_shared_lease_moves_when_its_holder_is_killed(
     oc.prompt("ses_1", "typed after the holder died")
     deadline = time.monotonic() + 30
     while True:
-        status = cli(pg_url, "status", key, "--changes-since", "0")
+        status = sw(pg_url, "status", key, "--changes-since", "0")
         assert isinstance(status, dict)
         kinds = [e["kind"] for e in status["stateChanges"]["events"]]
         if "human_direct_message" in kinds or time.monotonic() > deadline:
@@ -160,13 +151,13 @@ def test_the_shared_lease_moves_when_its_holder_is_killed(
 
 
 def test_notices_follow_hears_another_process_on_postgresql(pg_url: str) -> None:
-    cli(pg_url, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
+    sw(pg_url, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
     follow = subprocess.Popen(
         [sys.executable, "-m", "monitor", "--db", pg_url, "notices", "--watcher", MAIN, "--follow"],
         stdout=subprocess.PIPE,
     )
     try:
-        cli(
+        sw(
             pg_url,
             "record",
             "--session",
