@@ -141,8 +141,8 @@ class CursorProtocol(RuleBasedStateMachine):
                 self.model.cursors[(watcher, target)] = ModelCursor(
                     head, head, head, self.clock.now
                 )
-            else:
-                cursor.updated_at = self.clock.now
+            # Re-registering keeps the cursor as it is, ``updated_at`` included (SPEC.md, and
+            # OpenClaw's own register): it does not hold off the 30-day idle expiry.
 
     @rule(watcher=st.sampled_from(SESSIONS))
     def drain(self, watcher: str) -> None:
