@@ -6,6 +6,8 @@ not share counters.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -21,6 +23,7 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self._events_of: dict[str, Any] = {}  # kind -> its labelled child of ``events``
         self.notices_queued = Counter(
             "sessionwatch_notices_queued_total", "Stale-state notices opened", registry=r
         )
@@ -83,6 +86,16 @@ class Metrics:
             ["adapter"],
             registry=r,
         )
+
+    def recorded(self, kind: str, notices: int) -> None:
+        """An event of ``kind`` recorded, opening ``notices`` notices. On every request's
+        path, so each kind's labelled child is looked up once, not per event."""
+        child = self._events_of.get(kind)
+        if child is None:
+            child = self._events_of[kind] = self.events.labels(kind)
+        child.inc()
+        if notices:
+            self.notices_queued.inc(notices)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

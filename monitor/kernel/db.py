@@ -36,6 +36,8 @@ def configure(conn: sqlite3.Connection) -> None:
     if str(mode).lower() != "wal":
         raise StoreError(f"could not switch the state database to WAL mode (got {mode})")
     conn.execute("PRAGMA synchronous = NORMAL")
+    # Statement and savepoint journals in memory: a write group never touches a temp file.
+    conn.execute("PRAGMA temp_store = MEMORY")
 
 
 def run_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -44,8 +44,7 @@ class Delivery:
         fresh = [r for r in recorded if not r.duplicate]
         if self.metrics:
             for r in fresh:
-                self.metrics.events.labels(r.event.kind).inc()
-                self.metrics.notices_queued.inc(len(r.notices))
+                self.metrics.recorded(r.event.kind, len(r.notices))
         self.deliver([n for r in fresh for n in r.notices])
 
     def deliver(self, notices: list[Notice]) -> None:

@@ -6,12 +6,15 @@ ambiguous across agents: it gets the log and ``changesSince`` but never a cursor
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from monitor.errors import BadInput
 
 MAX_KEY_LENGTH = 512
 _GROUP_MARKERS = frozenset({"group", "room", "channel"})
+# The same few keys come with every request: their parses are remembered (pure functions).
+_remembered = functools.lru_cache(maxsize=4096)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -26,6 +29,7 @@ class AgentKey:
         return f"agent:{self.agent_id}:{self.rest}"
 
 
+@_remembered
 def normalize_key(raw: str) -> str:
     """Trim and lower-case a session key; reject empty, multi-line or oversized keys. A
     byte-order mark counts as space (as it does in JSON Schema's ``\\s``)."""
@@ -40,6 +44,7 @@ def normalize_key(raw: str) -> str:
     return key
 
 
+@_remembered
 def parse_agent_key(key: str) -> AgentKey | None:
     """Return the agent and rest of an agent-qualified key, or None for a bare key."""
     parts = key.split(":", 2)
@@ -79,6 +84,7 @@ def is_subagent_key(key: str) -> bool:
     return parsed is not None and parsed.rest.split(":", 1)[0] == "subagent"
 
 
+@_remembered
 def is_group_key(key: str) -> bool:
     """True for an isolated group, room or channel session (``...:group:<id>`` and the like)."""
     parsed = parse_agent_key(key)

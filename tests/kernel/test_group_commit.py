@@ -1,0 +1,127 @@
+"""Group commit on SQLite: the writer thread folds the writes that wait into one
+transaction; a write that fails rolls back alone; every write runs to effect once."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.errors import BadInput, StoreError
+from monitor.kernel.db import configure
+from monitor.kernel.store import Store, _Write, run_group
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(tmp_path / "g.db", check_same_thread=False)
+    configure(conn)
+    conn.execute("CREATE TABLE t (v INTEGER)")
+    yield conn
+    conn.close()
+
+
+def insert(v: int, *, refuse: bool = False) -> Callable[[sqlite3.Connection], int]:
+    def fn(c: sqlite3.Connection) -> int:
+        c.execute("INSERT INTO t VALUES (?)", (v,))
+        if refuse:
+            raise BadInput(f"{v} is refused")
+        return v
+
+    return fn
+
+
+def writes(*fns: Callable[[sqlite3.Connection], Any]) -> list[_Write]:
+    loop = asyncio.new_event_loop()
+    try:
+        deadline = time.monotonic() + 5
+        return [_Write(fn, deadline, 5.0, loop.create_future()) for fn in fns]
+    finally:
+        loop.close()
+
+
+def rows(conn: sqlite3.Connection) -> list[int]:
+    return [v for (v,) in conn.execute("SELECT v FROM t ORDER BY v")]
+
+
+def test_a_group_commits_every_write_once(conn: sqlite3.Connection) -> None:
+    results = run_group(conn, writes(*(insert(v) for v in range(5))))
+    assert [(True, v) for v in range(5)] == results
+    assert [0, 1, 2, 3, 4] == rows(conn)
+    assert not conn.in_transaction
+
+
+def test_a_failing_write_rolls_back_alone_and_the_others_run_once(
+    conn: sqlite3.Connection,
+) -> None:
+    """The first pass has no savepoints; the failure sends the group through again, one
+    savepoint each, and nothing of the first pass stays."""
+    group = writes(*(insert(v, refuse=v == 3) for v in range(6)))
+    results = run_group(conn, group)
+    assert [True, True, True, False, True, True] == [ok for ok, _ in results]
+    assert "3 is refused" == str(results[3][1])
+    assert [0, 1, 2, 4, 5] == rows(conn)
+
+
+def test_a_write_that_breaks_the_transaction_fails_the_writes_before_it(
+    conn: sqlite3.Connection,
+) -> None:
+    """When SQLite itself rolls the transaction back, no write of it committed, and each
+    says so."""
+
+    def break_it(c: sqlite3.Connection) -> None:
+        c.execute("ROLLBACK")
+        raise StoreError("the transaction is gone")
+
+    results = run_group(conn, writes(insert(1), break_it, insert(2)))
+    assert [False, False] == [ok for ok, _ in results[:2]]
+    assert [] == [v for v in rows(conn) if v == 1]
+    assert not conn.in_transaction
+
+
+async def test_writes_that_wait_for_the_writer_share_one_transaction(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "state.db")
+    try:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+        statements: list[str] = []
+        busy, release = threading.Event(), threading.Event()
+
+        def hold(c: sqlite3.Connection) -> None:
+            c.set_trace_callback(statements.append)
+            busy.set()
+            release.wait(10)
+
+        first = asyncio.ensure_future(store.write(hold))
+        await asyncio.to_thread(busy.wait, 10)
+        waiting = [asyncio.ensure_future(store.write(insert(v))) for v in range(10)]
+        await asyncio.sleep(0.05)  # every write is queued behind the busy writer
+        release.set()
+        await first
+        assert list(range(10)) == await asyncio.gather(*waiting)
+        await store.write(lambda c: c.set_trace_callback(None))
+        inserts = [i for i, s in enumerate(statements) if s.startswith("INSERT")]
+        assert 10 == len(inserts)
+        between = statements[inserts[0] : inserts[-1]]
+        assert not [s for s in between if s in {"BEGIN IMMEDIATE", "COMMIT"}]  # one transaction
+    finally:
+        await store.close()
+
+
+async def test_close_finishes_the_writes_already_submitted(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "state.db")
+    await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    pending = [asyncio.ensure_future(store.write(insert(v))) for v in range(20)]
+    await asyncio.sleep(0)  # submitted
+    await store.close()
+    assert list(range(20)) == await asyncio.gather(*pending)
+    with pytest.raises(StoreError, match="closed"):
+        await store.write(insert(99))
+    check = sqlite3.connect(tmp_path / "state.db")
+    assert 20 == check.execute("SELECT count(*) FROM t").fetchone()[0]
+    check.close()
