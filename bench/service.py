@@ -1,6 +1,10 @@
 """Service speed: requests/s and p99 under 50 concurrent clients, and append-to-wake time.
 
-Run: python bench/service.py [--requests 5000] [--samples 30] [--rounds 3]
+Run: python bench/service.py [--requests 5000] [--samples 30] [--rounds 3] [--compare DIR]
+
+``--compare DIR`` also runs the sessionwatch whose ``monitor`` and ``adapters`` packages are
+in DIR (say ``git archive <commit> monitor adapters | tar -x -C DIR``) in the same rounds,
+so a change is measured against the code before it at the same moments of the machine.
 
 The sidecar runs as a real ``sessionwatch serve`` process; the baseline is a bare aiohttp
 server process answering a constant JSON body; the load comes from this process over
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import statistics
 import subprocess
@@ -87,7 +92,11 @@ async def load(
     return len(bodies) / elapsed, latencies[int(len(latencies) * 0.99) - 1] * 1000
 
 
-def start_serve(tmp: Path, wake_url: str) -> tuple[subprocess.Popen[str], str, str]:
+def start_serve(
+    tmp: Path, wake_url: str, code: Path | None = None
+) -> tuple[subprocess.Popen[str], str, str]:
+    """``sessionwatch serve`` on a fresh database in ``tmp``: its process, URL and token.
+    ``code``: a directory holding another build's packages, run instead of this one."""
     config = tmp / "sessionwatch.toml"
     config.write_text(
         f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
@@ -107,6 +116,8 @@ def start_serve(tmp: Path, wake_url: str) -> tuple[subprocess.Popen[str], str, s
         ],
         stderr=subprocess.PIPE,
         text=True,
+        cwd=code,  # ``-m monitor`` finds the build in the working directory first
+        env={**os.environ, "PYTHONPATH": str(code)} if code else None,
     )
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -134,11 +145,14 @@ def sw(tmp: Path, *args: str) -> Any:
     return orjson.loads(out.stdout)
 
 
-async def bench_requests(base: str, token: str, baseline: str, n: int, rounds: int) -> None:
-    """Each route against the baseline, alternating for ``rounds`` rounds so that both see
-    the same moments of this shared machine; the ratio printed is the median round's."""
+async def bench_requests(
+    servers: list[tuple[str, str, str]], baseline: str, n: int, rounds: int
+) -> None:
+    """Each route on each server (label, URL, token) against the baseline, alternating for
+    ``rounds`` rounds so that all see the same moments of this shared machine; the ratio
+    printed is the median round's."""
     key = "agent:main:subagent:bench"
-    events = [
+    events: list[bytes | None] = [
         orjson.dumps(
             {
                 "sessionKey": key,
@@ -148,28 +162,28 @@ async def bench_requests(base: str, token: str, baseline: str, n: int, rounds: i
             }
         )
     ] * n
-    for label, method, url, bodies in [
-        ("POST /v1/events", "POST", f"{base}/v1/events", events),
-        (
-            "GET status?changesSince",
-            "GET",
-            f"{base}/v1/sessions/{key}/status?changesSince={rounds * n - 20}",  # 20 events
-            [None] * n,
-        ),
-    ]:
-        runs = []
+    routes: list[tuple[str, str, str, list[bytes | None]]] = [
+        ("POST /v1/events", "POST", "/v1/events", events),
+        # 20 events back: the events of the earlier rounds, less 20
+        ("GET status?changesSince", "GET", f"/v1/sessions/{key}/status?changesSince=", [None] * n),
+    ]
+    for label, method, path, bodies in routes:
+        runs: dict[str, list[tuple[float, float, float, float, float]]] = {}
         for _ in range(rounds):
-            rps, p99 = await load(url, method, bodies, token)
-            base_rps, base_p99 = await load(f"{baseline}/x", method, bodies, token)
-            runs.append((rps / base_rps, rps, p99, base_rps, base_p99))
-        runs.sort()
-        ratio, rps, p99, base_rps, base_p99 = runs[len(runs) // 2]
-        each = ", ".join(f"{r[0]:.2f}" for r in runs)
-        print(
-            f"{label}: {rps:,.0f} req/s, p99 {p99:.1f} ms; constant-JSON aiohttp baseline"
-            f" {base_rps:,.0f} req/s, p99 {base_p99:.1f} ms; ratio {ratio:.2f}"
-            f" (median of {rounds} rounds: {each})"
-        )
+            base_rps, base_p99 = await load(f"{baseline}/x", method, bodies, "")
+            for name, url, token in servers:
+                since = str(rounds * n - 20) if path.endswith("=") else ""
+                rps, p99 = await load(f"{url}{path}{since}", method, bodies, token)
+                runs.setdefault(name, []).append((rps / base_rps, rps, p99, base_rps, base_p99))
+        for name, each in runs.items():
+            each.sort()
+            ratio, rps, p99, base_rps, base_p99 = each[len(each) // 2]
+            ratios = ", ".join(f"{r[0]:.2f}" for r in each)
+            print(
+                f"{label}{name}: {rps:,.0f} req/s, p99 {p99:.1f} ms; constant-JSON aiohttp"
+                f" baseline {base_rps:,.0f} req/s, p99 {base_p99:.1f} ms; ratio {ratio:.2f}"
+                f" (median of {rounds} rounds: {ratios})"
+            )
 
 
 async def bench_wake(
@@ -215,6 +229,7 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare", type=Path, help="another build's packages, run alongside")
     args = parser.parse_args()
     woken: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
 
@@ -233,16 +248,25 @@ async def main() -> None:
         tmp = Path(d)
         (tmp / "claude").mkdir()
         proc, base, token = start_serve(tmp, f"http://{host}:{port}/wake")
-        baseline = subprocess.Popen([sys.executable, "-c", BASELINE, "18765"])
+        procs: list[subprocess.Popen[Any]] = [proc]
+        procs.append(subprocess.Popen([sys.executable, "-c", BASELINE, "18765"]))
+        servers = [("", base, token)]
         try:
+            if args.compare:
+                (tmp / "compared").mkdir()
+                other, other_base, other_token = start_serve(
+                    tmp / "compared", "http://127.0.0.1:9/wake", args.compare.resolve()
+                )
+                procs.append(other)
+                servers.append((f" [{args.compare}]", other_base, other_token))
             await asyncio.sleep(1.0)
-            await bench_requests(base, token, "http://127.0.0.1:18765", args.requests, args.rounds)
+            await bench_requests(servers, "http://127.0.0.1:18765", args.requests, args.rounds)
             await bench_wake(tmp, base, token, args.samples, woken)
         finally:
-            proc.terminate()
-            baseline.terminate()
-            proc.wait()
-            baseline.wait()
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait()
     await runner.cleanup()
 
 
