@@ -20,6 +20,9 @@ each runs on a pooled psycopg connection in a worker thread (``psycopg_pool``).
   data_version``.
 - **Group commit**: writes that arrive while a transaction runs share the next one, a
   savepoint each (a write that fails rolls back alone), as on SQLite: one lock per batch.
+  A write waits for the lock at most ``write_timeout`` from its call (the batch's lock wait
+  is bounded by its oldest write's time left, and a write whose time is up fails at once),
+  so a lock held elsewhere costs each caller one bounded wait, as on SQLite.
 - **Faults**: psycopg's errors leave as :class:`StoreError` (a write answers 503, a tick
   keeps its markers). A connection found dead before a write did anything is dropped and
   the write retried once on a fresh one; the pool reconnects with backoff, and so does the
@@ -33,7 +36,9 @@ import contextlib
 import functools
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -115,8 +120,9 @@ class PgStore:
         self._change = asyncio.Event()  # set (and replaced) at every change heard
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
-        self._pending: list[tuple[Callable[[Conn], Any], asyncio.Future[Any]]] = []
+        self._pending: list[_Write] = []
         self._drainer: asyncio.Task[None] | None = None
+        self.write_timeout = WRITE_TIMEOUT_MS / 1000  # a write's wait for the lock, at most
 
     @classmethod
     async def open(
@@ -164,32 +170,34 @@ class PgStore:
     async def write(self, fn: Callable[[Conn], T]) -> T:
         """One write; writes that arrive while a batch runs share the next transaction (a
         savepoint each: one that fails rolls back alone), so concurrent callers take the
-        lock once per batch, not once each."""
+        lock once per batch, not once each. A write waits at most ``write_timeout`` for the
+        lock, counted from its call, however long the batch before it waited."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((fn, future))
+        deadline = time.monotonic() + self.write_timeout
+        self._pending.append(_Write(fn, deadline, self.write_timeout, future))
         if self._drainer is None or self._drainer.done():
             self._drainer = loop.create_task(self._drain())
         result: T = await future
         return result
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def expired(late: list[tuple[_Write, Outcome]]) -> None:  # from the worker thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: no one waits
+                loop.call_soon_threadsafe(_settle, late)
+
         while self._pending:
             batch = self._pending[:MAX_GROUP]
             del self._pending[: len(batch)]
             try:
-                results = await asyncio.to_thread(self._write_group, [fn for fn, _ in batch])
+                results = await asyncio.to_thread(self._write_group, batch, expired)
             except asyncio.CancelledError:
-                for _, future in batch:
-                    future.cancel()
+                for write in batch:
+                    write.future.cancel()
                 raise
-            for (_, future), (ok, value) in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
+            _settle(list(zip(batch, results, strict=True)))
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         return await asyncio.to_thread(self._read, fn)
@@ -226,34 +234,48 @@ class PgStore:
 
     # -- transactions --------------------------------------------------------------------
 
-    def _write_group(self, fns: list[Callable[[Conn], Any]]) -> list[Outcome]:
+    def _write_group(self, writes: list[_Write], expired: _Expired) -> list[Outcome]:
         """One transaction under the write lock, a savepoint per write; if the transaction
-        itself fails, every write of it fails."""
-        for attempt in (1, 2):
+        itself fails, every write of it fails. The lock is waited for as long as the oldest
+        write has left; a write whose time is up fails at once (through ``expired``) and
+        the others wait on."""
+        results: list[Outcome | None] = [None] * len(writes)
+        retried = False
+        while True:
+            now = time.monotonic()
+            late = [i for i, w in enumerate(writes) if results[i] is None and w.deadline <= now]
+            if late:
+                told: list[tuple[_Write, Outcome]] = []
+                for i in late:
+                    outcome: Outcome = (False, self._locked(writes[i].timeout))
+                    results[i] = outcome
+                    told.append((writes[i], outcome))
+                expired(told)
+            live = [i for i, r in enumerate(results) if r is None]
+            if not live:
+                return [r for r in results if r is not None]
+            wait_ms = max(1, int((min(writes[i].deadline for i in live) - now) * 1000))
             try:
-                results: list[Outcome] = []
                 with self._writers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
                     try:  # the change notice is sent at commit: ask for it with the lock
-                        conn.execute(
-                            "SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')",
-                            (WRITE_LOCK, CHANNEL),
-                        )
+                        conn.execute(_lock_statement(wait_ms))
                     except psycopg.OperationalError:
-                        if attempt == 1 and conn.broken:
+                        if not retried and conn.broken:
                             raise _Retry from None  # dead before it did anything: once more
                         raise
-                    for fn in fns:
-                        results.append(self._one(conn, fn))
+                    for i in live:
+                        results[i] = self._one(conn, writes[i].fn)
                 # the pool's context manager committed
                 self._up()
-                return results
+                return [r or (False, StoreError("write not run")) for r in results]
             except _Retry:
+                retried = True
                 self._writers.check()
-                continue
+            except psycopg.errors.LockNotAvailable:
+                continue  # the oldest write's time is up: it fails, the others wait on
             except (psycopg.Error, PoolTimeout) as exc:
                 error = self._error(exc)
-                return [(False, error)] * len(fns)
-        return [(False, StoreError("state database error: the write could not be run"))] * len(fns)
+                return [r if r is not None else (False, error) for r in results]
 
     def _one(self, conn: psycopg.Connection[Any], fn: Callable[[Conn], Any]) -> Outcome:
         """One write in its savepoint; a broken connection fails the whole batch."""
@@ -278,14 +300,19 @@ class PgStore:
         except (psycopg.Error, PoolTimeout) as exc:
             raise self._error(exc) from exc
 
-    def _error(self, exc: BaseException) -> StoreError:
+    def _locked(self, waited: float) -> StoreLocked:
         if self.on_error:
             self.on_error()
+        return StoreLocked(
+            "the state database's write lock is held by another sidecar"
+            f" (waited {waited:.1f} s); try again"
+        )
+
+    def _error(self, exc: BaseException) -> StoreError:
         if isinstance(exc, psycopg.errors.LockNotAvailable):
-            return StoreLocked(
-                "the state database's write lock is held by another sidecar"
-                f" (waited {WRITE_TIMEOUT_MS / 1000:.1f} s); try again"
-            )
+            return self._locked(self.write_timeout)
+        if self.on_error:
+            self.on_error()
         if isinstance(exc, PoolTimeout | psycopg.OperationalError):
             if not self._down:
                 self._down = True
@@ -329,3 +356,36 @@ class PgStore:
 
 class _Retry(Exception):
     pass
+
+
+@dataclass(slots=True)
+class _Write:
+    fn: Callable[[Conn], Any]
+    deadline: float  # time.monotonic() after which it no longer waits for the lock
+    timeout: float  # how long that was, for the error
+    future: asyncio.Future[Any]
+
+
+_Expired = Callable[[list[tuple[_Write, Outcome]]], None]
+
+
+def _settle(done: list[tuple[_Write, Outcome]]) -> None:
+    """On the event loop: each write's caller gets its own result or error (a write whose
+    lock wait expired was told already)."""
+    for write, (ok, value) in done:
+        if write.future.done():
+            continue
+        if ok:
+            write.future.set_result(value)
+        else:
+            write.future.set_exception(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _lock_statement(wait_ms: int) -> str:
+    """The lock wait bounded to ``wait_ms`` and the lock with its change notice, in one
+    round trip (two statements need the simple query protocol: constants, no parameters)."""
+    return (
+        f"SET LOCAL lock_timeout = {wait_ms};"
+        f" SELECT pg_advisory_xact_lock({WRITE_LOCK}), pg_notify('{CHANNEL}', '')"
+    )

@@ -81,17 +81,27 @@ class BusyTimeout:
             self.ms = ms
 
 
+Expired = Callable[[list[tuple[_Write, Result]]], None]
+
+
 def _begin(
-    conn: sqlite3.Connection, writes: list[_Write], results: list[Result | None], busy: BusyTimeout
+    conn: sqlite3.Connection,
+    writes: list[_Write],
+    results: list[Result | None],
+    busy: BusyTimeout,
+    expired: Expired | None,
 ) -> bool:
-    """``BEGIN IMMEDIATE`` for the writes whose deadline has not passed; the others fail.
-    False when none is left."""
+    """``BEGIN IMMEDIATE`` for the writes whose deadline has not passed; the others fail,
+    and are told at once through ``expired`` (not when the group ends: a write that came in
+    early would otherwise wait for the deadline of the last one). False when none is left."""
     while True:
         now = time.monotonic()
         live = [i for i, w in enumerate(writes) if results[i] is None]
-        for i in live:
-            if writes[i].deadline <= now:
-                results[i] = (False, _locked_error(writes[i].timeout))
+        late = [i for i in live if writes[i].deadline <= now]
+        for i in late:
+            results[i] = (False, _locked_error(writes[i].timeout))
+        if late and expired is not None:
+            expired([(writes[i], result) for i in late if (result := results[i]) is not None])
         live = [i for i in live if results[i] is None]
         if not live:
             return False
@@ -108,7 +118,10 @@ def _begin(
 
 
 def run_group(
-    conn: sqlite3.Connection, writes: list[_Write], busy: BusyTimeout | None = None
+    conn: sqlite3.Connection,
+    writes: list[_Write],
+    busy: BusyTimeout | None = None,
+    expired: Expired | None = None,
 ) -> list[Result]:
     """One transaction for several writes (see the module docstring).
 
@@ -120,7 +133,7 @@ def run_group(
     """
     results: list[Result | None] = [None] * len(writes)
     busy = busy or BusyTimeout(ms=-1)
-    if not _begin(conn, writes, results, busy):
+    if not _begin(conn, writes, results, busy, expired):
         return [r for r in results if r is not None]
     live = [i for i, r in enumerate(results) if r is None]
     try:
@@ -128,7 +141,7 @@ def run_group(
     except BaseException:  # someone's own error: find whose, each in its savepoint
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        if not _begin(conn, writes, results, busy):
+        if not _begin(conn, writes, results, busy, expired):
             return [r if r is not None else (False, StoreError("write not run")) for r in results]
         return _run_each(conn, writes, results)
     for i, value in zip(live, values, strict=True):
@@ -248,17 +261,18 @@ class Writer:
                 else:
                     group, carried, stop = self._take(first)
                     try:
-                        results = run_group(self._conn, group, self._busy)
+                        results = run_group(self._conn, group, self._busy, self._hand_back)
                     except BaseException as exc:  # the connection itself failed
                         results = [(False, exc)] * len(group)
-                self._hand_back(group, results)
+                self._hand_back(list(zip(group, results, strict=True)))
         finally:
             self._conn.close()
 
-    def _hand_back(self, group: list[_Write], results: list[Result]) -> None:
-        """Each waiting loop (there is one, but a test may bring another) settles its own."""
+    def _hand_back(self, done: list[tuple[_Write, Result]]) -> None:
+        """Each waiting loop (there is one, but a test may bring another) settles its own;
+        a write already settled (one whose lock wait expired) is skipped there."""
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Write, Result]]] = {}
-        for write, result in zip(group, results, strict=True):
+        for write, result in done:
             by_loop.setdefault(write.future.get_loop(), []).append((write, result))
         for loop, settled in by_loop.items():
             with contextlib.suppress(RuntimeError):  # that loop is closed: no one waits

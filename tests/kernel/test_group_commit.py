@@ -4,6 +4,7 @@ transaction; a write that fails rolls back alone; every write runs to effect onc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -13,9 +14,12 @@ from typing import Any
 
 import pytest
 
-from monitor.errors import BadInput, StoreError
+from monitor.clock import now_ms
+from monitor.errors import BadInput, StoreError, StoreLocked
 from monitor.kernel.db import configure
+from monitor.kernel.pg import PgStore
 from monitor.kernel.store import Store, _Write, run_group
+from monitor.kernel.stores import open_store
 
 
 @pytest.fixture
@@ -125,3 +129,49 @@ async def test_close_finishes_the_writes_already_submitted(tmp_path: Path) -> No
     check = sqlite3.connect(tmp_path / "state.db")
     assert 20 == check.execute("SELECT count(*) FROM t").fetchone()[0]
     check.close()
+
+
+@contextlib.contextmanager
+def lock_held(target: Path | str) -> Iterator[None]:
+    """Another process's connection holding the store's write lock until the end."""
+    if isinstance(target, Path):
+        conn = sqlite3.connect(target, isolation_level=None, timeout=0)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    import psycopg
+
+    from monitor.kernel.pg import WRITE_LOCK
+
+    with psycopg.connect(target, autocommit=True) as pg:
+        pg.execute("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))
+        yield
+
+
+async def test_while_another_process_holds_the_lock_each_write_waits_only_its_own_timeout(
+    store_target: Path | str,
+) -> None:
+    """Writes that arrive one after another while the store is locked each fail after
+    their own timeout, not when the last of the writes waiting with them gives up."""
+    store = await open_store(store_target, clock=now_ms)
+    assert isinstance(store, Store | PgStore)
+    store.write_timeout = 1.5
+    try:
+        with lock_held(store_target):
+
+            async def timed(after: float) -> float:
+                await asyncio.sleep(after)
+                start = time.monotonic()
+                with pytest.raises(StoreLocked):
+                    await store.write(lambda c: None)
+                return time.monotonic() - start
+
+            waits = await asyncio.gather(*(timed(0.25 * i) for i in range(8)))
+        assert [] == [w for w in waits if w > store.write_timeout + 1.0]
+        assert [(1,)] == await store.write(lambda c: c.execute("SELECT 1").fetchall())  # at once
+    finally:
+        await store.close()
