@@ -118,6 +118,14 @@ class _JsonErrorHandler(web_protocol.RequestHandler):
 
     __slots__ = ()
 
+    def eof_received(self) -> bool:
+        """A client that shuts its sending side after its request (a TCP half-close, as
+        ``nc -N`` does) still gets the answer; the connection closes once it is sent.
+        aiohttp's own handler let the transport close at once, so the request was carried
+        out and its answer lost."""
+        self.close()
+        return True  # keep the transport open for the answer
+
     def handle_error(
         self,
         request: BaseRequest,
@@ -125,7 +133,9 @@ class _JsonErrorHandler(web_protocol.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        if status >= 500:
+        if isinstance(exc, ConnectionError):  # the client went away: no one to answer
+            log.debug("client %s went away: %s", request.remote, exc)
+        elif status >= 500:
             log.error("error handling a request from %s", request.remote, exc_info=exc)
         if request.writer.output_size > 0:
             raise ConnectionError("the response was already started; cannot answer the error")

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from monitor.errors import BadInput, StoreLocked
@@ -206,6 +207,29 @@ async def test_a_non_ascii_authorization_is_401(client: Client, header: bytes) -
     writer.close()
     assert answer.startswith(b"HTTP/1.1 401"), answer[:80]
     assert b'"unauthorized"' in answer
+
+
+async def test_a_client_that_half_closes_after_its_request_gets_the_answer(
+    client: Client,
+) -> None:
+    """A client may shut its sending side once the request is out (``nc -N``): the event
+    is recorded, and the answer still comes back before the connection closes."""
+    host, port = client.base.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = orjson.dumps(EVENT)
+    writer.write(
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + client.token.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+    writer.write_eof()
+    answer = await asyncio.wait_for(reader.read(), 30)  # read() returns: the server closed
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    assert b'"recorded":true' in answer
 
 
 async def test_a_spawn_of_itself_is_refused(client: Client, kernel: Kernel) -> None:
