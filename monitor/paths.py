@@ -1,7 +1,8 @@
-"""``~`` in paths a person or a client gives."""
+"""``~`` in paths a person or a client gives, and the private directories we create."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -20,3 +21,17 @@ def expand_user(path: str | Path) -> str:
         user = text[1:].split("/", 1)[0]
         raise BadInput(f"cannot expand {text!r}: no home directory for user {user!r}")
     return expanded
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and each missing parent readable by their owner only (0700),
+    outermost first: ``mkdir -p`` would leave the parents it creates open to everyone."""
+    missing: list[Path] = []
+    while not directory.exists():
+        missing.append(directory)
+        if directory.parent == directory:
+            break
+        directory = directory.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another: theirs
+            path.mkdir(mode=0o700)

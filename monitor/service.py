@@ -40,7 +40,7 @@ from monitor.errors import (
 from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.feed import POLL_S
 from monitor.metrics import Metrics
-from monitor.paths import expand_user
+from monitor.paths import expand_user, make_private_dirs
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
@@ -59,8 +59,7 @@ PAUSE_S = 10.0  # file watching waits this long after the database failed
 def take_instance_lock(db: Path) -> IO[str]:
     """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
     path = db.with_name(db.name + ".lock")
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, mode=0o700)  # the state directory: private
+    make_private_dirs(path.parent)  # the state directory
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
     handle = os.fdopen(fd, "a+")
     try:
@@ -106,7 +105,7 @@ def load_token(path: Path) -> str:
     try:
         token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(path.parent)
         token = secrets.token_urlsafe(32)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:

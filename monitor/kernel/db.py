@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 from monitor.clock import Clock, now_ms
 from monitor.errors import SessionwatchError, StoreError, StoreLocked
 from monitor.kernel.schema import migrate
-from monitor.paths import expand_user
+from monitor.paths import expand_user, make_private_dirs
 
 T = TypeVar("T")
 
@@ -113,14 +114,20 @@ def translate(
 
 
 def open_path(path: Path | str) -> tuple[Path, bool]:
-    """The database path, its directory created private; and whether the file is new."""
+    """The database path, its directory created private; and whether the file is new. A
+    path that holds anything but a regular file (a device, a FIFO, a directory) is refused
+    before SQLite opens it: SQLite would create its journal beside it (``/dev/null-journal``)."""
     db_path = Path(expand_user(path))
     try:
-        if not db_path.parent.exists():
-            db_path.parent.mkdir(parents=True, mode=0o700)
+        make_private_dirs(db_path.parent)
+        mode = os.stat(db_path).st_mode
+    except FileNotFoundError:
+        return db_path, True
     except OSError as exc:
         raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
-    return db_path, not db_path.exists()
+    if not stat.S_ISREG(mode):
+        raise StoreError(f"cannot open the state database {db_path}: it is not a regular file")
+    return db_path, False
 
 
 class DirectStore:

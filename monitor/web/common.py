@@ -118,7 +118,7 @@ class _JsonErrorHandler(web_protocol.RequestHandler):
 
     __slots__ = ()
 
-    def eof_received(self) -> bool:
+    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's says bool | None
         """A client that shuts its sending side after its request (a TCP half-close, as
         ``nc -N`` does) still gets the answer; the connection closes once it is sent.
         aiohttp's own handler let the transport close at once, so the request was carried

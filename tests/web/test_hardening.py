@@ -266,7 +266,8 @@ def test_serve_makes_its_state_directory_private(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    assert 0o700 == stat.S_IMODE(state.stat().st_mode)
+    for directory in (state, state.parent):  # the parents it made too, not only the last
+        assert 0o700 == stat.S_IMODE(directory.stat().st_mode), directory
     for name in ("state.db", "state.db.lock", "token"):
         assert 0o600 == stat.S_IMODE((state / name).stat().st_mode), name
 
@@ -280,6 +281,25 @@ async def test_state_files_are_private_from_the_start(tmp_path: Path) -> None:
         path = Path(f"{db}{suffix}")
         if path.exists():
             assert 0o600 == stat.S_IMODE(path.stat().st_mode), path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_database_path_that_is_not_a_file_is_refused_and_nothing_is_made(
+    tmp_path: Path, kind: str
+) -> None:
+    """SQLite would open a FIFO or a device and write its journal beside it (for
+    ``/dev/null``, ``/dev/null-journal``); the path is refused before it opens."""
+    db = tmp_path / "state.db"
+    if kind == "fifo":
+        os.mkfifo(db)
+    else:
+        db.mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    answer = sw(db, "status", CHILD)
+    assert 1 == answer.returncode
+    assert b"is not a regular file" in answer.stderr
+    assert b"Traceback" not in answer.stderr
+    assert before == sorted(p.name for p in tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("which", ["token", "state.db"])
