@@ -2,7 +2,7 @@
 
 Every write is a plain synchronous function over a :class:`sqlite3.Connection`. The writer
 connection has a thread of its own (:class:`Writer`): it takes every write that is waiting,
-runs them as one ``BEGIN IMMEDIATE`` transaction (group commit), one savepoint each, hands
+runs them as one ``BEGIN IMMEDIATE`` transaction (group commit, :func:`run_group`), hands
 the results back to the event loop in one call, and goes straight on to the writes that
 arrived meanwhile. A write that fails rolls back alone and its caller gets its own error;
 the others commit together. Each write waits at most ``write_timeout`` seconds for a lock
@@ -125,11 +125,11 @@ def run_group(
 ) -> list[Result]:
     """One transaction for several writes (see the module docstring).
 
-    The writes run first without savepoints: nearly every group succeeds whole, and two
-    statements fewer per write is a fifth more writes a second under load (each statement
-    hands the GIL over twice). If one fails, the transaction is rolled back and the group
-    runs again with a savepoint each, so the failing write rolls back alone. A write is a
-    function of the database only, so running it again is running it once.
+    The writes run first without savepoints: nearly every group succeeds whole, and that
+    is two statements fewer per write, each of which hands the GIL over and back. If one
+    fails, the transaction is rolled back and the group runs again with a savepoint each,
+    so the failing write rolls back alone. A write is a function of the database only, so
+    running it again is running it once.
     """
     results: list[Result | None] = [None] * len(writes)
     busy = busy or BusyTimeout(ms=-1)
@@ -330,11 +330,7 @@ class Store:
             with translated(on_error):
                 reader = _read_only(db_path)
             try:
-                bulk = await aiosqlite.connect(
-                    str(db_path), isolation_level=None, check_same_thread=False
-                )
-                await bulk.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-                await bulk.execute("PRAGMA query_only = ON")
+                bulk = await _open_bulk(db_path)
             except BaseException:
                 reader.close()
                 raise
@@ -391,6 +387,18 @@ class Store:
         bulk, self._bulk = self._bulk, None
         if bulk is not None:
             await bulk.close()
+
+
+async def _open_bulk(path: Path) -> aiosqlite.Connection:
+    """The read-only connection for larger reads, on aiosqlite's connection thread."""
+    bulk = await aiosqlite.connect(str(path), isolation_level=None, check_same_thread=False)
+    try:
+        await bulk.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        await bulk.execute("PRAGMA query_only = ON")
+    except BaseException:
+        await bulk.close()
+        raise
+    return bulk
 
 
 async def _submit(
