@@ -255,6 +255,7 @@ class PgStore:
             if not live:
                 return [r for r in results if r is not None]
             wait_ms = max(1, int((min(writes[i].deadline for i in live) - now) * 1000))
+            locked = False
             try:
                 with self._writers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
                     try:  # the change notice is sent at commit: ask for it with the lock
@@ -263,19 +264,23 @@ class PgStore:
                         if not retried and conn.broken:
                             raise _Retry from None  # dead before it did anything: once more
                         raise
-                    for i in live:
-                        results[i] = self._one(conn, writes[i].fn)
+                    locked = True
+                    done = [(i, self._one(conn, writes[i].fn)) for i in live]
                 # the pool's context manager committed
                 self._up()
+                for i, outcome in done:
+                    results[i] = outcome
                 return [r or (False, StoreError("write not run")) for r in results]
             except _Retry:
                 retried = True
                 self._writers.check()
-            except psycopg.errors.LockNotAvailable:
-                continue  # the oldest write's time is up: it fails, the others wait on
-            except (psycopg.Error, PoolTimeout) as exc:
+            except psycopg.errors.LockNotAvailable as exc:
+                if locked:  # a row lock inside a write: the transaction failed
+                    return [r or (False, self._error(exc)) for r in results]
+                # the oldest write's time is up: it fails (above), the others wait on
+            except (psycopg.Error, PoolTimeout) as exc:  # nothing of the batch committed
                 error = self._error(exc)
-                return [r if r is not None else (False, error) for r in results]
+                return [r or (False, error) for r in results]
 
     def _one(self, conn: psycopg.Connection[Any], fn: Callable[[Conn], Any]) -> Outcome:
         """One write in its savepoint; a broken connection fails the whole batch."""

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +20,10 @@ from monitor.kernel.db import configure
 from monitor.kernel.pg import PgStore
 from monitor.kernel.store import Store, _Write, run_group
 from monitor.kernel.stores import open_store
+from tests.conftest import PgServer, pg_database
+
+if TYPE_CHECKING:
+    from monitor.kernel.conn import Conn
 
 
 @pytest.fixture
@@ -173,5 +177,28 @@ async def test_while_another_process_holds_the_lock_each_write_waits_only_its_ow
             waits = await asyncio.gather(*(timed(0.25 * i) for i in range(8)))
         assert [] == [w for w in waits if w > store.write_timeout + 1.0]
         assert [(1,)] == await store.write(lambda c: c.execute("SELECT 1").fetchall())  # at once
+    finally:
+        await store.close()
+
+
+async def test_a_postgresql_batch_that_does_not_commit_reports_every_write_failed(
+    pg_server: PgServer,
+) -> None:
+    """A write whose batch lost its connection before the commit was not written, and its
+    caller hears so, whatever the writes before it answered."""
+    store = await open_store(pg_database(pg_server), clock=now_ms)
+    try:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+
+        def cut(c: Conn) -> None:
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        answers = await asyncio.gather(
+            store.write(lambda c: c.execute("INSERT INTO t VALUES (1)")),
+            store.write(cut),
+            return_exceptions=True,
+        )
+        assert [True, True] == [isinstance(a, StoreError) for a in answers]
+        assert [(0,)] == await store.read(lambda c: c.execute("SELECT count(*) FROM t").fetchall())
     finally:
         await store.close()
