@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web, web_protocol
+from aiohttp.streams import StreamReader
 from aiohttp.web_request import BaseRequest
 
 from monitor.errors import (
@@ -30,6 +31,7 @@ from monitor.errors import (
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1024 * 1024
+BODY_CUT_SHORT = "the request body was cut short: the client closed its side before sending it all"
 RETRY_AFTER_S = "1"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -116,13 +118,29 @@ class _JsonErrorHandler(web_protocol.RequestHandler):
     """Protocol-level errors (a bad request line, an over-long URL or header, a bad
     Content-Length) answered in the API's ``{"error": {...}}`` shape instead of plain text."""
 
-    __slots__ = ()
+    __slots__ = ("_last_payload",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_payload: StreamReader | None = None  # the body of the latest request
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        messages = getattr(self, "_messages", None)  # aiohttp's queue of parsed requests
+        if messages:
+            self._last_payload = messages[-1][1]
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's says bool | None
         """A client that shuts its sending side after its request (a TCP half-close, as
         ``nc -N`` does) still gets the answer; the connection closes once it is sent.
         aiohttp's own handler let the transport close at once, so the request was carried
-        out and its answer lost."""
+        out and its answer lost. A body cut short by the close is refused (400), never
+        taken as whole; with no request at all, the transport closes at once, as before."""
+        payload = self._last_payload
+        if payload is None:
+            return False
+        if not payload.is_eof():
+            payload.set_exception(web.HTTPBadRequest(text=BODY_CUT_SHORT))
         self.close()
         return True  # keep the transport open for the answer
 

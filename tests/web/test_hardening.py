@@ -209,27 +209,55 @@ async def test_a_non_ascii_authorization_is_401(client: Client, header: bytes) -
     assert b'"unauthorized"' in answer
 
 
+async def half_closed(client: Client, request: bytes) -> bytes:
+    """Send ``request``, shut the sending side, and read until the server closes."""
+    host, port = client.base.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    writer.write_eof()
+    answer = await asyncio.wait_for(reader.read(), 30)  # read() returns: the server closed
+    writer.close()
+    return answer
+
+
+def post_event(client: Client, body: bytes, length: int) -> bytes:
+    return (
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + client.token.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(length).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
 async def test_a_client_that_half_closes_after_its_request_gets_the_answer(
     client: Client,
 ) -> None:
     """A client may shut its sending side once the request is out (``nc -N``): the event
     is recorded, and the answer still comes back before the connection closes."""
-    host, port = client.base.removeprefix("http://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
     body = orjson.dumps(EVENT)
-    writer.write(
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-        + client.token.encode()
-        + b"\r\nContent-Type: application/json\r\nContent-Length: "
-        + str(len(body)).encode()
-        + b"\r\n\r\n"
-        + body
-    )
-    writer.write_eof()
-    answer = await asyncio.wait_for(reader.read(), 30)  # read() returns: the server closed
-    writer.close()
+    answer = await half_closed(client, post_event(client, body, len(body)))
     assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
     assert b'"recorded":true' in answer
+
+
+async def test_a_body_cut_short_by_a_half_close_is_refused_not_taken_whole(
+    client: Client,
+) -> None:
+    """The close ends the body before its Content-Length: 400, and nothing is recorded
+    (a JSON prefix is never taken for the whole)."""
+    body = orjson.dumps(EVENT)
+    answer = await half_closed(client, post_event(client, body, len(body) + 40))
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:80]
+    assert b"cut short" in answer
+    status, state = await client.call("GET", f"/v1/sessions/{CHILD}/status")
+    assert (200, 0) == (status, state["stateVersion"])
+
+
+async def test_a_half_close_with_no_request_closes_at_once(client: Client) -> None:
+    assert b"" == await half_closed(client, b"")
+    assert b"" == await half_closed(client, b"POST /v1/ev")  # a request line cut short
 
 
 async def test_a_spawn_of_itself_is_refused(client: Client, kernel: Kernel) -> None:
