@@ -246,6 +246,14 @@ def delete_session_cursors(conn: Conn, key: str) -> int:
     return cur.rowcount
 
 
+def any_with_store_path(conn: Conn, path: str) -> bool:
+    """Whether some cursor is stored under ``path`` (a read: opening writes only if so)."""
+    row = conn.execute(
+        "SELECT 1 FROM session_watch_cursors WHERE watcher_store_path = ? LIMIT 1", (path,)
+    ).fetchone()
+    return row is not None
+
+
 def migrate_store_paths(conn: Conn, legacy: str, resolve: Callable[[str], str]) -> int:
     """Rewrite cursors stored under the placeholder ``legacy`` with the watcher's real path."""
     rows = conn.execute(

@@ -53,6 +53,34 @@ def run_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -
     return result
 
 
+def migrate_without_waiting(conn: sqlite3.Connection, now: int) -> None:
+    """Bring the schema up to date; a database already there is only read.
+
+    The migration runs first in a deferred transaction that does not wait for a lock: on a
+    current schema every statement is a no-op (``IF NOT EXISTS``), so it is a read and a
+    one-shot command never waits for another process's write lock. Only when the schema
+    needs a change and the lock is taken does it wait, as any write does."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        conn.execute("BEGIN")
+        try:
+            migrate(conn, now)
+            conn.execute("COMMIT")
+            return
+        except sqlite3.OperationalError as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if not _is_locked(exc):
+                raise
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    run_write(conn, lambda c: migrate(c, now))
+
+
 def run_read(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     """Run ``fn`` in one read transaction, so it sees a single snapshot."""
     conn.execute("BEGIN")
@@ -154,7 +182,7 @@ class DirectStore:
                 configure(conn)
                 if created:
                     make_private(db_path)
-                run_write(conn, lambda c: migrate(c, clock()))
+                migrate_without_waiting(conn, clock())
                 if created:
                     make_private(db_path)
         except BaseException:

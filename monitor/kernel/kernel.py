@@ -162,9 +162,15 @@ class Kernel:
             on_delete=on_delete,
             on_watches_changed=on_watches_changed,
         )
-        try:
-            last = await store.read(retention.last_prune_at)
-            await store.write(kernel._migrate_legacy_store_paths)
+        try:  # read first: opening writes only when there is something to fix
+            last, legacy = await store.read(
+                lambda c: (
+                    retention.last_prune_at(c),
+                    cursors.any_with_store_path(c, LEGACY_DEFAULT),
+                )
+            )
+            if legacy:
+                await store.write(kernel._migrate_legacy_store_paths)
         except BaseException:
             await store.close()
             raise

@@ -163,6 +163,24 @@ async def test_a_write_waits_for_a_lock_once_then_fails(
         await store.close()
 
 
+def test_cli_reads_answer_while_another_process_holds_the_write_lock(
+    tmp_path: Path, locked: sqlite3.Connection
+) -> None:
+    """Opening reads the schema and writes only when it must change, so a one-shot read
+    never waits for a lock; a write waits its bounded time and says why."""
+    db = tmp_path / "state.db"
+    assert 0 == sw(db, "status", CHILD).returncode  # created and migrated
+    locked.execute("BEGIN IMMEDIATE")
+    for args in (("status", CHILD), ("sessions",), ("notices", "--watcher", "agent:main:main")):
+        answer = sw(db, *args)
+        assert (0, b"") == (answer.returncode, answer.stderr), args
+    write = sw(
+        db, "record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human"
+    )
+    assert 1 == write.returncode
+    assert b"locked by another process" in write.stderr
+
+
 @pytest.mark.parametrize(
     "path",
     [
