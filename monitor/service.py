@@ -86,6 +86,8 @@ def refuse_if_shared(path: Path, what: str) -> None:
         return
     except OSError as exc:
         raise ConfigError(f"cannot check {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{what} {path} is not a regular file")
     if mode & 0o077:
         raise NotPrivate(
             f"{what} {path} is readable by others (mode {stat.S_IMODE(mode):04o});"

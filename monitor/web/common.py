@@ -188,20 +188,31 @@ async def start_site(
     await runner.setup()
     use_json_errors(runner)
     stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
+    shape = f"{option} must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
     if listen.startswith("unix:"):
         path = listen.removeprefix("unix:")
+        if not path.strip():
+            raise ConfigError(f"{shape}, got {listen!r}")
         clear_stale_socket(path)
-        await web.UnixSite(runner, path).start()
+        try:
+            await web.UnixSite(runner, path).start()
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         os.chmod(path, 0o600)
         return [f"unix:{path}"]
     host, _, port = listen.rpartition(":")
     if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{option} must be HOST:PORT (port 0-65535) or unix:PATH, got {listen!r}")
+        raise ConfigError(f"{shape}, got {listen!r}")
+    if host.startswith("[") and host.endswith("]"):  # [::1]:8080
+        host = host[1:-1]
     try:
         await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {listen}: {exc.strerror}") from None
-    return [f"http://{a[0]}:{a[1]}" for a in runner.addresses]
+        raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    return [
+        f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}"
+        for a in runner.addresses
+    ]
 
 
 def clear_stale_socket(path: str) -> None:
@@ -210,6 +221,8 @@ def clear_stale_socket(path: str) -> None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
+    except OSError as exc:  # a parent that is a file, a directory we may not read
+        raise ConfigError(f"cannot listen on unix:{path}: {exc.strerror}") from None
     if not stat.S_ISSOCK(mode):
         raise ConfigError(f"refusing to listen on {path}: it exists and is not a socket")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

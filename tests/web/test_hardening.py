@@ -361,6 +361,15 @@ def test_serve_refuses_state_files_others_can_read(tmp_path: Path, which: str) -
     assert str(target) in message and f"chmod 600 {target}" in message
 
 
+def test_serve_refuses_a_token_path_that_is_not_a_file(tmp_path: Path) -> None:
+    (tmp_path / "token").mkdir(mode=0o755)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n')
+    proc = sw(tmp_path / "state.db", "--config", str(config), "serve")
+    assert 1 == proc.returncode
+    assert f"the token file {tmp_path / 'token'} is not a regular file" in proc.stderr.decode()
+
+
 def test_a_unix_socket_path_holding_a_file_is_refused_and_kept(tmp_path: Path) -> None:
     path = tmp_path / "api.sock"
     path.write_text("precious")
@@ -419,8 +428,25 @@ async def test_whole_numbers_written_as_floats_are_integers(client: Client) -> N
     assert (400, "bad_request") == (status, answer["error"]["code"])
 
 
-@pytest.mark.parametrize("listen", ["127.0.0.1:99999", "127.0.0.1:http", "nowhere"])
-def test_a_bad_node_listen_is_refused_with_a_message(tmp_path: Path, listen: str) -> None:
+SHAPE = "--listen must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
+
+
+@pytest.mark.parametrize(
+    ("listen", "said"),
+    [
+        ("127.0.0.1:99999", SHAPE),
+        ("127.0.0.1:http", SHAPE),
+        ("nowhere", SHAPE),
+        ("unix:", SHAPE),
+        ("unix:/nonexistent/dir/node.sock", "cannot listen on unix:/nonexistent/dir/node.sock"),
+        ("unix:{tmp}/a-file/node.sock", "cannot listen on unix:{tmp}/a-file/node.sock"),
+    ],
+)
+def test_a_bad_node_listen_is_refused_with_a_message(
+    tmp_path: Path, listen: str, said: str
+) -> None:
+    (tmp_path / "a-file").write_text("")  # a parent directory that is a file
+    listen, said = listen.format(tmp=tmp_path), said.format(tmp=tmp_path)
     command = ["node", "--listen", listen, "--token-file", str(tmp_path / "token")]
     proc = subprocess.run(
         [sys.executable, "-m", "monitor", *command],
@@ -430,5 +456,5 @@ def test_a_bad_node_listen_is_refused_with_a_message(tmp_path: Path, listen: str
         timeout=60,
     )
     assert 1 == proc.returncode
-    assert "--listen must be HOST:PORT (port 0-65535) or unix:PATH" in proc.stderr
+    assert said in proc.stderr
     assert "Traceback" not in proc.stderr
