@@ -154,24 +154,26 @@ class Sidecar:
                 log.warning("the previous tick is still running; skipping ticks until it ends")
                 self._skip_logged = True
             return
-        self._skip_logged = False
-        await self.run_tick()
+        if await self.run_tick():  # a tick that waited in vain for the store says it again
+            self._skip_logged = False
 
-    async def run_tick(self, only: set[str] | None = None, *, rearm: bool = True) -> None:
+    async def run_tick(self, only: set[str] | None = None, *, rearm: bool = True) -> bool:
+        """One tick; whether the store took all it had to write."""
         start = time.perf_counter()
         try:
             results = await self.monitor.tick(only)
         except SessionwatchError as exc:
             log.warning("tick failed: %s", exc)
-            return
+            return False
         self.metrics.ticks.inc()
         self.metrics.tick_seconds.observe(time.perf_counter() - start)
         for r in results:
             self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
-            if r.outcome not in {"quiet", "skipped"}:
+            if r.outcome not in {"quiet", "skipped"} and not r.unsettled:  # the tick says those
                 log.info("%s: %s (turns %d) %s", r.session_key, r.outcome, r.turns, r.reason or "")
         if rearm and any(r.outcome == "missing" for r in results):
             self._paths_changed.set()
+        return not any(r.unsettled for r in results)
 
     async def watch_notices(self) -> None:
         """Wake the watchers of notices another process opened (a CLI command, another

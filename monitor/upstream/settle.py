@@ -34,6 +34,7 @@ class LinkResult:
     turns: int = 0
     reason: str | None = None
     adapter: str | None = None
+    unsettled: bool = False  # the store refused the findings: they wait, the marker stays
 
     def as_json(self) -> dict[str, Any]:
         return {

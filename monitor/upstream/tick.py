@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, Outcome, Probe
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
-from monitor.errors import SessionwatchError
+from monitor.errors import SessionwatchError, StoreError
 from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.kernel import Recorder
@@ -60,6 +60,17 @@ def _unchanged(link: UpstreamLink, outcome: Outcome, snapshot: Snapshot) -> bool
     )
 
 
+def _waiting(link: UpstreamLink, refused: str, kind: str | None) -> LinkResult:
+    """A link whose findings the store refused: its marker stays, the next tick reads again."""
+    return LinkResult(
+        session_key=link.session_key,
+        outcome="inconclusive",
+        reason=refused,
+        adapter=kind,
+        unsettled=True,
+    )
+
+
 class Ticker:
     """Runs ticks; one at a time."""
 
@@ -81,6 +92,7 @@ class Ticker:
         self._own_host = f"{GATEWAY_HOST_PREFIX}{settings.host}"
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
+        self._store_refused: str | None = None  # said once until the store takes a tick again
 
     @property
     def busy(self) -> bool:
@@ -135,6 +147,7 @@ class Ticker:
             batches[link.kind].append((link, probe))
         checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
         idle: list[UpstreamLink] = []
+        refused: str | None = None  # once the store refuses, the rest do not wait for it too
         for kind, works, outcomes in checked:
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
@@ -143,18 +156,38 @@ class Ticker:
                     results.append(
                         LinkResult(session_key=link.session_key, outcome="quiet", adapter=kind)
                     )
+                elif refused is not None:
+                    results.append(_waiting(link, refused, kind))
                 else:
                     result = await self._settle(link, outcome)
+                    refused = result.reason if result.unsettled else None
                     results.append(replace(result, adapter=kind))
-        if idle:
-            await self._quietly(
+        if idle and refused is None:
+            refused = await self._quietly(
                 "stamp the scan time of quiet links", lambda c, now: links.touch(c, idle, now)
             )
-        if skipped:
-            await self._quietly(
+        if skipped and refused is None:
+            refused = await self._quietly(
                 "note why links were skipped", lambda c, now: links.note_skips(c, skipped)
             )
+        self._say_refused(refused, sum(r.unsettled for r in results), results)
         return results
+
+    def _say_refused(self, refused: str | None, waiting: int, results: list[LinkResult]) -> None:
+        """A store that refuses the tick's writes (locked by another process, failing) is
+        said once, with how many links wait, and its end once: not at every tick."""
+        if refused is not None:
+            if self._store_refused is None:
+                log.warning(
+                    "the tick's findings wait: %s. %d link(s) keep their markers and are read"
+                    " again once the state database takes writes (said once)",
+                    refused,
+                    waiting,
+                )
+            self._store_refused = refused
+        elif self._store_refused is not None and any(r.outcome != "skipped" for r in results):
+            log.warning("the state database takes the tick's writes again")
+            self._store_refused = None
 
     def _ours(self, link: UpstreamLink, shared: bool) -> bool:
         """On a shared store, a file link belongs to the host whose file it is, and a link
@@ -167,12 +200,16 @@ class Ticker:
             return link.host_id == self._own_host
         return shared
 
-    async def _quietly(self, what: str, write: Callable[[Conn, int], None]) -> None:
-        """A bookkeeping write whose failure is logged, not raised: the next tick redoes it."""
+    async def _quietly(self, what: str, write: Callable[[Conn, int], None]) -> str | None:
+        """A bookkeeping write the next tick redoes if it fails: the store's refusal, if
+        it refused (said once by the tick), else None."""
         try:
             await self.kernel.commit(lambda r: write(r.conn, r.now))
+        except StoreError as exc:
+            return f"could not {what}: {exc}"
         except SessionwatchError as exc:
             log.warning("could not %s: %s", what, exc)
+        return None
 
     def _skip_reason(
         self,
@@ -229,6 +266,8 @@ class Ticker:
 
         try:
             return await self.kernel.commit(run)
+        except StoreError as exc:  # said once by the tick, not per link
+            return _waiting(link, str(exc), None)
         except SessionwatchError as exc:
             log.warning("%s: could not settle the tick: %s", link.session_key, exc)
             return LinkResult(session_key=link.session_key, outcome="inconclusive", reason=str(exc))

@@ -159,6 +159,39 @@ async def test_a_failing_insert_leaves_the_marker(
     assert await outcomes(monitor) == [("activity", 1)]
 
 
+async def test_a_store_that_refuses_the_tick_is_said_once_and_loses_nothing(
+    monitor: UpstreamMonitor, roots: RootsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While the store refuses writes (a full disk; a lock held elsewhere fails the same
+    way), the first link that cannot settle ends the tick's writes: the others are not made
+    to wait for it too. The refusal and its end are each said once, not at every tick, and
+    every prompt is recorded once when the store takes writes again."""
+    keys = [f"agent:main:adopted:x{i}" for i in range(3)]
+    for i, key in enumerate(keys):
+        path = Path(roots.claude) / f"s{i}.jsonl"
+        path.write_bytes(b"")
+        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
+        assert await monitor.kernel.watch(watcher=MAIN, target=key)
+    await monitor.kernel.store.write(refuse_event_inserts)
+    for i in range(3):
+        append(Path(roots.claude) / f"s{i}.jsonl", user_line(f"prompt {i}", f"u{i}"))
+    caplog.set_level(logging.WARNING, logger="monitor.upstream.tick")
+    for _ in range(3):
+        results = await monitor.tick()
+        assert [("inconclusive", True)] * 3 == [(r.outcome, r.unsettled) for r in results]
+    assert [{"offset": 0}] * 3 == [link["marker"] for link in await monitor.links()]
+    said = [r.getMessage() for r in caplog.records]
+    assert 1 == sum("the tick's findings wait" in m for m in said), said
+    await monitor.kernel.store.write(allow_event_inserts)
+    assert [("activity", 1)] * 3 == await outcomes(monitor)
+    assert [("quiet", 0)] * 3 == await outcomes(monitor)
+    said = [r.getMessage() for r in caplog.records]
+    assert 1 == sum("takes the tick's writes again" in m for m in said), said
+    for key in keys:
+        events = (await monitor.kernel.status(key, changes_since=0))["stateChanges"]["events"]
+        assert ["adopted", "human_direct_message"] == [e["kind"] for e in events]
+
+
 async def test_a_long_line_is_read_across_ticks_and_counts_once(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:

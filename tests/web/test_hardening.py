@@ -4,6 +4,7 @@ out-of-range integers, odd headers and arguments, private files, group commit.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import sqlite3
@@ -11,6 +12,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from monitor.errors import BadInput, StoreLocked
 from monitor.kernel import Kernel
 from monitor.kernel.store import Store
 from monitor.service import running
-from tests.conftest import Client, make_config
+from tests.conftest import Client, make_config, user_line
 
 CHILD = "agent:main:subagent:c1"
 EVENT = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}
@@ -84,6 +86,41 @@ async def test_a_503_says_when_to_retry(client: Client, locked: sqlite3.Connecti
         headers=headers,
     ) as resp:
         assert (503, "1") == (resp.status, resp.headers.get("Retry-After"))
+
+
+async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
+    tmp_path: Path, locked: sqlite3.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While another process holds the lock, each scheduled tick waits its bounded time in
+    vain. The ticks that come while one waits are skipped; that, and the tick's findings
+    waiting, are each said once for the whole outage, not once per tick."""
+    config = make_config(tmp_path)
+    config = replace(config, monitor=replace(config.monitor, watch_files=False))
+    os.chmod(tmp_path / "state.db", 0o600)  # made by the other process's connection
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        sidecar.kernel.store.write_timeout = 0.3
+        path = tmp_path / "claude" / "s.jsonl"
+        path.write_bytes(b"")
+        await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=CHILD)
+        assert await sidecar.kernel.watch(watcher="agent:main:main", target=CHILD)
+        with path.open("ab") as f:
+            f.write(user_line("typed while the database was locked"))
+        caplog.set_level(logging.WARNING)
+        locked.execute("BEGIN IMMEDIATE")
+        for _ in range(3):
+            waiting = asyncio.ensure_future(sidecar.scheduled_tick())
+            while not sidecar.monitor.busy:
+                await asyncio.sleep(0.01)
+            await sidecar.scheduled_tick()  # skipped: the one before still waits
+            await waiting
+        said = [r.getMessage() for r in caplog.records]
+        assert 1 == sum("skipping ticks" in m for m in said), said
+        assert 1 == sum("the tick's findings wait" in m for m in said), said
+        locked.execute("ROLLBACK")
+        await sidecar.scheduled_tick()
+        events = (await sidecar.kernel.status(CHILD, changes_since=0))["stateChanges"]["events"]
+        assert ["adopted", "human_direct_message"] == [e["kind"] for e in events]
 
 
 def test_serve_waits_for_a_locked_database_and_says_so_once(
