@@ -148,6 +148,7 @@ class Ticker:
         checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
         idle: list[UpstreamLink] = []
         refused: str | None = None  # once the store refuses, the rest do not wait for it too
+        wrote = False
         for kind, works, outcomes in checked:
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
@@ -161,31 +162,31 @@ class Ticker:
                 else:
                     result = await self._settle(link, outcome)
                     refused = result.reason if result.unsettled else None
+                    wrote = wrote or not result.unsettled
                     results.append(replace(result, adapter=kind))
-        if idle and refused is None:
-            refused = await self._quietly(
-                "stamp the scan time of quiet links", lambda c, now: links.touch(c, idle, now)
-            )
-        if skipped and refused is None:
-            refused = await self._quietly(
-                "note why links were skipped", lambda c, now: links.note_skips(c, skipped)
-            )
-        self._say_refused(refused, sum(r.unsettled for r in results), results)
+        for what, pending, write in (
+            ("stamp the scan time of quiet links", idle, lambda c, now: links.touch(c, idle, now)),
+            ("note why links were skipped", skipped, lambda c, now: links.note_skips(c, skipped)),
+        ):
+            if pending and refused is None:
+                refused = await self._quietly(what, write)
+                wrote = wrote or refused is None
+        self._say_refused(refused, sum(r.unsettled for r in results), wrote)
         return results
 
-    def _say_refused(self, refused: str | None, waiting: int, results: list[LinkResult]) -> None:
+    def _say_refused(self, refused: str | None, waiting: int, wrote: bool) -> None:
         """A store that refuses the tick's writes (locked by another process, failing) is
         said once, with how many links wait, and its end once: not at every tick."""
         if refused is not None:
             if self._store_refused is None:
                 log.warning(
-                    "the tick's findings wait: %s. %d link(s) keep their markers and are read"
-                    " again once the state database takes writes (said once)",
+                    "the tick's writes wait: %s. %d link(s) with news keep their markers and"
+                    " are read again once the state database takes writes (said once)",
                     refused,
                     waiting,
                 )
             self._store_refused = refused
-        elif self._store_refused is not None and any(r.outcome != "skipped" for r in results):
+        elif self._store_refused is not None and wrote:
             log.warning("the state database takes the tick's writes again")
             self._store_refused = None
 

@@ -181,7 +181,7 @@ async def test_a_store_that_refuses_the_tick_is_said_once_and_loses_nothing(
         assert [("inconclusive", True)] * 3 == [(r.outcome, r.unsettled) for r in results]
     assert [{"offset": 0}] * 3 == [link["marker"] for link in await monitor.links()]
     said = [r.getMessage() for r in caplog.records]
-    assert 1 == sum("the tick's findings wait" in m for m in said), said
+    assert 1 == sum("the tick's writes wait" in m for m in said), said
     await monitor.kernel.store.write(allow_event_inserts)
     assert [("activity", 1)] * 3 == await outcomes(monitor)
     assert [("quiet", 0)] * 3 == await outcomes(monitor)
