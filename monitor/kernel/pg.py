@@ -38,7 +38,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -47,6 +46,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.clock import Clock, now_ms
 from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.kernel.pending import Done, Expired, Outcome, PendingWrite, fail_late, settle
 from monitor.kernel.pg_schema import migrate
 
 if TYPE_CHECKING:
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 T = TypeVar("T")
-Outcome = tuple[bool, Any]  # (ok, the value or the exception)
 MAX_GROUP = 64  # writes sharing one transaction at most
 
 WRITE_LOCK = 0x73776174  # "swat": the one advisory lock every write takes
@@ -120,7 +119,7 @@ class PgStore:
         self._change = asyncio.Event()  # set (and replaced) at every change heard
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
-        self._pending: list[_Write] = []
+        self._pending: list[PendingWrite] = []
         self._drainer: asyncio.Task[None] | None = None
         self.write_timeout = WRITE_TIMEOUT_MS / 1000  # a write's wait for the lock, at most
 
@@ -175,7 +174,7 @@ class PgStore:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         deadline = time.monotonic() + self.write_timeout
-        self._pending.append(_Write(fn, deadline, self.write_timeout, future))
+        self._pending.append(PendingWrite(fn, deadline, self.write_timeout, future))
         if self._drainer is None or self._drainer.done():
             self._drainer = loop.create_task(self._drain())
         result: T = await future
@@ -184,9 +183,9 @@ class PgStore:
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
 
-        def expired(late: list[tuple[_Write, Outcome]]) -> None:  # from the worker thread
+        def expired(late: Done) -> None:  # from the worker thread
             with contextlib.suppress(RuntimeError):  # the loop is closed: no one waits
-                loop.call_soon_threadsafe(_settle, late)
+                loop.call_soon_threadsafe(settle, late, _as_is)
 
         while self._pending:
             batch = self._pending[:MAX_GROUP]
@@ -197,7 +196,7 @@ class PgStore:
                 for write in batch:
                     write.future.cancel()
                 raise
-            _settle(list(zip(batch, results, strict=True)))
+            settle(list(zip(batch, results, strict=True)), _as_is)
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         return await asyncio.to_thread(self._read, fn)
@@ -234,7 +233,7 @@ class PgStore:
 
     # -- transactions --------------------------------------------------------------------
 
-    def _write_group(self, writes: list[_Write], expired: _Expired) -> list[Outcome]:
+    def _write_group(self, writes: list[PendingWrite], expired: Expired) -> list[Outcome]:
         """One transaction under the write lock, a savepoint per write; if the transaction
         itself fails, every write of it fails. The lock is waited for as long as the oldest
         write has left; a write whose time is up fails at once (through ``expired``) and
@@ -243,14 +242,7 @@ class PgStore:
         retried = False
         while True:
             now = time.monotonic()
-            late = [i for i, w in enumerate(writes) if results[i] is None and w.deadline <= now]
-            if late:
-                told: list[tuple[_Write, Outcome]] = []
-                for i in late:
-                    outcome: Outcome = (False, self._locked(writes[i].timeout))
-                    results[i] = outcome
-                    told.append((writes[i], outcome))
-                expired(told)
+            fail_late(writes, results, now, self._locked, expired)
             live = [i for i, r in enumerate(results) if r is None]
             if not live:
                 return [r for r in results if r is not None]
@@ -363,27 +355,9 @@ class _Retry(Exception):
     pass
 
 
-@dataclass(slots=True)
-class _Write:
-    fn: Callable[[Conn], Any]
-    deadline: float  # time.monotonic() after which it no longer waits for the lock
-    timeout: float  # how long that was, for the error
-    future: asyncio.Future[Any]
-
-
-_Expired = Callable[[list[tuple[_Write, Outcome]]], None]
-
-
-def _settle(done: list[tuple[_Write, Outcome]]) -> None:
-    """On the event loop: each write's caller gets its own result or error (a write whose
-    lock wait expired was told already)."""
-    for write, (ok, value) in done:
-        if write.future.done():
-            continue
-        if ok:
-            write.future.set_result(value)
-        else:
-            write.future.set_exception(value)
+def _as_is(exc: BaseException, waited: float) -> BaseException:
+    """PostgreSQL's errors are made ours where they happen (``PgStore._error``)."""
+    return exc
 
 
 @functools.lru_cache(maxsize=256)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiosqlite
 
@@ -45,23 +45,12 @@ from monitor.kernel.db import (
     translate,
     translated,
 )
+from monitor.kernel.pending import Done, Expired, Outcome, PendingWrite, fail_late, settle
 from monitor.kernel.schema import migrate
 
 T = TypeVar("T")
 
 MAX_GROUP = 64  # writes folded into one transaction at most
-
-
-@dataclass(slots=True)
-class _Write:
-    fn: Callable[[sqlite3.Connection], Any]
-    deadline: float  # time.monotonic() after which it no longer waits for a lock
-    timeout: float  # how long that was, for the error
-    future: asyncio.Future[Any]
-    alone: bool = False  # run outside any transaction (the pragmas), not in a group
-
-
-Result = tuple[bool, Any]  # (ok, value or exception)
 
 
 @dataclass(slots=True)
@@ -81,13 +70,10 @@ class BusyTimeout:
             self.ms = ms
 
 
-Expired = Callable[[list[tuple[_Write, Result]]], None]
-
-
 def _begin(
     conn: sqlite3.Connection,
-    writes: list[_Write],
-    results: list[Result | None],
+    writes: list[PendingWrite],
+    results: list[Outcome | None],
     busy: BusyTimeout,
     expired: Expired | None,
 ) -> bool:
@@ -96,13 +82,8 @@ def _begin(
     early would otherwise wait for the deadline of the last one). False when none is left."""
     while True:
         now = time.monotonic()
-        live = [i for i, w in enumerate(writes) if results[i] is None]
-        late = [i for i in live if writes[i].deadline <= now]
-        for i in late:
-            results[i] = (False, _locked_error(writes[i].timeout))
-        if late and expired is not None:
-            expired([(writes[i], result) for i in late if (result := results[i]) is not None])
-        live = [i for i in live if results[i] is None]
+        fail_late(writes, results, now, _locked_error, expired)
+        live = [i for i, r in enumerate(results) if r is None]
         if not live:
             return False
         remaining = min(writes[i].deadline for i in live) - now
@@ -119,10 +100,10 @@ def _begin(
 
 def run_group(
     conn: sqlite3.Connection,
-    writes: list[_Write],
+    writes: list[PendingWrite],
     busy: BusyTimeout | None = None,
     expired: Expired | None = None,
-) -> list[Result]:
+) -> list[Outcome]:
     """One transaction for several writes (see the module docstring).
 
     The writes run first without savepoints: nearly every group succeeds whole, and that
@@ -131,7 +112,7 @@ def run_group(
     so the failing write rolls back alone. A write is a function of the database only, so
     running it again is running it once.
     """
-    results: list[Result | None] = [None] * len(writes)
+    results: list[Outcome | None] = [None] * len(writes)
     busy = busy or BusyTimeout(ms=-1)
     if not _begin(conn, writes, results, busy, expired):
         return [r for r in results if r is not None]
@@ -150,8 +131,8 @@ def run_group(
 
 
 def _run_each(
-    conn: sqlite3.Connection, writes: list[_Write], results: list[Result | None]
-) -> list[Result]:
+    conn: sqlite3.Connection, writes: list[PendingWrite], results: list[Outcome | None]
+) -> list[Outcome]:
     """The group's live writes, a savepoint each: one that fails rolls back alone."""
     done: list[int] = []
     for i, write in enumerate(writes):
@@ -175,8 +156,8 @@ def _run_each(
 
 
 def _commit(
-    conn: sqlite3.Connection, done: list[int], results: list[Result | None]
-) -> list[Result]:
+    conn: sqlite3.Connection, done: list[int], results: list[Outcome | None]
+) -> list[Outcome]:
     """Commit; if that fails, every write in ``done`` fails with it."""
     try:
         if conn.in_transaction:
@@ -187,17 +168,6 @@ def _commit(
         for j in done:
             results[j] = (False, exc)
     return [r if r is not None else (False, StoreError("write not run")) for r in results]
-
-
-def _settle(settled: list[tuple[_Write, Result]], on_error: Callable[[], None] | None) -> None:
-    """On the event loop: each write's caller gets its own result or error."""
-    for write, (ok, value) in settled:
-        if write.future.done():  # its caller has gone (cancelled)
-            continue
-        if ok:
-            write.future.set_result(value)
-        else:
-            write.future.set_exception(translate(value, write.timeout, on_error))
 
 
 class Writer:
@@ -213,13 +183,13 @@ class Writer:
     def __init__(self, conn: sqlite3.Connection, on_error: Callable[[], None] | None) -> None:
         self._conn = conn
         self._on_error = on_error
-        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[PendingWrite | None] = queue.SimpleQueue()
         self._busy = BusyTimeout()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="sessionwatch-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, write: _Write) -> None:
+    def submit(self, write: PendingWrite) -> None:
         if self._closing:
             raise StoreError("the state database is closed")
         self._queue.put(write)
@@ -231,7 +201,7 @@ class Writer:
             self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
 
-    def _take(self, first: _Write) -> tuple[list[_Write], _Write | None, bool]:
+    def _take(self, first: PendingWrite) -> tuple[list[PendingWrite], PendingWrite | None, bool]:
         """``first`` and the writes waiting behind it, up to MAX_GROUP; a write that must
         run alone, or the end, stops the group (and is handed back for next time)."""
         group = [first]
@@ -248,7 +218,7 @@ class Writer:
         return group, None, False
 
     def _run(self) -> None:
-        carried: _Write | None = None
+        carried: PendingWrite | None = None
         stop = False
         try:
             while not stop:
@@ -268,18 +238,21 @@ class Writer:
         finally:
             self._conn.close()
 
-    def _hand_back(self, done: list[tuple[_Write, Result]]) -> None:
+    def _translate(self, exc: BaseException, waited: float) -> BaseException:
+        return translate(exc, waited, self._on_error)
+
+    def _hand_back(self, done: Done) -> None:
         """Each waiting loop (there is one, but a test may bring another) settles its own;
         a write already settled (one whose lock wait expired) is skipped there."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Write, Result]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, Done] = {}
         for write, result in done:
             by_loop.setdefault(write.future.get_loop(), []).append((write, result))
         for loop, settled in by_loop.items():
             with contextlib.suppress(RuntimeError):  # that loop is closed: no one waits
-                loop.call_soon_threadsafe(_settle, settled, self._on_error)
+                loop.call_soon_threadsafe(settle, settled, self._translate)
 
 
-def _alone(conn: sqlite3.Connection, write: _Write) -> Result:
+def _alone(conn: sqlite3.Connection, write: PendingWrite) -> Outcome:
     try:
         return (True, write.fn(conn))
     except BaseException as exc:
@@ -405,5 +378,5 @@ async def _submit(
     writer: Writer, fn: Callable[[sqlite3.Connection], T], timeout: float, *, alone: bool = False
 ) -> T:
     future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    writer.submit(_Write(fn, time.monotonic() + timeout, timeout, future, alone))
+    writer.submit(PendingWrite(fn, time.monotonic() + timeout, timeout, future, alone))
     return await future

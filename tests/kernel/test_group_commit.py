@@ -17,8 +17,9 @@ import pytest
 from monitor.clock import now_ms
 from monitor.errors import BadInput, StoreError, StoreLocked
 from monitor.kernel.db import configure
+from monitor.kernel.pending import PendingWrite
 from monitor.kernel.pg import PgStore
-from monitor.kernel.store import Store, _Write, run_group
+from monitor.kernel.store import Store, run_group
 from monitor.kernel.stores import open_store
 from tests.conftest import PgServer, pg_database
 
@@ -45,11 +46,11 @@ def insert(v: int, *, refuse: bool = False) -> Callable[[sqlite3.Connection], in
     return fn
 
 
-def writes(*fns: Callable[[sqlite3.Connection], Any]) -> list[_Write]:
+def writes(*fns: Callable[[sqlite3.Connection], Any]) -> list[PendingWrite]:
     loop = asyncio.new_event_loop()
     try:
         deadline = time.monotonic() + 5
-        return [_Write(fn, deadline, 5.0, loop.create_future()) for fn in fns]
+        return [PendingWrite(fn, deadline, 5.0, loop.create_future()) for fn in fns]
     finally:
         loop.close()
 
