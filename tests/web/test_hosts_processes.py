@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import PgServer, notice, pg_database, served_address
 from tests.opencode_db import OpenCodeDB
 from tests.test_cli import sw
+from tests.web.test_stream import follow_hears_a_record
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:c1"
@@ -151,25 +152,4 @@ def test_the_shared_lease_moves_when_its_holder_is_killed(
 
 
 def test_notices_follow_hears_another_process_on_postgresql(pg_url: str) -> None:
-    sw(pg_url, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
-    follow = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "--db", pg_url, "notices", "--watcher", MAIN, "--follow"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        sw(
-            pg_url,
-            "record",
-            "--session",
-            CHILD,
-            "--kind",
-            "human_direct_message",
-            "--actor",
-            "human",
-        )
-        assert follow.stdout is not None
-        line = follow.stdout.readline()
-        assert {"target": CHILD, "text": notice(CHILD, 1)} == orjson.loads(line)
-    finally:
-        follow.terminate()
-        follow.wait(timeout=30)
+    follow_hears_a_record(pg_url)

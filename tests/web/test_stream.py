@@ -118,8 +118,9 @@ async def test_a_bad_watcher_is_a_400_not_a_stream(client: Client) -> None:
     assert (400, "bad_request") == (status, answer["error"]["code"])
 
 
-def test_notices_follow_prints_each_notice_as_a_json_line(tmp_path: Path) -> None:
-    db = tmp_path / "state.db"
+def follow_hears_a_record(db: Path | str) -> None:
+    """``notices --follow`` in one process prints, as a JSON line, the notice a ``record``
+    in another process opened (on either store)."""
     sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
     command = ["notices", "--watcher", MAIN, "--follow"]
     follow = subprocess.Popen(
@@ -133,6 +134,11 @@ def test_notices_follow_prints_each_notice_as_a_json_line(tmp_path: Path) -> Non
     finally:
         follow.terminate()
         follow.wait(timeout=30)
+
+
+def test_notices_follow_prints_each_notice_as_a_json_line(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    follow_hears_a_record(db)
     sw(db, "notices", "--watcher", MAIN, "--follow", "--drain", code=2)
 
 
