@@ -69,7 +69,15 @@ class ApiConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig:
-    wake_url: str = ""
+    """The gateway's hooks API, where wakes go (``{hooks_url}/wake``); both or neither."""
+
+    hooks_url: str = ""  # the hooks base, for example http://127.0.0.1:18789/hooks
+    hooks_token_file: str = ""  # a private file holding the gateway's hooks.token
+    retry_interval_s: float = 30.0  # how often an undelivered notice is sent again
+
+    @property
+    def wakes(self) -> bool:
+        return bool(self.hooks_url)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,8 +113,17 @@ _CHOICES = {
 }
 _HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PG_SCHEMES = ("postgresql://", "postgres://")
+_HTTP_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
+_REPLACED = {
+    ("gateway", "wake_url"): (
+        "[gateway] wake_url is gone: wakes now go through the gateway's hooks API. Set"
+        " [gateway] hooks_url to its hooks base (for example http://127.0.0.1:18789/hooks)"
+        " and [gateway] hooks_token_file to a private file holding its hooks.token"
+    ),
+}
 _POSITIVE = {
     "interval_s",
+    "retry_interval_s",
     "adapter_budget_s",
     "scan_cap_bytes",
     "max_line_bytes",
@@ -158,6 +175,11 @@ def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
         raise ConfigError(f"{where} must be a string")
     if (section, name) == ("host", "id") and value and not _HOST_ID.match(value):
         raise ConfigError(f"{where} must be letters, digits, '.', '_' or '-' (at most 64)")
+    if (section, name) == ("gateway", "hooks_url") and value and not _HTTP_URL.match(value):
+        raise ConfigError(
+            f"{where} must be an http:// or https:// URL, the gateway's hooks base"
+            " (for example http://127.0.0.1:18789/hooks)"
+        )
     if (section, name) == ("store", "url") and value and not is_pg_url(value):
         raise ConfigError(f"{where} must be a postgresql:// URL")
     if name in _POSITIVE and value <= 0:
@@ -174,6 +196,9 @@ def _section(cls: type[Any], section: str, raw: Any) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"[{section}] must be a table")
     types = {f.name: f.type for f in fields(cls)}
+    for name in raw:
+        if (section, name) in _REPLACED:
+            raise ConfigError(_REPLACED[(section, name)])
     unknown = sorted(set(raw) - set(types))
     if unknown:
         raise ConfigError(f"unknown key [{section}] {unknown[0]}")
@@ -203,6 +228,12 @@ def parse_config(raw: dict[str, Any]) -> Config:
     values: dict[str, Any] = {
         name: _section(cls, name, raw[name]) for name, cls in _SECTIONS.items() if name in raw
     }
+    gateway = values.get("gateway")
+    if gateway is not None and bool(gateway.hooks_url) != bool(gateway.hooks_token_file):
+        raise ConfigError(
+            "[gateway] hooks_url and hooks_token_file go together: the gateway's hooks API"
+            " refuses a wake without its token"
+        )
     nodes = raw.get("nodes", {})
     if not isinstance(nodes, dict):
         raise ConfigError("[nodes] must be a table of tables")

@@ -30,6 +30,11 @@ class Metrics:
         self.notices_drained = Counter(
             "sessionwatch_notices_drained_total", "Notices returned and acknowledged", registry=r
         )
+        self.notices_woken = Counter(
+            "sessionwatch_notices_delivered_by_wake_total",
+            "Notices the gateway accepted in a wake, acknowledged as delivered",
+            registry=r,
+        )
         self.ticks = Counter("sessionwatch_ticks_total", "Monitor ticks run", registry=r)
         self.tick_seconds = Histogram(
             "sessionwatch_tick_duration_seconds", "Duration of monitor ticks", registry=r
@@ -57,7 +62,8 @@ class Metrics:
         )
         self.wakes = Counter(
             "sessionwatch_wake_calls_total",
-            "Wake calls to the gateway, by result",
+            "Wake calls to the gateway's hooks API, by result: accepted, refused (400),"
+            " unauthorized (401), throttled (429), failed (5xx, timeout, unreachable)",
             ["result"],
             registry=r,
         )

@@ -11,27 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
-import os
-import secrets
 import signal
-import stat
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
 from monitor.config import Config
 from monitor.errors import (
-    AlreadyRunning,
     ConfigError,
-    NotPrivate,
     SchemaTooNew,
     SessionwatchError,
     StoreError,
@@ -40,85 +34,21 @@ from monitor.errors import (
 from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.feed import POLL_S
 from monitor.metrics import Metrics
-from monitor.paths import expand_user, make_private_dirs
+from monitor.paths import expand_user
+from monitor.private import check_private_state, load_token, read_secret, take_instance_lock
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
 from monitor.web.api import build_app
 from monitor.web.common import start_site
 from monitor.web.node import build_node_app
-from monitor.web.wake import GatewayWaker
+from monitor.web.wake import HooksWaker
 
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 300
 REARM_S = 0.5  # how often the database is checked for links another process changed
 PAUSE_S = 10.0  # file watching waits this long after the database failed
-
-
-def take_instance_lock(db: Path) -> IO[str]:
-    """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
-    path = db.with_name(db.name + ".lock")
-    make_private_dirs(path.parent)  # the state directory
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-    handle = os.fdopen(fd, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise AlreadyRunning(
-            f"another sessionwatch serve (pid {holder}) is running on {db}; refusing to start"
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
-
-
-def refuse_if_shared(path: Path, what: str) -> None:
-    """A state file that group or others can read is refused, as ssh refuses a key file."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise ConfigError(f"cannot check {what} {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"{what} {path} is not a regular file")
-    if mode & 0o077:
-        raise NotPrivate(
-            f"{what} {path} is readable by others (mode {stat.S_IMODE(mode):04o});"
-            f" run: chmod 600 {path}"
-        )
-
-
-def check_private_state(db: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        refuse_if_shared(Path(f"{db}{suffix}"), "the state database")
-
-
-def load_token(path: Path) -> str:
-    """The API token; a new random one is written with mode 0600 when the file is absent.
-    An existing one that others can read is refused."""
-    refuse_if_shared(path, "the token file")
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        make_private_dirs(path.parent)
-        token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(token + "\n")
-        log.info("created the API token file %s", path)
-        return token
-    except OSError as exc:
-        raise ConfigError(f"cannot read the API token file {path}: {exc.strerror}") from None
-    if not token:
-        raise ConfigError(f"the API token file {path} is empty")
-    return token
 
 
 class Sidecar:
@@ -323,11 +253,7 @@ async def running(
             check_private_state(db)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
-        waker = (
-            GatewayWaker(config.gateway.wake_url, metrics=metrics)
-            if config.gateway.wake_url
-            else None
-        )
+        waker = _hooks_waker(config, metrics)
         if waker:
             stack.push_async_callback(waker.close)
         paths_changed = asyncio.Event()
@@ -344,6 +270,8 @@ async def running(
             yield None
             return
         stack.push_async_callback(kernel.close)
+        if waker:
+            waker.attach(kernel.delivery)
         leases = await _host_leases(kernel, config, metrics)
         if leases is not None:
             stack.push_async_callback(leases.release)  # after the tick in flight finished
@@ -387,6 +315,21 @@ async def running(
             stack.callback(notices.cancel)
         sidecar.addresses = await _start_api(stack, sidecar, token, config.api.listen)
         yield sidecar
+
+
+def _hooks_waker(config: Config, metrics: Metrics) -> HooksWaker | None:
+    gateway = config.gateway
+    if not gateway.wakes:
+        return None
+    token_file = Path(expand_user(gateway.hooks_token_file))
+    read_secret(token_file, "the hooks token file")  # a missing or shared file stops start-up
+    return HooksWaker(
+        gateway.hooks_url,
+        token_file,
+        main_key=config.session.main_key,
+        retry_s=gateway.retry_interval_s,
+        metrics=metrics,
+    )
 
 
 async def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> HostLeases | None:

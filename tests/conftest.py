@@ -21,6 +21,7 @@ from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.signal_log import Recorded
 from monitor.service import Sidecar, running
 from tests.contract import check_answer
+from tests.hooks_gateway import hooks_gateway  # noqa: F401  (a fixture for every test)
 
 T0 = 1_790_000_000_000
 REPO = Path(__file__).resolve().parent.parent  # the repository's root

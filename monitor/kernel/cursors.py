@@ -3,6 +3,11 @@
 A cursor holds ``last_seen`` (acknowledged), ``notified`` (the frozen watermark of the
 pending notice) and ``material`` (the latest notifiable sequence). A notice is pending while
 ``material > last_seen``. All functions here run inside the caller's transaction.
+
+Every notice a sidecar process opens (freezes, reopens or heals) is also marked in
+``sessionwatch_opened_notices`` with its watermark, in the same transaction. A gateway that
+shares the database opens notices of its own and delivers them from its own queue; the mark
+is how a sidecar tells the two apart, so that it wakes the gateway only for its own.
 """
 
 from __future__ import annotations
@@ -167,6 +172,17 @@ def seed_cursor(
     )
 
 
+def mark_opened(conn: Conn, watcher: str, target: str, notified: int) -> None:
+    """Record that this process opened the notice of ``watcher`` on ``target`` frozen at
+    ``notified`` (one row per cursor: a newer notice replaces the older mark)."""
+    conn.execute(
+        "INSERT INTO sessionwatch_opened_notices (watcher_session_key, target_session_key,"
+        " notified_sequence) VALUES (?, ?, ?) ON CONFLICT (watcher_session_key,"
+        " target_session_key) DO UPDATE SET notified_sequence = excluded.notified_sequence",
+        (watcher, target, notified),
+    )
+
+
 def advance_watchers(
     conn: Conn, *, target: str, sequence: int, actor_id: str | None, now: int
 ) -> list[Notice]:
@@ -187,51 +203,92 @@ def advance_watchers(
         f" RETURNING {_NOTICE_COLUMNS}",
         (sequence, sequence, now, target, actor_id, sequence),
     ).fetchall()
-    cursors = [WatchCursor.from_row(row) for row in rows]
-    return [c.notice() for c in cursors if c.notified == sequence]
+    opened = [c for c in map(WatchCursor.from_row, rows) if c.notified == sequence]
+    for c in opened:
+        mark_opened(conn, c.watcher, c.target, c.notified)
+    return [c.notice() for c in opened]
+
+
+_OPENED_HERE = (
+    " AND EXISTS (SELECT 1 FROM sessionwatch_opened_notices o"
+    " WHERE o.watcher_session_key = c.watcher_session_key"
+    " AND o.target_session_key = c.target_session_key"
+    " AND o.notified_sequence = c.notified_sequence)"
+)
 
 
 def list_pending(
-    conn: Conn, *, watcher: str | None = None, store_path: str | None = None
+    conn: Conn,
+    *,
+    watcher: str | None = None,
+    store_path: str | None = None,
+    opened_here: bool = False,
 ) -> list[WatchCursor]:
-    """Cursors with a notice pending, optionally for one watcher in one store."""
+    """Cursors with a notice pending, optionally for one watcher (in one store, when
+    ``store_path`` is given); with ``opened_here``, only the notices a sidecar opened."""
     sql = (
-        f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors"
+        f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors c"
         f" WHERE material_sequence > last_seen_sequence AND {_QUALIFIED}"
         " AND watcher_store_path IS NOT NULL"
     )
     params: list[str] = []
     if watcher is not None:
-        sql += " AND watcher_session_key = ? AND watcher_store_path = ?"
-        params += [watcher, store_path or ""]
+        sql += " AND watcher_session_key = ?"
+        params.append(watcher)
+        if store_path is not None or not opened_here:
+            sql += " AND watcher_store_path = ?"
+            params.append(store_path or "")
+    if opened_here:
+        sql += _OPENED_HERE
     rows = conn.execute(sql + " ORDER BY watcher_session_key, target_session_key", params)
     return [WatchCursor.from_row(row) for row in rows]
 
 
-def acknowledge(conn: Conn, cursors: list[WatchCursor], now: int) -> None:
-    """Ack on drain: ``last_seen := notified``; work that arrived after the freeze reopens
-    exactly one fresh notice (``notified := material``)."""
+def acknowledge(conn: Conn, cursors: list[WatchCursor], now: int) -> list[Notice]:
+    """Ack on drain (or on a wake the gateway accepted): ``last_seen := notified``; work that
+    arrived after the freeze reopens exactly one fresh notice (``notified := material``),
+    returned. A cursor that moved since it was read is left alone (compare-and-set)."""
+    reopened: list[Notice] = []
     for c in cursors:
         seen = c.notified if c.notified > c.last_seen else c.material
-        conn.execute(
+        changed = conn.execute(
             "UPDATE session_watch_cursors SET last_seen_sequence = ?, notified_sequence = ?,"
             " updated_at = ? WHERE watcher_session_key = ? AND target_session_key = ?"
             " AND last_seen_sequence = ?",
             (seen, max(c.material, seen), now, c.watcher, c.target, c.last_seen),
-        )
+        ).rowcount
+        if changed and c.material > seen:
+            mark_opened(conn, c.watcher, c.target, c.material)
+            reopened.append(
+                Notice(
+                    watcher=c.watcher,
+                    store_path=c.store_path,
+                    target=c.target,
+                    last_seen=seen,
+                    provenance=c.provenance,
+                )
+            )
+    return reopened
 
 
 def heal_unfrozen(conn: Conn) -> int:
-    """Startup sweep: a cursor with material work but no frozen watermark gets one."""
-    cur = conn.execute(
+    """Startup sweep: a cursor with material work but no frozen watermark gets one (a notice
+    this process opens)."""
+    rows = conn.execute(
         "UPDATE session_watch_cursors SET notified_sequence = material_sequence"
         " WHERE material_sequence > last_seen_sequence"
         " AND notified_sequence <= last_seen_sequence"
-    )
-    return cur.rowcount
+        " RETURNING watcher_session_key, target_session_key, material_sequence"
+    ).fetchall()
+    for watcher, target, material in rows:
+        mark_opened(conn, watcher, target, int(material))
+    return len(rows)
 
 
 def delete_watcher_cursors(conn: Conn, watcher: str) -> int:
+    conn.execute(
+        "DELETE FROM sessionwatch_opened_notices WHERE watcher_session_key = ?", (watcher,)
+    )
     cur = conn.execute(
         "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?", (watcher,)
     )
@@ -239,6 +296,11 @@ def delete_watcher_cursors(conn: Conn, watcher: str) -> int:
 
 
 def delete_session_cursors(conn: Conn, key: str) -> int:
+    conn.execute(
+        "DELETE FROM sessionwatch_opened_notices"
+        " WHERE watcher_session_key = ? OR target_session_key = ?",
+        (key, key),
+    )
     cur = conn.execute(
         "DELETE FROM session_watch_cursors WHERE watcher_session_key = ? OR target_session_key = ?",
         (key, key),
@@ -283,7 +345,14 @@ def watched_targets(conn: Conn) -> set[str]:
 
 
 def delete_idle(conn: Conn, before: int) -> int:
-    """Retention: cursors not touched since ``before`` go."""
-    return conn.execute(
+    """Retention: cursors not touched since ``before`` go, and the marks of cursors gone."""
+    deleted = conn.execute(
         "DELETE FROM session_watch_cursors WHERE updated_at < ?", (before,)
     ).rowcount
+    conn.execute(
+        "DELETE FROM sessionwatch_opened_notices WHERE NOT EXISTS (SELECT 1 FROM"
+        " session_watch_cursors c WHERE c.watcher_session_key = sessionwatch_opened_notices"
+        ".watcher_session_key AND c.target_session_key = sessionwatch_opened_notices"
+        ".target_session_key)"
+    )
+    return int(deleted)

@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from monitor.kernel import wakes
+from monitor.kernel import cursors, wakes
+from monitor.kernel.cursors import WatchCursor
 from monitor.kernel.notices import WAKE_COALESCE_MS, Notice, WakeCallback, WakeCoalescer
 from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.signal_log import Recorded
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import StateStore
+    from monitor.kernel.conn import Conn, StateStore
     from monitor.metrics import Metrics
 
 DELIVERED_MEMORY = 4096  # notices remembered as delivered (each is woken once)
@@ -59,6 +60,27 @@ class Delivery:
                 self._delivered.popitem(last=False)
             if self.policy.wakes(notice):
                 self.waker.request(notice.watcher, f"{notice.target}\n{notice.text}")
+
+    async def undelivered(self, watcher: str) -> list[WatchCursor]:
+        """The watcher's pending notices that a sidecar opened: what a wake carries."""
+        return await self.store.peek(
+            lambda conn: cursors.list_pending(conn, watcher=watcher, opened_here=True)
+        )
+
+    async def delivered(self, accepted: list[WatchCursor]) -> None:
+        """The gateway accepted a wake carrying these notices: acknowledge them exactly as a
+        drain does (a notice that moved meanwhile is left alone), and deliver the fresh notice
+        that work after the freeze reopens."""
+        now = self.store.clock()
+        reopened: list[Notice] = []
+
+        def run(conn: Conn) -> None:
+            reopened[:] = cursors.acknowledge(conn, accepted, now)
+
+        await self.store.write(run)
+        if self.metrics:
+            self.metrics.notices_woken.inc(len(accepted))
+        self.deliver(reopened)
 
     async def settled(self) -> None:
         """Wait until the wakes requested so far were claimed (and sent, if ours)."""

@@ -248,8 +248,11 @@ class Kernel:
         )
 
     async def pending(self) -> list[Notice]:
-        """Every watcher's pending notices (what another process may have opened)."""
-        return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])
+        """Every watcher's pending notices that a sidecar opened (this process or another):
+        what it may wake the gateway for. A gateway's own notices are its own to deliver."""
+        return await self.store.peek(
+            lambda conn: [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
+        )
 
     # -- watches and notices -----------------------------------------------------------
 
@@ -298,26 +301,32 @@ class Kernel:
         path = self.policy.store_path(store_path, w)
         now = self.clock()
 
+        reopened: list[Notice] = []
+
         def run(conn: Conn) -> list[Notice]:
             pending = cursors.list_pending(conn, watcher=w, store_path=path)
             if drain:
-                cursors.acknowledge(conn, pending, now)
+                reopened[:] = cursors.acknowledge(conn, pending, now)
             return [c.notice() for c in pending]
 
         notices = await (self.store.write(run) if drain else self.store.peek(run))
         if drain and self.metrics:
             self.metrics.notices_drained.inc(len(notices))
+        self.deliver(reopened)
         return notices
 
     async def sweep(self) -> list[Notice]:
-        """Startup recovery: freeze unfrozen work, then list (and wake) every pending notice."""
+        """Startup recovery: freeze unfrozen work, then list every pending notice (and wake
+        the watchers of those a sidecar opened)."""
 
-        def run(conn: Conn) -> list[Notice]:
+        def run(conn: Conn) -> tuple[list[Notice], list[Notice]]:
             cursors.heal_unfrozen(conn)
-            return [c.notice() for c in cursors.list_pending(conn)]
+            every = [c.notice() for c in cursors.list_pending(conn)]
+            ours = [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
+            return every, ours
 
-        pending = await self.store.write(run)
-        self.deliver(pending)
+        pending, ours = await self.store.write(run)
+        self.deliver(ours)
         return pending
 
     # -- reconciliation ----------------------------------------------------------------

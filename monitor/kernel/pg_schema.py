@@ -115,6 +115,12 @@ TABLES = (
         woken_at BIGINT NOT NULL,
         notice {T}
     )""",
+    f"""CREATE TABLE IF NOT EXISTS sessionwatch_opened_notices (
+        watcher_session_key {T} NOT NULL,
+        target_session_key {T} NOT NULL,
+        notified_sequence BIGINT NOT NULL,
+        PRIMARY KEY (watcher_session_key, target_session_key)
+    )""",
 )
 
 

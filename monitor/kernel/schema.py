@@ -16,7 +16,7 @@ from monitor.errors import SchemaTooNew
 if TYPE_CHECKING:
     from monitor.kernel.conn import Conn
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # How the links an earlier sessionwatch (schema 1) wrote map to OpenClaw's vocabulary: its
 # adapter name becomes (upstream_kind, catalog_id); a paired node's host is ``node:<nodeId>``.
@@ -177,6 +177,14 @@ _OWN_TABLES = (
         watcher_session_key TEXT PRIMARY KEY,
         woken_at INTEGER NOT NULL,
         notice TEXT
+    ) STRICT""",
+    # The notices a sidecar process opened, by watermark: only these are ours to wake the
+    # gateway for (schema 4; see monitor.kernel.cursors).
+    """CREATE TABLE IF NOT EXISTS sessionwatch_opened_notices (
+        watcher_session_key TEXT NOT NULL,
+        target_session_key TEXT NOT NULL,
+        notified_sequence INTEGER NOT NULL,
+        PRIMARY KEY (watcher_session_key, target_session_key)
     ) STRICT""",
 )
 # Columns of our own tables added after they were first created.

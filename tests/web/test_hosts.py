@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,13 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 
-from monitor.config import Config, GatewayConfig, HostConfig, MonitorConfig
+from monitor.config import Config, HostConfig, MonitorConfig
 from monitor.errors import AlreadyRunning, ConfigError, StoreError
 from monitor.service import Sidecar, running
 from monitor.upstream.leases import SHARED
 from tests.conftest import Client, PgServer, make_config, notice, pg_database, user_line
+from tests.hooks_gateway import HooksGateway
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:c1"
@@ -30,34 +29,6 @@ CHILD = "agent:main:subagent:c1"
 @pytest.fixture
 def pg_url(pg_server: PgServer) -> str:
     return pg_database(pg_server)
-
-
-class Gateway:
-    """A tiny gateway on loopback that records the wake calls it gets."""
-
-    def __init__(self) -> None:
-        self.wakes: list[str] = []
-        self.woken = asyncio.Event()
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.wakes.append(orjson.loads(await request.read())["sessionKey"])
-        self.woken.set()
-        return web.json_response({"ok": True})
-
-
-@pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    gw = Gateway()
-    app = web.Application()
-    app.router.add_post("/wake", gw.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    gw.url = f"http://{host}:{port}/wake"
-    yield gw
-    await runner.cleanup()
 
 
 def host_config(tmp_path: Path, host: str, **extra: Any) -> Config:
@@ -105,11 +76,14 @@ async def _next_notice(response: aiohttp.ClientResponse) -> Any:
 
 
 async def test_a_notice_opened_on_one_sidecar_reaches_the_other(
-    pg_url: str, tmp_path: Path, gateway: Gateway
+    pg_url: str, tmp_path: Path, hooks_gateway: HooksGateway
 ) -> None:
-    """Recorded through A: B's stream pushes it, B's peek route shows it, and the watcher is
-    woken once in all (A woke it; B, seeing the same notice, does not wake it again)."""
-    wake = GatewayConfig(wake_url=gateway.url)
+    """Recorded through A: B's stream pushes it, B's peek route shows it (its own stream is
+    not a delivery), and the gateway is woken once in all: A woke it, and B, seeing the same
+    notice, does not wake it again."""
+    gateway = hooks_gateway
+    gateway.status = 503  # the gateway is down until the stream and the peek have seen it
+    wake = gateway.config(tmp_path, retry_interval_s=0.5)
     async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
         a = await start(stack, host_config(tmp_path, "a", gateway=wake), pg_url, http)
         b = await start(stack, host_config(tmp_path, "b", gateway=wake), pg_url, http)
@@ -123,20 +97,22 @@ async def test_a_notice_opened_on_one_sidecar_reaches_the_other(
             assert expected == await _next_notice(stream)
         _, peeked = await b.call("GET", f"/v1/watchers/{MAIN}/notices")
         assert [expected] == peeked["notices"]
+        gateway.status = None
         await asyncio.wait_for(gateway.woken.wait(), 20)
-        await asyncio.sleep(1.0)  # time for B to see the notice and decline to wake again
-        assert [MAIN] == gateway.wakes
+        await asyncio.sleep(1.5)  # time for B to see the notice and decline to wake again
+        assert [notice(CHILD, 1)] == gateway.texts
 
 
 async def test_a_notice_opened_by_another_process_wakes_through_the_sidecar(
-    store_target: Path | str, tmp_path: Path, gateway: Gateway
+    store_target: Path | str, tmp_path: Path, hooks_gateway: HooksGateway
 ) -> None:
     """Recorded by a second kernel (as a CLI process would), on either store: the sidecar
     wakes the watcher."""
     from monitor.kernel import Kernel, NewEvent
     from monitor.kernel.events import ActorType, EventKind
 
-    wake = GatewayConfig(wake_url=gateway.url)
+    gateway = hooks_gateway
+    wake = gateway.config(tmp_path)
     async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
         await start(stack, host_config(tmp_path, "b", gateway=wake), store_target, http)
         other = await Kernel.open(store_target)
@@ -149,7 +125,7 @@ async def test_a_notice_opened_by_another_process_wakes_through_the_sidecar(
         finally:
             await other.close()
         await asyncio.wait_for(gateway.woken.wait(), 20)
-        assert [MAIN] == gateway.wakes
+        assert [MAIN] == [w["sessionKey"] for w in gateway.wakes]
 
 
 async def _adopt(client: Client, path: Path, key: str) -> None:

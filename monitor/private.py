@@ -1,0 +1,95 @@
+"""The files sessionwatch keeps private: the instance lock of a database, the modes of the
+state files, the API token it makes, and secrets others made (the gateway's hooks token)."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import IO
+
+from monitor.errors import AlreadyRunning, ConfigError, NotPrivate
+from monitor.paths import make_private_dirs
+
+log = logging.getLogger(__name__)
+
+
+def take_instance_lock(db: Path) -> IO[str]:
+    """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
+    path = db.with_name(db.name + ".lock")
+    make_private_dirs(path.parent)  # the state directory
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    handle = os.fdopen(fd, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise AlreadyRunning(
+            f"another sessionwatch serve (pid {holder}) is running on {db}; refusing to start"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def refuse_if_shared(path: Path, what: str) -> None:
+    """A state file that group or others can read is refused, as ssh refuses a key file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"cannot check {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{what} {path} is not a regular file")
+    if mode & 0o077:
+        raise NotPrivate(
+            f"{what} {path} is readable by others (mode {stat.S_IMODE(mode):04o});"
+            f" run: chmod 600 {path}"
+        )
+
+
+def check_private_state(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        refuse_if_shared(Path(f"{db}{suffix}"), "the state database")
+
+
+def load_token(path: Path) -> str:
+    """The API token; a new random one is written with mode 0600 when the file is absent.
+    An existing one that others can read is refused."""
+    refuse_if_shared(path, "the token file")
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        make_private_dirs(path.parent)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(token + "\n")
+        log.info("created the API token file %s", path)
+        return token
+    except OSError as exc:
+        raise ConfigError(f"cannot read the API token file {path}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"the API token file {path} is empty")
+    return token
+
+
+def read_secret(path: Path, what: str) -> str:
+    """A secret another program made (the gateway's hooks token): it must exist, be
+    private, and hold one non-empty line."""
+    refuse_if_shared(path, what)
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not secret:
+        raise ConfigError(f"{what} {path} is empty")
+    return secret
