@@ -135,45 +135,59 @@ class HooksWaker:
             self._retry_later(watcher)
             return
         accepted: list[WatchCursor] = []
+        unsent = 0
         for cursor in pending:
             if time.monotonic() < self._quiet_until:
-                break
+                unsent += 1
+                continue
             answer = await self._send(watcher, cursor)
+            if answer is None:
+                continue  # not ours to send while the gateway refuses this key
             if answer.result == "accepted":
                 accepted.append(cursor)
+            else:
+                unsent += 1
         if accepted:
             try:
                 await self.ledger.delivered(accepted)
             except Exception as exc:  # delivered, not acknowledged: the next pass resends
                 self._say_once("ack", "could not acknowledge a delivered notice (%s)", exc)
-        if len(accepted) < len(pending):
+        if unsent:
             self._retry_later(watcher)
 
-    async def _send(self, watcher: str, cursor: WatchCursor) -> Answer:
+    async def _send(self, watcher: str, cursor: WatchCursor) -> Answer | None:
+        """One notice in one wake call; None when the gateway refuses caller-chosen keys and
+        ``watcher`` is no main session (its notice stays pending, for its own drains)."""
         key = parse_agent_key(watcher)
         body: dict[str, Any] = {"text": cursor.notice().text, "mode": "now"}
         if key is not None:
             body["agentId"] = key.agent_id
         is_main = key is not None and watcher == main_key_for(key.agent_id, self.main_key)
         if self.keys_refused and not is_main:
-            return self._count(Answer("refused", "session keys refused"))
+            return None
         if not self.keys_refused:
             body["sessionKey"] = watcher
         answer = await self._post(body)
-        if answer.result == "refused" and _refuses_keys(answer.error) and not self.keys_refused:
-            self.keys_refused = True
-            log.warning(
-                "the gateway refuses caller-chosen session keys (%s): main sessions are woken"
-                " through their agent's main session, other watchers' notices stay pending;"
-                " set %s to wake each watcher's own session",
-                answer.error,
-                KEYS_SETTING,
-            )
-            if is_main:
-                del body["sessionKey"]
-                answer = await self._post(body)
+        if answer.result == "refused" and _refuses_keys(answer.error):
+            if not self.keys_refused:  # two passes in flight may both hear it
+                self._keys_refused_said(answer.error)
+            self._count(answer)
+            if not is_main:
+                return None
+            del body["sessionKey"]
+            answer = await self._post(body)
         self._explain(answer)
         return self._count(answer)
+
+    def _keys_refused_said(self, error: str) -> None:
+        self.keys_refused = True
+        log.warning(
+            "the gateway refuses caller-chosen session keys (%s): main sessions are woken"
+            " through their agent's main session, other watchers' notices stay pending;"
+            " set %s to wake each watcher's own session",
+            error,
+            KEYS_SETTING,
+        )
 
     async def _post(self, body: dict[str, Any]) -> Answer:
         try:
