@@ -268,7 +268,7 @@ COMMANDS = frozenset(
     {
         *("record", "spawn", "watch", "notices", "status", "sessions", "reset", "delete"),
         *("prune", "session", "adopt", "own-message", "links", "tick", "serve", "config"),
-        *("node", "catalog", "replay"),
+        *("node", "catalog", "replay", "doctor"),
     }
 )
 _GLOBAL_WITH_VALUE = frozenset({"--db", "--config", "--log-format"})
@@ -387,6 +387,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub.add_parser("tick", help="run one monitor tick now")
     sub.add_parser("serve", help="run the sidecar until SIGINT/SIGTERM")
     sub.add_parser("config", help="print the effective configuration")
+    sub.add_parser(
+        "doctor",
+        help="check the database, token, roots, the gateway's hooks and the nodes (wakes no one)",
+    )
     nd = sub.add_parser("node", help="serve this machine's Claude transcripts to a paired sidecar")
     nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
     nd.add_argument("--token-file", required=True, type=Path)
@@ -518,6 +522,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "config":
             sys.stdout.buffer.write(orjson.dumps(args.config_obj.as_json()) + b"\n")
             return 0
+        if args.command == "doctor":
+            import asyncio
+
+            from monitor import doctor
+
+            found = asyncio.run(doctor.run(args.config_obj, db_path(args, args.config_obj)))
+            return doctor.print_findings(found)
         if args.command in ("node", "serve"):
             import asyncio
 

@@ -1,0 +1,180 @@
+"""``sessionwatch doctor``: check a setup without changing it or waking anyone.
+
+Each check is one line: ``ok``, ``note`` (worth knowing, not wrong) or ``PROBLEM`` with its
+fix. The gateway's hooks are checked with an empty JSON body: a gateway that answers
+``400 text required`` has accepted the token (and woke no one); ``401`` refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from monitor.config import Config, is_pg_url, without_password
+from monitor.errors import SessionwatchError
+from monitor.paths import expand_user
+from monitor.private import check_private_state, read_secret, refuse_if_shared
+
+TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    level: str  # ok | note | PROBLEM
+    what: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.level:<8} {self.what}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
+def ok(what: str) -> Finding:
+    return Finding("ok", what)
+
+
+def note(what: str, fix: str = "") -> Finding:
+    return Finding("note", what, fix)
+
+
+def problem(what: str, fix: str) -> Finding:
+    return Finding("PROBLEM", what, fix)
+
+
+async def run(config: Config, db: Path | str) -> list[Finding]:
+    """Every check, in the order a reader would fix them."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
+        found = [await _database(config, db), _api_token(config), *_roots(config)]
+        found += await _hooks(config, http)
+        found += await asyncio.gather(
+            *(_node(name, n.url, n.token_file, http) for name, n in config.nodes.items())
+        )
+    return found
+
+
+async def _database(config: Config, db: Path | str) -> Finding:
+    from monitor.kernel import Kernel, KernelSettings
+
+    shown = without_password(db) if is_pg_url(db) else str(db)
+    try:
+        if isinstance(db, Path):
+            if not db.exists():
+                return note(f"the state database {db} does not exist yet", "serve creates it")
+            check_private_state(db)
+        kernel = await Kernel.open(db, KernelSettings.of(config), direct=True)
+        await kernel.close()
+    except SessionwatchError as exc:
+        return problem(f"the state database {shown}: {exc}", "see the message")
+    return ok(f"the state database {shown} opens")
+
+
+def _api_token(config: Config) -> Finding:
+    path = Path(expand_user(config.api.token_file))
+    try:
+        refuse_if_shared(path, "the API token file")
+    except SessionwatchError as exc:
+        return problem(str(exc), f"chmod 600 {path}")
+    if not path.exists():
+        return note(f"the API token file {path} does not exist yet", "serve creates it")
+    return ok(f"the API token file {path} is private")
+
+
+def _roots(config: Config) -> list[Finding]:
+    found = []
+    for kind in config.roots.kinds():
+        path = config.roots.path_of(kind)
+        if path.exists():
+            found.append(ok(f"the {kind} root {path} exists"))
+        else:
+            found.append(
+                note(f"the {kind} root {path} does not exist: no {kind} sessions are listed")
+            )
+    return found
+
+
+async def _hooks(config: Config, http: aiohttp.ClientSession) -> list[Finding]:
+    gateway = config.gateway
+    if not gateway.wakes:
+        return [
+            note(
+                "no [gateway] hooks_url: notices are not pushed to a gateway",
+                "set [gateway] hooks_url and hooks_token_file next to an OpenClaw gateway",
+            )
+        ]
+    token_file = Path(expand_user(gateway.hooks_token_file))
+    try:
+        token = read_secret(token_file, "the hooks token file")
+    except SessionwatchError as exc:
+        return [problem(str(exc), "put the gateway's hooks.token in it, mode 600")]
+    url = gateway.hooks_url.rstrip("/") + "/wake"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        async with http.post(url, data=b"{}", headers=headers) as resp:
+            status, raw = resp.status, await resp.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return [
+            problem(
+                f"the gateway's hooks at {url} do not answer ({exc or type(exc).__name__})",
+                "start the gateway, or correct [gateway] hooks_url",
+            )
+        ]
+    error = _error_of(raw)
+    if status == 400 and error == "text required":
+        return [ok(f"the gateway's hooks at {url} accept the token in {token_file}")]
+    if status == 401:
+        return [
+            problem(
+                f"the gateway refused the token in {token_file} (401)",
+                "put the gateway's hooks.token in that file",
+            )
+        ]
+    if status == 404:
+        return [
+            problem(
+                f"no hooks at {url} (404)",
+                "set hooks.enabled true in the gateway, and hooks_url to its hooks.path",
+            )
+        ]
+    if status == 429:
+        return [problem(f"the gateway throttles {url} (429)", "wait a minute; check the token")]
+    return [problem(f"the gateway answered {status} {error} at {url}", "see the gateway's log")]
+
+
+def _error_of(raw: bytes) -> str:
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace").strip()[:200]
+    return str(parsed.get("error", "")) if isinstance(parsed, dict) else ""
+
+
+async def _node(name: str, url: str, token_file: str, http: aiohttp.ClientSession) -> Finding:
+    path = Path(expand_user(token_file))
+    try:
+        token = read_secret(path, f"the token file of node {name}")
+    except SessionwatchError as exc:
+        return problem(str(exc), "copy the node's token there, mode 600")
+    target = url.rstrip("/") + "/v1/threads"
+    try:
+        async with http.get(target, headers={"Authorization": f"Bearer {token}"}) as resp:
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return problem(
+            f"node {name} at {url} does not answer ({exc or type(exc).__name__})",
+            "start `sessionwatch node` there, or correct its url",
+        )
+    if status == 401:
+        return problem(f"node {name} refused the token in {path} (401)", "copy the node's token")
+    if status != 200:
+        return problem(f"node {name} at {url} answered {status}", "check its url")
+    return ok(f"node {name} at {url} answers")
+
+
+def print_findings(found: list[Finding]) -> int:
+    """Print one line each; the exit code: 1 when any is a problem."""
+    for f in found:
+        print(f.line())
+    return 1 if any(f.level == "PROBLEM" for f in found) else 0

@@ -1,0 +1,88 @@
+"""``sessionwatch doctor``: one line per check, the fix with each problem, and no wake."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from monitor import doctor
+from monitor.cli import main
+from monitor.config import GatewayConfig, NodeConfig
+from tests.conftest import make_config
+from tests.hooks_gateway import HooksGateway
+
+
+def lines(found: list[doctor.Finding], level: str) -> list[str]:
+    return [f.line() for f in found if f.level == level]
+
+
+async def test_a_good_setup_is_all_ok_and_wakes_no_one(
+    tmp_path: Path, hooks_gateway: HooksGateway
+) -> None:
+    config = make_config(tmp_path, gateway=hooks_gateway.config(tmp_path))
+    found = await doctor.run(config, tmp_path / "state.db")
+    assert [] == lines(found, "PROBLEM")
+    assert any("accept the token" in line for line in lines(found, "ok"))
+    assert 1 == hooks_gateway.calls
+    assert [] == hooks_gateway.wakes
+
+
+async def test_a_wrong_hooks_token_is_one_problem_with_its_fix(
+    tmp_path: Path, hooks_gateway: HooksGateway
+) -> None:
+    gateway = hooks_gateway.config(tmp_path)
+    Path(gateway.hooks_token_file).write_text("wrong\n")
+    found = await doctor.run(make_config(tmp_path, gateway=gateway), tmp_path / "state.db")
+    (line,) = lines(found, "PROBLEM")
+    assert "refused the token" in line
+    assert "fix: put the gateway's hooks.token in that file" in line
+
+
+async def test_a_gateway_that_is_down_and_a_node_that_is_down(tmp_path: Path) -> None:
+    token = tmp_path / "t"
+    token.write_text("x\n")
+    token.chmod(0o600)
+    config = make_config(
+        tmp_path,
+        gateway=GatewayConfig(hooks_url="http://127.0.0.1:9/hooks", hooks_token_file=str(token)),
+    )
+    config = dataclasses.replace(
+        config, nodes={"laptop": NodeConfig(url="http://127.0.0.1:9", token_file=str(token))}
+    )
+    found = await doctor.run(config, tmp_path / "state.db")
+    problems = lines(found, "PROBLEM")
+    assert 2 == len(problems)
+    assert "hooks at http://127.0.0.1:9/hooks/wake do not answer" in problems[0]
+    assert "node laptop at http://127.0.0.1:9 does not answer" in problems[1]
+
+
+async def test_a_shared_state_file_is_a_problem(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    db.write_bytes(b"")
+    db.chmod(0o644)
+    found = await doctor.run(make_config(tmp_path), db)
+    (line,) = lines(found, "PROBLEM")
+    assert "readable by others" in line and "chmod 600" in line
+
+
+@pytest.mark.parametrize("good", [True, False])
+async def test_the_command_exits_1_on_a_problem(
+    tmp_path: Path, hooks_gateway: HooksGateway, good: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gateway = hooks_gateway.config(tmp_path)
+    if not good:
+        Path(gateway.hooks_token_file).write_text("wrong\n")
+    config = tmp_path / "sw.toml"
+    config.write_text(
+        f'[api]\ntoken_file = "{tmp_path / "token"}"\n'
+        f'[gateway]\nhooks_url = "{gateway.hooks_url}"\n'
+        f'hooks_token_file = "{gateway.hooks_token_file}"\n'
+    )
+    argv = ["--db", str(tmp_path / "state.db"), "--config", str(config), "doctor"]
+    code = await asyncio.to_thread(main, argv)
+    assert (0 if good else 1) == code
+    out = capsys.readouterr().out
+    assert ("PROBLEM" in out) is not good
