@@ -92,15 +92,25 @@ async def load(
     return len(bodies) / elapsed, latencies[int(len(latencies) * 0.99) - 1] * 1000
 
 
+HOOKS_TOKEN = "bench-hooks-token"
+
+
 def start_serve(
-    tmp: Path, wake_url: str, code: Path | None = None
+    tmp: Path, hooks_url: str | None, code: Path | None = None
 ) -> tuple[subprocess.Popen[str], str, str]:
-    """``sessionwatch serve`` on a fresh database in ``tmp``: its process, URL and token.
-    ``code``: a directory holding another build's packages, run instead of this one."""
+    """``sessionwatch serve`` on a fresh database in ``tmp``: its process, URL and token;
+    it wakes the hooks API at ``hooks_url`` (none when None). ``code``: a directory holding
+    another build's packages, run instead of this one."""
     config = tmp / "sessionwatch.toml"
+    gateway = ""
+    if hooks_url:
+        token_file = tmp / "hooks-token"
+        token_file.write_text(HOOKS_TOKEN + "\n")
+        token_file.chmod(0o600)
+        gateway = f'[gateway]\nhooks_url = "{hooks_url}"\nhooks_token_file = "{token_file}"\n'
     config.write_text(
         f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
-        f'[roots]\nclaude = "{tmp / "claude"}"\n[gateway]\nwake_url = "{wake_url}"\n'
+        f'[roots]\nclaude = "{tmp / "claude"}"\n{gateway}'
         "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\n"
     )
     proc = subprocess.Popen(
@@ -234,12 +244,14 @@ async def main() -> None:
     woken: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
 
     async def wake(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {HOOKS_TOKEN}":
+            return web.Response(status=401)
         body = await request.json()
         await woken.put((body["sessionKey"], time.perf_counter()))
-        return web.json_response({"ok": True})
+        return web.json_response({"ok": True, "mode": "now", "eventOutcome": "queued"})
 
-    gateway = web.Application()
-    gateway.router.add_post("/wake", wake)
+    gateway = web.Application()  # the gateway's hooks API, as OpenClaw answers it
+    gateway.router.add_post("/hooks/wake", wake)
     runner = web.AppRunner(gateway, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -247,7 +259,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "claude").mkdir()
-        proc, base, token = start_serve(tmp, f"http://{host}:{port}/wake")
+        proc, base, token = start_serve(tmp, f"http://{host}:{port}/hooks")
         procs: list[subprocess.Popen[Any]] = [proc]
         procs.append(subprocess.Popen([sys.executable, "-c", BASELINE, "18765"]))
         servers = [("", base, token)]
@@ -255,7 +267,7 @@ async def main() -> None:
             if args.compare:
                 (tmp / "compared").mkdir()
                 other, other_base, other_token = start_serve(
-                    tmp / "compared", "http://127.0.0.1:9/wake", args.compare.resolve()
+                    tmp / "compared", None, args.compare.resolve()
                 )
                 procs.append(other)
                 servers.append((f" [{args.compare}]", other_base, other_token))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 DEFAULT_DIR = Path("~/.cache/sessionwatch/interop").expanduser()
 INSTALL_DIR = Path(
     os.environ.get("SESSIONWATCH_INTEROP_DIR")
@@ -18,3 +20,11 @@ CLAUDE = MODULES / "@anthropic-ai" / "claude-code" / "bin" / "claude.exe"
 NOT_INSTALLED = (
     f"the interop packages are not installed in {INSTALL_DIR}; run tests/interop/install.sh"
 )
+
+
+def unless_runnable(why: str | None) -> pytest.MarkDecorator:
+    """Skip, saying why, where the packages are missing. Where CI requires the interop tests
+    (``SESSIONWATCH_REQUIRE_INTEROP=1``), that stops the run instead."""
+    if why is not None and os.environ.get("SESSIONWATCH_REQUIRE_INTEROP") == "1":
+        raise RuntimeError(f"the interop tests are required but cannot run: {why}")
+    return pytest.mark.skipif(why is not None, reason=why or "")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from monitor.kernel.notices import notice_text
-from tests.interop import NODE
+from tests.interop import NODE, unless_runnable
 from tests.interop.gateway_rig import (
     ClaudeCode,
     Gateway,
@@ -36,7 +36,7 @@ from tests.interop.gateway_rig import (
 
 MAIN = "agent:main:main"
 WHY = why_not_runnable()
-pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+pytestmark = unless_runnable(WHY)
 
 
 @dataclass

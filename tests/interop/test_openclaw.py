@@ -19,14 +19,13 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.interop import NODE, NOT_INSTALLED, OPENCLAW
+from tests.interop import NODE, NOT_INSTALLED, OPENCLAW, unless_runnable
 
 PACKAGE = OPENCLAW
 DRIVER = Path(__file__).with_name("openclaw_driver.mjs")
 
-pytestmark = pytest.mark.skipif(
-    not (NODE.exists() and (PACKAGE / "dist").is_dir()),
-    reason=NOT_INSTALLED,
+pytestmark = unless_runnable(
+    None if NODE.exists() and (PACKAGE / "dist").is_dir() else NOT_INSTALLED
 )
 
 MAIN = "agent:main:main"
