@@ -315,3 +315,51 @@ def test_a_gateway_that_refuses_caller_chosen_keys(scratch: ScratchRig) -> None:
         assert scratch.gateway.ready()
     finally:
         sidecar.stop()
+
+
+def test_two_processes_write_one_file_with_no_lock_error_and_nothing_lost(
+    scratch: ScratchRig,
+) -> None:
+    """The gateway records its own events (its ``agent`` method, into a watched session)
+    while the sidecar records through its API and ticks: every event of both is there, and
+    neither side logs a lock error. bench/gateway_contention.py measures the waits."""
+    import threading
+
+    from tests.interop.gateway_rig import http
+
+    sidecar = scratch.sidecar("two-writers")
+    peer = "agent:main:dashboard:two-writers"
+    target = "agent:main:dashboard:sidecar-writes"
+    try:
+        sidecar.cli("watch", "--watcher", MAIN, "--target", peer)
+        token = (sidecar.work / "token").read_text().strip()
+        url = f"http://127.0.0.1:{sidecar.port}/v1/events"
+        answers: list[int] = []
+
+        def sidecar_writes() -> None:
+            for i in range(200):
+                body = {
+                    "sessionKey": target,
+                    "kind": "goal_changed",
+                    "actorType": "agent",
+                    "summary": "goal updated",
+                    "dedupeKey": f"two-writers-{i}",
+                }
+                answers.append(http("POST", url, body, token)[0])
+
+        writer = threading.Thread(target=sidecar_writes)
+        writer.start()
+        seen = state_version(sidecar, peer)
+        for i in range(3):
+            params = {"sessionKey": peer, "message": f"typed {i}", "idempotencyKey": f"tw-{i}"}
+            scratch.gateway.call("agent", params)
+        writer.join(120)
+        assert [200] * 200 == answers
+        wait_for(
+            "the gateway's three events", lambda: len(events_since(sidecar, peer, seen)) == 3, 90
+        )
+        assert 200 == len(events_since(sidecar, target, 0))
+        no_lock_errors(sidecar.log_text(), scratch.gateway.log_text())
+        assert scratch.gateway.ready()
+    finally:
+        sidecar.stop()
