@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import orjson
 
 from monitor.config import Config, is_pg_url, load_config
-from monitor.errors import BadInput, SessionwatchError
+from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.db import run_now
 from monitor.kernel.events import MAX_INT64, parse_actor, parse_kind
 from monitor.paths import expand_user
@@ -516,7 +516,10 @@ def main(argv: list[str] | None = None) -> int:
         _check_utf8(sys.argv[1:] if argv is None else argv)
         given = sys.argv[1:] if argv is None else argv
         args = build_parser(_command_of(given)).parse_args(given)
-        args.config_obj = load_config(args.config)
+        try:
+            args.config_obj = load_config(args.config)
+        except ConfigError as exc:  # a bad configuration file is bad input: exit 2
+            raise BadInput(str(exc)) from None
         if args.command == "replay":
             return _replay(args)
         if args.command == "config":

@@ -20,8 +20,14 @@ log = logging.getLogger(__name__)
 def take_instance_lock(db: Path) -> IO[str]:
     """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
     path = db.with_name(db.name + ".lock")
-    make_private_dirs(path.parent)  # the state directory
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        make_private_dirs(path.parent)  # the state directory
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot take the instance lock {path}: {exc.strerror}"
+            f" (the database directory {path.parent} must be writable by this user)"
+        ) from None
     handle = os.fdopen(fd, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -23,7 +23,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
-from monitor.config import Config
+from monitor.config import Config, without_password
 from monitor.errors import (
     ConfigError,
     SchemaTooNew,
@@ -358,7 +358,8 @@ async def serve(config: Config, db: Path | str) -> None:
         if sidecar is None:
             log.info("stopped before the state database could be opened")
             return
-        log.info("sessionwatch serving %s on %s", db, ", ".join(sidecar.addresses))
+        shown = without_password(db) if isinstance(db, str) else db
+        log.info("sessionwatch serving %s on %s", shown, ", ".join(sidecar.addresses))
         await stopping.wait()
         log.info("stopping: no new requests; finishing the tick in flight")
 

@@ -166,10 +166,10 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
 def test_host_and_store_url_are_checked_and_the_password_never_shown(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[host]\nid = "gw 1"\n')
-    err = sw(tmp_path / "x.db", "--config", str(config), "config", code=1)
+    err = sw(tmp_path / "x.db", "--config", str(config), "config", code=2)
     assert "[host] id must be letters, digits" in err
     config.write_text('[store]\nurl = "mysql://x"\n')
-    err = sw(tmp_path / "x.db", "--config", str(config), "config", code=1)
+    err = sw(tmp_path / "x.db", "--config", str(config), "config", code=2)
     assert "[store] url must be a postgresql:// URL" in err
     config.write_text('[store]\nurl = "postgresql://gw:s3cret@db.example/sw"\n[host]\nid = "gw1"\n')
     shown = sw(tmp_path / "x.db", "--config", str(config), "config")
@@ -178,3 +178,9 @@ def test_host_and_store_url_are_checked_and_the_password_never_shown(tmp_path: P
         shown["store"]["url"],
         shown["host"]["id"],
     )
+
+
+def test_serve_where_the_database_directory_cannot_be_made_says_so_in_one_line() -> None:
+    err = sw("/proc/sessionwatch-test/state.db", "serve", code=1)
+    assert "cannot take the instance lock /proc/sessionwatch-test/state.db.lock" in err
+    assert "must be writable by this user" in err

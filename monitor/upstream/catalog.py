@@ -44,7 +44,9 @@ def parse_since(text: str, now_ms: int) -> int:
         at = datetime.fromisoformat(raw)
     except ValueError:
         raise BadInput(
-            f"since must be an age such as 30m, 6h, 2d or 1w, or a date, got {text!r}"
+            "since must be an age (a number and s, m, h, d or w, such as 30m, 6h or 2d) or an"
+            " ISO date or date and time (such as 2026-11-30 or 2026-11-30T09:00+01:00),"
+            f" got {text!r}"
         ) from None
     return int((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
 

@@ -75,10 +75,17 @@ Token = Annotated[
         description="a short identifier: letters, digits, ._:/@+-; at most 64",
     ),
 ]
-AGE_PATTERN = (
-    r"^(\d{1,9}[smhdwSMHDW]|(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])"
-    r"(T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?)?)$"
-)
+# Parsed by the one function the CLI uses too (monitor.upstream.catalog.parse_since), whose
+# refusal names the accepted forms; a pattern here refused real dates (the 29th to the 31st).
+Since = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=64,
+        description="an age (30m, 6h, 2d, 1w) or an ISO date or date and time (2026-11-30,"
+        " 2026-11-30T09:00, with an optional UTC offset)",
+    ),
+]
 # Checked by the upstream monitor (its message lists the kinds); the enum is for the document.
 AdapterKind = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(names())})]
 
@@ -194,7 +201,7 @@ class NoticesQuery(Query):
 class CatalogQuery(Query):
     kind: AdapterKind | Unset = UNSET
     cwd: Annotated[str, msgspec.Meta(pattern=r"^[^\x00]*$")] | Unset = UNSET
-    since: Annotated[str, msgspec.Meta(pattern=AGE_PATTERN)] | Unset = UNSET
+    since: Since | Unset = UNSET
     search: str | Unset = UNSET
     limit: Annotated[int, msgspec.Meta(ge=1, le=10000)] | Unset = UNSET
 

@@ -256,3 +256,18 @@ async def test_a_refusal_names_the_field_and_what_was_expected(
     status, answer = await client.call("POST", path, body)
     assert 400 == status
     assert answer["error"]["message"].startswith(message), answer
+
+
+@pytest.mark.parametrize("since", ["2026-11-29", "2026-11-30", "2026-12-31", "2026-11-30T09:00"])
+async def test_the_catalog_takes_every_real_date(client: Client, since: str) -> None:
+    status, answer = await client.call("GET", f"/v1/catalog?since={since}")
+    assert 200 == status, answer
+
+
+@pytest.mark.parametrize("since", ["2026-02-30", "yesterday", "5x"])
+async def test_a_date_that_is_not_one_is_refused_in_words(client: Client, since: str) -> None:
+    """The API and the CLI share one parser, and its refusal names the accepted forms."""
+    status, answer = await client.call("GET", f"/v1/catalog?since={since}")
+    assert 400 == status
+    assert "an age (a number and s, m, h, d or w" in answer["error"]["message"]
+    assert "ISO date or date and time" in answer["error"]["message"]
