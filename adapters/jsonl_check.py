@@ -54,9 +54,11 @@ from adapters.tailer import (
     TailRead,
     describe,
     end_of_last_line,
+    open_regular,
     read_at,
     read_tail,
     split_lines,
+    tail_digest,
 )
 from adapters.threads import DaemonReads, SourceBusy
 from monitor.errors import BadInput, Declined, OutsideRoots
@@ -136,14 +138,14 @@ def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
 def baseline_file(fmt: JsonlFormat[Any], path: str) -> Marker:
     """The marker at the end of the file's last complete line. Raises Declined / OSError."""
     try:
-        offset, head, ino = end_of_last_line(path)
+        offset, head, ino, tail = end_of_last_line(path)
     except NotRegularFile as exc:
         raise Declined(str(exc)) from None
     state = fmt.state_from_first(first_record(path) if offset > 0 else None)
     reason = fmt.declines(state)
     if reason:
         raise Declined(reason)
-    return {"offset": offset, "head": head, "ino": ino, **state.to_marker()}
+    return {"offset": offset, "head": head, "ino": ino, "tail": tail, **state.to_marker()}
 
 
 def check_file(
@@ -162,7 +164,16 @@ def check_file(
     offset = non_negative_int(marker.get("offset", marker.get("size", 0)))
     resume = non_negative_int(marker.get("long"))
     try:
-        read = read_tail(real, offset, settings.cap, marker.get("head"), marker.get("ino"), resume)
+        tail = marker.get("tail")
+        read = read_tail(
+            real,
+            offset,
+            settings.cap,
+            marker.get("head"),
+            marker.get("ino"),
+            resume,
+            tail if isinstance(tail, str) else None,
+        )
         if read.status in ("rotated", "truncated"):
             return _reread(fmt, probe, read, settings, held)
         if read.status == "idle" or (read.status == "waiting" and not resume):
@@ -170,6 +181,10 @@ def check_file(
         if read.status in ("long", "waiting"):
             return _hold(real, offset, resume, read, marker, settings, held)
         lines = read.lines if not resume else _join(real, offset, resume, read, held)
+        lines, read = _up_to_a_long_line(real, lines, read, settings.max_line)
+        if not lines:
+            reason = f"a line longer than max_line_bytes ({settings.max_line}) starts at {read.end}"
+            return Outcome(status="blocked", blocked_offset=read.end, reason=reason)
         state = fmt.state_from_marker(marker)
         own = OwnPool(probe.own)
         result = scan(fmt, lines, state, own, Cutoff.of(marker))
@@ -182,10 +197,29 @@ def check_file(
     return _settled(fmt, probe, read, lines, result, state, own)
 
 
+def _up_to_a_long_line(
+    path: str, lines: list[tuple[int, bytes]], read: TailRead, max_line: int
+) -> tuple[list[tuple[int, bytes]], TailRead]:
+    """The lines before the first longer than ``max_line`` (its newline came within this
+    read), and the read ending where it starts: the next check blocks on it."""
+    for i, (offset, line) in enumerate(lines):
+        if len(line) > max_line:
+            fd, _ = open_regular(path)
+            try:
+                tail = tail_digest(fd, offset)
+            finally:
+                os.close(fd)
+            return lines[:i], dataclasses.replace(read, end=offset, tail=tail)
+    return lines, read
+
+
 def _idle(marker: Marker, read: TailRead) -> Outcome:
     if "reread" in marker or (read.head and not marker.get("head")):
         done = {k: v for k, v in marker.items() if k != "reread"}
-        return Outcome(status="quiet", marker={**done, "head": read.head, "ino": read.ino})
+        return Outcome(
+            status="quiet",
+            marker={**done, "head": read.head, "ino": read.ino, "tail": read.tail},
+        )
     return Outcome(status="quiet", marker=marker)
 
 
@@ -211,6 +245,7 @@ def _settled(
         "offset": end,
         "head": read.head,
         "ino": read.ino,
+        "tail": read.tail if end == read.end else None,  # stopped early: no fingerprint
         **remembered(marker, result),
         "drift": old.merged(result.drift).to_json(),
         **state.to_marker(),
@@ -397,7 +432,9 @@ class JsonlAdapter:
 
 
 MAX_TICKS = 10_000_000
-_BOOKKEEPING = ("pending", "head", "ino", "recent", "drift", "echo", "seenAt", "changes")
+_BOOKKEEPING = (
+    *("pending", "head", "tail", "ino", "recent", "drift", "echo", "seenAt", "changes"),
+)
 
 
 def replay_file(

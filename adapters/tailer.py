@@ -3,8 +3,10 @@
 From a byte offset it reads at most the scan cap per tick, up to the last complete line. A
 partial last line waits for its newline. A file that did not grow is only stat'ed. A file
 that is no longer the one the marker was taken on (another inode, another first line) was
-``rotated``; one that shrank below the offset, or whose byte before the offset is no longer a
-line end, was ``truncated`` (rewritten).
+``rotated``; one that shrank below the offset, whose byte before the offset is no longer a
+line end, or whose bytes just before the offset are not the ones read there (the ``tail``
+fingerprint, as log tailers keep one) was ``truncated`` (rewritten). The fingerprint sees a
+rewrite even when the old offset happens to fall on a line end of the new bytes.
 
 Only regular files are opened, and never in a way that can block: the type is checked with
 ``stat`` first, the open is ``O_NONBLOCK``, and the opened file is checked again. A FIFO,
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 HEAD_BYTES = 4096
+TAIL_BYTES = 256  # the fingerprint of what was read: the bytes just before the offset
 
 ReadStatus = Literal["lines", "idle", "waiting", "long", "rotated", "truncated"]
 
@@ -71,6 +74,7 @@ class TailRead:
     end: int = 0  # the offset after the last complete line read
     size: int = 0
     head: str | None = None  # the file's head digest
+    tail: str | None = None  # the digest of the bytes just before ``end``
     ino: int | None = None
     chunk: bytes = b""  # "long": the bytes read of a line longer than the cap
 
@@ -83,6 +87,14 @@ def head_digest(fd: int) -> str | None:
     if newline < 0 and len(chunk) < HEAD_BYTES:
         return None
     return hashlib.sha256(chunk if newline < 0 else chunk[: newline + 1]).hexdigest()[:16]
+
+
+def tail_digest(fd: int, offset: int) -> str | None:
+    """The fingerprint of the bytes just before ``offset`` (None at the file's start)."""
+    if offset <= 0:
+        return None
+    start = max(0, offset - TAIL_BYTES)
+    return hashlib.sha256(os.pread(fd, offset - start, start)).hexdigest()[:16]
 
 
 def split_lines(chunk: bytes, base: int, end: int | None = None) -> list[tuple[int, bytes]]:
@@ -109,7 +121,14 @@ def split_lines(chunk: bytes, base: int, end: int | None = None) -> list[tuple[i
 _PAD = frozenset(b"\x00 \t\r\x0b\x0c")
 
 
-def _changed(fd: int, offset: int, head: str | None, ino: int | None, st: os.stat_result) -> str:
+def _changed(
+    fd: int,
+    offset: int,
+    head: str | None,
+    ino: int | None,
+    st: os.stat_result,
+    tail: str | None = None,
+) -> str:
     """Why the file is not the one the marker was taken on, or "" when it is."""
     if ino is not None and st.st_ino != ino:
         return "rotated"
@@ -119,6 +138,8 @@ def _changed(fd: int, offset: int, head: str | None, ino: int | None, st: os.sta
         return "rotated"
     if offset > 0 and os.pread(fd, 1, offset - 1) != b"\n":
         return "truncated"  # rewritten: the marker no longer sits at a line end
+    if tail is not None and tail_digest(fd, offset) != tail:
+        return "truncated"  # rewritten, though the offset still falls on a line end
     return ""
 
 
@@ -129,36 +150,50 @@ def read_tail(
     head: str | None,
     ino: int | None = None,
     resume: int = 0,
+    tail: str | None = None,
 ) -> TailRead:
     """One tick's read of at most ``cap`` bytes from ``offset + resume`` (``resume``: bytes
-    of a long line at ``offset`` already read). Raises ``OSError`` (FileNotFoundError:
-    missing; NotRegularFile: never opened)."""
+    of a long line at ``offset`` already read; ``tail``: the fingerprint taken at
+    ``offset``). Raises ``OSError`` (FileNotFoundError: missing; NotRegularFile: never
+    opened)."""
     start = offset + resume
     before = stat_regular(path)
     if before.st_size == start and (ino is None or ino == before.st_ino):  # a stat, no open
-        return TailRead(status="idle", end=offset, size=start, ino=before.st_ino, head=head)
+        return TailRead(
+            status="idle", end=offset, size=start, ino=before.st_ino, head=head, tail=tail
+        )
     fd, st = open_regular(path, checked=True)
     try:
         size = st.st_size
-        changed = _changed(fd, offset, head, ino, st) or ("truncated" if size < start else "")
+        changed = _changed(fd, offset, head, ino, st, tail)
+        changed = changed or ("truncated" if size < start else "")
         if changed:
             return TailRead(status=changed, size=size, ino=st.st_ino)  # type: ignore[arg-type]
         chunk = os.pread(fd, min(cap, size - start), start)
         current_head = head if head is not None else head_digest(fd)
+        last_nl = chunk.rfind(b"\n")
+        end = start + last_nl + 1 if last_nl >= 0 else offset
+        current_tail = tail_digest(fd, end) if last_nl >= 0 else tail
     finally:
         os.close(fd)
-    last_nl = chunk.rfind(b"\n")
     if last_nl < 0:
         status: ReadStatus = "long" if len(chunk) >= cap else "waiting"
         return TailRead(
-            status=status, end=offset, size=size, head=current_head, ino=st.st_ino, chunk=chunk
+            status=status,
+            end=offset,
+            size=size,
+            head=current_head,
+            tail=current_tail,
+            ino=st.st_ino,
+            chunk=chunk,
         )
     return TailRead(
         status="lines",
         lines=split_lines(chunk, start, last_nl + 1),
-        end=start + last_nl + 1,
+        end=end,
         size=size,
         head=current_head,
+        tail=current_tail,
         ino=st.st_ino,
         chunk=chunk,  # may run past ``end``: a partial line that waits
     )
@@ -173,8 +208,9 @@ def read_at(path: str, start: int, length: int) -> bytes:
         os.close(fd)
 
 
-def end_of_last_line(path: str) -> tuple[int, str | None, int]:
-    """Baseline: the offset after the last complete line, the head digest and the inode."""
+def end_of_last_line(path: str) -> tuple[int, str | None, int, str | None]:
+    """Baseline: the offset after the last complete line, the head digest, the inode and
+    the tail fingerprint at that offset."""
     fd, st = open_regular(path)
     try:
         pos = st.st_size
@@ -184,8 +220,9 @@ def end_of_last_line(path: str) -> tuple[int, str | None, int]:
             chunk = os.pread(fd, pos - start, start)
             nl = chunk.rfind(b"\n")
             if nl >= 0:
-                return start + nl + 1, head_digest(fd), st.st_ino
+                end = start + nl + 1
+                return end, head_digest(fd), st.st_ino, tail_digest(fd, end)
             pos = start
-        return 0, head_digest(fd), st.st_ino
+        return 0, head_digest(fd), st.st_ino, None
     finally:
         os.close(fd)

@@ -108,7 +108,7 @@ def _json_object(raw: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-_PRIVATE_MARKER_FIELDS = frozenset({"pending", "head", "echo", "recent", "drift", "ino"})
+_PRIVATE_MARKER_FIELDS = frozenset({"pending", "head", "tail", "echo", "recent", "drift", "ino"})
 
 
 def public_marker(marker: Marker) -> Marker:

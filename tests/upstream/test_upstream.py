@@ -266,6 +266,52 @@ async def test_a_rotated_or_truncated_file_loses_nothing_and_repeats_nothing(
     assert (await monitor.kernel.status(KEY))["stateVersion"] == 3
 
 
+async def test_a_rewrite_whose_old_offset_falls_on_a_line_end_is_seen(
+    monitor: UpstreamMonitor, roots: RootsConfig
+) -> None:
+    """Same inode, same first line, and the old offset still ends a line of the new bytes:
+    only the fingerprint of the bytes before the offset tells the file was rewritten."""
+    path = Path(roots.claude) / "s.jsonl"
+    first_two = stamped_line("one", "u1", "2026-01-01T00:00:01Z") + stamped_line(
+        "two", "u2", "2026-01-01T00:00:02Z"
+    )
+    path.write_bytes(first_two)
+    await adopt_watched(monitor, path)
+    append(path, stamped_line("three", "u3", "2026-01-01T00:00:03Z"))
+    assert await outcomes(monitor) == [("activity", 1)]
+    offset = path.stat().st_size
+    inode = path.stat().st_ino
+    rewritten = first_two + stamped_line("fours", "u4", "2026-01-01T00:00:04Z")
+    assert len(rewritten) == offset  # the old offset ends a line of the new bytes
+    path.write_bytes(rewritten + stamped_line("fives", "u5", "2026-01-01T00:00:05Z"))
+    assert path.stat().st_ino == inode
+    assert await outcomes(monitor) == [("activity", 2)]
+    assert await outcomes(monitor) == [("quiet", 0)]
+    assert {"truncated": 1} == (await monitor.links())[0]["marker"]["changes"]
+
+
+async def test_a_line_over_max_line_bytes_blocks_even_when_read_whole(
+    kernel: Kernel, roots: RootsConfig
+) -> None:
+    """The limit bounds memory: a line longer than it blocks the link though its newline
+    came within the same read; the prompt before it still counts."""
+    limit = 1000
+    config = Config(roots=roots, monitor=MonitorConfig(max_line_bytes=limit))
+    monitor = UpstreamMonitor.from_config(kernel, config)
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    await adopt_watched(monitor, path)
+    before = user_line("before the long one", "u1")
+    long_line = user_line("x" * (limit + 10), "u2")
+    assert len(long_line) < config.monitor.scan_cap_bytes  # read whole within one tick
+    append(path, before + long_line)
+    assert await outcomes(monitor) == [("activity", 1)]
+    assert await outcomes(monitor) == [("blocked", 0)]
+    (link,) = await monitor.links()
+    reason = f"a line longer than max_line_bytes ({limit}) starts at {len(before)}"
+    assert {"offset": len(before), "reason": reason} == link["blocked"]
+
+
 async def test_readopting_keeps_the_marker_and_a_new_source_rebases(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
