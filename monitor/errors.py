@@ -60,6 +60,10 @@ class StoreLocked(StoreError):
     """Another process held the database's write lock for longer than a write may wait."""
 
 
+class StoreUnavailable(StoreError):
+    """The store refuses every write for now: unreachable, full, read-only, failing I/O."""
+
+
 class NotPrivate(StoreError):
     """A state file (database, token) is readable by group or others."""
 

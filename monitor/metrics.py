@@ -35,6 +35,12 @@ class Metrics:
             "Notices the gateway accepted in a wake, acknowledged as delivered",
             registry=r,
         )
+        self.link_write_failures = Counter(
+            "sessionwatch_link_write_failures_total",
+            "A link's findings the store refused for a reason of that write's own (a constraint,"
+            " a trigger); the link's marker stays and the tick goes on",
+            registry=r,
+        )
         self.ticks = Counter("sessionwatch_ticks_total", "Monitor ticks run", registry=r)
         self.tick_seconds = Histogram(
             "sessionwatch_tick_duration_seconds", "Duration of monitor ticks", registry=r

@@ -244,19 +244,24 @@ async def client(tmp_path: Path, store_target: Path | str) -> AsyncIterator[Clie
         yield Client(sidecar.addresses[0], token, http, sidecar)
 
 
-def refuse_event_inserts(conn: Any) -> None:
-    """Make every insert into the signal log fail, on either store (a full disk, say)."""
+def refuse_event_inserts(conn: Any, only: str | None = None) -> None:
+    """Make every insert into the signal log fail, on either store, with a trigger (every
+    write failing alike: the whole store refusing, as a full disk would); with ``only``,
+    just the inserts of that session (one write's own failure, a constraint)."""
     import sqlite3
 
     if isinstance(conn, sqlite3.Connection):
+        when = f" WHEN NEW.session_key = '{only}'" if only else ""
         conn.execute(
-            "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
+            f"CREATE TRIGGER refuse BEFORE INSERT ON session_state_events{when}"
             " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
         )
         return
+    check = f"IF NEW.session_key = '{only}' THEN " if only else ""
+    end = " END IF;" if only else ""
     conn.execute(
         "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql"
-        " AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$"
+        f" AS $$ BEGIN {check}RAISE EXCEPTION 'disk full';{end} RETURN NEW; END $$"
     )
     conn.execute(
         "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
@@ -271,6 +276,7 @@ def allow_event_inserts(conn: Any) -> None:
         conn.execute("DROP TRIGGER refuse")
     else:
         conn.execute("DROP TRIGGER refuse ON session_state_events")
+        conn.execute("DROP FUNCTION refuse()")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from monitor.clock import Clock, now_ms
-from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel.schema import migrate
 from monitor.paths import expand_user, make_private_dirs
 
@@ -138,7 +138,11 @@ def translate(
         on_error()
     if _is_locked(exc):
         return _locked_error(waited)
-    return StoreError(f"state database error: {exc}")
+    if isinstance(exc, sqlite3.OperationalError | sqlite3.InternalError) or type(exc) is (
+        sqlite3.DatabaseError
+    ):  # full, read-only, I/O, corrupt: every write would fail the same way
+        return StoreUnavailable(f"state database error: {exc}")
+    return StoreError(f"state database error: {exc}")  # this write's own: a constraint
 
 
 def open_path(path: Path | str) -> tuple[Path, bool]:

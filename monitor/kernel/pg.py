@@ -45,7 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.clock import Clock, now_ms
 from monitor.config import without_password
-from monitor.errors import SessionwatchError, StoreError, StoreLocked
+from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel.pending import Done, Expired, Outcome, PendingWrite, fail_late, settle
 from monitor.kernel.pg_schema import migrate
 
@@ -314,7 +314,7 @@ class PgStore:
             if not self._down:
                 self._down = True
                 log.warning("the state database %s is unavailable: %s", self.path, exc)
-            return StoreError(f"the state database {self.path} is unavailable: {exc}")
+            return StoreUnavailable(f"the state database {self.path} is unavailable: {exc}")
         return StoreError(f"state database error: {exc}")
 
     def _up(self) -> None:

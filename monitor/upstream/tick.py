@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, Outcome, Probe
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
-from monitor.errors import SessionwatchError, StoreError
+from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.kernel import Recorder
@@ -93,6 +93,7 @@ class Ticker:
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
         self._store_refused: str | None = None  # said once until the store takes a tick again
+        self._link_failures: dict[tuple[str, str], str] = {}  # said once per link and reason
 
     @property
     def busy(self) -> bool:
@@ -148,6 +149,7 @@ class Ticker:
         checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
         idle: list[UpstreamLink] = []
         refused: str | None = None  # once the store refuses, the rest do not wait for it too
+        failed: str | None = None  # one link's own failed write, with none settled since
         wrote = False
         for kind, works, outcomes in checked:
             for (link, _), outcome in zip(works, outcomes, strict=True):
@@ -160,8 +162,13 @@ class Ticker:
                 elif refused is not None:
                     results.append(_waiting(link, refused, kind))
                 else:
-                    result = await self._settle(link, outcome)
-                    refused = result.reason if result.unsettled else None
+                    result, store_wide = await self._settle(link, outcome)
+                    if not result.unsettled:
+                        failed = None
+                    elif store_wide or failed is not None:
+                        refused = result.reason  # locked, down, or failing every write
+                    else:
+                        failed = result.reason  # this link's own; the next ones go on
                     wrote = wrote or not result.unsettled
                     results.append(replace(result, adapter=kind))
         for what, pending, write in (
@@ -259,19 +266,43 @@ class Ticker:
             )
         return kind, works, outcomes
 
-    async def _settle(self, link: UpstreamLink, outcome: Outcome) -> LinkResult:
+    async def _settle(self, link: UpstreamLink, outcome: Outcome) -> tuple[LinkResult, bool]:
+        """The link's result, and whether a refusal was the whole store's: locked by
+        another process or unreachable. Any other failed write (a constraint, a trigger)
+        is first taken as this link's own: said once for the link, its marker stays, and
+        the tick goes on; a second in a row means the store fails every write."""
         threshold = self.settings.missing_threshold
 
         def run(record: Recorder) -> LinkResult:
             return settle(record, link, outcome, threshold)
 
         try:
-            return await self.kernel.commit(run)
-        except StoreError as exc:  # said once by the tick, not per link
-            return _waiting(link, str(exc), None)
+            result: LinkResult = await self.kernel.commit(run)
+        except (StoreLocked, StoreUnavailable) as exc:  # said once by the tick, not per link
+            return _waiting(link, str(exc), None), True
+        except StoreError as exc:
+            self._link_failed(link, str(exc))
+            return _waiting(link, f"could not record: {exc}", None), False
         except SessionwatchError as exc:
             log.warning("%s: could not settle the tick: %s", link.session_key, exc)
-            return LinkResult(session_key=link.session_key, outcome="inconclusive", reason=str(exc))
+            failed = LinkResult(
+                session_key=link.session_key, outcome="inconclusive", reason=str(exc)
+            )
+            return failed, False
+        self._link_failures.pop(link.key, None)
+        return result, False
+
+    def _link_failed(self, link: UpstreamLink, reason: str) -> None:
+        if self._link_failures.get(link.key) != reason:
+            self._link_failures[link.key] = reason
+            log.warning(
+                "%s: the state database refused this link's findings (%s); its marker stays"
+                " and the next tick reads them again",
+                link.session_key,
+                reason,
+            )
+        if self.metrics is not None:
+            self.metrics.link_write_failures.inc()
 
     def _count_drift(self, kind: str, outcome: Outcome) -> None:
         metrics, drift = self.metrics, outcome.drift

@@ -192,6 +192,41 @@ async def test_a_store_that_refuses_the_tick_is_said_once_and_loses_nothing(
         assert ["adopted", "human_direct_message"] == [e["kind"] for e in events]
 
 
+async def test_one_links_failed_write_stays_that_links(
+    monitor: UpstreamMonitor, roots: RootsConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write that fails for one link alone (a constraint, a trigger) leaves that link's
+    marker and reason; the other links of the tick record and advance (as OpenClaw goes on
+    with the provider batch when one marker settlement fails)."""
+    keys = [f"agent:main:adopted:x{i}" for i in range(3)]
+    for i, key in enumerate(keys):
+        path = Path(roots.claude) / f"s{i}.jsonl"
+        path.write_bytes(b"")
+        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
+        assert await monitor.kernel.watch(watcher=MAIN, target=key)
+    await monitor.kernel.store.write(lambda conn: refuse_event_inserts(conn, only=keys[1]))
+    for i in range(3):
+        append(Path(roots.claude) / f"s{i}.jsonl", user_line(f"prompt {i}", f"u{i}"))
+    caplog.set_level(logging.WARNING, logger="monitor.upstream.tick")
+    for healthy in (("activity", 1), ("quiet", 0)):
+        results = {r.session_key: r for r in await monitor.tick()}
+        assert "inconclusive" == results[keys[1]].outcome
+        assert "could not record" in (results[keys[1]].reason or "")
+        assert [healthy, healthy] == [(results[k].outcome, results[k].turns) for k in keys[::2]]
+    markers = {link["sessionKey"]: link["marker"] for link in await monitor.links()}
+    assert {"offset": 0} == markers[keys[1]]
+    assert markers[keys[0]]["offset"] > 0 and markers[keys[2]]["offset"] > 0
+    said = [r.getMessage() for r in caplog.records]
+    assert 1 == sum("refused this link's findings" in m for m in said), said
+    assert 0 == sum("the tick's writes wait" in m for m in said), said
+    await monitor.kernel.store.write(allow_event_inserts)
+    results = {r.session_key: r for r in await monitor.tick()}
+    assert ("activity", 1) == (results[keys[1]].outcome, results[keys[1]].turns)
+    for key in keys:
+        events = (await monitor.kernel.status(key, changes_since=0))["stateChanges"]["events"]
+        assert ["adopted", "human_direct_message"] == [e["kind"] for e in events]
+
+
 async def test_a_long_line_is_read_across_ticks_and_counts_once(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
