@@ -182,7 +182,16 @@ class ClaudeNodeAdapter:
                 return Outcome(status="missing", reason="the node has no such thread")
             if again:
                 return Outcome(status="inconclusive", reason="the node keeps losing the marker")
-            return await self._check_one(http, _reread(probe), again=True)
+            if marker.get("lost"):  # the anchor the last re-read gave is lost too: never quiet
+                reason = (
+                    f"the node cannot find the marker item {anchor!r} twice in a row"
+                    " (an older node, or a transcript it cannot parse); the link waits"
+                )
+                return Outcome(status="inconclusive", reason=reason)
+            reread = await self._check_one(http, _reread(probe), again=True)
+            if reread.marker is not None:  # remembered until a check finds its anchor
+                reread = dataclasses.replace(reread, marker={**reread.marker, "lost": True})
+            return reread
         except NodeError as exc:
             return Outcome(status="inconclusive", reason=str(exc))
         return _classified(probe, anchor, tail, items)

@@ -92,18 +92,31 @@ def project(line: bytes) -> dict[str, Any]:
 
 
 def _line_after(data: bytes, uuid: str) -> int | None:
-    """The offset just past the line of the record whose uuid is ``uuid``."""
-    needle = b'"uuid":"' + uuid.encode() + b'"'
-    pos = data.find(needle)
-    while pos >= 0:
-        start = data.rfind(b"\n", 0, pos) + 1
-        end = data.find(b"\n", pos)
-        if end < 0:
-            return None  # only a partial last line holds it
-        if project(data[start:end].lstrip(b"\x00").strip()).get("uuid") == uuid:
-            return end + 1
-        pos = data.find(needle, pos + 1)
+    """The offset just past the complete line of the record whose uuid is ``uuid``: found
+    by parsing records, however their JSON is spaced or escaped. Lines holding the quoted
+    uuid are parsed first (the fast path); only when none is the record is every line."""
+    quoted = orjson.dumps(uuid)
+    for fast in (True, False):
+        pos = 0
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            if end < 0:
+                return None  # only a partial last line is left
+            line = data[pos:end]
+            if (not fast or quoted in line) and _uuid_of(line) == uuid:
+                return end + 1
+            pos = end + 1
+        if not fast:
+            break
     return None
+
+
+def _uuid_of(line: bytes) -> Any:
+    try:
+        record = orjson.loads(line.lstrip(b"\x00").strip() or b"null")
+    except orjson.JSONDecodeError:
+        return None
+    return record.get("uuid") if isinstance(record, dict) else None
 
 
 def read_forward(path: Path, after: str | None, skip: int, limit: int) -> dict[str, Any]:
@@ -138,12 +151,11 @@ def read_forward(path: Path, after: str | None, skip: int, limit: int) -> dict[s
 
 def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
-    needle = b'"' + before.encode() + b'"' if before is not None else None
-    seeking = needle is not None
+    seeking = before is not None
     more = False
     for line in lines_newest_first(path):
         if seeking:
-            if needle is not None and needle in line and project(line).get("uuid") == before:
+            if _uuid_of(line) == before:  # parsed: any spacing, any escape
                 seeking = False
             continue
         if len(items) == limit:

@@ -199,6 +199,51 @@ async def test_a_rewritten_thread_is_reread_for_what_is_new(
     assert ["n1"] == [t.native_id for t in out.turns]
 
 
+def spaced(record: dict[str, Any]) -> bytes:
+    """A record as JSON with a space after each colon and comma (``json.dumps``'s default)."""
+    import json
+
+    return json.dumps(record).encode() + b"\n"
+
+
+async def test_a_transcript_in_spaced_json_is_read_by_parsing_records(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    """The node finds the marker item by parsing, not by a byte pattern, so a transcript
+    written with spaces after the colons is followed turn by turn."""
+    record = {"type": "user", "uuid": "s0", "message": {"role": "user", "content": "spaced"}}
+    transcript.write_bytes(spaced(record))
+    a = adapter(tmp_path, node)
+    marker = await a.baseline(REF)
+    assert "s0" == marker["uuid"]
+    for i in (1, 2):
+        turn = {"type": "user", "uuid": f"s{i}", "message": {"role": "user", "content": f"p{i}"}}
+        with transcript.open("ab") as f:
+            f.write(spaced(turn))
+        [out] = await a.check([Probe(session_key="k", ref=REF, marker=marker)])
+        assert ("activity", [f"s{i}"]) == (out.status, [t.native_id for t in out.turns])
+        assert out.marker is not None and "lost" not in out.marker
+        marker = out.marker
+
+
+async def test_a_marker_the_node_cannot_find_twice_in_a_row_is_inconclusive(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    """Never a silent quiet: the first loss re-reads (and is remembered), a second loss in a
+    row says so; a check that finds its anchor again forgets the loss."""
+    a = adapter(tmp_path, node)
+    [first] = await a.check([Probe(session_key="k", ref=REF, marker={"uuid": "gone", "tail": 0})])
+    assert first.marker is not None and first.marker["lost"] is True
+    assert "u0" == first.marker["uuid"]
+    lost_again = {**first.marker, "uuid": "gone-too"}
+    [second] = await a.check([Probe(session_key="k", ref=REF, marker=lost_again)])
+    assert "inconclusive" == second.status
+    assert "cannot find the marker item 'gone-too' twice in a row" in (second.reason or "")
+    append(transcript, user("found again", "u1"))
+    [third] = await a.check([Probe(session_key="k", ref=REF, marker=first.marker)])
+    assert third.marker is not None and "lost" not in third.marker
+
+
 async def test_a_node_that_is_down_is_inconclusive_never_missing(tmp_path: Path) -> None:
     (tmp_path / "node.token").write_text("x")
     a = adapter(tmp_path, "http://127.0.0.1:9")
