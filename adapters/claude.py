@@ -7,6 +7,7 @@ a :class:`Verdict` (a human turn's text hash, a compaction, drift) or None out. 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ NOT_PROMPT_PREFIXES = (
 ACTION_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
 IDE_BLOCKS = (("<ide_opened_file>", "</ide_opened_file>"), ("<ide_selection>", "</ide_selection>"))
 PENDING_LIMIT = 20
-TESTED_VERSION = "2.1.152"
+TESTED_VERSION = "2.1.332"  # tests/harnesses drives this release of the real CLI
 KNOWN_TYPES = frozenset(
     {
         "user",
@@ -58,8 +59,53 @@ KNOWN_TYPES = frozenset(
         "marble-origami-commit",
         "marble-origami-snapshot",
         "speculation-accept",
+        # 2.1.332: request bookkeeping, never a turn
+        "api-request",
+        "api-request-shape",
+        "api-request-blob",
+        "cost-state",
     }
 )
+# Attachment kinds Claude Code writes (read off the 2.1.332 binary's attachment handling and
+# off real transcripts). Only a human ``queued_command`` is a turn; an unknown kind is drift.
+KNOWN_ATTACHMENTS = frozenset(
+    {
+        *("account_memory_recall", "advisor_stripped", "advisor_tool", "agent_ask_notice"),
+        *("agent_listing_delta", "agent_mention", "already_read_file"),
+        *("artifact_opening_prefetch", "async_hook_response", "async_hook_response_batch"),
+        *("at_mention_reference", "attention_budget", "auto_mode", "auto_mode_exit"),
+        *("batching_reminder", "batching_reminder_sent", "claude_app_notice"),
+        *("command_permissions", "compact_file_reference", "context_efficiency"),
+        *("context_sections", "coordinator_context", "cowork_memory_context"),
+        *("critical_system_reminder", "date", "deferred_tools_delta", "deferred_tools_record"),
+        *("diagnostics", "dir_sync_notice", "directory", "dynamic_skill", "edited_text_file"),
+        *("edited_image_file", "environment", "file", "first_week", "fork_briefing"),
+        *("goal_status", "hook_additional_context", "hook_blocking_error", "hook_cancelled"),
+        *("hook_deferred_tool", "hook_error_during_execution", "hook_non_blocking_error"),
+        *("hook_permission_decision", "hook_stopped_continuation", "hook_success"),
+        *("hook_system_message", "image", "inlined_image_paths", "instructions"),
+        *("invoked_skills", "language", "max_turns_reached", "mcp_dropped_tools_delta"),
+        *("mcp_instructions_delta", "mcp_resource", "memory_update", "message_pdf_reads"),
+        *("model", "nested_memory", "notebook", "output_limit_note"),
+        *("output_style_instructions", "pdf", "pdf_reference", "peer_mention"),
+        *("plan_file_reference", "plan_mode", "plan_mode_exit", "plan_mode_reentry"),
+        *("plugin_note", "progress_reminder_sent", "project_doc_reads"),
+        *("projects_thread_ask", "prompt_as_file", "prompt_render_point", "prompt_snapshot"),
+        *("queued_command", "read_truncation_notice", "relevant_memories"),
+        *("remote_session_change", "repl_mcp_needs_auth", "sandbox_instructions"),
+        *("secondary_reminder", "secondary_reminder_sent", "selected_lines_in_diff"),
+        *("selected_lines_in_ide", "session_context", "session_cron_carry"),
+        *("silent_turn_reminder", "skill_listing", "structured_output", "task_reminder"),
+        *("task_status", "team_context", "teammate", "teammate_mailbox"),
+        *("teammate_shutdown_batch", "thinking_stripped", "todo", "todo_reminder"),
+        *("token_usage", "tool_host_result_lines", "tool_hosts_correction"),
+        *("tool_hosts_notice", "tool_offer_record", "tool_results_cut"),
+        *("tool_search_usage_reminder", "total_tokens_reminder", "ultra_effort_enter"),
+        *("ultra_effort_exit", "upgrade", "withheld_memory", "workflow_size_guideline_change"),
+    }
+)
+# Content blocks a user message carries; any other makes the record unclassified.
+KNOWN_USER_BLOCKS = frozenset({"text", "tool_result", "image", "document"})
 _EXCLUDING_FLAGS = (
     "isSidechain",
     "isMeta",
@@ -206,10 +252,7 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
             return None
         return _turn(_enqueue(record.get("content"), state))
     if kind == "attachment":
-        attachment = record.get("attachment")
-        if isinstance(attachment, dict) and attachment.get("type") == "queued_command":
-            return _turn(_queued_command(attachment, state))
-        return None
+        return _attachment(record.get("attachment"), state)
     compaction = compaction_id(record)
     if compaction is not None:
         return Verdict(compaction=compaction)
@@ -225,8 +268,34 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
         return UNCLASSIFIED
     verdict = _user_turn(record, message, state)
     if isinstance(version, str):
-        return Verdict(turn=verdict.turn if verdict else None, version=version)
+        if verdict is None:
+            return Verdict(version=version)
+        return dataclasses.replace(verdict, version=version)
     return verdict
+
+
+def _attachment(attachment: Any, state: ClaudeState) -> Verdict | None:
+    if not isinstance(attachment, dict):
+        return None
+    kind = attachment.get("type")
+    if kind == "queued_command":
+        return _turn(_queued_command(attachment, state))
+    if kind == "poll_events" and _from_a_person(attachment.get("provenance")):
+        return UNCLASSIFIED  # a person's words delivered by polling: no rule for them yet
+    if kind not in KNOWN_ATTACHMENTS:
+        return Verdict(unknown_type=f"attachment:{kind}")
+    return None
+
+
+def _from_a_person(provenance: Any) -> bool:
+    entries = provenance if isinstance(provenance, list) else [provenance]
+    return any(isinstance(e, dict) and e.get("kind") == "principal" for e in entries)
+
+
+def _unknown_blocks(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") not in KNOWN_USER_BLOCKS for b in content
+    )
 
 
 def _user_turn(
@@ -244,6 +313,8 @@ def _user_turn(
     text, tool_result = block_text(message.get("content"))
     if tool_result:
         return None
+    if _unknown_blocks(message.get("content")):
+        return UNCLASSIFIED  # a block nobody knows: reported, never guessed
     return _turn(_prompt_hash(text, state, slash_allowed=True))
 
 

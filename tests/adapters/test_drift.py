@@ -1,0 +1,70 @@
+"""Drift at every level, and none invented: what a format's reader does not know is reported
+(an unknown record type or subtype, a record that looks like a person's but no rule
+classifies), through the same replay the monitor's check runs; what it knows is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from adapters.base import Settings
+from monitor.upstream.replay import replay
+
+
+def summary(kind: str, path: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    lines = list(replay(kind, str(path), thread=None, own_texts=[], settings=Settings()))
+    found: dict[str, Any] = lines[-1]
+    return found
+
+
+def claude_user(content: Any, uuid: str = "u1") -> dict[str, Any]:
+    return {"type": "user", "uuid": uuid, "message": {"role": "user", "content": content}}
+
+
+def test_claude_a_user_record_of_blocks_nobody_knows_is_unclassified(tmp_path: Path) -> None:
+    voice = claude_user([{"type": "voice_clip", "data": "..."}])
+    mixed = claude_user([{"type": "text", "text": "hi"}, {"type": "voice_clip"}], "u2")
+    found = summary("claude", tmp_path / "s.jsonl", [voice, mixed])
+    assert 0 == found["humanTurns"]
+    assert 2 == found["drift"]["unclassifiedUserRecords"]
+
+
+def test_claude_known_blocks_are_no_drift(tmp_path: Path) -> None:
+    image = claude_user([{"type": "text", "text": "look"}, {"type": "image", "source": {}}])
+    found = summary("claude", tmp_path / "s.jsonl", [image])
+    assert (1, 0) == (found["humanTurns"], found["drift"]["unclassifiedUserRecords"])
+
+
+def test_claude_attachments_unknown_kinds_are_drift_known_ones_are_not(tmp_path: Path) -> None:
+    def attachment(kind: str, **extra: Any) -> dict[str, Any]:
+        return {"type": "attachment", "uuid": kind, "attachment": {"type": kind, **extra}}
+
+    records = [
+        attachment("hook_success"),
+        attachment("remote_session_change"),
+        attachment("deferred_tools_delta"),
+        attachment("hologram_delta"),
+        attachment("poll_events", provenance=[{"kind": "principal", "text": "hi"}]),
+    ]
+    found = summary("claude", tmp_path / "s.jsonl", records)
+    assert {"attachment:hologram_delta": 1} == found["drift"]["unknownTypes"]
+    assert 1 == found["drift"]["unclassifiedUserRecords"]  # a person's words by polling
+    assert 0 == found["humanTurns"]
+
+
+def test_claude_2_1_332_bookkeeping_records_are_known(tmp_path: Path) -> None:
+    records = [
+        {"type": kind, "uuid": kind}
+        for kind in ("api-request", "api-request-shape", "api-request-blob", "cost-state")
+    ]
+    records.append({**claude_user("typed"), "version": "2.1.332"})
+    found = summary("claude", tmp_path / "s.jsonl", records)
+    assert {} == found["drift"]["unknownTypes"]
+    assert (1, "2.1.332", False) == (
+        found["humanTurns"],
+        found["drift"]["version"],
+        found["drift"]["newerThanTested"],
+    )
