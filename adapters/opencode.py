@@ -488,6 +488,7 @@ def replay_session(
             signals = session_signals(conn, [session_id])
             messages = export_user_messages(conn, session_id)
             newest = newest_message(conn, session_id)
+            version = session_version(conn, session_id)
         finally:
             conn.close()
     except (OSError, sqlite3.Error) as exc:
@@ -507,6 +508,7 @@ def replay_session(
             "compactions": len(result.compactions),
             "ticks": 1,
             "blocked": None,
+            "drift": part_drift(messages, version).to_json(),  # as the other formats report it
             "marker": {"seq": signals[session_id][1], "lastHumanMessageId": result.consumed_to},
         }
     )

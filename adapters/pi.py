@@ -23,6 +23,10 @@ from monitor.errors import Declined
 
 MIGRATE_HINT = "not a Pi v3 session: resume it once in Pi to migrate it to v3"
 TESTED_VERSION = "3"
+NEWER = (
+    "a Pi session of a newer layout ({declared}) than this sessionwatch reads (version 3):"
+    " not supported yet"
+)
 KNOWN_TYPES = frozenset(
     {
         "session",
@@ -37,7 +41,10 @@ KNOWN_TYPES = frozenset(
         "session_info",
     }
 )
-KNOWN_ROLES = frozenset({"user", "assistant", "toolResult", "bashExecution", "custom"})
+KNOWN_ROLES = frozenset(
+    {"user", "assistant", "toolResult", "bashExecution", "custom", "system"}
+)  # ``system``: the system prompt, which Pi persists as a message
+KNOWN_USER_BLOCKS = frozenset({"text", "image"})
 
 
 @dataclass
@@ -54,13 +61,33 @@ class PiState:
 
 
 def state_from_header(record: Any) -> PiState:
-    """The header of a v3 file; anything else is declined with the migration hint."""
+    """The header of a v3 file. An older file is declined with the migration hint (Pi
+    migrates it when it resumes it); a newer layout is declined as not supported, with the
+    version it declares: a file never migrates down."""
+    newer = _newer_layout(record)
+    if newer is not None:
+        raise Declined(NEWER.format(declared=newer))
     if not isinstance(record, dict) or record.get("type") != "session":
         raise Declined(MIGRATE_HINT)
     if record.get("version") != 3:
         raise Declined(MIGRATE_HINT)
     cutoff = record.get("timestamp") if record.get("parentSession") else None
     return PiState(fork_cutoff=cutoff if isinstance(cutoff, str) else None)
+
+
+def _newer_layout(record: Any) -> str | None:
+    """How a header of a layout newer than v3 declares itself, or None: a ``session``
+    header of a version above 3, or the ``kind``-tagged records (header, entry, record)
+    seen in other projects' fixtures."""
+    if not isinstance(record, dict):
+        return None
+    version = record.get("version")
+    if record.get("type") == "session" and isinstance(version, int) and version > 3:
+        return f"version {version}"
+    if record.get("kind") == "header" and "type" not in record:
+        declared = version if version is not None else record.get("formatVersion")
+        return f"version {declared}" if declared is not None else "kind-tagged records"
+    return None
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -113,6 +140,10 @@ def classify_pi_record(record: dict[str, Any], state: PiState) -> Verdict | None
     content = message.get("content")
     if not isinstance(content, str | list):
         return UNCLASSIFIED
+    if isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") not in KNOWN_USER_BLOCKS for b in content
+    ):
+        return UNCLASSIFIED  # a block nobody knows: reported, never guessed
     text = content_text(content, TEXT_BLOCKS)
     return Verdict(turn=text_hash(text)) if normalize_text(text) else None
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from adapters.base import Settings
 from monitor.upstream.replay import replay
@@ -68,3 +69,49 @@ def test_claude_2_1_332_bookkeeping_records_are_known(tmp_path: Path) -> None:
         found["drift"]["version"],
         found["drift"]["newerThanTested"],
     )
+
+
+def pi_file(path: Path, *records: dict[str, Any]) -> Path:
+    header = {"type": "session", "version": 3, "id": "s", "timestamp": "2026-01-01T00:00:00Z"}
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in (header, *records)))
+    return path
+
+
+def pi_message(role: str, content: Any, entry: str = "e1") -> dict[str, Any]:
+    return {"type": "message", "id": entry, "message": {"role": role, "content": content}}
+
+
+def test_pi_the_persisted_system_prompt_is_no_drift(tmp_path: Path) -> None:
+    path = pi_file(
+        tmp_path / "p.jsonl",
+        pi_message("system", "You are a helpful agent", "e0"),
+        pi_message("user", "typed", "e1"),
+    )
+    found = list(replay("pi", str(path), thread=None, own_texts=[], settings=Settings()))[-1]
+    assert (1, 0, {}) == (
+        found["humanTurns"],
+        found["drift"]["unclassifiedUserRecords"],
+        found["drift"]["unknownTypes"],
+    )
+
+
+def test_pi_a_user_message_with_an_unknown_block_is_unclassified(tmp_path: Path) -> None:
+    path = pi_file(tmp_path / "p.jsonl", pi_message("user", [{"type": "voice_clip"}]))
+    found = list(replay("pi", str(path), thread=None, own_texts=[], settings=Settings()))[-1]
+    assert (0, 1) == (found["humanTurns"], found["drift"]["unclassifiedUserRecords"])
+
+
+def test_pi_a_newer_layout_is_not_supported_never_asked_to_migrate(tmp_path: Path) -> None:
+    from monitor.errors import BadInput
+
+    for header, declared in (
+        ({"type": "session", "version": 4, "id": "s"}, "version 4"),
+        ({"kind": "header", "version": 4, "lanes": []}, "version 4"),
+        ({"kind": "header", "lanes": []}, "kind-tagged records"),
+    ):
+        path = tmp_path / "p.jsonl"
+        path.write_bytes(orjson.dumps(header) + b"\n")
+        with pytest.raises(BadInput) as caught:
+            list(replay("pi", str(path), thread=None, own_texts=[], settings=Settings()))
+        assert f"newer layout ({declared})" in str(caught.value)
+        assert "migrate" not in str(caught.value)

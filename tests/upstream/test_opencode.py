@@ -293,6 +293,9 @@ def test_replay_cli_lists_turns(oc: OpenCodeDB) -> None:
             "SELECT seq FROM event_sequence WHERE aggregate_id = ?", (SID,)
         ).fetchone()[0]
     assert {"seq": seq, "lastHumanMessageId": third} == lines[-1]["marker"]
+    assert {"unknownTypes": {}, "unclassifiedUserRecords": 0} == {
+        k: lines[-1]["drift"][k] for k in ("unknownTypes", "unclassifiedUserRecords")
+    }  # the summary carries drift as the other formats' do
 
 
 async def test_an_unknown_part_type_and_a_newer_version_show_as_drift(oc: OpenCodeDB) -> None:
