@@ -63,10 +63,11 @@ KNOWN_TYPES = frozenset(
         "world_state",
         "inter_agent_communication",
         "inter_agent_communication_metadata",
+        "token_usage_record",  # 0.171: token accounting, never a turn
     }
 )
 HUMAN_THREAD_SOURCES = (None, "user", "cli")
-TESTED_VERSION = "0.152.0"
+TESTED_VERSION = "0.171.0"  # tests/harnesses drives this release of the real CLI
 ECHO_LIMIT = 16
 INPUT_BLOCKS = frozenset({"input_text", "text"})
 

