@@ -19,6 +19,9 @@ An adapter is one object, built by its module's ``build(settings)`` (see
   is an entry of ``errors``, never an exception.
 - ``catalog_key(ref) -> str``: the text a source's catalog id is the digest of, so that a
   link finds its catalog entry.
+- ``watched_paths(ref) -> list[str]``: the local files whose change should wake an early
+  check of the link (a transcript; an OpenCode database and its ``-wal``); none for a
+  source on another machine. The tick stays the truth either way.
 - ``replay(path, thread, own_texts)``: ``sessionwatch replay``: the source read from its
   start through the same check, writing nothing; ``turn`` objects, then a ``summary``.
 """
@@ -302,6 +305,8 @@ class Adapter(Protocol):
     async def catalog(self) -> Catalog: ...
 
     def catalog_key(self, ref: Ref) -> str: ...
+
+    def watched_paths(self, ref: Ref) -> list[str]: ...
 
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]

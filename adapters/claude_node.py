@@ -86,6 +86,9 @@ class ClaudeNodeAdapter:
     def catalog_key(self, ref: Ref) -> str:
         return f"{ref.get('nodeId', '')}\n{ref.get('threadId', '')}"
 
+    def watched_paths(self, ref: Ref) -> list[str]:
+        return []  # the transcript is on the node's machine: the tick reads it
+
     async def catalog(self) -> Catalog:
         """Every configured node's sessions; a node that does not answer is an error."""
         found = Catalog()

@@ -394,6 +394,10 @@ class JsonlAdapter:
     def catalog_key(self, ref: Ref) -> str:
         return str(ref.get("filePath", ""))
 
+    def watched_paths(self, ref: Ref) -> list[str]:
+        path = ref.get("filePath")
+        return [path] if isinstance(path, str) and path else []
+
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]
     ) -> Iterator[dict[str, Any]]:

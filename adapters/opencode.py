@@ -326,6 +326,11 @@ class OpenCodeAdapter:
     def catalog_key(self, ref: Ref) -> str:
         return f"{os.path.realpath(self._db_of(ref))}\n{ref.get('threadId', '')}"
 
+    def watched_paths(self, ref: Ref) -> list[str]:
+        """OpenCode commits to its ``-wal`` (and the database itself at a checkpoint)."""
+        db = self._db_of(ref)
+        return [db, f"{db}-wal"] if db else []
+
     def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
         if not thread:
             raise BadInput("replay --adapter opencode needs --session SESSION_ID")

@@ -123,12 +123,7 @@ class Sidecar:
 
     async def _watched_files(self) -> dict[str, set[str]]:
         """Linked file path -> the session keys linked to it."""
-        by_path: dict[str, set[str]] = {}
-        for link in await self.monitor.links():
-            path = link["ref"].get("filePath")
-            if isinstance(path, str) and link["watched"]:
-                by_path.setdefault(path, set()).add(link["sessionKey"])
-        return by_path
+        return await self.monitor.watched_paths()
 
     async def watch_files(self) -> None:
         """Wake an early check of the links whose files changed; the tick stays the truth.

@@ -114,6 +114,18 @@ class UpstreamMonitor:
     async def links(self) -> list[dict[str, Any]]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
 
+    async def watched_paths(self) -> dict[str, set[str]]:
+        """Local file -> the session keys of the watched links whose early check its change
+        wakes (each adapter names its files: a transcript, an OpenCode database's WAL)."""
+        by_path: dict[str, set[str]] = {}
+        for link in await self.links():
+            adapter = self.adapters.get(link["kind"]) if link["kind"] else None
+            if adapter is None or not link["watched"]:
+                continue
+            for path in adapter.watched_paths(link["ref"]):
+                by_path.setdefault(path, set()).add(link["sessionKey"])
+        return by_path
+
     async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:
         """Remove a session's link (all agents' for a bare key without ``agent_id``)."""
         scope, params = session_scope(normalize_key(session_key), agent_id)

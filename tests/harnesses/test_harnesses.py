@@ -109,3 +109,39 @@ def test_every_prompt_is_recorded_once_while_the_harness_writes(
         drift["unclassifiedUserRecords"],
         drift["invalidLines"],
     ), f"{kind} {harness.version} drifted: {drift}"
+
+
+def test_a_prompt_typed_into_opencode_is_recorded_early_not_at_the_tick(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """A change to OpenCode's database (its ``-wal``) wakes an early check, as an append to
+    a transcript does: ``serve`` here ticks only hourly, and the prompt is recorded within
+    seconds of the real OpenCode writing it."""
+    import time
+
+    from tests.conftest import served_address
+    from tests.interop.gateway_rig import wait_for
+
+    skip_unless_runnable(why_not_runnable("opencode"))
+    harness = Harness("opencode", tmp_path / "opencode", model)
+    sw = Sidecar(tmp_path, harness)
+    with sw.config.open("a") as f:
+        f.write(
+            f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+            "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\n"
+        )
+    harness.prompt(PROMPTS[0])
+    (entry,) = sw("catalog", "--kind", "opencode", "--json")["sessions"]
+    key = "agent:main:harness:opencode-early"
+    sw("adopt", entry["catalogId"], "--session-key", key)
+    sw("watch", "--watcher", MAIN, "--target", key)
+    argv = [sys.executable, "-m", "monitor", "--db", str(sw.db), "--config", str(sw.config)]
+    proc = subprocess.Popen([*argv, "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        served_address(proc)
+        time.sleep(1.0)  # serve arms the watch on the database's directory
+        harness.prompt(PROMPTS[1])
+        wait_for("the early check", lambda: sw.human_turns(key) == 1, 20)
+    finally:
+        proc.terminate()
+        proc.wait(30)
