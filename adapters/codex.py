@@ -8,7 +8,8 @@ version writes, and some versions write two or three forms of the same prompt:
 - ``event_msg`` ``item_completed`` with an ``item`` of type ``UserMessage`` (newer);
 - a role-``user`` ``response_item`` beside either. In a ``legacy`` envelope rollout it only
   duplicates the event and never counts (but for the ``!cmd`` shell escape, which has no
-  event); in a ``paginated`` rollout it counts when its ``content_item_kinds`` say typed
+  event); a typed one whose event never comes is reported as unclassified when its turn
+  goes on; in a ``paginated`` rollout it counts when its ``content_item_kinds`` say typed
   input, as the fallback for a file without ``UserMessage`` items;
 - a bare role-``user`` item in a pre-envelope (legacy bare) rollout.
 
@@ -92,6 +93,9 @@ class CodexState:
     history_start: int | None = None  # ``subagent_history_start_ordinal``
     fork_cutoff: str | None = None  # a forked thread's own start; older lines are copies
     echo: list[list[str]] = field(default_factory=list)  # [form, hash] awaiting its twins
+    # typed role-user items of an envelope rollout not (yet) seen as an event: a prompt
+    # written only in that form is reported when its turn goes on, never a silent 0
+    unmatched: list[str] = field(default_factory=list)
 
     def to_marker(self) -> dict[str, Any]:
         return {
@@ -101,6 +105,7 @@ class CodexState:
             "historyStart": self.history_start,
             "forkCutoff": self.fork_cutoff,
             "echo": [list(e) for e in self.echo],
+            "unmatched": list(self.unmatched),
         }
 
     @classmethod
@@ -108,6 +113,7 @@ class CodexState:
         start = marker.get("historyStart")
         cutoff = marker.get("forkCutoff")
         echo = marker.get("echo")
+        unmatched = marker.get("unmatched")
         pairs = (
             [list(e) for e in echo if isinstance(e, list) and len(e) == 2]
             if isinstance(echo, list)
@@ -120,6 +126,7 @@ class CodexState:
             history_start=start if isinstance(start, int) else None,
             fork_cutoff=cutoff if isinstance(cutoff, str) else None,
             echo=[[str(a), str(b)] for a, b in pairs],
+            unmatched=[str(u) for u in unmatched] if isinstance(unmatched, list) else [],
         )
 
     def apply_meta(self, payload: dict[str, Any], timestamp: Any) -> None:
@@ -172,6 +179,8 @@ def _once(state: CodexState, form: str, digest: str | None) -> Verdict | None:
     """Count a prompt once across its forms: a twin of a counted prompt is consumed."""
     if digest is None:
         return None
+    if digest in state.unmatched:
+        state.unmatched.remove(digest)
     for i, (seen_form, seen) in enumerate(state.echo):
         if seen == digest and seen_form != form:
             del state.echo[i]
@@ -247,7 +256,12 @@ def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None
     if text.lstrip().startswith(SHELL_ESCAPE) or kinds == [SHELL_KIND]:
         return Verdict(turn=text_hash(text))  # the !cmd shell escape has no other form
     if not state.paginated:
-        return None  # it duplicates the user_message event, which is what counts
+        # it duplicates the user_message event, which is what counts; until that is seen,
+        # the prompt waits as unmatched (see _turn_goes_on)
+        digest = _typed(text)
+        if digest and not any(seen == digest for _, seen in state.echo):
+            state.unmatched = [*state.unmatched, digest][-ECHO_LIMIT:]
+        return None
     if isinstance(kinds, list):
         typed = bool(kinds) and set(kinds) <= TYPED_KINDS and "user.text" in kinds
         if not typed:
@@ -255,6 +269,18 @@ def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None
                 _suppress(state, text_hash(text.lstrip()))
             return None
     return _once(state, "response", _typed(text))
+
+
+TURN_GOES_ON = frozenset({"task_started", "task_complete", "agent_message", "token_count"})
+
+
+def _turn_goes_on(state: CodexState) -> Verdict | None:
+    """The turn went on past a typed prompt seen only as a role-user item: no form of it we
+    count was written, so it is reported as unclassified (once), never dropped silently."""
+    if not state.unmatched:
+        return None
+    state.unmatched = []
+    return UNCLASSIFIED
 
 
 def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict | None:
@@ -281,6 +307,8 @@ def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict 
         ordinal = record.get("ordinal")
         native = ordinal if isinstance(ordinal, int) else at
         return Verdict(compaction=f"codex:{native}") if native is not None else None
+    if kind == "turn_context" or (kind == "event_msg" and payload.get("type") in TURN_GOES_ON):
+        return _turn_goes_on(state)
     if kind == "event_msg":
         event = payload.get("type")
         if event == "user_message":

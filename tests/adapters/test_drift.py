@@ -115,3 +115,43 @@ def test_pi_a_newer_layout_is_not_supported_never_asked_to_migrate(tmp_path: Pat
             list(replay("pi", str(path), thread=None, own_texts=[], settings=Settings()))
         assert f"newer layout ({declared})" in str(caught.value)
         assert "migrate" not in str(caught.value)
+
+
+def codex(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "timestamp": "2026-01-01T00:00:01Z", "payload": payload}
+
+
+def codex_user_item(text: str) -> dict[str, Any]:
+    content = [{"type": "input_text", "text": text}]
+    return codex("response_item", {"type": "message", "role": "user", "content": content})
+
+
+CODEX_META = codex("session_meta", {"id": "t", "cli_version": "0.140.0", "cwd": "/p"})
+
+
+def test_codex_a_prompt_written_only_as_a_user_item_is_reported_not_lost(
+    tmp_path: Path,
+) -> None:
+    """Outside paginated mode the role-user item only duplicates the event; a prompt with no
+    event at all is reported as unclassified once its turn goes on, never a silent 0."""
+    records = [
+        CODEX_META,
+        codex_user_item("a prompt with no event"),
+        codex("turn_context", {"cwd": "/p"}),
+        codex("event_msg", {"type": "task_complete"}),
+    ]
+    found = summary("codex", tmp_path / "r.jsonl", records)
+    assert (0, 1) == (found["humanTurns"], found["drift"]["unclassifiedUserRecords"])
+
+
+def test_codex_a_prompt_with_its_event_is_one_turn_and_no_drift(tmp_path: Path) -> None:
+    for order in ("item first", "event first"):
+        pair = [
+            codex_user_item("the prompt"),
+            codex("event_msg", {"type": "user_message", "message": "the prompt"}),
+        ]
+        if order == "event first":
+            pair.reverse()
+        records = [CODEX_META, *pair, codex("turn_context", {"cwd": "/p"})]
+        found = summary("codex", tmp_path / "r.jsonl", records)
+        assert (1, 0) == (found["humanTurns"], found["drift"]["unclassifiedUserRecords"]), order
