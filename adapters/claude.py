@@ -30,6 +30,7 @@ NOT_PROMPT_PREFIXES = (
 ACTION_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
 IDE_BLOCKS = (("<ide_opened_file>", "</ide_opened_file>"), ("<ide_selection>", "</ide_selection>"))
 PENDING_LIMIT = 20
+COMPACTING_COMMANDS = frozenset({"/compact"})  # the harness's own compaction
 TESTED_VERSION = "2.1.332"  # tests/harnesses drives this release of the real CLI
 KNOWN_TYPES = frozenset(
     {
@@ -190,12 +191,23 @@ def strip_ide_blocks(text: str) -> str:
     return rest
 
 
+def _command_name(body: str) -> str | None:
+    """The name of a slash command row (``<command-name>/compact</command-name>``)."""
+    start = body.find("<command-name>")
+    end = body.find("</command-name>", start)
+    if start < 0 or end < 0:
+        return None
+    return body[start + len("<command-name>") : end].strip()
+
+
 def _prompt_hash(text: str, state: ClaudeState, *, slash_allowed: bool) -> str | None:
     """Hash of a typed prompt, or None for non-prompts; a pending enqueue is the same turn."""
     body = strip_ide_blocks(text)
     if not normalize_text(body):
         return None
     if body.startswith(ACTION_PREFIXES):
+        if _command_name(body) in COMPACTING_COMMANDS:
+            return None  # recorded as ``compacted`` through its boundary, not as a turn
         return text_hash(body) if slash_allowed else None
     if body.startswith(NOT_PROMPT_PREFIXES):
         return None

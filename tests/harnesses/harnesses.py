@@ -90,11 +90,12 @@ class Harness:
         }
         return env | getattr(self, f"_env_{self.kind}")()
 
-    def prompt(self, text: str) -> None:
-        """Type one prompt: the first starts the session, the next ones resume it."""
+    def prompt(self, text: str, *extra: str) -> str:
+        """Type one prompt: the first starts the session, the next ones resume it. Returns
+        the session id (Claude Code's; the others answer "started")."""
         import time
 
-        argv = [str(MODULES / ".bin" / BINARIES[self.kind]), *self._argv(text)]
+        argv = [str(MODULES / ".bin" / BINARIES[self.kind]), *self._argv(text), *extra]
         start = time.monotonic()
         proc = subprocess.run(
             argv,
@@ -108,10 +109,12 @@ class Harness:
         self.runs.append(time.monotonic() - start)
         out = proc.stdout.decode("utf-8", "replace")
         assert proc.returncode == 0, f"{self.kind}: {out[-2000:]}{proc.stderr.decode()[-2000:]}"
-        if self.kind == "claude" and self.session is None:
-            self.session = str(json.loads(out)["session_id"])
-        elif self.session is None:
-            self.session = "started"
+        if self.kind == "claude":
+            answered = str(json.loads(out)["session_id"])
+            self.session = self.session or answered
+            return answered
+        self.session = self.session or "started"
+        return self.session
 
     def _argv(self, text: str) -> list[str]:
         again = self.session is not None

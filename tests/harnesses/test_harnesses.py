@@ -145,3 +145,55 @@ def test_a_prompt_typed_into_opencode_is_recorded_early_not_at_the_tick(
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_claude_code_compaction_is_recorded_as_compacted_not_as_a_turn(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """``/compact`` typed into the real Claude Code: its boundary is recorded as one
+    ``compacted`` event; neither the command row nor the summary it writes is a turn."""
+    skip_unless_runnable(why_not_runnable("claude"))
+    harness = Harness("claude", tmp_path / "claude", model)
+    sw = Sidecar(tmp_path, harness)
+    harness.prompt(PROMPTS[0])
+    (entry,) = sw("catalog", "--kind", "claude", "--json")["sessions"]
+    key = "agent:main:harness:claude-compact"
+    sw("adopt", entry["catalogId"], "--session-key", key)
+    sw("watch", "--watcher", MAIN, "--target", key)
+    harness.prompt(PROMPTS[1])
+    harness.prompt("/compact")
+    sw("tick")
+    events = sw("status", key, "--changes-since", "0")["stateChanges"]["events"]
+    kinds = [e["kind"] for e in events]
+    assert 1 == kinds.count("human_direct_message"), kinds
+    assert 1 == kinds.count("compacted"), kinds
+    summary = replay_summary(sw, harness, entry)
+    assert (2, 1) == (summary["humanTurns"], summary["compactions"])
+
+
+def test_claude_code_a_fork_is_its_own_session(model: MockModelProcess, tmp_path: Path) -> None:
+    """``--fork-session`` writes a new transcript with the history copied: the adopted
+    parent sees nothing of it, and the fork, adopted in turn, counts only what is typed
+    into it afterwards."""
+    skip_unless_runnable(why_not_runnable("claude"))
+    harness = Harness("claude", tmp_path / "claude", model)
+    sw = Sidecar(tmp_path, harness)
+    harness.prompt(PROMPTS[0])
+    (parent,) = sw("catalog", "--kind", "claude", "--json")["sessions"]
+    sw("adopt", parent["catalogId"], "--session-key", "agent:main:harness:parent")
+    sw("watch", "--watcher", MAIN, "--target", "agent:main:harness:parent")
+    fork_id = harness.prompt("a prompt in the fork", "--fork-session")
+    assert fork_id != harness.session
+    sw("tick")
+    assert 0 == sw.human_turns("agent:main:harness:parent")
+    sessions = sw("catalog", "--kind", "claude", "--json")["sessions"]
+    (fork,) = [s for s in sessions if s["nativeId"] == fork_id]
+    sw("adopt", fork["catalogId"], "--session-key", "agent:main:harness:fork")
+    sw("watch", "--watcher", MAIN, "--target", "agent:main:harness:fork")
+    harness.session = fork_id
+    harness.prompt("and another in the fork")
+    sw("tick")
+    assert (0, 1) == (
+        sw.human_turns("agent:main:harness:parent"),
+        sw.human_turns("agent:main:harness:fork"),
+    )
