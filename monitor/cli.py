@@ -114,7 +114,12 @@ async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     watched = await kernel.watch(
         watcher=a.watcher, target=a.target, store_path=a.store_path, ambient=a.ambient
     )
-    return {"watched": watched}
+    if watched:
+        return {"watched": True}
+    return {
+        "watched": False,
+        "reason": kernel.why_not_watched(a.watcher, a.target, ambient=a.ambient),
+    }
 
 
 @command("notices")
@@ -554,4 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if result or args.command != "catalog":  # the catalog's table was printed already
         sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+    declined = result.get("declined") if args.command == "adopt" else None
+    if declined:  # adopted without a link: say why, and do not exit as if all went well
+        print(f"sessionwatch: adopted without a link: {declined}", file=sys.stderr)
+        return 1
     return 0

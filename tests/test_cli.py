@@ -95,7 +95,11 @@ def test_record_dedupe_and_payload(tmp_path: Path) -> None:
 def test_watch_reset_delete_and_prune(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     assert sw(db, "watch", "--watcher", MAIN, "--target", CHILD) == {"watched": True}
-    assert sw(db, "watch", "--watcher", "global", "--target", CHILD) == {"watched": False}
+    refused = sw(db, "watch", "--watcher", "global", "--target", CHILD)
+    assert {
+        "watched": False,
+        "reason": 'the watcher "global" is not an agent-qualified key (agent:<agentId>:<rest>)',
+    } == refused
     sw(db, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "human")
     assert sw(db, "reset", MAIN) == {"ok": True}
     assert sw(db, "notices", "--watcher", MAIN) == {"notices": []}
@@ -184,3 +188,33 @@ def test_serve_where_the_database_directory_cannot_be_made_says_so_in_one_line()
     err = sw("/proc/sessionwatch-test/state.db", "serve", code=1)
     assert "cannot take the instance lock /proc/sessionwatch-test/state.db.lock" in err
     assert "must be writable by this user" in err
+
+
+def test_a_declined_adoption_exits_1_with_its_reason(tmp_path: Path) -> None:
+    """The session is still adopted (its record is there), but without a link: JSON on
+    stdout as always, the reason on stderr, and an exit code that says so."""
+    root = tmp_path / "claude"
+    root.mkdir()
+    config = tmp_path / "c.toml"
+    config.write_text(f'[roots]\nclaude = "{root}"\n')
+    argv = ["--config", str(config), "adopt", "--kind", "claude", "--session-key", CHILD]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "--db",
+            str(tmp_path / "s.db"),
+            *argv,
+            "--path",
+            str(root / "missing.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert 1 == proc.returncode
+    assert {"link": None, "declined": f"cannot read {root / 'missing.jsonl'}: no such file"} == (
+        orjson.loads(proc.stdout)
+    )
+    assert "adopted without a link: cannot read" in proc.stderr

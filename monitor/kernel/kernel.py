@@ -263,7 +263,7 @@ class Kernel:
         an ambient watch the group scope does not allow)."""
         w, t = normalize_key(watcher), normalize_key(target)
         path = self.policy.store_path(store_path, w)
-        if ambient and not self.policy.ambient_allowed(w, t):
+        if self.policy.why_not_watched(w, t, ambient=ambient):
             return False
         provenance = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
         now = self.clock()
@@ -281,6 +281,12 @@ class Kernel:
         if watched:
             self._changed()
         return watched
+
+    def why_not_watched(self, watcher: str, target: str, *, ambient: bool = False) -> str | None:
+        """The reason a watch of ``target`` by ``watcher`` answers false, in words."""
+        return self.policy.why_not_watched(
+            normalize_key(watcher), normalize_key(target), ambient=ambient
+        )
 
     def _changed(self) -> None:
         if self._watches_changed is not None:

@@ -35,6 +35,20 @@ class WatchPolicy:
             return main_key_for(agent_id, self.main_key)
         return None
 
+    def why_not_watched(self, watcher: str, target: str, *, ambient: bool = False) -> str | None:
+        """Why ``watcher`` cannot watch ``target``, in words; None when it can."""
+        for role, key in (("watcher", watcher), ("target", target)):
+            if parse_agent_key(key) is None:
+                return f'the {role} "{key}" is not an agent-qualified key (agent:<agentId>:<rest>)'
+        if watcher == target:
+            return "a session does not watch itself"
+        if ambient and not self.ambient_allowed(watcher, target):
+            return (
+                "an ambient watch needs [session] group_scope per-group, the agent's main"
+                " session as watcher and a group session as target"
+            )
+        return None
+
     def ambient_allowed(self, watcher: str, target: str) -> bool:
         target_key = parse_agent_key(target)
         if self.group_scope != "per-group" or target_key is None:

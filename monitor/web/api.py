@@ -172,10 +172,14 @@ async def post_spawn(request: web.Request) -> web.Response:
 @routes.post("/v1/watches")
 async def post_watch(request: web.Request) -> web.Response:
     data = await decoded(request, WatchIn)
-    watched = await request.app[KERNEL].watch(
+    kernel = request.app[KERNEL]
+    watched = await kernel.watch(
         watcher=data.watcher, target=data.target, store_path=data.store_path
     )
-    return json_response({"watched": watched})
+    if watched:
+        return json_response({"watched": True})
+    reason = kernel.why_not_watched(data.watcher, data.target)
+    return json_response({"watched": False, "reason": reason})
 
 
 @routes.get("/v1/sessions/{key}/status")

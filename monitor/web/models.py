@@ -156,7 +156,7 @@ class SpawnIn(Body):
 
 
 class WatchIn(Body):
-    """A bare or self watch answers ``{"watched": false}``."""
+    """A bare or self watch answers ``{"watched": false, "reason": ...}``."""
 
     watcher: AnyKey
     target: AnyKey
@@ -264,8 +264,9 @@ class EventRecorded(EventRecord):
     recorded: Literal[True]
 
 
-class Watched(Answer):
+class Watched(Answer, omit_defaults=True):
     watched: bool
+    reason: str | None = None  # why not, when ``watched`` is false
 
 
 class DeltaEvent(msgspec.Struct, rename="camel"):

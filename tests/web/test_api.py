@@ -61,8 +61,12 @@ async def test_watch_reset_delete_and_sessions(client: Client) -> None:
     assert (200, {"watched": True}) == await client.call(
         "POST", "/v1/watches", {"watcher": MAIN, "target": CHILD, "storePath": "/s.json"}
     )
-    assert (200, {"watched": False}) == await client.call(
+    reason = 'the watcher "global" is not an agent-qualified key (agent:<agentId>:<rest>)'
+    assert (200, {"watched": False, "reason": reason}) == await client.call(
         "POST", "/v1/watches", {"watcher": "global", "target": CHILD}
+    )
+    assert (200, {"watched": False, "reason": "a session does not watch itself"}) == (
+        await client.call("POST", "/v1/watches", {"watcher": MAIN, "target": MAIN})
     )
     status, info = await client.call(
         "PUT", f"/v1/sessions/{CHILD}", {"sessionId": "s1", "runActive": True}
