@@ -20,7 +20,17 @@ from adapters.registry import Form, entry, names
 from monitor.kernel.events import EventKind, summary_schema
 from monitor.web import models as m
 
-VERSION = "1.0.0"
+def _package_version() -> str:
+    """The document's version is the package's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sessionwatch")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0.0.0+unknown"
+
+
+VERSION = _package_version()
 
 
 @dataclass(frozen=True)
@@ -185,8 +195,9 @@ def _operation(route: Route, components: dict[str, Any]) -> dict[str, Any]:
     ok: dict[str, Any] = {"description": "OK"}
     if route.answer is not None:
         ok["content"] = _json(route.answer)
-    else:
-        ok["content"] = {route.media: {"schema": {"type": "string"}}}
+    else:  # a document of its own (this one), or text (the metrics)
+        kind = "object" if route.media == "application/json" else "string"
+        ok["content"] = {route.media: {"schema": {"type": kind}}}
     responses: dict[str, Any] = {"200": ok}
     for status in route.errors:
         responses[str(status)] = {
@@ -267,6 +278,7 @@ def document() -> dict[str, Any]:
         },
         *(_adoption_form(form, text) for form in ("file", "database", "node")),
     ]
+    _typed_constants(components)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -283,6 +295,21 @@ def document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def _typed_constants(node: Any) -> None:
+    """msgspec writes ``Literal[True]`` as ``{"enum": [true]}`` with no type, which client
+    generators drop; every such schema becomes ``{"type": "boolean", "const": true}``."""
+    if isinstance(node, dict):
+        enum = node.get("enum")
+        if isinstance(enum, list) and len(enum) == 1 and isinstance(enum[0], bool):
+            del node["enum"]
+            node.update({"type": "boolean", "const": enum[0]})
+        for value in node.values():
+            _typed_constants(value)
+    elif isinstance(node, list):
+        for value in node:
+            _typed_constants(value)
 
 
 @functools.cache

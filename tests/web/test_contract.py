@@ -122,3 +122,31 @@ def test_schemathesis_finds_no_server_error_no_undocumented_answer_no_partial_wr
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
                 exercise(operation, mode)
     assert len(called) >= 16, called
+
+
+def test_every_schema_of_the_document_has_a_type_client_generators_keep() -> None:
+    """``Literal[True]`` answers (``ok``, ``recorded``, ...) are ``const`` booleans, not bare
+    enums a generator drops; the document's own route is an object; its version is the
+    package's."""
+    from importlib.metadata import version
+
+    import orjson
+
+    doc = orjson.loads(document_bytes())
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "enum" in node and any(isinstance(v, bool) for v in node["enum"]):
+                raise AssertionError(f"an untyped boolean enum: {node}")
+            if "const" in node and isinstance(node["const"], bool):
+                assert "boolean" == node.get("type"), node
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    served = doc["paths"]["/openapi.json"]["get"]["responses"]["200"]["content"]
+    assert {"application/json": {"schema": {"type": "object"}}} == served
+    assert version("sessionwatch") == doc["info"]["version"]
