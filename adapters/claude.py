@@ -1,8 +1,8 @@
 """Claude Code JSONL transcripts: which record is a direct human turn.
 
 :func:`classify_claude_record` is pure: a parsed record and the link's pending-queue state in,
-a :class:`Verdict` (a human turn's text hash, a compaction, drift) or None out. See
-``reference/native-formats.md`` section 1.
+a :class:`Verdict` (a human turn's text hash, a compaction, drift) or None out. The rules,
+and the versions they were checked against, are in docs/formats.md.
 """
 
 from __future__ import annotations

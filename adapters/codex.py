@@ -1,7 +1,7 @@
 """Codex CLI rollout JSONL: which record is a direct human turn.
 
-Pure: a parsed record and the rollout's state in, a :class:`Verdict` (or None) out. See
-``reference/native-formats.md`` section 2. A typed prompt is written in whichever form the
+Pure: a parsed record and the rollout's state in, a :class:`Verdict` (or None) out (the
+rules in full are in docs/formats.md). A typed prompt is written in whichever form the
 version writes, and some versions write two or three forms of the same prompt:
 
 - ``event_msg`` ``user_message`` (every envelope version up to about 0.147);

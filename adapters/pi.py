@@ -1,7 +1,7 @@
 """Pi v3 session JSONL: which entry is a direct human turn.
 
 Pure: a parsed entry and the file's state (the fork cut-off of a forked file) in, the hash of
-a human turn (or None) out. See ``reference/native-formats.md`` section 4.
+a human turn (or None) out. The rules are in docs/formats.md.
 """
 
 from __future__ import annotations

@@ -64,3 +64,19 @@ def test_every_curl_example_succeeds(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
     assert 0 == proc.returncode
+
+
+def test_the_repository_stands_on_its_own() -> None:
+    """No file cites the design folder the project was started from: the behaviour is in
+    docs/specification.md, in the project's own words."""
+    cited = ("SPEC.md", "native-formats.md", "openclaw-implementation.md", "../shared")
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    found = []
+    for name in tracked:
+        if name == "tests/test_docs.py" or not name.endswith((".py", ".md", ".toml", ".sh")):
+            continue
+        text = (REPO / name).read_text(errors="replace")
+        found += [f"{name}: {c}" for c in cited if c in text]
+    assert [] == found

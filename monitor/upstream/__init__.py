@@ -1,5 +1,5 @@
-"""The upstream monitor (SPEC.md sections 7-8): adoption, the catalog, and the tick over
-watched links, on the kernel and the adapters' one seam.
+"""The upstream monitor (docs/specification.md sections 8-9): adoption, the catalog, and
+the tick over watched links, on the kernel and the adapters' one seam.
 
 ``UpstreamMonitor`` is imported on first use (see :mod:`monitor.kernel`)."""
 

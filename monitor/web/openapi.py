@@ -20,6 +20,7 @@ from adapters.registry import Form, entry, names
 from monitor.kernel.events import EventKind, summary_schema
 from monitor.web import models as m
 
+
 def _package_version() -> str:
     """The document's version is the package's."""
     from importlib.metadata import PackageNotFoundError, version

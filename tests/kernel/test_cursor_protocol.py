@@ -37,7 +37,7 @@ class ModelCursor:
 
 
 class Model:
-    """The protocol of SPEC.md section 6, written as plainly as possible."""
+    """The protocol of docs/specification.md section 6, written as plainly as possible."""
 
     def __init__(self) -> None:
         self.seq = 0
@@ -141,8 +141,9 @@ class CursorProtocol(RuleBasedStateMachine):
                 self.model.cursors[(watcher, target)] = ModelCursor(
                     head, head, head, self.clock.now
                 )
-            # Re-registering keeps the cursor as it is, ``updated_at`` included (SPEC.md, and
-            # OpenClaw's own register): it does not hold off the 30-day idle expiry.
+            # Re-registering keeps the cursor as it is, ``updated_at`` included
+            # (docs/specification.md, and OpenClaw's own register): it does not hold off
+            # the 30-day idle expiry.
 
     @rule(watcher=st.sampled_from(SESSIONS))
     def drain(self, watcher: str) -> None:

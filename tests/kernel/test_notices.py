@@ -1,4 +1,4 @@
-"""The cursor and notice protocol (SPEC.md section 6)."""
+"""The cursor and notice protocol (docs/specification.md section 6)."""
 
 from __future__ import annotations
 

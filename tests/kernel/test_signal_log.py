@@ -1,4 +1,5 @@
-"""Recording, reconciliation and retention of the signal log (SPEC.md sections 4 and 5)."""
+"""Recording, reconciliation and retention of the signal log (docs/specification.md
+sections 4 and 5)."""
 
 from __future__ import annotations
 
