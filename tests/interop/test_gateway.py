@@ -165,6 +165,9 @@ def test_a_typed_prompt_reaches_the_running_agent_once(catalog: CatalogRig) -> N
 
     no_lock_errors(rig.sidecar.log_text(), rig.gateway.log_text())
     assert rig.gateway.ready()
+    api_token = (rig.sidecar.work / "token").read_text().strip()
+    for secret in (rig.gateway.hooks_token, rig.gateway.token, api_token):
+        assert secret not in rig.sidecar.log_text()  # no secret reaches the log
 
 
 def test_an_event_the_gateway_records_itself_reaches_the_model_once(catalog: CatalogRig) -> None:
