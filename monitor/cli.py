@@ -172,6 +172,13 @@ async def _reset(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 
 @command("delete")
 async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    from monitor.kernel.keys import normalize_key, parse_agent_key
+
+    if parse_agent_key(normalize_key(a.key)) is None and not a.agent:
+        raise BadInput(
+            f'"{a.key}" is a bare key, a session of every agent: name one with --agent'
+            " (the API refuses bare keys the same way)"
+        )
     await kernel.delete(a.key, agent_id=a.agent)
     return {"ok": True}
 

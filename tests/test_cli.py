@@ -218,3 +218,9 @@ def test_a_declined_adoption_exits_1_with_its_reason(tmp_path: Path) -> None:
         orjson.loads(proc.stdout)
     )
     assert "adopted without a link: cannot read" in proc.stderr
+
+
+def test_deleting_a_bare_key_needs_its_agent(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    assert "is a bare key, a session of every agent" in sw(db, "delete", "global", code=2)
+    assert {"ok": True} == sw(db, "delete", "global", "--agent", "main")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
+import typing
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
@@ -27,9 +28,11 @@ T = TypeVar("T")
 Unset = msgspec.UnsetType
 UNSET = msgspec.UNSET
 
-Int64 = Annotated[int, msgspec.Meta(ge=-MAX_INT64 - 1, le=MAX_INT64)]
+# A time in ms since 1970, up to the end of year 9999: before 1970 or later is refused.
+LAST_MS = 253_402_300_799_999
+EpochMs = Annotated[int, msgspec.Meta(ge=0, le=LAST_MS)]
 # JSON Schema counts 3.0 as an integer; so does the API (``whole`` turns it into an int).
-WholeNumber = Annotated[float, msgspec.Meta(multiple_of=1, ge=-(2.0**63), le=2.0**63 - 1024)]
+WholeEpochMs = Annotated[float, msgspec.Meta(multiple_of=1, ge=0, le=float(LAST_MS))]
 Sequence = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT64)]
 # A key is at most 512 characters (before it is lower-cased).
 KEY_MAX = 512
@@ -146,7 +149,7 @@ class EventIn(Body):
     summary: Ident | None = None
     dedupe_key: Ident | None = None
     payload: Payload | None = None
-    occurred_at: Int64 | WholeNumber | None = None
+    occurred_at: EpochMs | WholeEpochMs | None = None  # clamped to the last 24 h
 
 
 class SpawnIn(Body):
@@ -442,13 +445,33 @@ def decode(model: type[T], raw: bytes) -> T:
 
 
 def convert_query(model: type[T], query: dict[str, str]) -> T:
-    """Query parameters as ``model`` (strings converted); unknown ones are ignored."""
+    """Query parameters as ``model`` (strings converted); unknown ones are ignored. A number
+    is digits only: ``1e3`` or ``1.0`` is not read as 1000 or 1."""
     known = {k: v for k, v in query.items() if k in _query_names(model)}
+    for name in _integer_names(model):
+        raw = known.get(name)
+        if raw is not None and not (raw.isascii() and raw.isdigit()):
+            raise BadInput(f"{name} must be a whole number written in digits, got {raw!r}")
     try:
         value: T = msgspec.convert(known, model, strict=False)
     except msgspec.ValidationError as exc:
         raise BadInput(explain(exc, model)) from None
     return value
+
+
+def _integer_names(model: type[Any]) -> tuple[str, ...]:
+    """The wire names of a query's integer fields."""
+    out = []
+    for field_info in msgspec.structs.fields(model):
+        if _has_int(field_info.type):
+            out.append(field_info.encode_name)
+    return tuple(out)
+
+
+def _has_int(tp: Any) -> bool:
+    if tp is int:
+        return True
+    return any(_has_int(arg) for arg in typing.get_args(tp))
 
 
 def _query_names(model: type[Any]) -> tuple[str, ...]:

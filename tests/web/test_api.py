@@ -275,3 +275,18 @@ async def test_a_date_that_is_not_one_is_refused_in_words(client: Client, since:
     assert 400 == status
     assert "an age (a number and s, m, h, d or w" in answer["error"]["message"]
     assert "ISO date or date and time" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("at", [-9223372036854775808, -1, 253402300800000, 2**62])
+async def test_a_time_before_1970_or_after_9999_is_refused(client: Client, at: int) -> None:
+    body = {"sessionKey": CHILD, "kind": "goal_changed", "actorType": "human", "occurredAt": at}
+    status, answer = await client.call("POST", "/v1/events", body)
+    assert (400, "bad_request") == (status, answer["error"]["code"]), answer
+    assert "occurredAt" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("raw", ["1e3", "1.0", "+5", "٣"])
+async def test_a_number_in_a_query_is_digits_only(client: Client, raw: str) -> None:
+    status, answer = await client.call("GET", f"/v1/sessions/{CHILD}/status?changesSince={raw}")
+    assert 400 == status
+    assert "changesSince must be a whole number written in digits" in answer["error"]["message"]
