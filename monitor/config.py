@@ -65,6 +65,8 @@ class RootsConfig:
 class ApiConfig:
     listen: str = "127.0.0.1:8765"
     token_file: str = "~/.local/state/sessionwatch/token"
+    # Host names answered besides those the listen address implies (the API and the node)
+    allowed_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +175,10 @@ def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
         value = float(value)
     if expected is str and not isinstance(value, str):
         raise ConfigError(f"{where} must be a string")
+    if expected is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f'{where} must be a list of strings, for example ["sidecar.lan"]')
+        value = tuple(value)
     if (section, name) == ("host", "id") and value and not _HOST_ID.match(value):
         raise ConfigError(f"{where} must be letters, digits, '.', '_' or '-' (at most 64)")
     if (section, name) == ("gateway", "hooks_url") and value and not _HTTP_URL.match(value):
@@ -202,7 +208,7 @@ def _section(cls: type[Any], section: str, raw: Any) -> Any:
     unknown = sorted(set(raw) - set(types))
     if unknown:
         raise ConfigError(f"unknown key [{section}] {unknown[0]}")
-    py_types = {"str": str, "int": int, "float": float, "bool": bool}
+    py_types = {"str": str, "int": int, "float": float, "bool": bool, "tuple[str, ...]": tuple}
     values = {k: _check_value(section, k, py_types[str(types[k])], v) for k, v in raw.items()}
     try:
         return cls(**values)

@@ -203,7 +203,8 @@ def _dirs_of(files: dict[str, set[str]]) -> list[str]:
 
 async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
     app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token)
-    return await start_site(stack, app, listen, "[api] listen")
+    allowed = sidecar.config.api.allowed_hosts
+    return await start_site(stack, app, listen, "[api] listen", allowed)
 
 
 async def open_kernel(
@@ -368,6 +369,7 @@ async def serve_node(config: Config, listen: str, token_file: Path) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stopping.set)
-        addresses = ", ".join(await start_site(stack, app, listen, "--listen"))
+        allowed = config.api.allowed_hosts
+        addresses = ", ".join(await start_site(stack, app, listen, "--listen", allowed))
         log.info("sessionwatch node serving %s on %s", config.roots.claude, addresses)
         await stopping.wait()

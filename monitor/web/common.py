@@ -93,12 +93,46 @@ def _refusal(request: web.Request, exc: BaseException) -> web.Response | None:
     return None
 
 
+ALLOWED_HOSTS = web.AppKey("allowed_hosts", frozenset)
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def host_name(raw: str) -> str:
+    """The name of a ``Host`` header, without its port or IPv6 brackets, lower-cased."""
+    raw = raw.strip().lower()
+    if raw.startswith("["):
+        return raw[1 : raw.find("]")] if "]" in raw else raw
+    return raw.split(":", 1)[0] if raw.count(":") == 1 else raw
+
+
+def implied_hosts(host: str, extra: tuple[str, ...] = ()) -> frozenset[str]:
+    """The ``Host`` names a listener on ``host`` answers to: the loopback names, the address
+    itself, this machine's names when it listens on every address, and ``extra``."""
+    names = set(LOOPBACK_NAMES) | {host_name(h) for h in extra if h.strip()}
+    if host in ("0.0.0.0", "::", ""):
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    if host:
+        names.add(host.lower())
+    return frozenset(names)
+
+
 def make_guard(token: web.AppKey[str], open_paths: frozenset[str] = frozenset()) -> Any:
-    """The one bearer-token check (every path but ``open_paths``), with errors answered as
-    JSON. One middleware, not two: each layer costs every request another coroutine."""
+    """The one check of every request: its ``Host`` is one this listener answers to (else
+    421, so a page of another site that a DNS name rebound to loopback never reaches us,
+    health check included), and its bearer token (every path but ``open_paths``), with
+    errors answered as JSON. One middleware, not two: each layer costs every request another
+    coroutine."""
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        allowed = request.app.get(ALLOWED_HOSTS)
+        if allowed is not None and host_name(request.host) not in allowed:
+            return error(
+                421,
+                "misdirected_request",
+                f"this sidecar does not answer to the host {host_name(request.host)!r};"
+                " add it to [api] allowed_hosts to allow it",
+            )
         if request.path not in open_paths and not token_matches(
             request.headers.get("Authorization", ""), request.app[token]
         ):
@@ -178,12 +212,21 @@ def use_json_errors(runner: web.AppRunner) -> None:
 
 
 async def start_site(
-    stack: AsyncExitStack, app: web.Application, listen: str, option: str
+    stack: AsyncExitStack,
+    app: web.Application,
+    listen: str,
+    option: str,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> list[str]:
     """Serve ``app`` on ``listen`` (``HOST:PORT``, or ``unix:PATH`` made 0600), answering
     protocol errors as JSON; the runner is cleaned up first when ``stack`` unwinds (no new
     requests). The addresses it listens on; a bad ``listen`` is a ConfigError naming
-    ``option``."""
+    ``option``. Over TCP it answers only to the ``Host`` names its address implies, and to
+    ``allowed_hosts`` (see :func:`implied_hosts`)."""
+    if not listen.startswith("unix:"):
+        bound = listen.rpartition(":")[0]
+        bound = bound[1:-1] if bound.startswith("[") and bound.endswith("]") else bound
+        app[ALLOWED_HOSTS] = implied_hosts(bound or "127.0.0.1", allowed_hosts)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     use_json_errors(runner)

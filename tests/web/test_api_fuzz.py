@@ -183,7 +183,7 @@ def test_no_input_gets_a_5xx_and_a_refused_request_changes_nothing(
         target += "?" + "&".join(f"{quote(k)}={quote(v)}" for k, v in query.items())
     header = b"Bearer " + token if auth == "good" else auth
     raw = (
-        f"{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
+        f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n".encode()
         + b"Authorization: "
         + header.replace(b"\r", b"").replace(b"\n", b"")
         + b"\r\n"

@@ -253,7 +253,7 @@ async def test_a_non_ascii_authorization_is_401(client: Client, header: bytes) -
     host, port = client.base.removeprefix("http://").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(
-        b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        b"GET /v1/sessions HTTP/1.1\r\nHost: localhost\r\nAuthorization: "
         + header
         + b"\r\nConnection: close\r\n\r\n"
     )
@@ -277,7 +277,7 @@ async def half_closed(client: Client, request: bytes) -> bytes:
 
 def post_event(client: Client, body: bytes, length: int) -> bytes:
     return (
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer "
         + client.token.encode()
         + b"\r\nContent-Type: application/json\r\nContent-Length: "
         + str(length).encode()
@@ -495,3 +495,42 @@ def test_a_bad_node_listen_is_refused_with_a_message(
     assert 1 == proc.returncode
     assert said in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("localhost", 200),
+        ("127.0.0.1:8765", 200),
+        ("[::1]:8765", 200),
+        ("LOCALHOST", 200),
+        ("attacker.example", 421),
+        ("attacker.example:8765", 421),
+        ("127.0.0.1.attacker.example", 421),
+    ],
+)
+async def test_only_the_host_names_the_listener_implies_are_answered(
+    client: Client, host: str, status: int
+) -> None:
+    """A page whose DNS name was rebound to loopback sends its own name as ``Host``: 421,
+    health check included, before the token is even looked at."""
+    address, port = client.base.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(address, int(port))
+    writer.write(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    assert answer.startswith(f"HTTP/1.1 {status}".encode()), answer[:120]
+    if status == 421:
+        assert b'"misdirected_request"' in answer and b"allowed_hosts" in answer
+
+
+def test_allowed_hosts_adds_names_and_is_checked() -> None:
+    from monitor.config import parse_config
+    from monitor.errors import ConfigError
+    from monitor.web.common import implied_hosts
+
+    config = parse_config({"api": {"allowed_hosts": ["Sidecar.LAN:8765"]}})
+    assert "sidecar.lan" in implied_hosts("127.0.0.1", config.api.allowed_hosts)
+    with pytest.raises(ConfigError, match="list of strings"):
+        parse_config({"api": {"allowed_hosts": "sidecar.lan"}})
