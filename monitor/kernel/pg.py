@@ -158,11 +158,18 @@ class PgStore:
         return store
 
     def _open_pools(self) -> None:
+        """One direct connection first, so that PostgreSQL's own reason (authentication
+        failed, no such database, connection refused) is said at once; a pool only says it
+        timed out."""
         try:
+            psycopg.connect(
+                self.url, connect_timeout=int(CONNECT_TIMEOUT_S), application_name="sessionwatch"
+            ).close()
             for pool in (self._writers, self._readers):
                 pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except (PoolTimeout, psycopg.Error) as exc:
-            raise StoreError(f"cannot reach the state database {self.path}: {exc}") from None
+            cause = without_password(" ".join(str(exc).split()))
+            raise StoreError(f"cannot reach the state database {self.path}: {cause}") from None
 
     # -- the store interface -------------------------------------------------------------
 

@@ -251,3 +251,33 @@ async def test_a_stopped_store_answers_503_and_the_tick_catches_up(
             await asyncio.sleep(0.2)
         assert (200, True) == (status, answer["recorded"])
         assert [("activity", 1)] == [(r.outcome, r.turns) for r in await a.sidecar.monitor.tick()]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda url: url.rsplit("/", 1)[0] + "/no_such_database", "does not exist"),
+        (lambda url: _with_user(url, "no_such_role"), 'role "no_such_role"'),
+        (lambda url: "postgresql://sw:s3cretpw@127.0.0.1:1/x", "Connection refused"),
+    ],
+)
+async def test_postgresql_says_why_it_cannot_connect_at_once(
+    pg_url: str, change: Any, said: str
+) -> None:
+    """PostgreSQL's own reason, in one line, without the password, and without waiting for a
+    pool to time out."""
+    from monitor.kernel import Kernel
+
+    with pytest.raises(StoreError) as caught:
+        await Kernel.open(change(pg_url))
+    assert said in str(caught.value)
+    assert "s3cretpw" not in str(caught.value)
+    assert "pool initialization incomplete" not in str(caught.value)
+
+
+def _with_user(url: str, user: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
