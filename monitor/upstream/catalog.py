@@ -55,7 +55,9 @@ def _word_score(word: str, candidate: str, **_: Any) -> float:
     from rapidfuzz import fuzz
 
     score = fuzz.ratio(word, candidate)
-    if len(word) >= 3:  # a prefix or a part of a longer word is nearly as good
+    # A prefix or a part of a longer word of the text is nearly as good; a shorter word of
+    # the text inside the query's word is not ("in" is not a match for "billing").
+    if len(word) >= 3 and len(candidate) >= len(word):
         score = max(score, fuzz.partial_ratio(word, candidate) * 0.95)
     return float(score)
 
