@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from monitor.config import Config, is_pg_url, load_config
+from monitor.config import Config, is_pg_url, load_config, without_password
 from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.db import run_now
 from monitor.kernel.events import MAX_INT64, parse_actor, parse_kind
@@ -535,7 +535,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "replay":
             return _replay(args)
         if args.command == "config":
-            sys.stdout.buffer.write(orjson.dumps(args.config_obj.as_json()) + b"\n")
+            shown = args.config_obj.as_json()
+            target = db_path(args, args.config_obj)  # what --db or $SESSIONWATCH_DB chose
+            shown["store"]["effective"] = (
+                without_password(target) if is_pg_url(target) else str(target)
+            )
+            sys.stdout.buffer.write(orjson.dumps(shown) + b"\n")
             return 0
         if args.command == "doctor":
             import asyncio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -224,3 +225,17 @@ def test_deleting_a_bare_key_needs_its_agent(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     assert "is a bare key, a session of every agent" in sw(db, "delete", "global", code=2)
     assert {"ok": True} == sw(db, "delete", "global", "--agent", "main")
+
+
+def test_config_shows_the_database_db_or_the_environment_chose(tmp_path: Path) -> None:
+    shown = sw(tmp_path / "chosen.db", "config")
+    assert str(tmp_path / "chosen.db") == shown["store"]["effective"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "config"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "SESSIONWATCH_DB": "postgresql://sw:s3cret@db.example/sw"},
+    )
+    assert "postgresql://sw:***@db.example/sw" == orjson.loads(proc.stdout)["store"]["effective"]
+    assert "s3cret" not in proc.stdout
