@@ -158,6 +158,17 @@ def is_pg_url(target: object) -> TypeGuard[str]:
     return isinstance(target, str) and target.startswith(PG_SCHEMES)
 
 
+def listen_is_valid(listen: str) -> bool:
+    """``HOST:PORT`` (port 0-65535, ``[ADDR]`` for IPv6) or ``unix:PATH``."""
+    if listen.startswith("unix:"):
+        return bool(listen.removeprefix("unix:").strip())
+    _, colon, port = listen.rpartition(":")
+    return bool(colon) and port.isdigit() and 0 <= int(port) <= 65535
+
+
+LISTEN_SHAPE = "must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
+
+
 def without_password(url: str) -> str:
     """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``."""
     return re.sub(r"://([^:/@]+):[^/]*@", r"://\1:***@", url)
@@ -186,6 +197,8 @@ def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
             f"{where} must be an http:// or https:// URL, the gateway's hooks base"
             " (for example http://127.0.0.1:18789/hooks)"
         )
+    if (section, name) == ("api", "listen") and not listen_is_valid(value):
+        raise ConfigError(f"{where} {LISTEN_SHAPE}, got {value!r}")
     if (section, name) == ("store", "url") and value and not is_pg_url(value):
         raise ConfigError(f"{where} must be a postgresql:// URL")
     if name in _POSITIVE and value <= 0:

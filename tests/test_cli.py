@@ -239,3 +239,14 @@ def test_config_shows_the_database_db_or_the_environment_chose(tmp_path: Path) -
     )
     assert "postgresql://sw:***@db.example/sw" == orjson.loads(proc.stdout)["store"]["effective"]
     assert "s3cret" not in proc.stdout
+
+
+def test_a_listen_address_without_a_port_is_refused_before_anything_is_made(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[api]\nlisten = "127.0.0.1"\n')
+    db = tmp_path / "new" / "state.db"
+    err = sw(db, "--config", str(config), "serve", code=2)
+    assert "[api] listen must be HOST:PORT" in err
+    assert not db.parent.exists()

@@ -19,6 +19,7 @@ from aiohttp import web, web_protocol
 from aiohttp.streams import StreamReader
 from aiohttp.web_request import BaseRequest
 
+from monitor.config import LISTEN_SHAPE, listen_is_valid
 from monitor.errors import (
     ConfigError,
     NotFound,
@@ -231,11 +232,11 @@ async def start_site(
     await runner.setup()
     use_json_errors(runner)
     stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
-    shape = f"{option} must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
+    shape = f"{option} {LISTEN_SHAPE}"
+    if not listen_is_valid(listen):
+        raise ConfigError(f"{shape}, got {listen!r}")
     if listen.startswith("unix:"):
         path = listen.removeprefix("unix:")
-        if not path.strip():
-            raise ConfigError(f"{shape}, got {listen!r}")
         clear_stale_socket(path)
         try:
             await web.UnixSite(runner, path).start()
@@ -244,8 +245,6 @@ async def start_site(
         os.chmod(path, 0o600)
         return [f"unix:{path}"]
     host, _, port = listen.rpartition(":")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{shape}, got {listen!r}")
     if host.startswith("[") and host.endswith("]"):  # [::1]:8080
         host = host[1:-1]
     try:
