@@ -127,7 +127,7 @@ class ClaudeNodeAdapter:
                     raise NodeError(f"node answered {resp.status}")
                 return body
         except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
-            raise NodeError(str(exc) or type(exc).__name__) from None
+            raise NodeError(connection_reason(exc)) from None
 
     async def threads(self, name: str) -> list[dict[str, Any]]:
         """The node's adoptable Claude sessions (its catalog); raises :class:`NodeError`."""
@@ -144,7 +144,7 @@ class ClaudeNodeAdapter:
                 if resp.status != 200 or not isinstance(body, dict):
                     raise NodeError(f"node answered {resp.status}")
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise NodeError(str(exc) or type(exc).__name__) from None
+            raise NodeError(connection_reason(exc)) from None
         threads = body.get("threads")
         return [t for t in threads if isinstance(t, dict)] if isinstance(threads, list) else []
 
@@ -198,6 +198,17 @@ class ClaudeNodeAdapter:
         except NodeError as exc:
             return Outcome(status="inconclusive", reason=str(exc))
         return _classified(probe, anchor, tail, items)
+
+
+def connection_reason(exc: BaseException) -> str:
+    """A failed call in plain words: ``cannot connect to 127.0.0.1:9 (Connection refused)``
+    rather than aiohttp's ``Cannot connect to host 127.0.0.1:9 ssl:default [...]``."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+        return f"cannot connect to {exc.host}:{exc.port} ({cause})"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__
 
 
 class Gone(NodeError):

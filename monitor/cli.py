@@ -319,7 +319,7 @@ class _Kinds:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of the ``only`` one."""
-    p = _Parser(prog="sessionwatch", description=__doc__.splitlines()[0])
+    p = _Parser(prog="sessionwatch", description=__doc__.splitlines()[0].replace("``", ""))
     p.add_argument("--db", help="state database: a SQLite file or a postgresql:// URL")
     p.add_argument("--config", type=Path, help="TOML configuration ($SESSIONWATCH_CONFIG)")
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from adapters.claude_node import connection_reason
 from monitor.config import Config, is_pg_url, without_password
 from monitor.errors import SessionwatchError
 from monitor.paths import expand_user
@@ -117,7 +118,7 @@ async def _hooks(config: Config, http: aiohttp.ClientSession) -> list[Finding]:
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         return [
             problem(
-                f"the gateway's hooks at {url} do not answer ({exc or type(exc).__name__})",
+                f"the gateway's hooks at {url} do not answer ({connection_reason(exc)})",
                 "start the gateway, or correct [gateway] hooks_url",
             )
         ]
@@ -163,7 +164,7 @@ async def _node(name: str, url: str, token_file: str, http: aiohttp.ClientSessio
             status = resp.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         return problem(
-            f"node {name} at {url} does not answer ({exc or type(exc).__name__})",
+            f"node {name} at {url} does not answer ({connection_reason(exc)})",
             "start `sessionwatch node` there, or correct its url",
         )
     if status == 401:

@@ -53,7 +53,7 @@ class Metrics:
         )
         self.blocked_links = Gauge(
             "sessionwatch_blocked_links",
-            "Links blocked at a line longer than the scan cap",
+            "Links blocked at a line longer than max_line_bytes",
             registry=r,
         )
         self.shared_lease = Gauge(

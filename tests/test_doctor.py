@@ -57,6 +57,9 @@ async def test_a_gateway_that_is_down_and_a_node_that_is_down(tmp_path: Path) ->
     assert 2 == len(problems)
     assert "hooks at http://127.0.0.1:9/hooks/wake do not answer" in problems[0]
     assert "node laptop at http://127.0.0.1:9 does not answer" in problems[1]
+    for line in problems:  # plain words, not aiohttp's "ssl:default [...]"
+        assert "(cannot connect to 127.0.0.1:9 (Connection refused))" in line
+        assert "ssl:default" not in line
 
 
 async def test_a_shared_state_file_is_a_problem(tmp_path: Path) -> None:

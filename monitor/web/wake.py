@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from adapters.claude_node import connection_reason
 from monitor.errors import ConfigError
 from monitor.kernel.cursors import WatchCursor
 from monitor.kernel.keys import main_key_for, parse_agent_key
@@ -208,7 +209,7 @@ class HooksWaker:
                         return answer
                     error = answer.error
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                error = str(exc) or type(exc).__name__
+                error = connection_reason(exc)
             if attempt < ATTEMPTS:
                 await asyncio.sleep(BACKOFF_S * attempt)
         return Answer("failed", error)
