@@ -204,7 +204,8 @@ def connection_reason(exc: BaseException) -> str:
     """A failed call in plain words: ``cannot connect to 127.0.0.1:9 (Connection refused)``
     rather than aiohttp's ``Cannot connect to host 127.0.0.1:9 ssl:default [...]``."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        cause = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+        err = exc.os_error  # its strerror is asyncio's "Connect call failed (...)"
+        cause = os.strerror(err.errno) if err.errno else str(err)
         return f"cannot connect to {exc.host}:{exc.port} ({cause})"
     if isinstance(exc, TimeoutError):
         return "no answer in time"
