@@ -53,14 +53,26 @@ def _head_and_tail(path: str, size: int) -> tuple[bytes, bytes]:
         os.close(fd)
 
 
+RECAP_SUFFIX = "(disable recaps in /config)"
+
+
 def _title(records: list[dict[str, Any]]) -> str | None:
-    title = None
+    """The harness's own title (the latest custom or AI title, Pi's name), else the latest
+    recap Claude Code writes when a person comes back (``away_summary``, from 2.1.108): a
+    better title than the first prompt. Older ``summary`` records may describe another
+    branch and are left out."""
+    title = recap = None
     for record in records:
         key = _TITLE_TYPES.get(str(record.get("type")))
         value = record.get(key) if key else None
         if isinstance(value, str) and value.strip():
             title = " ".join(value.split())[:TITLE_CHARS]
-    return title
+        elif record.get("type") == "system" and record.get("subtype") == "away_summary":
+            text = record.get("content")
+            if isinstance(text, str):
+                text = " ".join(text.split()).removesuffix(RECAP_SUFFIX).strip()
+                recap = text[:TITLE_CHARS] or recap
+    return title or recap
 
 
 def file_entry(fmt: JsonlFormat[Any], path: str, stat: os.stat_result) -> CatalogEntry | None:

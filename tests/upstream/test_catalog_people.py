@@ -142,3 +142,26 @@ async def test_an_existing_session_keeps_its_id_on_adoption(client: Client, tmp_
     assert 200 == (await client.call("POST", "/v1/links", body))[0]
     _, session = await client.call("PUT", f"/v1/sessions/{key}", {})
     assert "mine" == session["sessionId"]
+
+
+def test_the_latest_recap_titles_a_session_without_a_title_of_its_own(tmp_path: Path) -> None:
+    """Claude Code (2.1.108 on) writes a recap when a person comes back: the latest one is a
+    better title than the first prompt, and a custom title still wins over it."""
+    root = tmp_path / "claude"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[roots]\nclaude = "{root}"\n')
+
+    def recap(text: str) -> dict[str, object]:
+        return {"type": "system", "subtype": "away_summary",
+                "content": f"{text} (disable recaps in /config)"}  # fmt: skip
+
+    recapped = _claude(root, "recapped", "fix it", cwd="/w")
+    with recapped.open("ab") as f:
+        for text in ("Fixed the login redirect.", "Billing tests pass; refunds next."):
+            f.write(orjson.dumps(recap(text)) + b"\n")
+    titled = _claude(root, "titled", "fix it", cwd="/w", title="My own title")
+    with titled.open("ab") as f:
+        f.write(orjson.dumps(recap("A recap")) + b"\n")
+    titles = {e["nativeId"]: e["title"] for e in _catalog(tmp_path, config)}
+    assert "Billing tests pass; refunds next." == titles["recapped"]
+    assert "My own title" == titles["titled"]
