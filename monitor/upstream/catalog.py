@@ -145,15 +145,16 @@ def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
 
     console = Console(width=width)
     table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
+    kinds = [f"{e.kind}@{e.node}" if e.node else e.kind for e in catalog.entries]
+    kind_width = min(max((len(k) for k in kinds), default=6), 40)  # a node name is read whole
     table.add_column("id", no_wrap=True, min_width=8)
-    table.add_column("kind", no_wrap=True, overflow="ellipsis", min_width=6, max_width=16)
+    table.add_column("kind", no_wrap=True, overflow="ellipsis", min_width=kind_width)
     table.add_column("title", no_wrap=True, overflow="ellipsis", ratio=1)
     table.add_column("directory", no_wrap=True, overflow="ellipsis", max_width=28)
     table.add_column("age", no_wrap=True, justify="right", min_width=10)
     table.add_column("size", no_wrap=True, justify="right", min_width=8)
     table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=24)
-    for e in catalog.entries:
-        kind = f"{e.kind}@{e.node}" if e.node else e.kind
+    for e, kind in zip(catalog.entries, kinds, strict=True):
         table.add_row(
             e.short_id,
             kind,

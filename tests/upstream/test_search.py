@@ -98,3 +98,21 @@ def test_a_short_word_of_a_title_is_no_match_for_a_longer_query_word(query: str)
     titles = [e.title for e in select(catalog(), search=query).entries]
     for noise in ("new prompt in the fork", "a run in the sandbox", "it is on in an hour"):
         assert noise not in titles, titles
+
+
+def test_the_table_shows_a_paired_nodes_kind_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    from monitor.upstream.catalog import print_catalog
+
+    entry = CatalogEntry(
+        catalog_id="claude-node:0123456789abcdef",
+        kind="claude-node",
+        native_id="t",
+        path="laptop",
+        cwd="/home/me/project",
+        title="fix the billing tests, and a title long enough to be cut",
+        updated_at=0,
+        size=10,
+        node="laptop",
+    )
+    print_catalog(Catalog(entries=[entry], skipped=0, errors=[]), 1000)
+    assert "claude-node@laptop" in capsys.readouterr().out
