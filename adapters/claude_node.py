@@ -78,7 +78,10 @@ class ClaudeNodeAdapter:
         """``path`` names a configured node; ``thread`` the thread on it."""
         if path not in self.nodes:
             known = ", ".join(sorted(self.nodes)) or "none configured"
-            raise NotFound(f"unknown node {path!r} (known: {known})")
+            raise NotFound(
+                f"unknown node {path!r} (known: {known}); a [nodes.{path}] section added"
+                " after serve started needs serve restarted"
+            )
         if not thread or not thread.strip():
             raise BadInput("a claude-node adoption needs the thread id (--thread)")
         return Source(ref={"nodeId": path, "threadId": thread.strip()}, thread_id=thread.strip())
@@ -113,7 +116,10 @@ class ClaudeNodeAdapter:
         """One page of the thread's items; raises :class:`Gone` or :class:`NodeError`."""
         node = self.nodes.get(str(ref.get("nodeId")))
         if node is None:
-            raise NodeError(f"unknown node {ref.get('nodeId')!r}")
+            raise NodeError(
+                f"unknown node {ref.get('nodeId')!r}: add [nodes.{ref.get('nodeId')}] to the"
+                " configuration and restart serve"
+            )
         url = f"{node.url.rstrip('/')}/v1/threads/{ref.get('threadId')}/items"
         headers = {"Authorization": f"Bearer {_token(node)}"}
         try:

@@ -333,3 +333,15 @@ def test_two_sidecars_end_to_end(tmp_path: Path, transcript: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
     assert 0 == proc.returncode
+
+
+async def test_an_unknown_node_says_how_to_make_it_known(tmp_path: Path) -> None:
+    from monitor.errors import NotFound
+
+    a = adapter(tmp_path, "http://127.0.0.1:9")
+    with pytest.raises(NotFound, match=r"\[nodes.desk\] section added after serve started"):
+        a.resolve("desk", THREAD)
+    [out] = await a.check(
+        [Probe(session_key="k", ref={"nodeId": "desk", "threadId": THREAD}, marker={})]
+    )
+    assert "add [nodes.desk] to the configuration and restart serve" in (out.reason or "")
