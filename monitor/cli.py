@@ -558,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "node":
                 asyncio.run(serve_node(args.config_obj, args.listen, args.token_file))
             else:
-                asyncio.run(serve(args.config_obj, db_path(args, args.config_obj)))
+                config_path = args.config or os.environ.get("SESSIONWATCH_CONFIG")
+                asyncio.run(serve(args.config_obj, db_path(args, args.config_obj), config_path))
             return 0
         result = _run_command(args)
     except BadInput as exc:

@@ -72,9 +72,14 @@ class Sidecar:
         self.metrics = metrics
         self.stopping = stopping or asyncio.Event()
         self.addresses: list[str] = []
+        self.waker: HooksWaker | None = None
         self._paths_changed = paths_changed
         self._skip_logged = False
         self._data_version: int | None = None
+
+    def links_may_have_changed(self) -> None:
+        """Re-arm file watching: the files watched may differ (after a reload of roots)."""
+        self._paths_changed.set()
 
     async def scheduled_tick(self) -> None:
         """The fixed tick. One still running (waiting for a locked database, say) is not
@@ -282,6 +287,7 @@ async def running(
         sidecar = Sidecar(
             kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
         )
+        sidecar.waker = waker
         if leases is not None:
             keeper = asyncio.ensure_future(leases.keep(sidecar.stopping))
             stack.callback(keeper.cancel)
@@ -344,8 +350,8 @@ async def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> Host
     return leases
 
 
-async def serve(config: Config, db: Path | str) -> None:
-    """Run until SIGINT/SIGTERM."""
+async def serve(config: Config, db: Path | str, config_path: Path | str | None = None) -> None:
+    """Run until SIGINT/SIGTERM; SIGHUP reads ``config_path`` again (see monitor.reload)."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -354,6 +360,14 @@ async def serve(config: Config, db: Path | str) -> None:
         if sidecar is None:
             log.info("stopped before the state database could be opened")
             return
+
+        def on_hangup() -> None:
+            from monitor.reload import reload
+
+            sidecar.config = reload(sidecar.config, config_path, sidecar.monitor, sidecar.waker)
+            sidecar.links_may_have_changed()
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
         shown = without_password(db) if isinstance(db, str) else db
         log.info("sessionwatch serving %s on %s", shown, ", ".join(sidecar.addresses))
         await stopping.wait()

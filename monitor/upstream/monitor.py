@@ -111,6 +111,15 @@ class UpstreamMonitor:
 
     # -- links -------------------------------------------------------------------------
 
+    def reconfigure(self, config: Config) -> None:
+        """New roots and nodes: every part reads the one adapters mapping, replaced in place
+        between two awaits (a tick in flight finishes with the adapters it started with)."""
+        fresh = build_adapters(adapter_settings(config))
+        adapters = self.adapters
+        assert isinstance(adapters, dict)  # from build_adapters (see ``from_config``)
+        adapters.clear()
+        adapters.update(fresh)
+
     async def links(self) -> list[dict[str, Any]]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
 

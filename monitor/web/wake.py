@@ -35,10 +35,12 @@ import aiohttp
 import orjson
 
 from adapters.claude_node import connection_reason
+from monitor.config import GatewayConfig
 from monitor.errors import ConfigError
 from monitor.kernel.cursors import WatchCursor
 from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.metrics import Metrics
+from monitor.paths import expand_user
 from monitor.private import read_secret
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,16 @@ class HooksWaker:
 
     def attach(self, ledger: NoticeLedger) -> None:
         self.ledger = ledger
+
+    def reconfigure(self, gateway: GatewayConfig) -> None:
+        """A reloaded ``[gateway]``: the next call goes to the new URL with the new token,
+        and every reason may be said again (a gateway setting may have changed too)."""
+        self.url = gateway.hooks_url.rstrip("/") + "/wake"
+        self.token_file = Path(expand_user(gateway.hooks_token_file))
+        self.retry_s = gateway.retry_interval_s
+        self.keys_refused = False
+        self._quiet_until = 0.0
+        self._said.clear()
 
     def __call__(self, watcher: str) -> None:
         """Send the watcher's undelivered notices in the background; returns at once."""

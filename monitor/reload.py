@@ -1,0 +1,71 @@
+"""``SIGHUP`` (and ``systemctl reload``): read the configuration again, without a restart.
+
+What applies live: the roots and the paired nodes (the adapters are built again from them),
+and the gateway's hooks (its URL, its token file, the retry interval). What cannot (the
+store, the listen address and the rest of ``[api]``, the monitor's timings, the session
+rules, the host id) is named as needing a restart. A file that does not parse is refused,
+said once, and the configuration in force stays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from monitor.config import Config, load_config
+from monitor.errors import ConfigError, SessionwatchError
+
+if TYPE_CHECKING:
+    from monitor.upstream import UpstreamMonitor
+    from monitor.web.wake import HooksWaker
+
+log = logging.getLogger(__name__)
+
+LIVE = ("roots", "nodes", "gateway")
+
+
+def changed_sections(old: Config, new: Config) -> list[str]:
+    fields = dataclasses.fields(Config)
+    return [f.name for f in fields if getattr(old, f.name) != getattr(new, f.name)]
+
+
+def reload(
+    current: Config,
+    path: Path | str | None,
+    monitor: UpstreamMonitor,
+    waker: HooksWaker | None,
+) -> Config:
+    """The configuration in force after a reload (the new one, or ``current`` when the
+    file is refused). Says what changed, what applied and what needs a restart."""
+    try:
+        new = load_config(path)
+    except ConfigError as exc:
+        log.error("configuration not reloaded, the one in force stays: %s", exc)
+        return current
+    changed = changed_sections(current, new)
+    if not changed:
+        log.info("configuration reloaded: nothing changed")
+        return current
+    wakes_live = waker is not None and new.gateway.wakes  # turning wakes on or off: restart
+    applied = [s for s in changed if s in LIVE and (s != "gateway" or wakes_live)]
+    restart = [s for s in changed if s not in applied]
+    try:
+        if "roots" in applied or "nodes" in applied:
+            monitor.reconfigure(new)
+        if "gateway" in applied and waker is not None and new.gateway.wakes:
+            waker.reconfigure(new.gateway)
+    except SessionwatchError as exc:
+        log.error("configuration not reloaded, the one in force stays: %s", exc)
+        return current
+    if applied:
+        log.info("configuration reloaded: %s changed and applied", ", ".join(applied))
+    if restart:
+        log.warning(
+            "configuration: %s changed but apply only at a restart; the running values stay",
+            ", ".join(restart),
+        )
+    # The sections that apply only at a restart keep their running values.
+    kept = {s: getattr(current, s) for s in changed if s not in applied}
+    return dataclasses.replace(new, **kept)

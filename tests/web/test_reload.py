@@ -1,0 +1,74 @@
+"""``SIGHUP`` reads the configuration again: roots, nodes and the gateway's hooks apply
+live; the store, the listen address and the like are named as needing a restart; a bad file
+is refused and the one in force stays."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import REPO, served_address, user_line
+
+
+def wait_for_line(log: Path, text: str, timeout: float = 20) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [line for line in log.read_text().splitlines() if text in line]
+        if lines:
+            return lines[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no log line with {text!r}:\n{log.read_text()}")
+
+
+def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    for root in (first, second):
+        (root / "p").mkdir(parents=True)
+    (second / "p" / "s.jsonl").write_bytes(user_line("a session in the second root"))
+    config = tmp_path / "sw.toml"
+
+    def write(root: Path, listen: str = "127.0.0.1:0") -> None:
+        config.write_text(
+            f'[roots]\nclaude = "{root}"\n'
+            f'[api]\nlisten = "{listen}"\ntoken_file = "{tmp_path / "token"}"\n'
+            "[monitor]\ninitial_delay_s = 3600\n"
+        )
+
+    write(first)
+    log = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config"]
+    proc = subprocess.Popen(
+        [*argv, str(config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        base = served_address(proc)
+        assert proc.stderr is not None
+        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+
+        def catalog() -> list[str]:
+            token = (tmp_path / "token").read_text().strip()
+            request = urllib.request.Request(
+                f"{base}/v1/catalog", headers={"Authorization": f"Bearer {token}"}
+            )
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                return [s["title"] for s in json.loads(resp.read())["sessions"]]
+
+        assert [] == catalog()
+        write(second, listen="127.0.0.1:1")
+        proc.send_signal(signal.SIGHUP)
+        assert "roots changed and applied" in wait_for_line(log, "configuration reloaded")
+        assert "api changed but apply only at a restart" in wait_for_line(log, "restart")
+        assert ["a session in the second root"] == catalog()  # the same listener, new roots
+        config.write_text("[roots\n")
+        proc.send_signal(signal.SIGHUP)
+        assert "not valid TOML" in wait_for_line(log, "configuration not reloaded")
+        assert ["a session in the second root"] == catalog()  # the one in force stays
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    drain.wait(10)
