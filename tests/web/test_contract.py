@@ -25,7 +25,7 @@ from schemathesis.checks import (
 )
 
 from monitor.web.openapi import document_bytes
-from tests.conftest import REPO, served_address
+from tests.conftest import REPO, Client, served_address
 
 DOCS = REPO / "docs" / "openapi.json"
 EXAMPLES = 15  # per route and generation mode: bounded, so CI stays fast
@@ -150,3 +150,69 @@ def test_every_schema_of_the_document_has_a_type_client_generators_keep() -> Non
     served = doc["paths"]["/openapi.json"]["get"]["responses"]["200"]["content"]
     assert {"application/json": {"schema": {"type": "object"}}} == served
     assert version("sessionwatch") == doc["info"]["version"]
+
+
+async def test_a_generated_python_client_parses_every_documented_answer(
+    tmp_path: Path, client: Client
+) -> None:
+    """``openapi-python-client`` generates a client from the document, and its models parse
+    what the sidecar really answers, route by route (a typeless ``const`` was dropped by it
+    before, and ``status`` could not be parsed)."""
+    import importlib
+    import shutil
+
+    generator = Path(sys.executable).with_name("openapi-python-client")
+    if not generator.exists():
+        pytest.skip("openapi-python-client is not installed (pip install -e '.[test]')")
+    spec = tmp_path / "openapi.json"
+    spec.write_bytes(document_bytes())
+    out = tmp_path / "swclient"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    proc = subprocess.run(
+        [
+            str(generator),
+            "generate",
+            "--path",
+            str(spec),
+            "--meta",
+            "none",
+            "--output-path",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert out.is_dir(), proc.stdout + proc.stderr
+    assert "WARNING parsing" not in proc.stdout, proc.stdout  # no model or answer dropped
+    sys.path.insert(0, str(tmp_path))
+    try:
+        models = importlib.import_module("swclient.models")
+        key, main = "agent:main:subagent:gen", "agent:main:main"
+        calls = [
+            ("PUT", f"/v1/sessions/{key}", {"sessionId": "s1"}, "SessionInfo"),
+            ("POST", "/v1/watches", {"watcher": main, "target": key}, "Watched"),
+            (
+                "POST",
+                "/v1/events",
+                {"sessionKey": key, "kind": "human_direct_message", "actorType": "human"},
+                "EventRecorded",
+            ),
+            ("GET", f"/v1/sessions/{key}/status?changesSince=0", None, "Status"),
+            ("GET", "/v1/sessions", None, "Sessions"),
+            ("GET", f"/v1/watchers/{main}/notices", None, "Notices"),
+            ("GET", "/v1/links", None, "Links"),
+            ("GET", "/v1/catalog", None, "Catalog"),
+            ("GET", "/v1/sessions/nope/status", None, "ErrorAnswer"),
+            ("POST", f"/v1/sessions/{key}/reset", None, "Ok"),
+        ]
+        for method, path, body, name in calls:
+            _, answer = await client.call(method, path, body)
+            parsed = getattr(models, name).from_dict(answer)
+            assert parsed.to_dict() == answer, (name, answer)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for module in [m for m in sys.modules if m == "swclient" or m.startswith("swclient.")]:
+            del sys.modules[module]
+        shutil.rmtree(out, ignore_errors=True)
