@@ -271,19 +271,26 @@ def stamped_line(text: str, uuid: str, at: str) -> bytes:
     return orjson.dumps(record) + b"\n"
 
 
+async def _two_then_a_third(monitor: UpstreamMonitor, roots: RootsConfig) -> tuple[Path, bytes]:
+    """A transcript of two stamped prompts, adopted, then a third read by a tick: the path
+    and the first two lines."""
+    path = Path(roots.claude) / "s.jsonl"
+    first_two = stamped_line("one", "u1", "2026-01-01T00:00:01Z") + stamped_line(
+        "two", "u2", "2026-01-01T00:00:02Z"
+    )
+    path.write_bytes(first_two)
+    await adopt_watched(monitor, path)
+    append(path, stamped_line("three", "u3", "2026-01-01T00:00:03Z"))
+    assert await outcomes(monitor) == [("activity", 1)]
+    return path, first_two
+
+
 @pytest.mark.parametrize("how", ["rotated", "truncated"])
 async def test_a_rotated_or_truncated_file_loses_nothing_and_repeats_nothing(
     monitor: UpstreamMonitor, roots: RootsConfig, how: str
 ) -> None:
     """The new content is read from its start; only what was written since counts."""
-    path = Path(roots.claude) / "s.jsonl"
-    old = stamped_line("one", "u1", "2026-01-01T00:00:01Z") + stamped_line(
-        "two", "u2", "2026-01-01T00:00:02Z"
-    )
-    path.write_bytes(old)
-    await adopt_watched(monitor, path)
-    append(path, stamped_line("three", "u3", "2026-01-01T00:00:03Z"))
-    assert await outcomes(monitor) == [("activity", 1)]
+    path, old = await _two_then_a_third(monitor, roots)
     new = stamped_line("four", "u4", "2026-01-01T00:00:04Z") + stamped_line(
         "five", "u5", "2026-01-01T00:00:05Z"
     )
@@ -306,14 +313,7 @@ async def test_a_rewrite_whose_old_offset_falls_on_a_line_end_is_seen(
 ) -> None:
     """Same inode, same first line, and the old offset still ends a line of the new bytes:
     only the fingerprint of the bytes before the offset tells the file was rewritten."""
-    path = Path(roots.claude) / "s.jsonl"
-    first_two = stamped_line("one", "u1", "2026-01-01T00:00:01Z") + stamped_line(
-        "two", "u2", "2026-01-01T00:00:02Z"
-    )
-    path.write_bytes(first_two)
-    await adopt_watched(monitor, path)
-    append(path, stamped_line("three", "u3", "2026-01-01T00:00:03Z"))
-    assert await outcomes(monitor) == [("activity", 1)]
+    path, first_two = await _two_then_a_third(monitor, roots)
     offset = path.stat().st_size
     inode = path.stat().st_ino
     rewritten = first_two + stamped_line("fours", "u4", "2026-01-01T00:00:04Z")

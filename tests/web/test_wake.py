@@ -99,7 +99,12 @@ async def test_a_wake_carries_each_notice_and_acknowledges_it(
             (w["mode"], w["agentId"], w["sessionKey"]) for w in hooks_gateway.wakes
         }
         await until("the acknowledgement", lambda: _empty(sidecar))
-        assert 2 == sidecar.metrics.notices_woken._value.get()
+        assert 2 == sample(sidecar, "sessionwatch_notices_delivered_by_wake_total")
+
+
+def sample(sidecar: Sidecar, name: str, **labels: str) -> float:
+    """A metric's value as /metrics shows it (0 before its first count)."""
+    return sidecar.metrics.registry.get_sample_value(name, labels or None) or 0.0
 
 
 async def _empty(sidecar: Sidecar) -> bool:
@@ -153,7 +158,7 @@ async def test_a_refused_token_is_said_once_and_the_notice_waits(
         token_file.write_text(TOKEN + "\n")  # the operator fixes the file
         await until("the wake", lambda: bool(hooks_gateway.wakes))
         assert [notice(PEER, 0)] == hooks_gateway.texts
-        assert 1 <= sidecar.metrics.wakes.labels("unauthorized")._value.get()
+        assert 1 <= sample(sidecar, "sessionwatch_wake_calls_total", result="unauthorized")
 
 
 async def test_a_throttled_wake_waits_for_retry_after(
@@ -171,7 +176,7 @@ async def test_a_throttled_wake_waits_for_retry_after(
         await asyncio.sleep(1.5)
         assert 1 == hooks_gateway.calls  # still waiting, as the gateway asked
         await until("the wake after Retry-After", lambda: bool(hooks_gateway.wakes))
-        assert 1 == sidecar.metrics.wakes.labels("throttled")._value.get()
+        assert 1 == sample(sidecar, "sessionwatch_wake_calls_total", result="throttled")
 
 
 async def test_a_gateway_that_is_down_gets_the_notice_once_it_is_back(
@@ -191,7 +196,7 @@ async def test_a_gateway_that_is_down_gets_the_notice_once_it_is_back(
         await until("the wake", lambda: bool(hooks_gateway.wakes))
         await until("the acknowledgement", lambda: _empty(sidecar))
         assert [notice(PEER, 0)] == hooks_gateway.texts
-        assert 1 <= sidecar.metrics.wakes.labels("failed")._value.get()
+        assert 1 <= sample(sidecar, "sessionwatch_wake_calls_total", result="failed")
 
 
 async def test_caller_chosen_keys_refused_main_through_its_agent_others_stay_pending(
