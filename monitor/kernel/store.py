@@ -12,7 +12,7 @@ one bounded wait, not a queue of them.
 
 Reads run on read-only connections of their own: a WAL reader never waits for the writer.
 Small point reads run inline (the API's hot reads, which cost less than a thread hop);
-larger ones on aiosqlite's connection thread.
+larger ones on a connection of their own on a thread of its own (:class:`BulkReader`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
-
-import aiosqlite
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import StoreError
@@ -267,14 +266,14 @@ class Store:
     def __init__(
         self,
         writer: Writer,
-        bulk: aiosqlite.Connection,
+        bulk: BulkReader,
         reader: sqlite3.Connection,
         path: Path,
         clock: Clock,
         on_error: Callable[[], None] | None = None,
     ) -> None:
         self._writer = writer
-        self._bulk: aiosqlite.Connection | None = bulk  # larger reads, on its own thread
+        self._bulk: BulkReader | None = bulk  # larger reads, on its own thread
         self._reader: sqlite3.Connection | None = reader  # inline point reads
         self._reader_lock = threading.Lock()
         self.path = path
@@ -303,7 +302,7 @@ class Store:
             with translated(on_error):
                 reader = _read_only(db_path)
             try:
-                bulk = await _open_bulk(db_path)
+                bulk = await BulkReader.open(db_path)
             except BaseException:
                 reader.close()
                 raise
@@ -327,7 +326,7 @@ class Store:
         if bulk is None:
             raise StoreError("the state database is closed")
         with translated(self.on_error):
-            result: T = await bulk._execute(run_read, bulk._conn, fn)  # type: ignore[no-untyped-call]
+            result: T = await bulk.run(fn)
         return result
 
     def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -362,16 +361,34 @@ class Store:
             await bulk.close()
 
 
-async def _open_bulk(path: Path) -> aiosqlite.Connection:
-    """The read-only connection for larger reads, on aiosqlite's connection thread."""
-    bulk = await aiosqlite.connect(str(path), isolation_level=None, check_same_thread=False)
-    try:
-        await bulk.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        await bulk.execute("PRAGMA query_only = ON")
-    except BaseException:
-        await bulk.close()
-        raise
-    return bulk
+class BulkReader:
+    """A read-only connection for larger reads, used on one thread of its own, one read at a
+    time; the event loop awaits it. (It was aiosqlite's connection thread, reached through
+    a private method of aiosqlite; a one-thread executor does the same through public API.)"""
+
+    def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+        self._conn = conn
+        self._executor = executor
+
+    @classmethod
+    async def open(cls, path: Path) -> BulkReader:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionwatch-read")
+        loop = asyncio.get_running_loop()
+        try:
+            conn = await loop.run_in_executor(executor, _read_only, path)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(conn, executor)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, run_read, self._conn, fn)
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._conn.close)
+        self._executor.shutdown(wait=True)
 
 
 async def _submit(
