@@ -118,6 +118,21 @@ async def test_a_bad_watcher_is_a_400_not_a_stream(client: Client) -> None:
     assert (400, "bad_request") == (status, answer["error"]["code"])
 
 
+def readline_within(pipe: Any, seconds: float = 30) -> Any:
+    """A line from a child's pipe, or a failure after ``seconds``: a regression fails the
+    test instead of hanging it (the caller then ends the child, which ends the read)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Late
+
+    reader = ThreadPoolExecutor(max_workers=1)
+    try:
+        return reader.submit(pipe.readline).result(timeout=seconds)
+    except Late:
+        raise AssertionError(f"no line within {seconds:.0f} s") from None
+    finally:
+        reader.shutdown(wait=False)
+
+
 def follow_hears_a_record(db: Path | str) -> None:
     """``notices --follow`` in one process prints, as a JSON line, the notice a ``record``
     in another process opened (on either store)."""
@@ -129,7 +144,7 @@ def follow_hears_a_record(db: Path | str) -> None:
     try:
         sw(db, "record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human")
         assert follow.stdout is not None
-        line = follow.stdout.readline()
+        line = readline_within(follow.stdout)
         assert {"target": CHILD, "text": notice(CHILD, 1)} == orjson.loads(line)
     finally:
         follow.terminate()
@@ -153,9 +168,9 @@ async def test_the_documented_stream_example_delivers_a_notice(client: Client) -
     curl = subprocess.Popen(["bash", "-c", block], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert curl.stdout is not None
-        first = await asyncio.to_thread(curl.stdout.readline)
+        first = await asyncio.to_thread(readline_within, curl.stdout)
         assert "event: notice\n" == first
-        data = await asyncio.to_thread(curl.stdout.readline)
+        data = await asyncio.to_thread(readline_within, curl.stdout)
         expected = {"target": CHILD, "text": notice(CHILD, 1)}
         assert expected == orjson.loads(data.removeprefix("data: "))
     finally:
