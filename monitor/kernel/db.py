@@ -5,7 +5,7 @@ transaction per write, read snapshots, private files, and errors as our own.
 commands (``status``, ``record``, ``notices``...): it needs neither asyncio nor a thread, so
 a command starts in the time Python takes to import ``sqlite3``. Its methods are coroutines
 that never suspend, so the kernel's async API runs on it unchanged (see :func:`run_now`).
-The long-running service uses :class:`monitor.store.Store` (group commit on a writer thread).
+The long-running service uses :class:`monitor.kernel.store.Store` (group commit on a writer thread).
 """
 
 from __future__ import annotations
