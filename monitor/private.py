@@ -74,11 +74,17 @@ def load_token(path: Path) -> str:
     try:
         token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        make_private_dirs(path.parent)
         token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(token + "\n")
+        try:
+            make_private_dirs(path.parent)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(token + "\n")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the API token file {path}: {exc.strerror or exc}"
+                f" (its directory {path.parent} must be writable by this user)"
+            ) from None
         log.info("created the API token file %s", path)
         return token
     except OSError as exc:

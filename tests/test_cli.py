@@ -250,3 +250,13 @@ def test_a_listen_address_without_a_port_is_refused_before_anything_is_made(
     err = sw(db, "--config", str(config), "serve", code=2)
     assert "[api] listen must be HOST:PORT" in err
     assert not db.parent.exists()
+
+
+@pytest.mark.parametrize("command", ["serve", "node"])
+def test_a_token_file_that_cannot_be_made_is_one_line(tmp_path: Path, command: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[api]\nlisten = "127.0.0.1:0"\ntoken_file = "/proc/sw-test/token"\n')
+    args = ["--listen", "127.0.0.1:0", "--token-file", "/proc/sw-test/token"]
+    extra = args if command == "node" else []
+    err = sw(tmp_path / "s.db", "--config", str(config), command, *extra, code=1)
+    assert "cannot create the API token file /proc/sw-test/token" in err
