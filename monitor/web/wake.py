@@ -95,6 +95,9 @@ class HooksWaker:
         self._retries: dict[str, asyncio.TimerHandle] = {}
         self._quiet_until = 0.0  # no call before this (monotonic): after a 401 or a 429
         self._said: set[str] = set()
+        # notices the gateway accepted whose acknowledgement the store refused: acknowledged
+        # again before anything else, never sent again (that would deliver them twice)
+        self._unacked: dict[str, list[WatchCursor]] = {}
 
     def attach(self, ledger: NoticeLedger) -> None:
         self.ledger = ledger
@@ -141,6 +144,8 @@ class HooksWaker:
     async def _pass(self, watcher: str) -> None:
         if self.ledger is None:
             return
+        if not await self._acknowledge(watcher, self._unacked.pop(watcher, [])):
+            return
         try:
             pending = await self.ledger.undelivered(watcher)
         except Exception as exc:  # the store is down: the notice is still there later
@@ -160,13 +165,22 @@ class HooksWaker:
                 accepted.append(cursor)
             else:
                 unsent += 1
-        if accepted:
-            try:
-                await self.ledger.delivered(accepted)
-            except Exception as exc:  # delivered, not acknowledged: the next pass resends
-                self._say_once("ack", "could not acknowledge a delivered notice (%s)", exc)
-        if unsent:
+        if await self._acknowledge(watcher, accepted) and unsent:
             self._retry_later(watcher)
+
+    async def _acknowledge(self, watcher: str, accepted: list[WatchCursor]) -> bool:
+        """Acknowledge what the gateway accepted; when the store refuses, keep it to
+        acknowledge at the next pass (retried), and answer False."""
+        if not accepted or self.ledger is None:
+            return True
+        try:
+            await self.ledger.delivered(accepted)
+        except Exception as exc:  # the store is down: the gateway has the notice already
+            self._unacked[watcher] = accepted
+            self._say_once("ack", "could not acknowledge a delivered notice (%s); retrying", exc)
+            self._retry_later(watcher)
+            return False
+        return True
 
     async def _send(self, watcher: str, cursor: WatchCursor) -> Answer | None:
         """One notice in one wake call; None when the gateway refuses caller-chosen keys and

@@ -240,3 +240,43 @@ async def test_a_hooks_token_file_others_can_read_is_refused(tmp_path: Path) -> 
     with pytest.raises(NotPrivate, match="chmod 600"):
         async with running(make_config(tmp_path, gateway=gateway), tmp_path / "state.db"):
             pass
+
+
+async def test_an_acknowledgement_the_store_refused_is_retried_never_the_wake(
+    tmp_path: Path, hooks_gateway: HooksGateway
+) -> None:
+    """The gateway has the notice once it accepted the wake: when the store then refuses the
+    acknowledgement, the acknowledgement is retried, and the wake is not sent again."""
+    from monitor.kernel.cursors import WatchCursor
+    from monitor.web.wake import HooksWaker
+
+    cursor = WatchCursor(
+        watcher=MAIN, store_path="/s", target=PEER, last_seen=0, notified=3, material=3,
+        provenance="explicit",
+    )  # fmt: skip
+
+    class Ledger:
+        def __init__(self) -> None:
+            self.pending = [cursor]
+            self.refusals = 1
+
+        async def undelivered(self, watcher: str) -> list[WatchCursor]:
+            return list(self.pending)
+
+        async def delivered(self, accepted: list[WatchCursor]) -> None:
+            if self.refusals:
+                self.refusals -= 1
+                raise RuntimeError("database is locked")
+            self.pending = []
+
+    gateway = hooks_gateway.config(tmp_path)
+    waker = HooksWaker(gateway.hooks_url, Path(gateway.hooks_token_file), retry_s=0.1)
+    ledger = Ledger()
+    waker.attach(ledger)
+    try:
+        waker(MAIN)
+        await until("the acknowledgement", lambda: not ledger.pending)
+        await asyncio.sleep(0.3)
+        assert [notice(PEER, 0)] == hooks_gateway.texts  # sent once
+    finally:
+        await waker.close()
