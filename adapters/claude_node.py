@@ -36,6 +36,7 @@ from adapters.base import (
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.claude import ClaudeState
 from adapters.jsonl import FORMATS, Cutoff, classify_records, remembered, reread_from
+from adapters.tailer import open_regular
 from monitor.errors import BadInput, Declined, NotFound, Unreachable
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,14 @@ SERVED_KIND = "claude"  # the format a node serves: its items are classified as 
 def _token(node: NodeAddress) -> str:
     """The node's token, read at each use (it may be rotated)."""
     try:
-        with open(os.path.expanduser(node.token_file), encoding="utf-8") as f:
-            return f.read().strip()
+        fd, _ = open_regular(os.path.expanduser(node.token_file))  # never a FIFO's wait
+        try:
+            return os.read(fd, 65536).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
     except OSError as exc:
-        raise NodeError(f"cannot read the node token {node.token_file}: {exc.strerror}") from None
+        reason = exc.strerror or str(exc)
+        raise NodeError(f"cannot read the node token {node.token_file}: {reason}") from None
 
 
 class NodeError(Unreachable):

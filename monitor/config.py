@@ -266,9 +266,12 @@ def load_config(path: Path | str | None) -> Config:
     if not chosen:
         return Config()
     p = Path(expand_user(chosen))
+    import stat
     import tomllib  # only when there is a file to read
 
     try:
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the read for good
+            raise ConfigError(f"cannot read configuration {p}: not a regular file")
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None

@@ -260,3 +260,10 @@ def test_a_token_file_that_cannot_be_made_is_one_line(tmp_path: Path, command: s
     extra = args if command == "node" else []
     err = sw(tmp_path / "s.db", "--config", str(config), command, *extra, code=1)
     assert "cannot create the API token file /proc/sw-test/token" in err
+
+
+def test_a_configuration_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "c.toml"
+    os.mkfifo(fifo)
+    err = sw(tmp_path / "s.db", "--config", str(fifo), "config", code=2)
+    assert f"cannot read configuration {fifo}: not a regular file" in err

@@ -345,3 +345,14 @@ async def test_an_unknown_node_says_how_to_make_it_known(tmp_path: Path) -> None
         [Probe(session_key="k", ref={"nodeId": "desk", "threadId": THREAD}, marker={})]
     )
     assert "add [nodes.desk] to the configuration and restart serve" in (out.reason or "")
+
+
+async def test_a_node_token_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo-token"
+    os.mkfifo(fifo)
+    a = ClaudeNodeAdapter({"laptop": Node(url="http://127.0.0.1:9", token_file=str(fifo))})
+    [out] = await a.check([Probe(session_key="k", ref=REF, marker={"uuid": "u0"})])
+    assert "inconclusive" == out.status
+    assert "not a regular file (a FIFO)" in (out.reason or "")
