@@ -85,7 +85,7 @@ class ClaudeNodeAdapter:
             known = ", ".join(sorted(self.nodes)) or "none configured"
             raise NotFound(
                 f"unknown node {path!r} (known: {known}); a [nodes.{path}] section added"
-                " after serve started needs serve restarted"
+                " after serve started needs a reload (SIGHUP) or a restart"
             )
         if not thread or not thread.strip():
             raise BadInput("a claude-node adoption needs the thread id (--thread)")
@@ -123,7 +123,7 @@ class ClaudeNodeAdapter:
         if node is None:
             raise NodeError(
                 f"unknown node {ref.get('nodeId')!r}: add [nodes.{ref.get('nodeId')}] to the"
-                " configuration and restart serve"
+                " configuration and reload serve (SIGHUP)"
             )
         url = f"{node.url.rstrip('/')}/v1/threads/{ref.get('threadId')}/items"
         headers = {"Authorization": f"Bearer {_token(node)}"}

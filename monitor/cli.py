@@ -492,7 +492,7 @@ async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def _setup_logging(fmt: str) -> None:
+def _setup_logging(fmt: str, level: str = "info") -> None:
     """Plain or JSON lines on stderr, for ``serve`` and ``node`` (they bring logging in)."""
     import logging
 
@@ -512,7 +512,7 @@ def _setup_logging(fmt: str) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per tick
 
 
@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
 
             from monitor.service import serve, serve_node
 
-            _setup_logging(args.log_format)
+            _setup_logging(args.log_format, args.config_obj.log.level)
             if args.command == "node":
                 asyncio.run(serve_node(args.config_obj, args.listen, args.token_file))
             else:

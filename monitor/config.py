@@ -92,6 +92,11 @@ class SessionConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LogConfig:
+    level: str = "info"  # debug, info, warning or error; a reload (SIGHUP) applies it
+
+
+@dataclass(frozen=True, kw_only=True)
 class HostConfig:
     """This sidecar's host: its file links are written ``gateway:<id>`` and only it ticks
     them. A store several sidecars share needs an explicit, unique id."""
@@ -112,6 +117,7 @@ class NodeConfig:
 _CHOICES = {
     ("session", "scope"): {"per-sender", "global"},
     ("session", "group_scope"): {"per-group", "shared"},
+    ("log", "level"): {"debug", "info", "warning", "error"},
 }
 _HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PG_SCHEMES = ("postgresql://", "postgres://")
@@ -142,6 +148,7 @@ class Config:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
     host: HostConfig = field(default_factory=HostConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     nodes: dict[str, NodeConfig] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -237,6 +244,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "gateway": GatewayConfig,
     "session": SessionConfig,
     "host": HostConfig,
+    "log": LogConfig,
 }
 
 

@@ -1,9 +1,9 @@
 """``SIGHUP`` (and ``systemctl reload``): read the configuration again, without a restart.
 
 What applies live: the roots and the paired nodes (the adapters are built again from them),
-and the gateway's hooks (its URL, its token file, the retry interval). What cannot (the
-store, the listen address and the rest of ``[api]``, the monitor's timings, the session
-rules, the host id) is named as needing a restart. A file that does not parse is refused,
+the gateway's hooks (its URL, its token file, the retry interval) and the log level. What
+cannot (the store, the listen address and the rest of ``[api]``, the monitor's timings, the
+session rules, the host id) is named as needing a restart. A file that does not parse is refused,
 said once, and the configuration in force stays.
 """
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LIVE = ("roots", "nodes", "gateway")
+LIVE = ("roots", "nodes", "gateway", "log")
 
 
 def changed_sections(old: Config, new: Config) -> list[str]:
@@ -66,6 +66,8 @@ def reload(
             "configuration: %s changed but apply only at a restart; the running values stay",
             ", ".join(restart),
         )
+    if "log" in applied:  # last, so that what the reload did is said at the old level
+        logging.getLogger().setLevel(new.log.level.upper())
     # The sections that apply only at a restart keep their running values.
     kept = {s: getattr(current, s) for s in changed if s not in applied}
     return dataclasses.replace(new, **kept)

@@ -344,7 +344,7 @@ async def test_an_unknown_node_says_how_to_make_it_known(tmp_path: Path) -> None
     [out] = await a.check(
         [Probe(session_key="k", ref={"nodeId": "desk", "threadId": THREAD}, marker={})]
     )
-    assert "add [nodes.desk] to the configuration and restart serve" in (out.reason or "")
+    assert "add [nodes.desk] to the configuration and reload serve (SIGHUP)" in (out.reason or "")
 
 
 async def test_a_node_token_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:

@@ -32,11 +32,11 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
     (second / "p" / "s.jsonl").write_bytes(user_line("a session in the second root"))
     config = tmp_path / "sw.toml"
 
-    def write(root: Path, listen: str = "127.0.0.1:0") -> None:
+    def write(root: Path, listen: str = "127.0.0.1:0", level: str = "info") -> None:
         config.write_text(
             f'[roots]\nclaude = "{root}"\n'
             f'[api]\nlisten = "{listen}"\ntoken_file = "{tmp_path / "token"}"\n'
-            "[monitor]\ninitial_delay_s = 3600\n"
+            f'[monitor]\ninitial_delay_s = 3600\n[log]\nlevel = "{level}"\n'
         )
 
     write(first)
@@ -59,9 +59,9 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
                 return [s["title"] for s in json.loads(resp.read())["sessions"]]
 
         assert [] == catalog()
-        write(second, listen="127.0.0.1:1")
+        write(second, listen="127.0.0.1:1", level="warning")
         proc.send_signal(signal.SIGHUP)
-        assert "roots changed and applied" in wait_for_line(log, "configuration reloaded")
+        assert "roots, log changed and applied" in wait_for_line(log, "configuration reloaded")
         assert "api changed but apply only at a restart" in wait_for_line(log, "restart")
         assert ["a session in the second root"] == catalog()  # the same listener, new roots
         config.write_text("[roots\n")
