@@ -144,6 +144,17 @@ async def test_a_busy_session_is_deferred_and_its_marker_stays(
     assert await outcomes(monitor) == [("activity", 1)]
 
 
+async def _three_watched_links(monitor: UpstreamMonitor, roots: RootsConfig) -> list[str]:
+    """Three empty transcripts, adopted and watched: their session keys."""
+    keys = [f"agent:main:adopted:x{i}" for i in range(3)]
+    for i, key in enumerate(keys):
+        path = Path(roots.claude) / f"s{i}.jsonl"
+        path.write_bytes(b"")
+        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
+        assert await monitor.kernel.watch(watcher=MAIN, target=key)
+    return keys
+
+
 async def test_a_failing_insert_leaves_the_marker(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
@@ -162,16 +173,11 @@ async def test_a_failing_insert_leaves_the_marker(
 async def test_a_store_that_refuses_the_tick_is_said_once_and_loses_nothing(
     monitor: UpstreamMonitor, roots: RootsConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """While the store refuses writes (a full disk; a lock held elsewhere fails the same
-    way), the first link that cannot settle ends the tick's writes: the others are not made
-    to wait for it too. The refusal and its end are each said once, not at every tick, and
-    every prompt is recorded once when the store takes writes again."""
-    keys = [f"agent:main:adopted:x{i}" for i in range(3)]
-    for i, key in enumerate(keys):
-        path = Path(roots.claude) / f"s{i}.jsonl"
-        path.write_bytes(b"")
-        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
-        assert await monitor.kernel.watch(watcher=MAIN, target=key)
+    """While the store refuses every write (a full disk; a lock held elsewhere fails the same
+    way, at once), a second link in a row that cannot settle ends the tick's writes: the
+    others are not made to wait for it too. The refusal and its end are each said once, not
+    at every tick, and every prompt is recorded once when the store takes writes again."""
+    keys = await _three_watched_links(monitor, roots)
     await monitor.kernel.store.write(refuse_event_inserts)
     for i in range(3):
         append(Path(roots.claude) / f"s{i}.jsonl", user_line(f"prompt {i}", f"u{i}"))
@@ -198,12 +204,7 @@ async def test_one_links_failed_write_stays_that_links(
     """A write that fails for one link alone (a constraint, a trigger) leaves that link's
     marker and reason; the other links of the tick record and advance (as OpenClaw goes on
     with the provider batch when one marker settlement fails)."""
-    keys = [f"agent:main:adopted:x{i}" for i in range(3)]
-    for i, key in enumerate(keys):
-        path = Path(roots.claude) / f"s{i}.jsonl"
-        path.write_bytes(b"")
-        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
-        assert await monitor.kernel.watch(watcher=MAIN, target=key)
+    keys = await _three_watched_links(monitor, roots)
     await monitor.kernel.store.write(lambda conn: refuse_event_inserts(conn, only=keys[1]))
     for i in range(3):
         append(Path(roots.claude) / f"s{i}.jsonl", user_line(f"prompt {i}", f"u{i}"))
