@@ -54,7 +54,7 @@ def reload(
     try:
         if "roots" in applied or "nodes" in applied:
             monitor.reconfigure(new)
-        if "gateway" in applied and waker is not None and new.gateway.wakes:
+        if "gateway" in applied and waker is not None:  # applied only while wakes stay on
             waker.reconfigure(new.gateway)
     except SessionwatchError as exc:
         log.error("configuration not reloaded, the one in force stays: %s", exc)

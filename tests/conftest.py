@@ -178,10 +178,13 @@ def notice(target: str, since: int) -> str:
     )
 
 
-def served_address(proc: subprocess.Popen[str]) -> str:
-    """The http:// address a ``serve`` or ``node`` process names in its start-up line."""
+def served_address(proc: subprocess.Popen[str], said: list[str] | None = None) -> str:
+    """The http:// address a ``serve`` or ``node`` process names in its start-up line; the
+    lines read on the way are kept in ``said`` when given."""
     assert proc.stderr is not None
     for line in proc.stderr:
+        if said is not None:
+            said.append(line)
         match = re.search(r"serving .* on (http://\S+)", line)
         if match:
             return match.group(1)

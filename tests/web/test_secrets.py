@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tests.conftest import REPO, PgServer, pg_database
+from tests.conftest import REPO, PgServer, pg_database, served_address
 from tests.hooks_gateway import TOKEN as HOOK_TOKEN
 from tests.hooks_gateway import HooksGateway
 
@@ -21,19 +21,6 @@ PASSWORD = "pg-s3cret-pass"
 NODE_TOKEN = "node-s3cret-token"
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:secrets"
-
-
-def _address(proc: subprocess.Popen[str], said: list[str]) -> str:
-    """The address ``serve`` says it listens on; the lines it said so far kept."""
-    import re
-
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        said.append(line)
-        found = re.search(r"serving .* on (http://\S+)", line)
-        if found:
-            return found.group(1)
-    raise AssertionError("serve did not start: " + "".join(said))
 
 
 def with_password(url: str) -> str:
@@ -64,7 +51,7 @@ async def test_no_secret_reaches_a_log_line_or_an_answer(
     answers: list[str] = []
     said: list[str] = []  # every log line, the first ones included
     try:
-        address = await asyncio.to_thread(_address, proc, said)
+        address = await asyncio.to_thread(served_address, proc, said)
         token = (tmp_path / "token").read_text().strip()
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         calls = [
