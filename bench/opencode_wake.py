@@ -22,40 +22,14 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.service import HOOKS_TOKEN
+from bench.service import hooks_gateway, start_serve
 from tests.opencode_db import OpenCodeDB
 
 SID = "ses_bench"
 CLAUDE_LINE = b'{"type":"user","uuid":"u%d","message":{"role":"user","content":"typed %d"}}\n'
-
-
-async def start_serve(tmp: Path, hooks: str) -> tuple[asyncio.subprocess.Process, str, str]:
-    token_file = tmp / "hooks-token"
-    token_file.write_text(HOOKS_TOKEN + "\n")
-    token_file.chmod(0o600)
-    config = tmp / "sessionwatch.toml"
-    config.write_text(
-        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
-        f'[roots]\nclaude = "{tmp / "claude"}"\nopencode_db = "{tmp / "opencode.db"}"\n'
-        f'[gateway]\nhooks_url = "{hooks}"\nhooks_token_file = "{token_file}"\n'
-        "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\n"
-    )
-    argv = ["-m", "monitor", "--db", str(tmp / "state.db"), "--config", str(config), "serve"]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, *argv, stderr=asyncio.subprocess.PIPE
-    )
-    assert proc.stderr is not None
-    while True:
-        line = (await proc.stderr.readline()).decode()
-        if not line:
-            raise RuntimeError("serve did not start")
-        if " on http://" in line:
-            base = line.rsplit(" on ", 1)[1].strip()
-            return proc, base, (tmp / "token").read_text().strip()
 
 
 async def sample(
@@ -84,18 +58,7 @@ async def main() -> None:
     parser.add_argument("--samples", type=int, default=30)
     args = parser.parse_args()
     woken: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
-
-    async def wake(request: web.Request) -> web.Response:
-        body = await request.json()
-        await woken.put((body["sessionKey"], time.perf_counter()))
-        return web.json_response({"ok": True, "mode": "now", "eventOutcome": "queued"})
-
-    app = web.Application()
-    app.router.add_post("/hooks/wake", wake)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
+    runner, hooks_url = await hooks_gateway(woken)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "claude" / "p").mkdir(parents=True)
@@ -104,7 +67,8 @@ async def main() -> None:
         oc.prompt(SID, "the first prompt")
         transcript = tmp / "claude" / "p" / "s.jsonl"
         transcript.write_bytes(CLAUDE_LINE % (0, 0))
-        proc, base, token = await start_serve(tmp, f"http://{host}:{port}/hooks")
+        opencode = f'opencode_db = "{tmp / "opencode.db"}"\n'
+        proc, base, token = start_serve(tmp, hooks_url, more_roots=opencode)
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         figures: dict[str, list[float]] = {"opencode": [], "claude": []}
         try:
@@ -135,7 +99,7 @@ async def main() -> None:
                         )
         finally:
             proc.terminate()
-            await proc.wait()
+            proc.wait()
             await runner.cleanup()
     p99 = {}
     for kind, values in figures.items():

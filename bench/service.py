@@ -95,12 +95,35 @@ async def load(
 HOOKS_TOKEN = "bench-hooks-token"
 
 
+async def hooks_gateway(
+    woken: asyncio.Queue[tuple[str, float]],
+) -> tuple[web.AppRunner, str]:
+    """The gateway's hooks API on loopback, answering as OpenClaw does: each accepted wake
+    is put on ``woken`` as (watcher, when). Its runner and its hooks base URL."""
+
+    async def wake(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {HOOKS_TOKEN}":
+            return web.Response(status=401)
+        body = await request.json()
+        await woken.put((body["sessionKey"], time.perf_counter()))
+        return web.json_response({"ok": True, "mode": "now", "eventOutcome": "queued"})
+
+    gateway = web.Application()
+    gateway.router.add_post("/hooks/wake", wake)
+    runner = web.AppRunner(gateway, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}/hooks"
+
+
 def start_serve(
-    tmp: Path, hooks_url: str | None, code: Path | None = None
+    tmp: Path, hooks_url: str | None, code: Path | None = None, *, more_roots: str = ""
 ) -> tuple[subprocess.Popen[str], str, str]:
     """``sessionwatch serve`` on a fresh database in ``tmp``: its process, URL and token;
     it wakes the hooks API at ``hooks_url`` (none when None). ``code``: a directory holding
-    another build's packages, run instead of this one."""
+    another build's packages, run instead of this one. ``more_roots``: ``[roots]`` lines
+    besides Claude's."""
     config = tmp / "sessionwatch.toml"
     gateway = ""
     if hooks_url:
@@ -110,7 +133,7 @@ def start_serve(
         gateway = f'[gateway]\nhooks_url = "{hooks_url}"\nhooks_token_file = "{token_file}"\n'
     config.write_text(
         f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
-        f'[roots]\nclaude = "{tmp / "claude"}"\n{gateway}'
+        f'[roots]\nclaude = "{tmp / "claude"}"\n{more_roots}{gateway}'
         "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\n"
     )
     proc = subprocess.Popen(
@@ -242,24 +265,11 @@ async def main() -> None:
     parser.add_argument("--compare", type=Path, help="another build's packages, run alongside")
     args = parser.parse_args()
     woken: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
-
-    async def wake(request: web.Request) -> web.Response:
-        if request.headers.get("Authorization") != f"Bearer {HOOKS_TOKEN}":
-            return web.Response(status=401)
-        body = await request.json()
-        await woken.put((body["sessionKey"], time.perf_counter()))
-        return web.json_response({"ok": True, "mode": "now", "eventOutcome": "queued"})
-
-    gateway = web.Application()  # the gateway's hooks API, as OpenClaw answers it
-    gateway.router.add_post("/hooks/wake", wake)
-    runner = web.AppRunner(gateway, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
+    runner, hooks_url = await hooks_gateway(woken)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "claude").mkdir()
-        proc, base, token = start_serve(tmp, f"http://{host}:{port}/hooks")
+        proc, base, token = start_serve(tmp, hooks_url)
         procs: list[subprocess.Popen[Any]] = [proc]
         procs.append(subprocess.Popen([sys.executable, "-c", BASELINE, "18765"]))
         servers = [("", base, token)]
