@@ -128,19 +128,19 @@ def may_be_turn(line: bytes) -> bool:
 
     An unescaped quote cannot occur inside a JSON string, so a match of
     ``"type":"assistant"`` (or ``progress``, ``file-history-snapshot``) near the start,
-    ``"type":"tool_result"`` or ``"toolUseResult":`` is JSON structure: an assistant,
-    progress or snapshot record, or a tool result; never a human turn, a compaction or a
-    record of an unknown type. Those records are most of a transcript's bytes, and their
-    type tokens sit near the start of the line. Everything else is parsed.
+    ``"type":"tool_result"`` or ``"toolUseResult":`` in a user record is JSON structure:
+    an assistant, progress or snapshot record, or a tool result; never a human turn, a
+    compaction or a record of an unknown type. Those records are most of a transcript's
+    bytes, and their type tokens sit near the start of the line. Everything else is parsed.
     """
     head = line[:1024]
     if _ASSISTANT in head or _PROGRESS in head or _SNAPSHOT in head:
         return False
     if b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line:
         return True
-    if b'"type":"user"' in head:
-        return False  # a user record carrying a tool result: never a turn
-    return b"queue" in line  # a queued prompt, whatever else the record carries
+    # a user record carrying a tool result is never a turn; any other record holding one
+    # (a queued prompt, a type nobody knows) is rare and parsed
+    return b'"type":"user"' not in head
 
 
 @dataclass
@@ -272,8 +272,10 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
         if kind not in KNOWN_TYPES:
             return Verdict(unknown_type=str(kind))
         return None
-    version = record.get("version")
     message = record.get("message")
+    if "toolUseResult" in record or _holds_tool_result(message):
+        return None  # a tool result, whatever else its message holds (as the pre-filter)
+    version = record.get("version")
     if not isinstance(message, dict) or message.get("role") != "user":
         return UNCLASSIFIED
     if not isinstance(message.get("content"), str | list):
@@ -304,6 +306,13 @@ def _from_a_person(provenance: Any) -> bool:
     return any(isinstance(e, dict) and e.get("kind") == "principal" for e in entries)
 
 
+def _holds_tool_result(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    )
+
+
 def _unknown_blocks(content: Any) -> bool:
     return isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") not in KNOWN_USER_BLOCKS for b in content
@@ -315,7 +324,7 @@ def _user_turn(
 ) -> Verdict | None:
     if any(record.get(flag) is True for flag in _EXCLUDING_FLAGS):
         return None
-    if "toolUseResult" in record or "planContent" in record:
+    if "planContent" in record:
         return None
     origin = record.get("origin")
     if origin is not None and (not isinstance(origin, dict) or origin.get("kind") != "human"):

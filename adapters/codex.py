@@ -21,6 +21,7 @@ everything in a sub-agent or automation rollout never count.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,20 +70,89 @@ KNOWN_TYPES = frozenset(
 )
 HUMAN_THREAD_SOURCES = (None, "user", "cli")
 TESTED_VERSION = "0.171.0"  # tests/harnesses drives this release of the real CLI
+# The subtypes Codex defines, across its versions: ``EventMsg`` (an ``event_msg``'s
+# ``type``), ``ResponseItem`` (a ``response_item``'s) and ``TurnItem`` (an
+# ``item_completed`` item's), as its protocol crate declares them. Each was also found in
+# the 0.171.0 binary but for the older ones marked below. Any other subtype is drift.
+KNOWN_EVENTS = frozenset(
+    {
+        *("user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content"),
+        *("agent_reasoning_section_break", "agent_message_content_delta", "plan_delta"),
+        *("reasoning_content_delta", "reasoning_raw_content_delta", "token_count"),
+        *("task_started", "task_complete", "turn_aborted", "turn_diff", "context_compacted"),
+        *("thread_rolled_back", "thread_goal_updated", "thread_settings_applied"),
+        *("entered_review_mode", "exited_review_mode", "session_configured", "error"),
+        *("warning", "stream_error", "deprecation_notice", "shutdown_complete", "plan_update"),
+        *("item_started", "item_completed", "raw_response_item", "sub_agent_activity"),
+        *("exec_command_begin", "exec_command_output_delta", "exec_command_end"),
+        *("terminal_interaction", "exec_approval_request", "apply_patch_approval_request"),
+        *("request_permissions", "request_user_input", "elicitation_request"),
+        *("dynamic_tool_call_request", "dynamic_tool_call_response", "view_image_tool_call"),
+        *("patch_apply_begin", "patch_apply_updated", "patch_apply_end"),
+        *("mcp_startup_update", "mcp_startup_complete", "mcp_tool_call_begin"),
+        *("mcp_tool_call_end", "web_search_begin", "web_search_end"),
+        *("image_generation_begin", "image_generation_end", "hook_started", "hook_completed"),
+        *("collab_agent_spawn_begin", "collab_agent_spawn_end", "collab_waiting_begin"),
+        *("collab_agent_interaction_begin", "collab_agent_interaction_end"),
+        *("collab_waiting_end", "collab_close_begin", "collab_close_end"),
+        *("collab_resume_begin", "collab_resume_end", "guardian_assessment"),
+        *("guardian_warning", "safety_buffering", "model_reroute", "model_verification"),
+        *("turn_moderation_metadata", "realtime_conversation_started"),
+        *("realtime_conversation_sdp", "realtime_conversation_realtime"),
+        *("realtime_conversation_closed", "realtime_conversation_list_voices_response"),
+        # older versions only
+        *("agent_message_delta", "agent_reasoning_delta", "agent_reasoning_raw_content_delta"),
+        *("thread_name_updated", "tool_call_pre_execute_request", "background_event"),
+        *("undo_started", "undo_completed", "get_history_entry_response"),
+        *("mcp_list_tools_response", "list_custom_prompts_response", "list_skills_response"),
+        "skills_update_available",
+    }
+)
+KNOWN_RESPONSE_ITEMS = frozenset(
+    {
+        *("message", "agent_message", "reasoning", "local_shell_call", "function_call"),
+        *("function_call_output", "custom_tool_call", "custom_tool_call_output"),
+        *("tool_search_call", "tool_search_output", "web_search_call", "image_generation_call"),
+        *("compaction", "compaction_summary", "compaction_trigger", "context_compaction"),
+        *("additional_tools", "configuration_update", "ghost_snapshot", "other"),
+    }
+)
+KNOWN_ITEMS = frozenset(
+    {
+        *("UserMessage", "HookPrompt", "AgentMessage", "Plan", "Reasoning", "WebSearch"),
+        *("ImageView", "ImageGeneration", "FileChange", "McpToolCall", "ContextCompaction"),
+        "Sleep",
+        # newer than 0.171.0 in Codex's source
+        *("InjectedContext", "EventDrivenTool", "EventCommandEvent", "CollabAgentMessage"),
+        "ConversationArtifact",
+    }
+)
+SUBTYPES = {"event_msg": KNOWN_EVENTS, "response_item": KNOWN_RESPONSE_ITEMS}
 ECHO_LIMIT = 16
 INPUT_BLOCKS = frozenset({"input_text", "text"})
 
 
+_SUBTYPE = re.compile(rb'"payload":\s*\{\s*"type":\s*"([^"\\]{1,64})"')
+
+
 def may_be_turn(line: bytes) -> bool:
     """Whether a raw line could matter: a turn, a state change, a compaction, or a record of
-    a type we may not know. Only lines that positively are model traffic are skipped:
-    ``reasoning``, function calls and their outputs, assistant messages, token counts."""
+    a type or subtype we may not know. Only lines that positively are model traffic of a
+    known subtype are skipped: ``reasoning``, function calls and their outputs, assistant
+    messages, token counts."""
     head = line[:160]
-    if b'"type":"response_item"' in head:
+    response = b'"type":"response_item"' in head
+    if not response and b'"type":"event_msg"' not in head:
+        return True
+    found = _SUBTYPE.search(head)
+    subtype = found.group(1).decode("utf-8", "replace") if found else None
+    if subtype not in SUBTYPES["response_item" if response else "event_msg"]:
+        return True
+    if subtype == "item_completed":
+        return True  # few, and its item's type may be one nobody declared
+    if response:
         return b'"role":"user"' in line
-    if b'"type":"event_msg"' in head:
-        return b'"user' in line or b"UserMessage" in line or b"user_message" in line
-    return True
+    return b'"user' in line or b"UserMessage" in line or b"user_message" in line
 
 
 @dataclass
@@ -283,6 +353,23 @@ def _turn_goes_on(state: CodexState) -> Verdict | None:
     return UNCLASSIFIED
 
 
+def _unknown_subtype(kind: str, payload: Any) -> str | None:
+    """``event_msg:X``, ``response_item:X`` or ``item_completed:X`` for a subtype Codex
+    never declared; a subtype that is not a string is left to the rules (unclassified where
+    it looks like a user's)."""
+    known = SUBTYPES.get(kind)
+    if known is None or not isinstance(payload, dict):
+        return None
+    subtype = payload.get("type")
+    if isinstance(subtype, str) and subtype not in known:
+        return f"{kind}:{subtype}"
+    item = payload.get("item") if subtype == "item_completed" else None
+    name = item.get("type") if isinstance(item, dict) else None
+    if isinstance(name, str) and name not in KNOWN_ITEMS and name.lower() != "usermessage":
+        return f"item_completed:{name}"  # a misspelt UserMessage is unclassified instead
+    return None
+
+
 def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict | None:
     """What one rollout line is (see the module docstring). Updates ``state``."""
     kind = record.get("type")
@@ -298,6 +385,9 @@ def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict 
         return None if state.subagent else _legacy(record)
     if kind not in KNOWN_TYPES:
         return Verdict(unknown_type=str(kind))
+    unknown = _unknown_subtype(str(kind), payload)
+    if unknown is not None:
+        return Verdict(unknown_type=unknown)
     if state.subagent or not isinstance(payload, dict):
         return None
     if _inherited(record, payload, state):

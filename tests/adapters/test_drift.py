@@ -155,3 +155,39 @@ def test_codex_a_prompt_with_its_event_is_one_turn_and_no_drift(tmp_path: Path) 
         records = [CODEX_META, *pair, codex("turn_context", {"cwd": "/p"})]
         found = summary("codex", tmp_path / "r.jsonl", records)
         assert (1, 0) == (found["humanTurns"], found["drift"]["unclassifiedUserRecords"]), order
+
+
+def test_codex_subtypes_nobody_declared_are_drift_declared_ones_are_not(tmp_path: Path) -> None:
+    """Unknown subtypes of ``event_msg``, ``response_item`` and ``item_completed`` items
+    are counted as unknown types, even where the byte pre-filter would skip model traffic;
+    the subtypes Codex declares (here some of 0.171.0's) are not."""
+    known = [
+        codex("event_msg", {"type": "token_count", "info": None}),
+        codex("event_msg", {"type": "sub_agent_activity"}),
+        codex("response_item", {"type": "reasoning", "summary": []}),
+        codex("response_item", {"type": "ghost_snapshot"}),
+        codex("event_msg", {"type": "item_completed", "item": {"type": "Plan", "id": "p"}}),
+    ]
+    unknown = [
+        codex("event_msg", {"type": "hologram_delta"}),
+        codex("event_msg", {"type": "hologram_delta"}),
+        codex("response_item", {"type": "voice_clip", "role": "assistant"}),
+        codex("event_msg", {"type": "item_completed", "item": {"type": "Hologram", "id": "h"}}),
+    ]
+    found = summary("codex", tmp_path / "r.jsonl", [CODEX_META, *known, *unknown])
+    assert {
+        "event_msg:hologram_delta": 2,
+        "response_item:voice_clip": 1,
+        "item_completed:Hologram": 1,
+    } == found["drift"]["unknownTypes"]
+    assert (0, 0) == (found["humanTurns"], found["drift"]["unclassifiedUserRecords"])
+
+
+def test_codex_a_misspelt_user_message_item_stays_unclassified(tmp_path: Path) -> None:
+    item = {"type": "userMessage", "id": "u", "content": [{"type": "text", "text": "hi"}]}
+    found = summary(
+        "codex",
+        tmp_path / "r.jsonl",
+        [CODEX_META, codex("event_msg", {"type": "item_completed", "item": item})],
+    )
+    assert ({}, 1) == (found["drift"]["unknownTypes"], found["drift"]["unclassifiedUserRecords"])

@@ -1,8 +1,10 @@
-"""The byte pre-filters never change a decision: a line they skip is never a turn."""
+"""The byte pre-filters never change a decision: a line they skip is never a turn, never
+drift."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import orjson
 from hypothesis import given, settings
@@ -63,7 +65,9 @@ RECORD = st.one_of(
             "type": st.sampled_from(["event_msg", "response_item", "session_meta"]),
             "payload": st.fixed_dictionaries(
                 {
-                    "type": st.sampled_from(["user_message", "message"]),
+                    "type": st.sampled_from(
+                        ["user_message", "message", "reasoning", "token_count", "hologram"]
+                    ),
                     "message": TEXT,
                     "role": st.just("user"),
                     "content": CONTENT,
@@ -74,11 +78,19 @@ RECORD = st.one_of(
 )
 
 
-def both_ways(fmt: JsonlFormat, data: bytes) -> tuple[list[int], list[int]]:
+Decisions = tuple[list[int], dict[str, int], int]
+
+
+def both_ways(fmt: JsonlFormat[Any], data: bytes) -> tuple[Decisions, Decisions]:
+    """The turns' offsets, the unknown types and the unclassified count, with the format's
+    pre-filter and without it."""
     lines = split_lines(data if data.endswith(b"\n") else data + b"\n", 0)
     fast = scan(fmt, lines, fmt.state_from_marker({}), OwnPool())
     slow = scan(replace(fmt, prefilter=None), lines, fmt.state_from_marker({}), OwnPool())
-    return [t.offset or 0 for t in fast.turns], [t.offset or 0 for t in slow.turns]
+    return tuple(  # type: ignore[return-value]
+        ([t.offset or 0 for t in r.turns], r.drift.unknown_types, r.drift.unclassified)
+        for r in (fast, slow)
+    )
 
 
 @settings(max_examples=300, deadline=None)
