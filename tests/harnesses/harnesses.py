@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import orjson
+
+from tests.conftest import REPO
 from tests.interop import MODULES, NODE
 from tests.interop.gateway_rig import MockModelProcess
 
@@ -31,6 +36,7 @@ PACKAGES = {
 }
 BINARIES = {"claude": "claude", "codex": "codex", "opencode": "opencode", "pi": "pi"}
 TIMEOUT_S = 120
+MAIN = "agent:main:main"
 
 
 def installed_version(kind: str) -> str | None:
@@ -209,3 +215,94 @@ class Harness:
 
     def _env_pi(self) -> dict[str, str]:
         return {"PI_OFFLINE": "1"}
+
+
+class Sidecar:
+    """``sessionwatch`` one-shot commands on a scratch database, rooted at the harness."""
+
+    def __init__(self, work: Path, harness: Harness) -> None:
+        key, root = harness.root()
+        self.db = work / "state.db"
+        self.config = work / "sessionwatch.toml"
+        self.config.write_text(f'[roots]\n{key} = "{root}"\n')
+
+    def __call__(self, *args: str) -> Any:
+        return orjson.loads(self.run(*args))
+
+    def run(self, *args: str) -> bytes:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "--db",
+                str(self.db),
+                "--config",
+                str(self.config),
+                *args,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc.stdout
+
+    def adopt(self, kind: str, key: str, native_id: str | None = None) -> dict[str, Any]:
+        """Adopt the harness's session (the one with ``native_id``, else the only one) from
+        the catalog under ``key``, watched by the main session; its catalog entry."""
+        from tests.interop.gateway_rig import wait_for
+
+        def listed() -> dict[str, Any] | None:
+            sessions = self("catalog", "--kind", kind, "--json")["sessions"]
+            found = [s for s in sessions if native_id in (None, s["nativeId"])]
+            assert len(found) <= 1, found
+            return found[0] if found else None
+
+        entry = wait_for(f"{kind} session {native_id or ''} in the catalog", listed, 30)
+        adopted = self("adopt", entry["catalogId"], "--session-key", key)
+        assert adopted["link"] is not None, adopted
+        assert {"watched": True} == self("watch", "--watcher", MAIN, "--target", key)
+        found: dict[str, Any] = entry
+        return found
+
+    def events(self, key: str) -> list[dict[str, Any]]:
+        """Every event recorded for ``key``, oldest first."""
+        found: list[dict[str, Any]] = self("status", key, "--changes-since", "0")[
+            "stateChanges"
+        ]["events"]
+        return found
+
+    def count(self, key: str, kind: str = "human_direct_message") -> int:
+        """How many of ``kind`` were recorded: the turns a tick found together are one
+        event that says how many (``payload.turns``)."""
+        return sum(
+            int((e.get("payload") or {}).get("turns", 1))
+            for e in self.events(key)
+            if e["kind"] == kind
+        )
+
+    def human_turns(self, key: str) -> int:
+        return self.count(key)
+
+    def ticked_to(self, key: str, n: int, kind: str = "human_direct_message") -> None:
+        """Tick until ``key`` has recorded ``n`` events of ``kind`` (a harness may flush its
+        file just after it answers), then check that it has exactly that many."""
+        from tests.interop.gateway_rig import wait_for
+
+        def reached() -> bool:
+            self("tick")
+            return self.count(key, kind) >= n
+
+        wait_for(f"{n} {kind} of {key}", reached, 30)
+        assert n == self.count(key, kind)
+
+
+def replay_summary(sw: Sidecar, harness: Harness, entry: dict[str, Any]) -> dict[str, Any]:
+    args = ["replay", "--adapter", harness.kind, entry["path"]]
+    if harness.kind == "opencode":
+        args += ["--session", entry["nativeId"]]
+    lines = [orjson.loads(line) for line in sw.run(*args).splitlines()]
+    summary: dict[str, Any] = lines[-1]
+    return summary

@@ -13,17 +13,21 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
 from tests.conftest import REPO
-from tests.harnesses.harnesses import KINDS, Harness, why_not_runnable
+from tests.harnesses.harnesses import (
+    KINDS,
+    MAIN,
+    Harness,
+    Sidecar,
+    replay_summary,
+    why_not_runnable,
+)
 from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess
 
-MAIN = "agent:main:main"
 PROMPTS = ("fix the failing billing tests", "and run them again", "now the integration suite")
 
 
@@ -32,52 +36,6 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockModelProcess
     mock = MockModelProcess(tmp_path_factory.mktemp("model"))
     yield mock
     mock.stop()
-
-
-class Sidecar:
-    """``sessionwatch`` one-shot commands on a scratch database, rooted at the harness."""
-
-    def __init__(self, work: Path, harness: Harness) -> None:
-        key, root = harness.root()
-        self.db = work / "state.db"
-        self.config = work / "sessionwatch.toml"
-        self.config.write_text(f'[roots]\n{key} = "{root}"\n')
-
-    def __call__(self, *args: str) -> Any:
-        return orjson.loads(self.run(*args))
-
-    def run(self, *args: str) -> bytes:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "monitor",
-                "--db",
-                str(self.db),
-                "--config",
-                str(self.config),
-                *args,
-            ],
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr.decode()
-        return proc.stdout
-
-    def human_turns(self, key: str) -> int:
-        events = self("status", key, "--changes-since", "0")["stateChanges"]["events"]
-        return sum(e["kind"] == "human_direct_message" for e in events)
-
-
-def replay_summary(sw: Sidecar, harness: Harness, entry: dict[str, Any]) -> dict[str, Any]:
-    args = ["replay", "--adapter", harness.kind, entry["path"]]
-    if harness.kind == "opencode":
-        args += ["--session", entry["nativeId"]]
-    lines = [orjson.loads(line) for line in sw.run(*args).splitlines()]
-    summary: dict[str, Any] = lines[-1]
-    return summary
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -1,0 +1,159 @@
+"""The harnesses' own programmatic front ends, for what their print modes cannot do: queue a
+prompt while the model answers, interrupt a turn, compact, fork.
+
+- Pi: ``pi --mode rpc``, JSON commands on stdin and events on stdout (``prompt``,
+  ``steer``, ``follow_up``, ``abort``, ``compact``, ``fork``), as its ``docs/rpc.md`` says.
+- Codex: ``codex app-server``, JSON-RPC over stdio (``thread/start``, ``turn/start``,
+  ``turn/steer``, ``turn/interrupt``, ``thread/compact/start``, ``thread/fork``), as
+  ``codex app-server generate-json-schema`` describes the installed version.
+
+Each is the real binary, with the harness's scratch ``HOME`` and the mock model.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from tests.harnesses.harnesses import BINARIES, TIMEOUT_S, Harness
+from tests.interop import MODULES
+from tests.interop.gateway_rig import wait_for
+
+Message = dict[str, Any]
+
+
+class JsonLinesChild:
+    """A harness process that reads JSON lines on stdin and writes them on stdout; every
+    line it writes is kept, in order."""
+
+    def __init__(self, harness: Harness, *args: str) -> None:
+        self.harness = harness
+        binary = MODULES / ".bin" / BINARIES[harness.kind]
+        self.log = (harness.work / f"{harness.kind}-driver.log").open("wb")
+        self.proc = subprocess.Popen(
+            [str(binary), *args],
+            cwd=harness.project,
+            env=harness.env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
+        self.seen: list[Message] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                message = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # a log line of the harness, not a message
+            if isinstance(message, dict):
+                with self._lock:
+                    self.seen.append(message)
+
+    def send(self, message: Message) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(orjson.dumps(message) + b"\n")
+        self.proc.stdin.flush()
+
+    def mark(self) -> int:
+        """Where the messages written from now on start, for :meth:`wait`."""
+        with self._lock:
+            return len(self.seen)
+
+    def wait(self, what: str, match: Callable[[Message], bool], since: int = 0) -> Message:
+        """The first message from ``since`` on that ``match`` accepts."""
+
+        def probe() -> Message | None:
+            with self._lock:
+                return next((m for m in self.seen[since:] if match(m)), None)
+
+        return wait_for(f"{self.harness.kind}: {what}", probe, TIMEOUT_S)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+class PiRpc(JsonLinesChild):
+    """``pi --mode rpc`` on the mock model."""
+
+    def __init__(self, harness: Harness) -> None:
+        super().__init__(harness, "--mode", "rpc", "--provider", "mock", "--model", "mock-model")
+        self._ids = 0
+
+    def command(self, kind: str, **fields: Any) -> Message:
+        """Send one command; its response (which says it started, not that it finished)."""
+        self._ids += 1
+        ident = f"sw-{self._ids}"
+        self.send({"id": ident, "type": kind, **fields})
+        answer = self.wait(f"the answer to {kind}", lambda m: m.get("id") == ident)
+        assert answer.get("success") is True, answer
+        return answer
+
+    def idle(self) -> None:
+        """Wait until nothing streams and nothing is queued."""
+
+        def quiet() -> bool:
+            state = self.command("get_state")["data"]
+            return not state["isStreaming"] and not state.get("pendingMessageCount")
+
+        wait_for("pi: idle", quiet, TIMEOUT_S)
+
+    def prompt(self, text: str) -> None:
+        since = self.mark()
+        self.command("prompt", message=text)
+        self.wait("the turn's end", lambda m: m.get("type") == "agent_end", since)
+        self.idle()
+
+
+class CodexAppServer(JsonLinesChild):
+    """``codex app-server`` on the mock model: one thread, and the forks made of it."""
+
+    def __init__(self, harness: Harness) -> None:
+        super().__init__(harness, "app-server")
+        self._ids = 0
+        self.call("initialize", clientInfo={"name": "sessionwatch-tests", "version": "0"})
+        self.send({"jsonrpc": "2.0", "method": "initialized"})
+        self.thread = str(self.call("thread/start", cwd=str(harness.project))["thread"]["id"])
+
+    def call(self, method: str, **params: Any) -> Any:
+        self._ids += 1
+        ident = self._ids
+        self.send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+        answer = self.wait(f"the answer to {method}", lambda m: m.get("id") == ident)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    def start_turn(self, text: str, thread: str | None = None) -> tuple[str, int]:
+        """Start a turn; its id, and the mark its completion is awaited from."""
+        since = self.mark()
+        started = self.call("turn/start", threadId=thread or self.thread, input=text_input(text))
+        return str(started["turn"]["id"]), since
+
+    def completed(self, since: int) -> str:
+        """The status of the next turn that completed (``completed``, ``interrupted``)."""
+        done = self.wait(
+            "a turn's completion", lambda m: m.get("method") == "turn/completed", since
+        )
+        return str(done["params"]["turn"]["status"])
+
+    def turn(self, text: str, thread: str | None = None) -> None:
+        _, since = self.start_turn(text, thread)
+        assert "completed" == self.completed(since)
+
+
+def text_input(text: str) -> list[Message]:
+    return [{"type": "text", "text": text}]

@@ -1,0 +1,163 @@
+"""What a person does beyond typing one prompt at a time, driven through the harnesses' own
+programmatic front ends (``tests/harnesses/drivers.py``) against the mock model, and ticked
+through the real monitor at each step: a prompt queued while the model answers, an
+interrupted turn, a native compaction, a fork. Every count is exact.
+
+What cannot be driven, and why, is in docs/formats.md ("Versions tested").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harnesses.drivers import CodexAppServer, PiRpc, text_input
+from tests.harnesses.harnesses import Harness, Sidecar, replay_summary, why_not_runnable
+from tests.interop import skip_unless_runnable
+from tests.interop.gateway_rig import MockModelProcess, wait_for
+
+SLOW_S = 3.0  # a reply slow enough to queue a prompt behind it
+HANGING_S = 60.0  # a reply that is interrupted before it comes
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Iterator[MockModelProcess]:
+    """A mock of this test's own: the scenarios script its delays."""
+    (tmp_path / "model").mkdir()
+    mock = MockModelProcess(tmp_path / "model")
+    yield mock
+    mock.stop()
+
+
+def model_is_answering(model: MockModelProcess, before: int) -> None:
+    """Wait until the harness's request for the next reply has reached the mock."""
+    wait_for("the model to be asked", lambda: len(model.requests()) > before, 60)
+
+
+def test_pi_queued_interrupted_compacted_and_forked(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """``pi --mode rpc``: a ``steer`` and a ``follow_up`` sent while the model answers are
+    turns of their own; an ``abort``ed prompt was still typed, so it counts; ``compact``
+    is one ``compacted`` event and no turn; a ``fork`` writes a new session file that the
+    adopted parent never sees, and the fork adopted in turn counts only its own prompts."""
+    skip_unless_runnable(why_not_runnable("pi"))
+    harness = Harness("pi", tmp_path / "pi", model)
+    settings = harness.home / ".pi" / "agent" / "settings.json"
+    settings.write_text('{"compaction": {"keepRecentTokens": 1}}')  # so a short one compacts
+    sw = Sidecar(tmp_path, harness)
+    key = "agent:main:harness:pi-rpc"
+    pi = PiRpc(harness)
+    try:
+        pi.prompt("first prompt")
+        parent = sw.adopt("pi", key)
+
+        model.script(delay_s=SLOW_S)
+        before = len(model.requests())
+        since = pi.mark()
+        pi.command("prompt", message="second prompt")
+        model_is_answering(model, before)
+        pi.command("steer", message="steered while it answers")
+        pi.command("follow_up", message="and a follow-up queued behind it")
+        pi.wait("the turn's end", lambda m: m.get("type") == "agent_end", since)
+        pi.idle()
+        model.script(delay_s=0)
+        sw.ticked_to(key, 3)
+
+        model.script(delay_s=HANGING_S)
+        before = len(model.requests())
+        since = pi.mark()
+        pi.command("prompt", message="a prompt the person interrupts")
+        model_is_answering(model, before)
+        pi.command("abort")
+        pi.wait("the aborted turn's end", lambda m: m.get("type") == "agent_end", since)
+        model.script(delay_s=0)
+        sw.ticked_to(key, 4)
+
+        pi.command("compact")
+        sw.ticked_to(key, 1, "compacted")
+        assert 4 == sw.human_turns(key)
+
+        forks = pi.command("get_fork_messages")["data"]["messages"]
+        second = next(m for m in forks if m["text"] == "second prompt")
+        pi.command("fork", entryId=second["entryId"])
+        state = pi.command("get_state")["data"]
+        pi.prompt("the fork's first prompt")
+        fork_key = "agent:main:harness:pi-fork"
+        sw.adopt("pi", fork_key, native_id=state["sessionId"])
+        pi.prompt("the fork's second prompt")
+        sw.ticked_to(fork_key, 1)
+        assert 4 == sw.human_turns(key)
+    finally:
+        pi.close()
+    summary = replay_summary(sw, harness, parent)
+    assert (5, 1) == (summary["humanTurns"], summary["compactions"]), summary
+    assert ({}, 0) == (
+        summary["drift"]["unknownTypes"],
+        summary["drift"]["unclassifiedUserRecords"],
+    )
+
+
+def test_codex_queued_interrupted_compacted_and_forked(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """``codex app-server``: a ``turn/steer`` sent while the model answers is a turn of its
+    own; a ``turn/interrupt``ed prompt was still typed, so it counts, and the
+    ``<turn_aborted>`` note Codex writes is not; ``thread/compact/start`` is one
+    ``compacted`` event and no turn; ``thread/fork`` starts a rollout of its own that the
+    adopted parent never sees."""
+    skip_unless_runnable(why_not_runnable("codex"))
+    harness = Harness("codex", tmp_path / "codex", model)
+    sw = Sidecar(tmp_path, harness)
+    key = "agent:main:harness:codex-app-server"
+    codex = CodexAppServer(harness)
+    try:
+        codex.turn("first prompt")
+        parent = sw.adopt("codex", key)
+
+        model.script(delay_s=SLOW_S)
+        before = len(model.requests())
+        turn, since = codex.start_turn("second prompt")
+        model_is_answering(model, before)
+        codex.call(
+            "turn/steer",
+            threadId=codex.thread,
+            expectedTurnId=turn,
+            input=text_input("steered while it answers"),
+        )
+        assert "completed" == codex.completed(since)
+        model.script(delay_s=0)
+        sw.ticked_to(key, 2)
+
+        model.script(delay_s=HANGING_S)
+        before = len(model.requests())
+        turn, since = codex.start_turn("a prompt the person interrupts")
+        model_is_answering(model, before)
+        codex.call("turn/interrupt", threadId=codex.thread, turnId=turn)
+        assert "interrupted" == codex.completed(since)
+        model.script(delay_s=0)
+        sw.ticked_to(key, 3)
+
+        since = codex.mark()
+        codex.call("thread/compact/start", threadId=codex.thread)
+        codex.completed(since)
+        sw.ticked_to(key, 1, "compacted")
+        assert 3 == sw.human_turns(key)
+
+        fork = str(codex.call("thread/fork", threadId=codex.thread)["thread"]["id"])
+        codex.turn("the fork's first prompt", thread=fork)
+        fork_key = "agent:main:harness:codex-fork"
+        sw.adopt("codex", fork_key, native_id=fork)
+        codex.turn("the fork's second prompt", thread=fork)
+        sw.ticked_to(fork_key, 1)
+        assert 3 == sw.human_turns(key)
+    finally:
+        codex.close()
+    summary = replay_summary(sw, harness, parent)
+    assert (4, 1) == (summary["humanTurns"], summary["compactions"]), summary
+    assert ({}, 0) == (
+        summary["drift"]["unknownTypes"],
+        summary["drift"]["unclassifiedUserRecords"],
+    )
