@@ -65,6 +65,7 @@ KNOWN_TYPES = frozenset(
         "api-request-shape",
         "api-request-blob",
         "cost-state",
+        "tools-used",  # 2.1.332, after a tool call: the tools' names, never a turn
     }
 )
 # Attachment kinds Claude Code writes (read off the 2.1.332 binary's attachment handling and

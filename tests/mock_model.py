@@ -4,7 +4,9 @@ It speaks, streaming or not, the three wire APIs they call: Anthropic Messages
 (``POST /v1/messages``), OpenAI Chat Completions (``POST /v1/chat/completions``) and OpenAI
 Responses (``POST /v1/responses``). Every request body is kept, in order, so a test can read
 what a model was asked. Replies are scripted with ``POST /_script``
-(``{"text": ..., "delay_s": ...}``) and read with ``GET /_requests``.
+(``{"text": ..., "delay_s": ...}``) and read with ``GET /_requests``. A scripted tool call,
+``{"tool": {"when": WORDS, "name": TOOL, "input": {...}}}``, is the reply to every request
+whose last message is a person's and holds WORDS (not to the tool's result that follows).
 
 Run it as ``python -m tests.mock_model --port-file FILE``: it binds a free loopback port and
 writes it to FILE; or use :class:`MockModel` in-process.
@@ -29,6 +31,7 @@ class MockModel:
         self.requests: list[dict[str, Any]] = []
         self.text = DEFAULT_TEXT
         self.delay_s = 0.0
+        self.tool: dict[str, Any] | None = None
         self._ids = itertools.count(1)
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.add_routes(
@@ -59,7 +62,23 @@ class MockModel:
         body = orjson.loads(await request.read())
         self.text = str(body.get("text", self.text))
         self.delay_s = float(body.get("delay_s", self.delay_s))
+        if "tool" in body:
+            self.tool = body["tool"] if isinstance(body["tool"], dict) else None
         return web.json_response({"ok": True})
+
+    def _tool_for(self, messages: Any) -> dict[str, Any] | None:
+        """The scripted tool call, when the last message is a person's holding its words."""
+        if self.tool is None or not isinstance(messages, list) or not messages:
+            return None
+        last = messages[-1]
+        if not isinstance(last, dict) or last.get("role") != "user":
+            return None
+        content = last.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        if any(isinstance(b, dict) and "result" in str(b.get("type")) for b in blocks):
+            return None  # the tool's result: answer it with text
+        text = " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
+        return self.tool if str(self.tool.get("when", "")) in text else None
 
     async def list_requests(self, request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(self.requests), content_type="application/json")
@@ -113,32 +132,35 @@ class MockModel:
             "stop_sequence": None,
             "usage": usage,
         }
+        tool = self._tool_for(body.get("messages"))
+        if tool is None:
+            block: dict[str, Any] = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": self.text}
+        else:
+            block = {"type": "tool_use", "id": f"toolu_{msg_id}", "name": tool["name"]}
+            block["input"] = {}
+            delta = {"type": "input_json_delta", "partial_json": orjson.dumps(tool["input"]).decode()}
         return await self._sse(
             request,
             [
                 ("message_start", {"type": "message_start", "message": start}),
                 (
                     "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": 0,
-                        "content_block": {"type": "text", "text": ""},
-                    },
+                    {"type": "content_block_start", "index": 0, "content_block": block},
                 ),
                 (
                     "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": self.text},
-                    },
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
                 ),
                 ("content_block_stop", {"type": "content_block_stop", "index": 0}),
                 (
                     "message_delta",
                     {
                         "type": "message_delta",
-                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                        "delta": {
+                            "stop_reason": "end_turn" if tool is None else "tool_use",
+                            "stop_sequence": None,
+                        },
                         "usage": {"output_tokens": 1},
                     },
                 ),
@@ -179,13 +201,23 @@ class MockModel:
                 **extra,
             }
 
+        tool = self._tool_for(body.get("messages"))
+        if tool is None:
+            first, finish = chunk({"role": "assistant", "content": self.text}, None), "stop"
+        else:
+            call = {
+                "index": 0,
+                "id": f"call_{chat_id}",
+                "type": "function",
+                "function": {
+                    "name": tool["name"],
+                    "arguments": orjson.dumps(tool["input"]).decode(),
+                },
+            }
+            first, finish = chunk({"role": "assistant", "tool_calls": [call]}, None), "tool_calls"
         return await self._sse(
             request,
-            [
-                (None, chunk({"role": "assistant", "content": self.text}, None)),
-                (None, chunk({}, "stop", usage=usage)),
-                (None, b"[DONE]"),
-            ],
+            [(None, first), (None, chunk({}, finish, usage=usage)), (None, b"[DONE]")],
         )
 
     async def responses(self, request: web.Request) -> Any:

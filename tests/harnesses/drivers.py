@@ -3,6 +3,9 @@ prompt while the model answers, interrupt a turn, compact, fork.
 
 - Pi: ``pi --mode rpc``, JSON commands on stdin and events on stdout (``prompt``,
   ``steer``, ``follow_up``, ``abort``, ``compact``, ``fork``), as its ``docs/rpc.md`` says.
+- Claude Code: ``claude -p --input-format stream-json``, one user message per line on stdin
+  while earlier ones run, and a ``control_request`` of subtype ``interrupt``, as its SDKs
+  drive it.
 - Codex: ``codex app-server``, JSON-RPC over stdio (``thread/start``, ``turn/start``,
   ``turn/steer``, ``turn/interrupt``, ``thread/compact/start``, ``thread/fork``), as
   ``codex app-server generate-json-schema`` describes the installed version.
@@ -117,6 +120,49 @@ class PiRpc(JsonLinesChild):
         self.command("prompt", message=text)
         self.wait("the turn's end", lambda m: m.get("type") == "agent_end", since)
         self.idle()
+
+
+class ClaudeStream(JsonLinesChild):
+    """``claude -p`` reading stream-json from stdin: one process, many prompts."""
+
+    def __init__(self, harness: Harness) -> None:
+        super().__init__(
+            harness,
+            *("-p", "--input-format", "stream-json", "--output-format", "stream-json"),
+            "--verbose",
+        )
+        self._ids = 0
+
+    def type(self, text: str) -> int:
+        """Send one prompt without waiting; the mark its result is awaited from."""
+        since = self.mark()
+        self.send({"type": "user", "message": {"role": "user", "content": text}})
+        return since
+
+    def results(self, since: int = 0) -> int:
+        with self._lock:
+            return sum(m.get("type") == "result" for m in self.seen[since:])
+
+    def finished(self, since: int, n: int = 1) -> None:
+        """Wait for ``n`` turn results from ``since`` on."""
+        wait_for("claude: the turns' results", lambda: self.results(since) >= n, TIMEOUT_S)
+
+    def prompt(self, text: str) -> None:
+        self.finished(self.type(text))
+
+    def interrupt(self) -> None:
+        self._ids += 1
+        ident = f"sw-{self._ids}"
+        self.send(
+            {"type": "control_request", "request_id": ident, "request": {"subtype": "interrupt"}}
+        )
+        self.wait(
+            "the interrupt's answer",
+            lambda m: (
+                m.get("type") == "control_response"
+                and m.get("response", {}).get("request_id") == ident
+            ),
+        )
 
 
 class CodexAppServer(JsonLinesChild):

@@ -269,9 +269,9 @@ class Sidecar:
 
     def events(self, key: str) -> list[dict[str, Any]]:
         """Every event recorded for ``key``, oldest first."""
-        found: list[dict[str, Any]] = self("status", key, "--changes-since", "0")[
-            "stateChanges"
-        ]["events"]
+        found: list[dict[str, Any]] = self("status", key, "--changes-since", "0")["stateChanges"][
+            "events"
+        ]
         return found
 
     def count(self, key: str, kind: str = "human_direct_message") -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harnesses.drivers import CodexAppServer, PiRpc, text_input
+from tests.harnesses.drivers import ClaudeStream, CodexAppServer, PiRpc, text_input
 from tests.harnesses.harnesses import Harness, Sidecar, replay_summary, why_not_runnable
 from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess, wait_for
@@ -157,6 +157,72 @@ def test_codex_queued_interrupted_compacted_and_forked(
         codex.close()
     summary = replay_summary(sw, harness, parent)
     assert (4, 1) == (summary["humanTurns"], summary["compactions"]), summary
+    assert ({}, 0) == (
+        summary["drift"]["unknownTypes"],
+        summary["drift"]["unclassifiedUserRecords"],
+    )
+
+
+def test_claude_code_queued_interrupted_and_a_sub_agent(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """``claude -p --input-format stream-json``: a prompt sent while the model answers is
+    queued and then a turn of its own; an interrupted prompt was still typed, so it counts,
+    and the ``[Request interrupted by user]`` row Claude writes is not a turn; a sub-agent
+    the model starts with the ``Agent`` tool writes its own transcript (never in the
+    catalog), and neither its prompt nor the ``<task-notification>`` Claude writes back into
+    the session is a turn."""
+    skip_unless_runnable(why_not_runnable("claude"))
+    harness = Harness("claude", tmp_path / "claude", model)
+    sw = Sidecar(tmp_path, harness)
+    key = "agent:main:harness:claude-stream"
+    claude = ClaudeStream(harness)
+    try:
+        claude.prompt("first prompt")
+        parent = sw.adopt("claude", key)
+
+        model.script(delay_s=SLOW_S)
+        before = len(model.requests())
+        since = claude.type("second prompt")
+        model_is_answering(model, before)
+        claude.type("queued while it answers")
+        claude.finished(since, 2)
+        model.script(delay_s=0)
+        sw.ticked_to(key, 2)
+
+        model.script(delay_s=HANGING_S)
+        before = len(model.requests())
+        since = claude.type("a prompt the person interrupts")
+        model_is_answering(model, before)
+        claude.interrupt()
+        claude.finished(since)
+        model.script(delay_s=0)
+        sw.ticked_to(key, 3)
+
+        task = {"description": "check the tests", "prompt": "look at the billing tests"}
+        model.script(
+            tool={
+                "when": "delegate",
+                "name": "Agent",
+                "input": {**task, "subagent_type": "general-purpose"},
+            }
+        )
+        claude.prompt("please delegate the billing check")
+        transcript = Path(parent["path"])
+        wait_for(
+            "the sub-agent's report in the session",
+            lambda: b"<task-notification>" in transcript.read_bytes(),
+            60,
+        )
+        model.script(tool=None)
+        sw.ticked_to(key, 4)
+        assert [] != list(transcript.with_suffix("").glob("subagents/agent-*.jsonl"))
+        sessions = sw("catalog", "--kind", "claude", "--json")["sessions"]
+        assert [parent["nativeId"]] == [s["nativeId"] for s in sessions]
+    finally:
+        claude.close()
+    summary = replay_summary(sw, harness, parent)
+    assert 5 == summary["humanTurns"], summary
     assert ({}, 0) == (
         summary["drift"]["unknownTypes"],
         summary["drift"]["unclassifiedUserRecords"],
