@@ -6,6 +6,9 @@ prompt while the model answers, interrupt a turn, compact, fork.
 - Claude Code: ``claude -p --input-format stream-json``, one user message per line on stdin
   while earlier ones run, and a ``control_request`` of subtype ``interrupt``, as its SDKs
   drive it.
+- OpenCode: ``opencode serve``, its HTTP API on loopback (``POST /session``,
+  ``.../message``, ``.../prompt_async``, ``.../abort``, ``.../summarize``, ``.../fork``),
+  as its ``/doc`` OpenAPI document describes the installed version.
 - Codex: ``codex app-server``, JSON-RPC over stdio (``thread/start``, ``turn/start``,
   ``turn/steer``, ``turn/interrupt``, ``thread/compact/start``, ``thread/fork``), as
   ``codex app-server generate-json-schema`` describes the installed version.
@@ -15,16 +18,17 @@ Each is the real binary, with the harness's scratch ``HOME`` and the mock model.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from tests.harnesses.harnesses import BINARIES, TIMEOUT_S, Harness
 from tests.interop import MODULES
-from tests.interop.gateway_rig import wait_for
+from tests.interop.gateway_rig import http, wait_for
 
 Message = dict[str, Any]
 
@@ -203,3 +207,60 @@ class CodexAppServer(JsonLinesChild):
 
 def text_input(text: str) -> list[Message]:
     return [{"type": "text", "text": text}]
+
+
+class OpenCodeServer:
+    """``opencode serve`` on a free loopback port, with the harness's mock provider."""
+
+    MODEL: ClassVar[dict[str, str]] = {"providerID": "mock", "modelID": "mock-model"}
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        binary = MODULES / ".bin" / BINARIES[harness.kind]
+        self.proc = subprocess.Popen(
+            [str(binary), "serve", "--port", "0", "--hostname", "127.0.0.1"],
+            cwd=harness.project,
+            env=harness.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        assert self.proc.stdout is not None
+        self.base = ""
+        for raw in self.proc.stdout:
+            found = re.search(rb"http://127\.0\.0\.1:\d+", raw)
+            if found:
+                self.base = found.group(0).decode()
+                break
+        assert self.base, "opencode serve never said where it listens"
+        stdout = self.proc.stdout
+        threading.Thread(target=lambda: stdout.read(), daemon=True).start()
+        self.session = str(self.post("/session")["id"])
+
+    def post(self, path: str, body: Message | None = None) -> Any:
+        status, answer = http("POST", self.base + path, body if body is not None else {})
+        assert status < 300, (path, status, answer)
+        return answer
+
+    def message(self, text: str, session: str | None = None, wait: bool = True) -> None:
+        """A prompt; with ``wait``, once its turn is done, else as soon as it is queued."""
+        route = "message" if wait else "prompt_async"
+        body = {"parts": [{"type": "text", "text": text}], "model": self.MODEL}
+        self.post(f"/session/{session or self.session}/{route}", body)
+
+    def idle(self) -> None:
+        def quiet() -> bool:
+            status, answer = http("GET", self.base + "/session/status")
+            assert 200 == status, answer
+            state = answer.get(self.session, {"type": "idle"})
+            return bool(state.get("type") == "idle")
+
+        wait_for("opencode: idle", quiet, TIMEOUT_S)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)

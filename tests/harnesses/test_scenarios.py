@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.harnesses.drivers import ClaudeStream, CodexAppServer, PiRpc, text_input
+from tests.harnesses.drivers import (
+    ClaudeStream,
+    CodexAppServer,
+    OpenCodeServer,
+    PiRpc,
+    text_input,
+)
 from tests.harnesses.harnesses import Harness, Sidecar, replay_summary, why_not_runnable
 from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess, wait_for
@@ -223,6 +229,74 @@ def test_claude_code_queued_interrupted_and_a_sub_agent(
         claude.close()
     summary = replay_summary(sw, harness, parent)
     assert 5 == summary["humanTurns"], summary
+    assert ({}, 0) == (
+        summary["drift"]["unknownTypes"],
+        summary["drift"]["unclassifiedUserRecords"],
+    )
+
+
+def test_opencode_queued_interrupted_compacted_sub_agent_and_forked(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """``opencode serve``: a prompt sent while the model answers is queued and then a turn
+    of its own; an aborted prompt was still typed, so it counts; ``summarize`` is one
+    ``compacted`` event, and its ``compaction`` message is no turn; a ``task`` sub-agent
+    is a child session, never in the catalog, and its prompt is not the parent's turn; a
+    fork is a session of its own, which copies the parent's messages and counts only what
+    is typed into it after its adoption."""
+    skip_unless_runnable(why_not_runnable("opencode"))
+    harness = Harness("opencode", tmp_path / "opencode", model)
+    sw = Sidecar(tmp_path, harness)
+    key = "agent:main:harness:opencode-serve"
+    server = OpenCodeServer(harness)
+    try:
+        server.message("first prompt")
+        parent = sw.adopt("opencode", key, native_id=server.session)
+
+        model.script(delay_s=SLOW_S)
+        before = len(model.requests())
+        server.message("second prompt", wait=False)
+        model_is_answering(model, before)
+        server.message("queued while it answers", wait=False)
+        wait_for("both answers", lambda: len(model.requests()) >= before + 2, 60)
+        server.idle()
+        model.script(delay_s=0)
+        sw.ticked_to(key, 2)
+
+        model.script(delay_s=HANGING_S)
+        before = len(model.requests())
+        server.message("a prompt the person interrupts", wait=False)
+        model_is_answering(model, before)
+        server.post(f"/session/{server.session}/abort")
+        server.idle()
+        model.script(delay_s=0)
+        sw.ticked_to(key, 3)
+
+        server.post(f"/session/{server.session}/summarize", dict(server.MODEL))
+        sw.ticked_to(key, 1, "compacted")
+        assert 3 == sw.human_turns(key)
+
+        task = {"description": "check the tests", "prompt": "look at the billing tests"}
+        model.script(
+            tool={"when": "delegate", "name": "task", "input": {**task, "subagent_type": "general"}}
+        )
+        server.message("please delegate the billing check")
+        model.script(tool=None)
+        sw.ticked_to(key, 4)
+        sessions = sw("catalog", "--kind", "opencode", "--json")["sessions"]
+        assert [server.session] == [s["nativeId"] for s in sessions]
+
+        fork = str(server.post(f"/session/{server.session}/fork")["id"])
+        server.message("the fork's first prompt", session=fork)
+        fork_key = "agent:main:harness:opencode-fork"
+        sw.adopt("opencode", fork_key, native_id=fork)
+        server.message("the fork's second prompt", session=fork)
+        sw.ticked_to(fork_key, 1)
+        assert 4 == sw.human_turns(key)
+    finally:
+        server.close()
+    summary = replay_summary(sw, harness, parent)
+    assert (5, 1) == (summary["humanTurns"], summary["compactions"]), summary
     assert ({}, 0) == (
         summary["drift"]["unknownTypes"],
         summary["drift"]["unclassifiedUserRecords"],
