@@ -73,7 +73,9 @@ TESTED_VERSION = "0.171.0"  # tests/harnesses drives this release of the real CL
 # The subtypes Codex defines, across its versions: ``EventMsg`` (an ``event_msg``'s
 # ``type``), ``ResponseItem`` (a ``response_item``'s) and ``TurnItem`` (an
 # ``item_completed`` item's), as its protocol crate declares them. Each was also found in
-# the 0.171.0 binary but for the older ones marked below. Any other subtype is drift.
+# the 0.171.0 binary but for the older ones marked below; the items the 0.171.0 binary lists
+# beside ``UserMessage`` (a sub-agent's ``CollabAgentToolCall``, ...) are here too. Any
+# other subtype is drift.
 KNOWN_EVENTS = frozenset(
     {
         *("user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content"),
@@ -121,7 +123,8 @@ KNOWN_ITEMS = frozenset(
     {
         *("UserMessage", "HookPrompt", "AgentMessage", "Plan", "Reasoning", "WebSearch"),
         *("ImageView", "ImageGeneration", "FileChange", "McpToolCall", "ContextCompaction"),
-        "Sleep",
+        *("Sleep", "FunctionCallOutput", "CollabAgentToolCall", "EnteredReviewMode"),
+        *("ExitedReviewMode", "SubAgentActivity", "CommandExecution", "DynamicToolCall"),
         # newer than 0.171.0 in Codex's source
         *("InjectedContext", "EventDrivenTool", "EventCommandEvent", "CollabAgentMessage"),
         "ConversationArtifact",

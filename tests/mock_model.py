@@ -139,7 +139,10 @@ class MockModel:
         else:
             block = {"type": "tool_use", "id": f"toolu_{msg_id}", "name": tool["name"]}
             block["input"] = {}
-            delta = {"type": "input_json_delta", "partial_json": orjson.dumps(tool["input"]).decode()}
+            delta = {
+                "type": "input_json_delta",
+                "partial_json": orjson.dumps(tool["input"]).decode(),
+            }
         return await self._sse(
             request,
             [
@@ -223,13 +226,33 @@ class MockModel:
     async def responses(self, request: web.Request) -> Any:
         body = await self._record(request)
         n = next(self._ids)
-        item = {
+        messages = body.get("input")
+        if isinstance(messages, list):  # input items: a tool's output is no person's words
+            messages = [m for m in messages if isinstance(m, dict)]
+            if messages and messages[-1].get("type") != "message":
+                messages = [{"role": "tool", "content": []}]
+            messages = [
+                {**m, "content": [{**b, "type": "text"} for b in m.get("content") or []]}
+                for m in messages
+            ]
+        tool = self._tool_for(messages)
+        item: dict[str, Any] = {
             "id": f"msg_{n}",
             "type": "message",
             "role": "assistant",
             "status": "completed",
             "content": [{"type": "output_text", "text": self.text, "annotations": []}],
         }
+        if tool is not None:
+            item = {
+                "id": f"fc_{n}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": f"call_{n}",
+                "name": tool["name"],
+                "arguments": orjson.dumps(tool["input"]).decode(),
+                **({"namespace": tool["namespace"]} if "namespace" in tool else {}),
+            }
         usage = {
             "input_tokens": 1,
             "input_tokens_details": {"cached_tokens": 0},
@@ -249,28 +272,25 @@ class MockModel:
         if not body.get("stream"):
             return web.json_response(done)
         created = {**done, "status": "in_progress", "output": []}
+        added = {**item, "status": "in_progress"}
+        text_delta = {
+            "type": "response.output_text.delta",
+            "item_id": item["id"],
+            "output_index": 0,
+            "content_index": 0,
+            "delta": self.text,
+        }
+        if tool is None:
+            added["content"] = []
         return await self._sse(
             request,
             [
                 ("response.created", {"type": "response.created", "response": created}),
                 (
                     "response.output_item.added",
-                    {
-                        "type": "response.output_item.added",
-                        "output_index": 0,
-                        "item": {**item, "status": "in_progress", "content": []},
-                    },
+                    {"type": "response.output_item.added", "output_index": 0, "item": added},
                 ),
-                (
-                    "response.output_text.delta",
-                    {
-                        "type": "response.output_text.delta",
-                        "item_id": item["id"],
-                        "output_index": 0,
-                        "content_index": 0,
-                        "delta": self.text,
-                    },
-                ),
+                *([("response.output_text.delta", text_delta)] if tool is None else []),
                 (
                     "response.output_item.done",
                     {"type": "response.output_item.done", "output_index": 0, "item": item},

@@ -112,8 +112,10 @@ def test_codex_queued_interrupted_compacted_and_forked(
     """``codex app-server``: a ``turn/steer`` sent while the model answers is a turn of its
     own; a ``turn/interrupt``ed prompt was still typed, so it counts, and the
     ``<turn_aborted>`` note Codex writes is not; ``thread/compact/start`` is one
-    ``compacted`` event and no turn; ``thread/fork`` starts a rollout of its own that the
-    adopted parent never sees."""
+    ``compacted`` event and no turn; a sub-agent the model starts with ``spawn_agent``
+    writes a rollout of its own (never in the catalog), and neither its prompt nor the
+    ``<subagent_notification>`` written back is a turn; ``thread/fork`` starts a rollout of
+    its own that the adopted parent never sees."""
     skip_unless_runnable(why_not_runnable("codex"))
     harness = Harness("codex", tmp_path / "codex", model)
     sw = Sidecar(tmp_path, harness)
@@ -152,17 +154,38 @@ def test_codex_queued_interrupted_compacted_and_forked(
         sw.ticked_to(key, 1, "compacted")
         assert 3 == sw.human_turns(key)
 
+        spawn = {"message": "look at the billing tests"}
+        model.script(
+            tool={
+                "when": "delegate",
+                "name": "spawn_agent",
+                "namespace": "multi_agent_v1",
+                "input": spawn,
+            }
+        )
+        codex.turn("please delegate the billing check")
+        rollout = Path(parent["path"])
+        wait_for(
+            "the sub-agent's notification in the parent",
+            lambda: b"<subagent_notification>" in rollout.read_bytes(),
+            60,
+        )
+        model.script(tool=None)
+        sw.ticked_to(key, 4)
+        sessions = sw("catalog", "--kind", "codex", "--json")["sessions"]
+        assert [parent["nativeId"]] == [s["nativeId"] for s in sessions]
+
         fork = str(codex.call("thread/fork", threadId=codex.thread)["thread"]["id"])
         codex.turn("the fork's first prompt", thread=fork)
         fork_key = "agent:main:harness:codex-fork"
         sw.adopt("codex", fork_key, native_id=fork)
         codex.turn("the fork's second prompt", thread=fork)
         sw.ticked_to(fork_key, 1)
-        assert 3 == sw.human_turns(key)
+        assert 4 == sw.human_turns(key)
     finally:
         codex.close()
     summary = replay_summary(sw, harness, parent)
-    assert (4, 1) == (summary["humanTurns"], summary["compactions"]), summary
+    assert (5, 1) == (summary["humanTurns"], summary["compactions"]), summary
     assert ({}, 0) == (
         summary["drift"]["unknownTypes"],
         summary["drift"]["unclassifiedUserRecords"],
