@@ -6,6 +6,9 @@ prompt while the model answers, interrupt a turn, compact, fork.
 - Claude Code: ``claude -p --input-format stream-json``, one user message per line on stdin
   while earlier ones run, and a ``control_request`` of subtype ``interrupt``, as its SDKs
   drive it.
+- Claude Code's interactive TUI in a detached ``tmux`` session, typed into key by key, as
+  a person does: a prompt typed while the model answers is queued by the TUI itself, and
+  Escape interrupts.
 - OpenCode: ``opencode serve``, its HTTP API on loopback (``POST /session``,
   ``.../message``, ``.../prompt_async``, ``.../abort``, ``.../summarize``, ``.../fork``),
   as its ``/doc`` OpenAPI document describes the installed version.
@@ -18,7 +21,9 @@ Each is the real binary, with the harness's scratch ``HOME`` and the mock model.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -264,3 +269,67 @@ class OpenCodeServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def why_no_tmux() -> str | None:
+    return None if shutil.which("tmux") else "tmux is not installed (Debian's tmux package)"
+
+
+class ClaudeTui:
+    """The real ``claude`` TUI in a detached tmux session of its own (its own socket)."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        # what a person has already answered once: onboarding, the folder's trust, the key
+        state = {
+            "hasCompletedOnboarding": True,
+            "theme": "dark",
+            "customApiKeyResponses": {"approved": ["dummy"], "rejected": []},
+            "projects": {
+                str(harness.project): {
+                    "hasTrustDialogAccepted": True,
+                    "hasCompletedProjectOnboarding": True,
+                }
+            },
+        }
+        (harness.home / ".claude.json").write_text(json.dumps(state))
+        self.socket = str(harness.work / "tmux.sock")
+        env = [f"{k}={v}" for k, v in (harness.env() | {"TERM": "xterm-256color"}).items()]
+        binary = MODULES / ".bin" / BINARIES[harness.kind]
+        self._tmux(
+            *("new-session", "-d", "-x", "120", "-y", "40", "-s", "claude"),
+            *("-c", str(harness.project), "env", "-i", *env, str(binary)),
+        )
+        wait_for("claude: its prompt", lambda: "\u276f" in self.screen(), TIMEOUT_S)
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-S", self.socket, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return done.stdout
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "claude")
+
+    def busy(self) -> bool:
+        return "esc to interrupt" in self.screen()
+
+    def type(self, text: str) -> None:
+        """Type ``text`` into the input box and press Enter once it shows there."""
+        self._tmux("send-keys", "-t", "claude", "-l", text)
+        wait_for("claude: the typed text", lambda: text in self.screen(), TIMEOUT_S)
+        self._tmux("send-keys", "-t", "claude", "Enter")
+
+    def idle(self) -> None:
+        wait_for("claude: idle", lambda: not self.busy(), TIMEOUT_S)
+
+    def interrupt(self) -> None:
+        self._tmux("send-keys", "-t", "claude", "Escape")
+        self.idle()
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], timeout=30, check=False)

@@ -2,9 +2,9 @@
 ticked through the real monitor while the harness writes it, prompt by prompt, and every
 count is exact; then the whole session is replayed, with no drift left.
 
-What is driven: two prompts and more in one session, and resume or continue (the next
-prompt of each harness resumes the session). Not driven yet: a prompt queued while the
-model answers, an interrupt, a native compaction, a fork, a sub-agent (see docs/formats.md).
+What is driven here: two prompts and more in one session, and resume or continue (the next
+prompt of each harness resumes the session), through each harness's print mode. Queued
+prompts, interrupts, compactions, forks and sub-agents are in ``test_scenarios.py``.
 """
 
 from __future__ import annotations

@@ -15,10 +15,12 @@ import pytest
 
 from tests.harnesses.drivers import (
     ClaudeStream,
+    ClaudeTui,
     CodexAppServer,
     OpenCodeServer,
     PiRpc,
     text_input,
+    why_no_tmux,
 )
 from tests.harnesses.harnesses import Harness, Sidecar, replay_summary, why_not_runnable
 from tests.interop import skip_unless_runnable
@@ -324,3 +326,49 @@ def test_opencode_queued_interrupted_compacted_sub_agent_and_forked(
         summary["drift"]["unknownTypes"],
         summary["drift"]["unclassifiedUserRecords"],
     )
+
+
+def test_claude_code_interactive_tui_queued_and_interrupted(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """The interactive TUI under tmux, typed into as a person does: a prompt typed while
+    the model answers is queued by the TUI (``Queued``, a ``queue-operation``) and is a turn
+    of its own once sent; a prompt interrupted with Escape was still typed, so it counts."""
+    skip_unless_runnable(why_not_runnable("claude") or why_no_tmux())
+    harness = Harness("claude", tmp_path / "claude", model)
+    sw = Sidecar(tmp_path, harness)
+    key = "agent:main:harness:claude-tui"
+    tui = ClaudeTui(harness)
+    try:
+        before = len(model.requests())
+        tui.type("first prompt")
+        wait_for("the first answer", lambda: len(model.requests()) > before, 60)
+        tui.idle()
+        parent = sw.adopt("claude", key)
+
+        model.script(delay_s=SLOW_S)
+        before = len(model.requests())
+        tui.type("second prompt")
+        model_is_answering(model, before)
+        tui.type("queued while it answers")
+        wait_for("the queued prompt's answer", lambda: len(model.requests()) >= before + 2, 60)
+        tui.idle()
+        model.script(delay_s=0)
+        sw.ticked_to(key, 2)
+
+        model.script(delay_s=HANGING_S)
+        before = len(model.requests())
+        tui.type("a prompt the person interrupts")
+        model_is_answering(model, before)
+        tui.interrupt()
+        model.script(delay_s=0)
+        sw.ticked_to(key, 3)
+    finally:
+        tui.close()
+    summary = replay_summary(sw, harness, parent)
+    assert 4 == summary["humanTurns"], summary
+    assert ({}, 0) == (
+        summary["drift"]["unknownTypes"],
+        summary["drift"]["unclassifiedUserRecords"],
+    )
+    assert b"queue-operation" in Path(parent["path"]).read_bytes()
