@@ -280,7 +280,7 @@ COMMANDS = frozenset(
     {
         *("record", "spawn", "watch", "notices", "status", "sessions", "reset", "delete"),
         *("prune", "session", "adopt", "own-message", "links", "tick", "serve", "config"),
-        *("node", "catalog", "replay", "doctor"),
+        *("node", "catalog", "replay", "doctor", "open"),
     }
 )
 _GLOBAL_WITH_VALUE = frozenset({"--db", "--config", "--log-format"})
@@ -403,6 +403,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "doctor",
         help="check the database, token, roots, the gateway's hooks and the nodes (wakes no one)",
     )
+    op = sub.add_parser("open", help="a one-time link to the running serve's status page")
+    op.add_argument("--url", help="serve's address, when [api] listen does not say it (port 0)")
+    op.add_argument("--browser", action="store_true", help="open the link in a browser too")
     nd = sub.add_parser("node", help="serve this machine's Claude transcripts to a paired sidecar")
     nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
     nd.add_argument("--token-file", required=True, type=Path)
@@ -549,6 +552,16 @@ def main(argv: list[str] | None = None) -> int:
 
             found = asyncio.run(doctor.run(args.config_obj, db_path(args, args.config_obj)))
             return doctor.print_findings(found)
+        if args.command == "open":
+            from monitor.ui_open import open_link
+
+            url = open_link(args.config_obj, args.url)
+            print(url)
+            if args.browser:
+                import webbrowser
+
+                webbrowser.open(url)
+            return 0
         if args.command in ("node", "serve"):
             import asyncio
 

@@ -179,3 +179,11 @@ def print_findings(found: list[Finding]) -> int:
     for f in found:
         print(f.line())
     return 1 if any(f.level == "PROBLEM" for f in found) else 0
+
+
+async def node_reachable(name: str, url: str, token_file: str) -> str | None:
+    """Why node ``name`` cannot be read from here, or None when it answers (the status
+    page's check, the same as the doctor's)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
+        found = await _node(name, url, token_file, http)
+    return None if found.level == "ok" else found.what

@@ -23,7 +23,8 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
-from monitor.config import Config, without_password
+from monitor.config import Config, is_pg_url, without_password
+from monitor.doctor import node_reachable
 from monitor.errors import (
     ConfigError,
     SchemaTooNew,
@@ -39,9 +40,12 @@ from monitor.private import check_private_state, load_token, read_secret, take_i
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
+from monitor.upstream.settle import TickHealth
 from monitor.web.api import build_app
 from monitor.web.common import start_site
 from monitor.web.node import build_node_app
+from monitor.web.openapi import VERSION
+from monitor.web.status_page import PageSources
 from monitor.web.wake import HooksWaker
 
 log = logging.getLogger(__name__)
@@ -73,9 +77,13 @@ class Sidecar:
         self.stopping = stopping or asyncio.Event()
         self.addresses: list[str] = []
         self.waker: HooksWaker | None = None
+        self.db_display = ""  # the store, as the status page names it (no password)
         self._paths_changed = paths_changed
         self._skip_logged = False
         self._data_version: int | None = None
+        self.tick_health = TickHealth(
+            interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
+        )
 
     def links_may_have_changed(self) -> None:
         """Re-arm file watching: the files watched may differ (after a reload of roots)."""
@@ -99,9 +107,12 @@ class Sidecar:
             results = await self.monitor.tick(only)
         except SessionwatchError as exc:
             log.warning("tick failed: %s", exc)
+            self.tick_health.refused(str(exc))
             return False
+        duration = time.perf_counter() - start
         self.metrics.ticks.inc()
-        self.metrics.tick_seconds.observe(time.perf_counter() - start)
+        self.metrics.tick_seconds.observe(duration)
+        self.tick_health.ran(int(time.time() * 1000), duration, results)
         for r in results:
             self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
             if r.outcome not in {"quiet", "skipped"} and not r.unsettled:  # the tick says those
@@ -207,7 +218,17 @@ def _dirs_of(files: dict[str, set[str]]) -> list[str]:
 
 
 async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
-    app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token)
+    page = PageSources(
+        kernel=sidecar.kernel,
+        monitor=sidecar.monitor,
+        tick=sidecar.tick_health,
+        config=lambda: sidecar.config,
+        waker=lambda: sidecar.waker,
+        db=sidecar.db_display,
+        version=VERSION,
+        node_check=node_reachable,
+    )
+    app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token, page)
     allowed = sidecar.config.api.allowed_hosts
     return await start_site(stack, app, listen, "[api] listen", allowed)
 
@@ -288,6 +309,7 @@ async def running(
             kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
         )
         sidecar.waker = waker
+        sidecar.db_display = without_password(db) if is_pg_url(db) else str(db)
         if leases is not None:
             keeper = asyncio.ensure_future(leases.keep(sidecar.stopping))
             stack.callback(keeper.cancel)

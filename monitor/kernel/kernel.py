@@ -20,7 +20,7 @@ from monitor.config import Config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.kernel import cursors, retention, sessions
 from monitor.kernel.delivery import Delivery
-from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.events import ActorType, EventKind, StateEvent
 from monitor.kernel.keys import (
     is_internal_key,
     is_main_key,
@@ -39,12 +39,15 @@ from monitor.kernel.notices import (
 )
 from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.signal_log import (
+    Activity,
     EventDraft,
     NewEvent,
     Recorded,
     delete_session_log,
+    human_activity,
     make_draft,
     read_head,
+    recent_events,
     record_event,
     session_status,
     state_versions,
@@ -350,6 +353,22 @@ class Kernel:
             return session_status(conn, k, agent, changes_since)
 
         return await self.store.peek(run)
+
+    async def activity(self) -> dict[str, Activity]:
+        """Per session key: when a person last typed into it, and the turns of the last
+        hour and day."""
+        now = self.clock()
+        return await self.store.peek(lambda conn: human_activity(conn, now))
+
+    async def recent_events(self, key: str, limit: int = 50) -> list[StateEvent]:
+        """The newest events of one session, newest first (metadata and summaries only,
+        as the log holds)."""
+        k = normalize_key(key)
+        return await self.store.peek(lambda conn: recent_events(conn, k, limit))
+
+    async def all_pending(self) -> list[Notice]:
+        """Every watcher's pending notices, whoever opened them."""
+        return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])
 
     async def state_versions(self, keys: list[str]) -> list[dict[str, Any]]:
         """``stateVersion`` per session; all sessions with a head when ``keys`` is empty."""

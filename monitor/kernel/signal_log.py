@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from monitor.clock import DAY_MS
+from monitor.clock import DAY_MS, HOUR_MS
 from monitor.errors import BadInput, StoreError
 from monitor.kernel.cursors import advance_watchers, register_watch, seed_cursor
 from monitor.kernel.events import (
@@ -402,3 +402,54 @@ def session_status(
             "historyGap": changes_since < pruned,
         }
     return out
+
+
+# -- what a person reads at a glance (the status page) ---------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Activity:
+    """What people typed into one session: when last, and the turns of the last hour and
+    day (a tick's turns are one event that says how many)."""
+
+    last_at: int
+    last_hour: int = 0
+    last_day: int = 0
+
+
+def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
+    """Per session key with any direct human turn logged."""
+    kind = EventKind.HUMAN_DIRECT_MESSAGE.value
+    last = conn.execute(
+        "SELECT session_key, max(occurred_at) FROM session_state_events"
+        " WHERE kind = ? GROUP BY session_key",
+        (kind,),
+    ).fetchall()
+    hour: dict[str, int] = {}
+    day: dict[str, int] = {}
+    rows = conn.execute(
+        "SELECT session_key, occurred_at, payload_json FROM session_state_events"
+        " WHERE kind = ? AND occurred_at >= ?",
+        (kind, now - DAY_MS),
+    ).fetchall()
+    for key, at, payload_json in rows:
+        payload = orjson.loads(payload_json) if payload_json else {}
+        turns = payload.get("turns", 1) if isinstance(payload, dict) else 1
+        n = turns if isinstance(turns, int) and turns > 0 else 1
+        day[key] = day.get(key, 0) + n
+        if at >= now - HOUR_MS:
+            hour[key] = hour.get(key, 0) + n
+    return {
+        key: Activity(last_at=int(at), last_hour=hour.get(key, 0), last_day=day.get(key, 0))
+        for key, at in last
+    }
+
+
+def recent_events(conn: Conn, key: str, limit: int) -> list[StateEvent]:
+    """The newest ``limit`` events of one session key (every agent), newest first."""
+    rows = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM session_state_events WHERE session_key = ?"
+        " ORDER BY sequence DESC LIMIT ?",
+        (key, limit),
+    ).fetchall()
+    return [_row_to_event(r) for r in rows]

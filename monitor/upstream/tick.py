@@ -24,7 +24,7 @@ from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
 from monitor.metrics import Metrics
 from monitor.upstream import links
 from monitor.upstream.links import UpstreamLink
-from monitor.upstream.settle import LinkResult, settle
+from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult, settle
 
 if TYPE_CHECKING:
     from monitor.kernel.conn import Conn
@@ -256,9 +256,7 @@ class Ticker:
             if len(outcomes) != len(works):
                 raise SessionwatchError(f"{kind} adapter answered {len(outcomes)} outcomes")
         except TimeoutError:
-            outcomes = [Outcome(status="inconclusive", reason="adapter budget exceeded")] * len(
-                works
-            )
+            outcomes = [Outcome(status="inconclusive", reason=BUDGET_EXCEEDED)] * len(works)
         except Exception as exc:
             log.exception("%s adapter failed", kind)
             outcomes = [Outcome(status="inconclusive", reason=f"adapter failed: {exc}")] * len(

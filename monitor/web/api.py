@@ -44,6 +44,7 @@ from monitor.web.models import (
     whole,
 )
 from monitor.web.openapi import document_bytes
+from monitor.web.status_page import PageSources, StatusPage
 
 log = logging.getLogger(__name__)
 
@@ -310,10 +311,19 @@ async def delete_link(request: web.Request) -> web.Response:
 
 
 def build_app(
-    kernel: Kernel, monitor: UpstreamMonitor, metrics: Metrics, token: str
+    kernel: Kernel,
+    monitor: UpstreamMonitor,
+    metrics: Metrics,
+    token: str,
+    page: PageSources | None = None,
 ) -> web.Application:
+    """The API; with ``page``, the status page too (:mod:`monitor.web.status_page`), whose
+    routes check their own admission (the bearer token, or the page's cookie)."""
+    open_paths = {"/healthz", "/openapi.json"} | ({"/", "/favicon.ico"} if page else set())
     app = web.Application(
-        middlewares=[make_guard(TOKEN, frozenset({"/healthz", "/openapi.json"}))],
+        middlewares=[
+            make_guard(TOKEN, frozenset(open_paths), ("/ui/", "/static/") if page else ())
+        ],
         client_max_size=MAX_BODY,
     )
     app[KERNEL] = kernel
@@ -327,4 +337,12 @@ def build_app(
 
     app.on_shutdown.append(end_streams)
     app.add_routes(routes)
+    if page is not None:
+        status = StatusPage(page, token, app[STREAMS])
+        app.add_routes(status.routes())
+
+        async def close_page(app: web.Application) -> None:
+            await status.close()
+
+        app.on_cleanup.append(close_page)
     return app

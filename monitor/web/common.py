@@ -117,11 +117,16 @@ def implied_hosts(host: str, extra: tuple[str, ...] = ()) -> frozenset[str]:
     return frozenset(names)
 
 
-def make_guard(token: web.AppKey[str], open_paths: frozenset[str] = frozenset()) -> Any:
+def make_guard(
+    token: web.AppKey[str],
+    open_paths: frozenset[str] = frozenset(),
+    open_prefixes: tuple[str, ...] = (),
+) -> Any:
     """The one check of every request: its ``Host`` is one this listener answers to (else
     421, so a page of another site that a DNS name rebound to loopback never reaches us,
-    health check included), and its bearer token (every path but ``open_paths``), with
-    errors answered as JSON. One middleware, not two: each layer costs every request another
+    health check included), and its bearer token (every path but ``open_paths`` and those
+    under ``open_prefixes``, which check their own admission), with errors answered as
+    JSON. One middleware, not two: each layer costs every request another
     coroutine."""
 
     @web.middleware
@@ -134,7 +139,8 @@ def make_guard(token: web.AppKey[str], open_paths: frozenset[str] = frozenset())
                 f"this sidecar does not answer to the host {host_name(request.host)!r};"
                 " add it to [api] allowed_hosts to allow it",
             )
-        if request.path not in open_paths and not token_matches(
+        opened = request.path in open_paths or request.path.startswith(open_prefixes)
+        if not opened and not token_matches(
             request.headers.get("Authorization", ""), request.app[token]
         ):
             return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")

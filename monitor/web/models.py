@@ -364,6 +364,11 @@ class Links(Answer):
     links: list[Link]
 
 
+class UiTicket(Answer):
+    path: str  # ``/ui/login?ticket=...``: spent by its first use
+    expires_in_s: int
+
+
 class Adopted(Answer):
     link: dict[str, Any] | None
     declined: str | None

@@ -148,6 +148,13 @@ ROUTES = (
         query=m.AgentQuery,
         errors=(400, 401, 404, 503),
     ),
+    Route(
+        "post",
+        "/v1/ui/tickets",
+        "A one-time link to the status page, good for a minute (`sessionwatch open`)",
+        m.UiTicket,
+        errors=(401,),
+    ),
 )
 
 _ERROR_TEXT = {

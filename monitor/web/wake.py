@@ -72,6 +72,15 @@ class Answer:
     retry_after_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class LastWake:
+    """The outcome of the last wake call for one watcher (the status page shows it)."""
+
+    result: str  # as Answer.result
+    error: str
+    at_ms: int
+
+
 class HooksWaker:
     def __init__(
         self,
@@ -98,6 +107,7 @@ class HooksWaker:
         # notices the gateway accepted whose acknowledgement the store refused: acknowledged
         # again before anything else, never sent again (that would deliver them twice)
         self._unacked: dict[str, list[WatchCursor]] = {}
+        self.last: dict[str, LastWake] = {}  # per watcher
 
     def attach(self, ledger: NoticeLedger) -> None:
         self.ledger = ledger
@@ -204,6 +214,7 @@ class HooksWaker:
             del body["sessionKey"]
             answer = await self._post(body)
         self._explain(answer)
+        self.last[watcher] = LastWake(answer.result, answer.error, int(time.time() * 1000))
         return self._count(answer)
 
     def _keys_refused_said(self, error: str) -> None:

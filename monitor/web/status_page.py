@@ -1,0 +1,435 @@
+"""The status page: what the sidecar is doing, read-only, at ``/`` on the API's listener.
+
+Who may read it: a browser cannot send a bearer token to an EventSource, so the page uses a
+session cookie. ``sessionwatch open`` asks ``POST /v1/ui/tickets`` (bearer) for a one-time
+ticket good for a minute, and opens ``/ui/login?ticket=...``; that spends the ticket, sets
+an HttpOnly, SameSite=Strict cookie and redirects to ``/``. The token never appears in a URL,
+and a ticket left in the history is spent. Every page route is a GET that changes nothing, so
+there is nothing to forge (CSRF); the API's ``Host`` check applies (DNS rebinding); the
+Content-Security-Policy allows only the page's own script and stylesheet.
+
+Live: ``/ui/stream`` (Server-Sent Events) says ``changed`` when the signal log or the links
+may have changed (the store's change counter, a finished tick); the script then fetches
+``/ui/live``, the same template's fragment, and swaps it in. The browser runs no timer. With
+no page open, nothing here runs at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import orjson
+from aiohttp import web
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from monitor.config import Config, is_pg_url, without_password
+from monitor.errors import SessionwatchError
+from monitor.kernel import Kernel
+from monitor.kernel.feed import KEEPALIVE_S, POLL_S
+from monitor.kernel.signal_log import Activity
+from monitor.upstream import UpstreamMonitor
+from monitor.upstream.settle import TickHealth
+from monitor.web.common import token_matches
+from monitor.web.wake import HooksWaker, LastWake
+
+COOKIE = "sessionwatch_ui"
+TICKET_TTL_S = 60.0
+SESSION_TTL_S = 12 * 3600.0
+TITLES_TTL_S = 300.0
+NODES_TTL_S = 30.0
+MISSING_AFTER = 3  # misses before upstream_missing (the monitor's rule)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
+        " connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+}
+STATIC = {"app.js": "text/javascript", "app.css": "text/css"}
+
+
+@dataclass
+class PageSources:
+    """What the page reads, as the service wires it (the config and the waker may be
+    replaced by a reload, hence the getters)."""
+
+    kernel: Kernel
+    monitor: UpstreamMonitor
+    tick: TickHealth
+    config: Callable[[], Config]
+    waker: Callable[[], HooksWaker | None]
+    db: str
+    version: str
+    node_check: Callable[[str, str, str], Awaitable[str | None]] | None = None
+
+
+# -- who may read it ---------------------------------------------------------------------
+
+
+@dataclass
+class Admissions:
+    """One-time tickets and the cookie sessions they open, in memory (a restart logs out)."""
+
+    tickets: dict[str, float] = field(default_factory=dict)  # ticket -> expiry (monotonic)
+    sessions: dict[str, float] = field(default_factory=dict)  # cookie -> expiry
+
+    def issue(self) -> str:
+        self._expire()
+        ticket = secrets.token_urlsafe(32)
+        self.tickets[ticket] = time.monotonic() + TICKET_TTL_S
+        return ticket
+
+    def admit(self, ticket: str) -> str | None:
+        """A fresh cookie for a live ticket, which is spent; None for any other."""
+        self._expire()
+        if self.tickets.pop(ticket, None) is None:
+            return None
+        cookie = secrets.token_urlsafe(32)
+        self.sessions[cookie] = time.monotonic() + SESSION_TTL_S
+        return cookie
+
+    def admitted(self, cookie: str | None) -> bool:
+        expiry = self.sessions.get(cookie or "")
+        return expiry is not None and expiry > time.monotonic()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for table in (self.tickets, self.sessions):
+            for key in [k for k, expiry in table.items() if expiry <= now]:
+                del table[key]
+
+
+# -- what it shows -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LinkRow:
+    session_key: str
+    kind: str
+    host: str
+    title: str
+    state: str  # healthy | blocked | drifting | missing | inconclusive | foreign
+    reason: str
+    activity: Activity | None
+    watched: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WatcherRow:
+    watcher: str
+    targets: tuple[str, ...]
+    last_wake: LastWake | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PageView:
+    version: str
+    store: str
+    roots: tuple[tuple[str, str, bool], ...]
+    nodes: tuple[tuple[str, str, str | None], ...]  # name, url, why unreachable (None: ok)
+    links: tuple[LinkRow, ...]
+    watchers: tuple[WatcherRow, ...]
+    tick: TickHealth
+    wakes: str  # how notices reach the gateway
+    now_ms: int
+    error: str | None = None
+
+
+def link_state(link: dict[str, Any]) -> tuple[str, str]:
+    """The one state a person reads first, and its reason."""
+    if link.get("foreign"):
+        return "foreign", "a kind this sidecar does not read"
+    blocked = link.get("blocked")
+    if blocked:
+        return "blocked", str(blocked.get("reason") or f"at byte {blocked.get('offset')}")
+    streak = int(link.get("missingStreak") or 0)
+    if streak:
+        return "missing", f"not found at {streak} of {MISSING_AFTER} checks"
+    status = link.get("status") or {}
+    if status.get("outcome") == "inconclusive":
+        return "inconclusive", str(status.get("reason") or "the last check could not decide")
+    drift = link.get("drift") or {}
+    found = []
+    if drift.get("unknownTypes"):
+        found.append("unknown types " + ", ".join(sorted(drift["unknownTypes"])))
+    if drift.get("unclassifiedUserRecords"):
+        found.append(f"{drift['unclassifiedUserRecords']} unclassified user records")
+    if drift.get("invalidLines"):
+        found.append(f"{drift['invalidLines']} invalid lines")
+    if drift.get("newerThanTested"):
+        found.append(f"version {drift.get('version')} is newer than tested")
+    if found:
+        return "drifting", "; ".join(found)
+    return "healthy", ""
+
+
+class StatusPage:
+    """The page's routes, over :class:`PageSources`."""
+
+    def __init__(self, sources: PageSources, token: str, stopping: asyncio.Event) -> None:
+        self.sources = sources
+        self.token = token
+        self.stopping = stopping
+        self.admissions = Admissions()
+        self.env = Environment(
+            loader=PackageLoader("monitor.web", "templates"),
+            autoescape=select_autoescape(["html"]),
+            enable_async=False,
+        )
+        self.env.filters["ago"] = _ago
+        self.env.filters["clock"] = _clock
+        self._titles: dict[str, str] = {}
+        self._titles_at = -TITLES_TTL_S
+        self._titles_task: asyncio.Task[None] | None = None
+        self._nodes: tuple[tuple[str, str, str | None], ...] = ()
+        self._nodes_at = -NODES_TTL_S
+        self._static = {
+            name: resources.files("monitor.web").joinpath("static", name).read_bytes()
+            for name in STATIC
+        }
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/", self.page),
+            web.get("/ui/live", self.live),
+            web.get("/ui/sessions/{key}", self.timeline),
+            web.get("/ui/stream", self.stream),
+            web.get("/ui/login", self.login),
+            web.get("/static/{name}", self.static),
+            web.get("/favicon.ico", self.favicon),
+            web.post("/v1/ui/tickets", self.ticket),
+        ]
+
+    # -- admission -------------------------------------------------------------------------
+
+    def _admitted(self, request: web.Request) -> bool:
+        return self.admissions.admitted(request.cookies.get(COOKIE)) or token_matches(
+            request.headers.get("Authorization", ""), self.token
+        )
+
+    async def ticket(self, request: web.Request) -> web.Response:
+        """A one-time login link (the API's bearer token is checked by its guard)."""
+        ticket = self.admissions.issue()
+        body = {"path": f"/ui/login?ticket={ticket}", "expiresInS": int(TICKET_TTL_S)}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def login(self, request: web.Request) -> web.Response:
+        cookie = self.admissions.admit(request.query.get("ticket", ""))
+        if cookie is None:
+            return self._html("login.html", status=403, reason="that link is spent or expired; run")
+        answer = web.HTTPSeeOther("/", headers=SECURITY_HEADERS)
+        answer.set_cookie(
+            COOKIE, cookie, max_age=int(SESSION_TTL_S), httponly=True, samesite="Strict", path="/"
+        )
+        raise answer
+
+    def _refuse(self) -> web.Response:
+        return self._html("login.html", status=401, reason="to read this page, run")
+
+    # -- pages -----------------------------------------------------------------------------
+
+    async def page(self, request: web.Request) -> web.Response:
+        if not self._admitted(request):
+            return self._refuse()
+        return self._html("page.html", view=await self.view())
+
+    async def live(self, request: web.Request) -> web.Response:
+        if not self._admitted(request):
+            return self._refuse()
+        return self._html("live.html", view=await self.view())
+
+    async def timeline(self, request: web.Request) -> web.Response:
+        if not self._admitted(request):
+            return self._refuse()
+        key = request.match_info["key"]
+        try:
+            events = await self.sources.kernel.recent_events(key)
+        except SessionwatchError as exc:
+            return self._html("timeline.html", key=key, events=[], error=str(exc))
+        return self._html("timeline.html", key=key, events=events, error=None)
+
+    async def static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in STATIC:
+            raise web.HTTPNotFound()
+        return web.Response(
+            body=self._static[name], content_type=STATIC[name], headers=SECURITY_HEADERS
+        )
+
+    async def favicon(self, request: web.Request) -> web.Response:
+        """None: said at once, so a browser's automatic request is no error."""
+        return web.Response(status=204, headers=SECURITY_HEADERS)
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """``event: changed`` whenever the log or the links may have changed; a keep-alive
+        comment every 15 s otherwise."""
+        if not self._admitted(request):
+            return self._refuse()
+        store, pulse = self.sources.kernel.store, self.sources.tick.pulse
+        response = web.StreamResponse(
+            headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
+        )
+        await response.prepare(request)
+        seen = (store.version(), pulse.count)
+        quiet = 0.0
+        loop = asyncio.get_running_loop()
+        try:
+            await response.write(b"retry: 2000\n\n")
+            while not self.stopping.is_set():
+                started = loop.time()
+                await _either(store.changed(POLL_S), pulse.after(seen[1], POLL_S))
+                quiet += loop.time() - started
+                now = (store.version(), pulse.count)
+                if now != seen:
+                    seen = now
+                    await response.write(b"event: changed\ndata: {}\n\n")
+                    quiet = 0.0
+                elif quiet >= KEEPALIVE_S:
+                    await response.write(b": keep-alive\n\n")
+                    quiet = 0.0
+        except (ConnectionResetError, SessionwatchError):
+            pass  # the page was closed, or the database went away: the stream ends
+        return response
+
+    def _html(self, template: str, status: int = 200, **context: Any) -> web.Response:
+        body = self.env.get_template(template).render(**context)
+        return web.Response(
+            text=body, status=status, content_type="text/html", headers=SECURITY_HEADERS
+        )
+
+    # -- the view --------------------------------------------------------------------------
+
+    async def view(self) -> PageView:
+        s = self.sources
+        config = s.config()
+        waker = s.waker()
+        roots = tuple(
+            (kind, str(config.roots.path_of(kind)), config.roots.path_of(kind).exists())
+            for kind in config.roots.kinds()
+        )
+        store = without_password(s.db) if is_pg_url(s.db) else s.db
+        wakes = (
+            f"woken through {waker.url}"
+            if waker is not None
+            else "no [gateway] hooks_url: the gateway drains notices itself"
+        )
+        base = PageView(
+            version=s.version,
+            store=store,
+            roots=roots,
+            nodes=await self._node_states(config),
+            links=(),
+            watchers=(),
+            tick=s.tick,
+            wakes=wakes,
+            now_ms=int(time.time() * 1000),
+        )
+        try:
+            links = await s.monitor.links()
+            activity = await s.kernel.activity()
+            pending = await s.kernel.all_pending()
+        except SessionwatchError as exc:
+            return dataclasses.replace(base, error=str(exc))
+        self._refresh_titles()
+        rows = []
+        for link in sorted(links, key=lambda x: str(x["sessionKey"])):
+            state, reason = link_state(link)
+            rows.append(
+                LinkRow(
+                    session_key=str(link["sessionKey"]),
+                    kind=str(link.get("kind") or link.get("upstreamKind") or "?"),
+                    host=str(link.get("hostId") or ""),
+                    title=self._titles.get(str(link.get("threadId") or ""), ""),
+                    state=state,
+                    reason=reason,
+                    activity=activity.get(str(link["sessionKey"])),
+                    watched=bool(link.get("watched")),
+                )
+            )
+        by_watcher: dict[str, list[str]] = {}
+        for notice in pending:
+            by_watcher.setdefault(notice.watcher, []).append(notice.target)
+        last = waker.last if waker is not None else {}
+        watchers = tuple(
+            WatcherRow(watcher=w, targets=tuple(by_watcher.get(w, ())), last_wake=last.get(w))
+            for w in sorted(set(by_watcher) | set(last))
+        )
+        return dataclasses.replace(base, links=tuple(rows), watchers=watchers)
+
+    def _refresh_titles(self) -> None:
+        """Titles come from the catalog, which reads every session: at most every five
+        minutes, in the background; the page shows none until then."""
+        running = self._titles_task is not None and not self._titles_task.done()
+        if running or time.monotonic() - self._titles_at < TITLES_TTL_S:
+            return
+        self._titles_at = time.monotonic()
+        self._titles_task = asyncio.ensure_future(self._load_titles())
+
+    async def _load_titles(self) -> None:
+        with contextlib.suppress(SessionwatchError):
+            found = await self.sources.monitor.catalog()
+            self._titles = {
+                str(e.get("nativeId")): str(e.get("title") or "")
+                for e in found.get("sessions", [])
+                if e.get("nativeId")
+            }
+            self.sources.tick.pulse.beat()  # the open pages fetch the titles
+
+    async def _node_states(self, config: Config) -> tuple[tuple[str, str, str | None], ...]:
+        check = self.sources.node_check
+        if check is None or not config.nodes:
+            return tuple((n, c.url, None) for n, c in sorted(config.nodes.items()))
+        if time.monotonic() - self._nodes_at >= NODES_TTL_S:
+            self._nodes_at = time.monotonic()
+            names = sorted(config.nodes)
+            found = await asyncio.gather(
+                *(check(n, config.nodes[n].url, config.nodes[n].token_file) for n in names)
+            )
+            self._nodes = tuple(
+                (n, config.nodes[n].url, why) for n, why in zip(names, found, strict=True)
+            )
+        return self._nodes
+
+    async def close(self) -> None:
+        if self._titles_task is not None:
+            self._titles_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._titles_task
+
+
+async def _either(*waits: Awaitable[Any]) -> None:
+    """Until the first of ``waits`` returns; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _ago(ms: int | None, now_ms: int) -> str:
+    if not ms:
+        return "never"
+    seconds = max(0, (now_ms - ms) // 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
+def _clock(ms: int | None) -> str:
+    if not ms:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))

@@ -1,0 +1,246 @@
+"""The status page in a real browser: Debian's ``chromium``, headless, driven by Playwright,
+against a real ``serve`` with adopted transcripts, one of them blocked and one missing.
+
+It reads the page as a person would (rows, states, reasons), appends a prompt to a
+transcript and waits for the page to show it without a reload, opens a session's timeline,
+and keeps a screenshot in ``test-artefacts/``. Where chromium or Playwright is missing the
+test skips and says why (CI installs both, and there their absence is an error).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, served_address, user_line
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTEFACTS = REPO / "test-artefacts"
+MAX_LINE = 4096
+
+
+def why_no_browser() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return "chromium is not installed (Debian's chromium package)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed (pip install -e '.[test]')"
+    return None
+
+
+def skip_without_browser() -> None:
+    why = why_no_browser()
+    if why is None:
+        return
+    if os.environ.get("SESSIONWATCH_REQUIRE_BROWSER"):
+        pytest.fail(f"the browser test is required here: {why}")
+    pytest.skip(why)
+
+
+class Serve:
+    """``sessionwatch serve`` on a scratch database, and its one-shot commands."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.root = work / "claude"
+        self.db = work / "state.db"
+        self.config = work / "sessionwatch.toml"
+        self.config.write_text(
+            f'[roots]\nclaude = "{self.root}"\n'
+            f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{work / "token"}"\n'
+            f"[monitor]\ninitial_delay_s = 0\ninterval_s = 2\nmax_line_bytes = {MAX_LINE}\n"
+        )
+        self.proc: subprocess.Popen[str] | None = None
+        self.base = ""
+
+    def cli(self, *args: str) -> str:
+        argv = [sys.executable, "-m", "monitor", "--db", str(self.db), "--config"]
+        done = subprocess.run(
+            [*argv, str(self.config), *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "monitor", "--db", str(self.db), "--config"]
+        self.proc = subprocess.Popen(
+            [*argv, str(self.config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
+        )
+        self.base = served_address(self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    sidecar = Serve(tmp_path)
+    yield sidecar
+    sidecar.stop()
+
+
+def transcript(serve: Serve, name: str, *prompts: str) -> Path:
+    path = serve.root / "-work-project" / f"{name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(user_line(p, f"{name}-{i}") for i, p in enumerate(prompts)))
+    return path
+
+
+def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None:
+    skip_without_browser()
+    from playwright.sync_api import expect, sync_playwright
+
+    healthy = transcript(serve, "healthy", "fix the billing tests")
+    blocked = transcript(serve, "blocked", "look at the logs")
+    missing = transcript(serve, "missing", "start the migration")
+    for name, path in (("healthy", healthy), ("blocked", blocked), ("missing", missing)):
+        serve.cli(
+            "adopt", "--kind", "claude", "--path", str(path), "--session-key", f"agent:main:{name}"
+        )
+        serve.cli("watch", "--watcher", "agent:main:main", "--target", f"agent:main:{name}")
+
+    with blocked.open("ab") as f:  # a line over max_line_bytes blocks its link
+        f.write(user_line("x" * (2 * MAX_LINE), "huge"))
+    missing.unlink()
+    serve.start()
+    link = serve.cli("open", "--url", serve.base).strip()
+    assert link.startswith(f"{serve.base}/ui/login?ticket=")
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(link)
+        assert page.url == f"{serve.base}/"  # the ticket is spent, the URL holds none
+        expect(page.locator("#live-state")).to_have_text("live")
+
+        rows = page.locator("tr.link")
+        expect(rows).to_have_count(3)
+        expect(page.locator('tr[data-key="agent:main:healthy"]')).to_have_attribute(
+            "data-state", "healthy"
+        )
+        blocked_row = page.locator('tr[data-key="agent:main:blocked"]')
+        expect(blocked_row).to_have_attribute("data-state", "blocked", timeout=15_000)
+        expect(blocked_row.locator(".reason")).to_contain_text("max_line_bytes")
+        missing_row = page.locator('tr[data-key="agent:main:missing"]')
+        expect(missing_row).to_have_attribute("data-state", "missing", timeout=15_000)
+        expect(missing_row.locator(".reason")).to_contain_text("of 3 checks")
+
+        healthy_row = page.locator('tr[data-key="agent:main:healthy"]')
+        expect(healthy_row.locator(".hour")).to_have_text("0")
+        started = time.monotonic()
+        with healthy.open("ab") as f:
+            f.write(user_line("and run them again", "healthy-new"))
+        expect(healthy_row.locator(".hour")).to_have_text("1", timeout=15_000)
+        shown_after = time.monotonic() - started
+        expect(healthy_row.locator(".typed")).to_contain_text("s ago")
+        expect(page.locator(".watcher")).to_contain_text(
+            "agent:main:healthy"
+        )  # the notice it opened
+
+        healthy_row.locator(".open-timeline").click()
+        timeline = page.locator("#timeline")
+        expect(timeline).to_be_visible()
+        expect(timeline.locator(".event.kind-human_direct_message")).to_have_count(1)
+        assert "and run them again" not in timeline.inner_text()  # never message content
+
+        ARTEFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTEFACTS / "status-page.png"), full_page=True)
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        phone.context.add_cookies(page.context.cookies())
+        phone.goto(f"{serve.base}/")
+        expect(phone.locator("tr.link")).to_have_count(3)
+        phone.screenshot(path=str(ARTEFACTS / "status-page-phone.png"), full_page=True)
+        browser.close()
+    assert [] == errors  # no script error, no CSP violation
+    print(f"the appended turn was on the page {shown_after:.2f} s after the append")
+
+
+def test_the_page_needs_a_ticket_and_a_ticket_works_once(serve: Serve) -> None:
+    """Without the cookie: a 401 page naming ``sessionwatch open``, and no data; a ticket
+    is spent by its first use; the API's token opens the page too (for scripts)."""
+    import urllib.error
+    import urllib.request
+
+    serve.start()
+
+    def get(url: str) -> tuple[int, str, dict[str, str]]:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return resp.status, resp.read().decode(), dict(resp.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(), dict(exc.headers)
+
+    for path in ("/", "/ui/live", "/ui/sessions/agent:main:any", "/ui/stream"):
+        status, body, headers = get(serve.base + path)
+        assert 401 == status, path
+        assert "sessionwatch open" in body
+        assert "script-src 'self'" in headers["Content-Security-Policy"]
+    link = serve.cli("open", "--url", serve.base).strip()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    with opener.open(link, timeout=10) as resp:
+        assert 200 == resp.status
+        assert "Adopted sessions" in resp.read().decode()
+    status, body, _ = get(link)
+    assert 403 == status and "spent or expired" in body
+    token = (serve.work / "token").read_text().strip()
+    request = urllib.request.Request(serve.base + "/", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert 200 == resp.status
+
+
+def test_the_page_answers_only_to_its_own_host_names(serve: Serve) -> None:
+    """A page of another site whose DNS name was rebound to loopback gets 421, and no
+    ticket: the status page is behind the API's Host check."""
+    import http.client
+
+    serve.start()
+    host, port = serve.base.removeprefix("http://").rsplit(":", 1)
+    for path in ("/", "/ui/login?ticket=x", "/static/app.js", "/v1/ui/tickets"):
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        method = "POST" if path.startswith("/v1/") else "GET"
+        conn.request(method, path, headers={"Host": "evil.example"})
+        assert 421 == conn.getresponse().status, path
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("link", "state", "reason"),
+    [
+        (
+            {"blocked": {"offset": 7, "reason": "a line longer than max_line_bytes"}},
+            "blocked",
+            "a line",
+        ),
+        ({"missingStreak": 2}, "missing", "2 of 3"),
+        ({"status": {"outcome": "inconclusive", "reason": "node n1 down"}}, "inconclusive", "n1"),
+        ({"drift": {"unknownTypes": {"hologram": 1}}}, "drifting", "hologram"),
+        ({"drift": {"newerThanTested": True, "version": "9.9"}}, "drifting", "9.9"),
+        ({"foreign": True}, "foreign", "does not read"),
+        ({"drift": {"unknownTypes": {}}, "status": {"outcome": "activity"}}, "healthy", ""),
+    ],
+)
+def test_a_link_reads_as_one_state_with_its_reason(
+    link: dict[str, object], state: str, reason: str
+) -> None:
+    from monitor.web.status_page import link_state
+
+    found, why = link_state(link)
+    assert state == found
+    assert reason in why
