@@ -356,3 +356,13 @@ def delete_idle(conn: Conn, before: int) -> int:
         ".target_session_key)"
     )
     return int(deleted)
+
+
+def progress(conn: Conn) -> tuple[int, int, int]:
+    """How many cursors, and the sums of what they have seen and what they may see: moves
+    with every watch, drain and acknowledgement."""
+    row = conn.execute(
+        "SELECT count(*), coalesce(sum(last_seen_sequence), 0),"
+        " coalesce(sum(material_sequence), 0) FROM session_watch_cursors"
+    ).fetchone()
+    return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)

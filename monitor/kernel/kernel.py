@@ -45,6 +45,7 @@ from monitor.kernel.signal_log import (
     Recorded,
     delete_session_log,
     human_activity,
+    last_sequence,
     make_draft,
     read_head,
     recent_events,
@@ -365,6 +366,10 @@ class Kernel:
         as the log holds)."""
         k = normalize_key(key)
         return await self.store.peek(lambda conn: recent_events(conn, k, limit))
+
+    async def fingerprint(self) -> tuple[int, tuple[int, int, int]]:
+        """Moves with every event logged and every cursor that moved (the status page)."""
+        return await self.store.peek(lambda conn: (last_sequence(conn), cursors.progress(conn)))
 
     async def all_pending(self) -> list[Notice]:
         """Every watcher's pending notices, whoever opened them."""

@@ -453,3 +453,8 @@ def recent_events(conn: Conn, key: str, limit: int) -> list[StateEvent]:
         (key, limit),
     ).fetchall()
     return [_row_to_event(r) for r in rows]
+
+
+def last_sequence(conn: Conn) -> int:
+    row = conn.execute("SELECT max(sequence) FROM session_state_events").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

@@ -352,3 +352,19 @@ def blocked_count(conn: Conn) -> int:
         " WHERE s.blocked_offset IS NOT NULL AND s.link_updated_at = l.updated_at"
     ).fetchone()
     return int(row[0])
+
+
+def fingerprint(conn: Conn) -> int:
+    """A number that moves when any link or its state does (adopted, removed, rebased,
+    advanced, blocked, missing, drifting): the status page re-renders only then. A quiet
+    scan, which stamps ``last_scanned_at`` only, leaves it."""
+    links = conn.execute(
+        "SELECT session_key, agent_id, updated_at, last_marker_json"
+        " FROM session_upstream_links ORDER BY session_key, agent_id"
+    ).fetchall()
+    states = conn.execute(
+        "SELECT session_key, agent_id, missing_streak, blocked_offset, blocked_reason,"
+        " last_outcome, last_reason FROM sessionwatch_link_state"
+        " ORDER BY session_key, agent_id"
+    ).fetchall()
+    return hash((tuple(map(tuple, links)), tuple(map(tuple, states))))

@@ -123,6 +123,10 @@ class UpstreamMonitor:
     async def links(self) -> list[dict[str, Any]]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
 
+    async def fingerprint(self) -> int:
+        """Moves when a link or its state does (see :func:`links.fingerprint`)."""
+        return await self.kernel.read(links.fingerprint)
+
     async def watched_paths(self) -> dict[str, set[str]]:
         """Local file -> the session keys of the watched links whose early check its change
         wakes (each adapter names its files: a transcript, an OpenCode database's WAL)."""

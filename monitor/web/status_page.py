@@ -45,6 +45,8 @@ TICKET_TTL_S = 60.0
 SESSION_TTL_S = 12 * 3600.0
 TITLES_TTL_S = 300.0
 NODES_TTL_S = 30.0
+TICK_REFRESH_S = 10.0  # a tick that changed nothing else is shown at most this often
+MIN_GAP_S = 0.5  # under a stream of changes, the page is told at most this often
 MISSING_AFTER = 3  # misses before upstream_missing (the monitor's rule)
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -272,7 +274,10 @@ class StatusPage:
         return web.Response(status=204, headers=SECURITY_HEADERS)
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        """``event: changed`` whenever the log or the links may have changed; a keep-alive
+        """``event: changed`` when what the page shows may have changed: at once for the
+        log, the notices and the links (their fingerprints moved, which a quiet scan does
+        not do), and at most every half second under a stream of changes; at most every
+        10 s for a tick that changed nothing else (its time and duration); a keep-alive
         comment every 15 s otherwise."""
         if not self._admitted(request):
             return self._refuse()
@@ -281,26 +286,38 @@ class StatusPage:
             headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
         )
         await response.prepare(request)
-        seen = (store.version(), pulse.count)
-        quiet = 0.0
         loop = asyncio.get_running_loop()
         try:
+            seen_version, seen_pulse = store.version(), pulse.count
+            shown = await self._fingerprint()
+            sent = quiet_since = loop.time()
+            changed = tick_due = False
             await response.write(b"retry: 2000\n\n")
             while not self.stopping.is_set():
-                started = loop.time()
-                await _either(store.changed(POLL_S), pulse.after(seen[1], POLL_S))
-                quiet += loop.time() - started
-                now = (store.version(), pulse.count)
-                if now != seen:
-                    seen = now
+                if store.shared:  # PostgreSQL says when another sidecar wrote
+                    await _either(store.changed(POLL_S), pulse.after(seen_pulse, POLL_S))
+                else:  # SQLite says no one: look every POLL_S
+                    await pulse.after(seen_pulse, POLL_S)
+                if store.version() != seen_version:
+                    seen_version = store.version()
+                    now = await self._fingerprint()
+                    changed, shown = changed or now != shown, now
+                if pulse.count != seen_pulse:
+                    seen_pulse, tick_due = pulse.count, True
+                since = loop.time() - sent
+                if (changed and since >= MIN_GAP_S) or (tick_due and since >= TICK_REFRESH_S):
                     await response.write(b"event: changed\ndata: {}\n\n")
-                    quiet = 0.0
-                elif quiet >= KEEPALIVE_S:
+                    sent = quiet_since = loop.time()
+                    changed = tick_due = False
+                elif loop.time() - quiet_since >= KEEPALIVE_S:
                     await response.write(b": keep-alive\n\n")
-                    quiet = 0.0
+                    quiet_since = loop.time()
         except (ConnectionResetError, SessionwatchError):
             pass  # the page was closed, or the database went away: the stream ends
         return response
+
+    async def _fingerprint(self) -> tuple[object, ...]:
+        return (await self.sources.kernel.fingerprint(), await self.sources.monitor.fingerprint())
 
     def _html(self, template: str, status: int = 200, **context: Any) -> web.Response:
         body = self.env.get_template(template).render(**context)
