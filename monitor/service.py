@@ -309,6 +309,8 @@ async def running(
             kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
         )
         sidecar.waker = waker
+        if waker is not None:
+            waker.on_outcome = lambda: sidecar.tick_health.pulse.beat(news=True)
         sidecar.db_display = without_password(db) if is_pg_url(db) else str(db)
         if leases is not None:
             keeper = asyncio.ensure_future(leases.keep(sidecar.stopping))

@@ -152,14 +152,17 @@ def _missing(
 
 
 class Pulse:
-    """A counter that wakes everyone waiting for it to move (one status page or many)."""
+    """Counters that wake everyone waiting for them to move (one status page or many):
+    ``count`` moves with every beat, ``news`` only with those worth showing at once."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.news = 0
         self._moved: asyncio.Event | None = None
 
-    def beat(self) -> None:
+    def beat(self, news: bool = False) -> None:
         self.count += 1
+        self.news += news
         if self._moved is not None:
             self._moved.set()
             self._moved = None
@@ -195,4 +198,4 @@ class TickHealth:
 
     def refused(self, reason: str) -> None:
         self.failed = reason
-        self.pulse.beat()
+        self.pulse.beat(news=True)

@@ -46,7 +46,7 @@ SESSION_TTL_S = 12 * 3600.0
 TITLES_TTL_S = 300.0
 NODES_TTL_S = 30.0
 TICK_REFRESH_S = 10.0  # a tick that changed nothing else is shown at most this often
-MIN_GAP_S = 0.5  # under a stream of changes, the page is told at most this often
+MIN_GAP_S = 0.25  # under a stream of changes, the page is told at most this often
 MISSING_AFTER = 3  # misses before upstream_missing (the monitor's rule)
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -276,7 +276,7 @@ class StatusPage:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """``event: changed`` when what the page shows may have changed: at once for the
         log, the notices and the links (their fingerprints moved, which a quiet scan does
-        not do), and at most every half second under a stream of changes; at most every
+        not do), and at most every quarter second under a stream of changes; at most every
         10 s for a tick that changed nothing else (its time and duration); a keep-alive
         comment every 15 s otherwise."""
         if not self._admitted(request):
@@ -288,7 +288,7 @@ class StatusPage:
         await response.prepare(request)
         loop = asyncio.get_running_loop()
         try:
-            seen_version, seen_pulse = store.version(), pulse.count
+            seen_version, seen_pulse, seen_news = store.version(), pulse.count, pulse.news
             shown = await self._fingerprint()
             sent = quiet_since = loop.time()
             changed = tick_due = False
@@ -302,6 +302,8 @@ class StatusPage:
                     seen_version = store.version()
                     now = await self._fingerprint()
                     changed, shown = changed or now != shown, now
+                if pulse.news != seen_news:  # a wake's outcome, a failed tick: at once
+                    seen_news, changed = pulse.news, True
                 if pulse.count != seen_pulse:
                     seen_pulse, tick_due = pulse.count, True
                 since = loop.time() - sent
@@ -401,7 +403,7 @@ class StatusPage:
                 for e in found.get("sessions", [])
                 if e.get("nativeId")
             }
-            self.sources.tick.pulse.beat()  # the open pages fetch the titles
+            self.sources.tick.pulse.beat(news=True)  # the open pages fetch the titles
 
     async def _node_states(self, config: Config) -> tuple[tuple[str, str, str | None], ...]:
         check = self.sources.node_check

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,6 +109,7 @@ class HooksWaker:
         # again before anything else, never sent again (that would deliver them twice)
         self._unacked: dict[str, list[WatchCursor]] = {}
         self.last: dict[str, LastWake] = {}  # per watcher
+        self.on_outcome: Callable[[], None] | None = None  # a watcher's outcome changed
 
     def attach(self, ledger: NoticeLedger) -> None:
         self.ledger = ledger
@@ -214,7 +216,11 @@ class HooksWaker:
             del body["sessionKey"]
             answer = await self._post(body)
         self._explain(answer)
+        before = self.last.get(watcher)
         self.last[watcher] = LastWake(answer.result, answer.error, int(time.time() * 1000))
+        news = before is None or (before.result, before.error) != (answer.result, answer.error)
+        if news and self.on_outcome is not None:
+            self.on_outcome()  # a status page shows a new outcome at once
         return self._count(answer)
 
     def _keys_refused_said(self, error: str) -> None:

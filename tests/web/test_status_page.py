@@ -45,6 +45,16 @@ def skip_without_browser() -> None:
     pytest.skip(why)
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
 class Serve:
     """``sessionwatch serve`` on a scratch database, and its one-shot commands."""
 
@@ -53,10 +63,16 @@ class Serve:
         self.root = work / "claude"
         self.db = work / "state.db"
         self.config = work / "sessionwatch.toml"
+        hooks_token = work / "hooks-token"
+        hooks_token.write_text("a-hooks-token\n")
+        hooks_token.chmod(0o600)
         self.config.write_text(
             f'[roots]\nclaude = "{self.root}"\n'
             f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{work / "token"}"\n'
             f"[monitor]\ninitial_delay_s = 0\ninterval_s = 2\nmax_line_bytes = {MAX_LINE}\n"
+            # a gateway that is down: the page says the last wake failed, and why
+            f'[gateway]\nhooks_url = "http://127.0.0.1:{closed_port()}/hooks"\n'
+            f'hooks_token_file = "{hooks_token}"\nretry_interval_s = 3600\n'
         )
         self.proc: subprocess.Popen[str] | None = None
         self.base = ""
@@ -144,15 +160,29 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
 
         healthy_row = page.locator('tr[data-key="agent:main:healthy"]')
         expect(healthy_row.locator(".hour")).to_have_text("0")
+        # a second view, CSP bypassed only so that it can time the change at every frame
+        timer = browser.new_context(bypass_csp=True)
+        timer.add_cookies(page.context.cookies())
+        timed = timer.new_page()
+        timed.goto(f"{serve.base}/")
+        expect(timed.locator("#live-state")).to_have_text("live")
         started = time.monotonic()
         with healthy.open("ab") as f:
             f.write(user_line("and run them again", "healthy-new"))
-        expect(healthy_row.locator(".hour")).to_have_text("1", timeout=15_000)
+        hour = 'tr[data-key="agent:main:healthy"] .hour'
+        timed.wait_for_function(
+            f"document.querySelector('{hour}').textContent.trim() === '1'",
+            polling="raf",
+            timeout=15_000,
+        )
         shown_after = time.monotonic() - started
+        timer.close()
+        expect(healthy_row.locator(".hour")).to_have_text("1")  # and in the page with its CSP
         expect(healthy_row.locator(".typed")).to_contain_text("s ago")
-        expect(page.locator(".watcher")).to_contain_text(
-            "agent:main:healthy"
-        )  # the notice it opened
+        watcher = page.locator('.watcher[data-watcher="agent:main:main"]')
+        expect(watcher).to_contain_text("1 pending (agent:main:healthy)")  # the notice it opened
+        expect(watcher.locator(".wake")).to_contain_text("last wake failed", timeout=15_000)
+        expect(watcher.locator(".wake")).to_contain_text("refused")  # connection refused
 
         healthy_row.locator(".open-timeline").click()
         timeline = page.locator("#timeline")
