@@ -3,8 +3,9 @@
 Run: python bench/status_page.py [--links 300] [--idle-s 60] [--tick-s 60] [--events 3000]
 
 A real ``sessionwatch serve`` with ``--links`` adopted, watched Claude transcripts and a
-tick every ``--tick-s`` (the default interval; a short one shows the tick's share). The "page" is a client doing what ``app.js`` does: it holds
-``/ui/stream`` open and fetches ``/ui/live`` after each ``changed``. Measured in the same
+tick every ``--tick-s`` (the default interval; a short one shows the tick's share). The
+"page" is a client doing what ``app.js`` does: it holds ``/ui/stream`` open and fetches
+``/ui/live`` after each ``changed``. Measured in the same
 run, without the page and then with it:
 
 - the serve process's CPU while idle (ticks only), in % of one core, from /proc;
