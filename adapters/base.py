@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from monitor.errors import BadInput
@@ -311,3 +312,13 @@ class Adapter(Protocol):
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]
     ) -> Iterable[dict[str, Any]]: ...
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO 8601 timestamp (``Z`` for UTC), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

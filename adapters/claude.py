@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.base import UNCLASSIFIED, Adapter, Settings, Verdict, normalize_text, text_hash
+from adapters.jsonl_format import JsonlFormat
 
 NOT_PROMPT_PREFIXES = (
     "<local-command-caveat>",
@@ -374,8 +375,27 @@ def describe_claude_file(
     return None, cwd
 
 
+def _first(_: Any) -> ClaudeState:
+    return ClaudeState()
+
+
+FORMAT = JsonlFormat[ClaudeState](
+    kind="claude",
+    classify=classify_claude_record,
+    native_id=claude_native_id,
+    state_from_marker=ClaudeState.from_marker,
+    state_from_first=_first,
+    prefilter=may_be_turn,
+    strict=False,
+    tested_version=TESTED_VERSION,
+    prompt_text=claude_prompt_text,
+    thread_id=lambda stem: stem,
+    describe=describe_claude_file,
+    candidate=claude_candidate,
+)
+
+
 def build(settings: Settings) -> Adapter:
-    from adapters.jsonl import FORMATS
     from adapters.jsonl_check import JsonlAdapter
 
-    return JsonlAdapter(FORMATS["claude"], settings)
+    return JsonlAdapter(FORMAT, settings)

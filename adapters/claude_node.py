@@ -35,7 +35,8 @@ from adapters.base import (
 )
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.claude import ClaudeState
-from adapters.jsonl import FORMATS, Cutoff, classify_records, remembered, reread_from
+from adapters.jsonl import Cutoff, classify_records, remembered, reread_from
+from adapters.jsonl_format import format_of
 from adapters.tailer import open_regular
 from monitor.errors import BadInput, Declined, NotFound, Unreachable
 
@@ -237,7 +238,7 @@ def _classified(
     probe: Probe, anchor: str | None, tail: int, items: list[dict[str, Any]]
 ) -> Outcome:
     marker = probe.marker
-    fmt = FORMATS[SERVED_KIND]
+    fmt = format_of(SERVED_KIND)
     state = ClaudeState.from_marker(marker)
     own = OwnPool(probe.own)
     result = classify_records(fmt, [(None, i) for i in items], state, own, Cutoff.of(marker))

@@ -34,6 +34,7 @@ from adapters.base import (
     normalize_text,
     text_hash,
 )
+from adapters.jsonl_format import JsonlFormat
 
 CONTEXTUAL_MARKERS = (
     "# AGENTS.md instructions for ",
@@ -464,8 +465,33 @@ def describe_rollout(
     return str(payload.get("id") or "") or None, cwd if isinstance(cwd, str) else None
 
 
+def _first(record: Any) -> CodexState:
+    return state_from_first_record(record) if isinstance(record, dict) else CodexState()
+
+
+def _declines(state: CodexState) -> str | None:
+    return "a Codex sub-agent rollout is not adoptable" if state.subagent else None
+
+
+FORMAT = JsonlFormat[CodexState](
+    kind="codex",
+    classify=classify_codex_record,
+    native_id=codex_native_id,
+    state_from_marker=CodexState.from_marker,
+    state_from_first=_first,
+    prefilter=may_be_turn,
+    strict=False,
+    tested_version=TESTED_VERSION,
+    prompt_text=codex_prompt_text,
+    thread_id=rollout_thread_id,
+    describe=describe_rollout,
+    candidate=rollout_candidate,
+    declines=_declines,
+    ref_thread=True,
+)
+
+
 def build(settings: Settings) -> Adapter:
-    from adapters.jsonl import FORMATS
     from adapters.jsonl_check import JsonlAdapter
 
-    return JsonlAdapter(FORMATS["codex"], settings)
+    return JsonlAdapter(FORMAT, settings)

@@ -17,117 +17,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any
 
 import orjson
 
-from adapters import claude, codex, pi
-from adapters.base import Drift, Marker, OwnPool, Turn, Verdict
-from adapters.pi import parse_time
+from adapters.base import Drift, Marker, OwnPool, Turn, Verdict, parse_time
+from adapters.jsonl_format import JsonlFormat
 
 RECENT_IDS = 32  # native ids of the last turns reported, kept in the marker
-
-
-Described = tuple[str | None, str | None]  # a file's native id and working directory
-
-
-if TYPE_CHECKING:  # for the type checker only: a Protocol costs start-up time to create
-
-    class FormatState(Protocol):
-        """What a format's classifier carries from record to record, kept in the marker."""
-
-        def to_marker(self) -> dict[str, Any]: ...
-
-
-S = TypeVar("S", bound="FormatState")
-
-
-@dataclass(frozen=True, kw_only=True)
-class JsonlFormat(Generic[S]):
-    """One JSONL format; ``S`` is its classifier's state, which every hook agrees on."""
-
-    kind: str
-    classify: Callable[[dict[str, Any], S], Verdict | None]
-    native_id: Callable[[dict[str, Any]], str | None]
-    state_from_marker: Callable[[Marker], S]
-    state_from_first: Callable[[Any], S]  # the first record (None for an empty file)
-    prefilter: Callable[[bytes], bool] | None  # False: cannot matter; None: parse every line
-    strict: bool  # stop at the first invalid row instead of counting it
-    tested_version: str  # the newest format version the classifier was checked against
-    prompt_text: Callable[[dict[str, Any]], str]  # the text of a record counted as a turn
-    thread_id: Callable[[str], str]  # the native thread id, from the file name's stem
-    # the catalog: a file under the root is a candidate (True), skipped as not adoptable and
-    # counted (False), or not the format's (None); and the native id and working directory
-    # its first records declare (None: not adoptable; ValueError: malformed)
-    describe: Callable[[dict[str, Any], list[dict[str, Any]]], Described | None]
-    candidate: Callable[[str, str], bool | None] = lambda folder, name: True
-    declines: Callable[[S], str | None] = lambda state: None  # why a source is not adoptable
-    ref_thread: bool = False  # the link's ref names the thread id beside the file
-
-
-def _claude_first(_: Any) -> claude.ClaudeState:
-    return claude.ClaudeState()
-
-
-def _codex_first(record: Any) -> codex.CodexState:
-    return codex.state_from_first_record(record) if isinstance(record, dict) else codex.CodexState()
-
-
-def _codex_declines(state: codex.CodexState) -> str | None:
-    return "a Codex sub-agent rollout is not adoptable" if state.subagent else None
-
-
-def _pi_first(record: Any) -> pi.PiState:
-    return pi.state_from_header(record)
-
-
-FORMATS: dict[str, JsonlFormat[Any]] = {
-    "claude": JsonlFormat[claude.ClaudeState](
-        kind="claude",
-        classify=claude.classify_claude_record,
-        native_id=claude.claude_native_id,
-        state_from_marker=claude.ClaudeState.from_marker,
-        state_from_first=_claude_first,
-        prefilter=claude.may_be_turn,
-        strict=False,
-        tested_version=claude.TESTED_VERSION,
-        prompt_text=claude.claude_prompt_text,
-        thread_id=lambda stem: stem,
-        describe=claude.describe_claude_file,
-        candidate=claude.claude_candidate,
-    ),
-    "codex": JsonlFormat[codex.CodexState](
-        kind="codex",
-        classify=codex.classify_codex_record,
-        native_id=codex.codex_native_id,
-        state_from_marker=codex.CodexState.from_marker,
-        state_from_first=_codex_first,
-        prefilter=codex.may_be_turn,
-        strict=False,
-        tested_version=codex.TESTED_VERSION,
-        prompt_text=codex.codex_prompt_text,
-        thread_id=codex.rollout_thread_id,
-        describe=codex.describe_rollout,
-        candidate=codex.rollout_candidate,
-        declines=_codex_declines,
-        ref_thread=True,
-    ),
-    "pi": JsonlFormat[pi.PiState](
-        kind="pi",
-        classify=pi.classify_pi_record,
-        native_id=pi.pi_native_id,
-        state_from_marker=pi.PiState.from_marker,
-        state_from_first=_pi_first,
-        prefilter=None,
-        strict=True,
-        tested_version=pi.TESTED_VERSION,
-        prompt_text=pi.pi_prompt_text,
-        thread_id=pi.pi_thread_id,
-        describe=pi.describe_pi_file,
-    ),
-}
 
 
 def first_prompt(fmt: JsonlFormat[Any], records: list[dict[str, Any]]) -> str | None:

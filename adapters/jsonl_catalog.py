@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
-from adapters.jsonl import JsonlFormat, first_prompt
+from adapters.jsonl import first_prompt
+from adapters.jsonl_format import JsonlFormat
 from adapters.tailer import open_regular
 
 TITLE_CHARS = 200

@@ -42,13 +42,13 @@ from adapters.base import (
 )
 from adapters.jsonl import (
     Cutoff,
-    JsonlFormat,
     ScanResult,
     parse_line,
     remembered,
     reread_from,
     scan,
 )
+from adapters.jsonl_format import JsonlFormat
 from adapters.tailer import (
     NotRegularFile,
     TailRead,

@@ -7,7 +7,6 @@ a human turn (or None) out. The rules are in docs/formats.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from adapters.base import (
@@ -17,8 +16,10 @@ from adapters.base import (
     Verdict,
     content_text,
     normalize_text,
+    parse_time,
     text_hash,
 )
+from adapters.jsonl_format import JsonlFormat
 from monitor.errors import Declined
 
 MIGRATE_HINT = "not a Pi v3 session: resume it once in Pi to migrate it to v3"
@@ -88,15 +89,6 @@ def _newer_layout(record: Any) -> str | None:
         declared = version if version is not None else record.get("formatVersion")
         return f"version {declared}" if declared is not None else "kind-tagged records"
     return None
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 TEXT_BLOCKS = frozenset({"text"})
@@ -177,8 +169,22 @@ def describe_pi_file(
     return str(first.get("id") or "") or None, cwd if isinstance(cwd, str) else None
 
 
+FORMAT = JsonlFormat[PiState](
+    kind="pi",
+    classify=classify_pi_record,
+    native_id=pi_native_id,
+    state_from_marker=PiState.from_marker,
+    state_from_first=state_from_header,
+    prefilter=None,
+    strict=True,
+    tested_version=TESTED_VERSION,
+    prompt_text=pi_prompt_text,
+    thread_id=pi_thread_id,
+    describe=describe_pi_file,
+)
+
+
 def build(settings: Settings) -> Adapter:
-    from adapters.jsonl import FORMATS
     from adapters.jsonl_check import JsonlAdapter
 
-    return JsonlAdapter(FORMATS["pi"], settings)
+    return JsonlAdapter(FORMAT, settings)

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from adapters.base import Adapter, Settings
 from adapters.claude_node import SERVED_KIND
-from adapters.jsonl import FORMATS
+from adapters.jsonl_format import format_of
 from adapters.registry import entry
 from monitor.errors import BadInput, ItemGone, NotFound
 from monitor.web.common import error, json_response, make_guard
@@ -37,7 +37,7 @@ _THREAD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ROOT = web.AppKey("root", Path)
 NODE_TOKEN = web.AppKey("node_token", str)
 SERVED = web.AppKey("served", Adapter)
-_PREFILTER = FORMATS[SERVED_KIND].prefilter
+_PREFILTER = format_of(SERVED_KIND).prefilter
 
 
 def find_thread(root: Path, thread_id: str) -> Path:

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from adapters.base import Settings
-from adapters.jsonl import FORMATS
+from adapters.jsonl_format import format_of
 from adapters.registry import entry
 from monitor.errors import Declined
 from tests.conftest import REPO
@@ -62,7 +62,7 @@ def test_the_pure_classifier_finds_the_same_turns(case: str) -> None:
     """Record by record, with no tailer: every expected turn's record is classified as a
     turn, and no other record is (lines the tolerant parser recovers are left out here)."""
     want = expected(case)
-    fmt = FORMATS[want["adapter"]]
+    fmt = format_of(want["adapter"])
     found = records(case)
     try:
         state = fmt.state_from_first(found[0][1] if found else None)

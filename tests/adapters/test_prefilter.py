@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.base import OwnPool
-from adapters.jsonl import FORMATS, JsonlFormat, scan
+from adapters.jsonl import scan
+from adapters.jsonl_format import JsonlFormat, format_of
 from adapters.tailer import split_lines
 from tests.conftest import REPO
 
@@ -99,7 +100,7 @@ def test_generated_records_decide_the_same_with_and_without_the_prefilter(
     records: list[dict[str, object]], kind: str
 ) -> None:
     data = b"".join(orjson.dumps(r) + b"\n" for r in records)
-    fast, slow = both_ways(FORMATS[kind], data)
+    fast, slow = both_ways(format_of(kind), data)
     assert slow == fast
 
 
@@ -107,5 +108,5 @@ def test_samples_decide_the_same_with_and_without_the_prefilter() -> None:
     for path in SAMPLES.glob("*.jsonl"):
         kind = path.name.split("_")[0]
         if kind in {"claude", "codex"}:
-            fast, slow = both_ways(FORMATS[kind], path.read_bytes())
+            fast, slow = both_ways(format_of(kind), path.read_bytes())
             assert slow == fast, path.name

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.base import Probe
-from adapters.jsonl import FORMATS
 from adapters.jsonl_check import TailSettings, check_file
+from adapters.jsonl_format import format_of
 from adapters.tailer import read_tail
 
-FMT = FORMATS["claude"]
+FMT = format_of("claude")
 LINES = st.lists(
     st.one_of(
         st.builds(

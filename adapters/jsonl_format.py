@@ -1,0 +1,58 @@
+"""What a JSONL format declares: :class:`JsonlFormat`. Each format's module (``claude``,
+``codex``, ``pi``) declares its own ``FORMAT``; the plumbing (:mod:`adapters.jsonl`, the
+tailer) imports none of them, and finds one by its registered name (:func:`format_of`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from adapters.base import Marker, Verdict
+from adapters.registry import entry
+
+Described = tuple[str | None, str | None]  # a file's native id and working directory
+
+
+if TYPE_CHECKING:  # for the type checker only: a Protocol costs start-up time to create
+
+    class FormatState(Protocol):
+        """What a format's classifier carries from record to record, kept in the marker."""
+
+        def to_marker(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S", bound="FormatState")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JsonlFormat(Generic[S]):
+    """One JSONL format; ``S`` is its classifier's state, which every hook agrees on."""
+
+    kind: str
+    classify: Callable[[dict[str, Any], S], Verdict | None]
+    native_id: Callable[[dict[str, Any]], str | None]
+    state_from_marker: Callable[[Marker], S]
+    state_from_first: Callable[[Any], S]  # the first record (None for an empty file)
+    prefilter: Callable[[bytes], bool] | None  # False: cannot matter; None: parse every line
+    strict: bool  # stop at the first invalid row instead of counting it
+    tested_version: str  # the newest format version the classifier was checked against
+    prompt_text: Callable[[dict[str, Any]], str]  # the text of a record counted as a turn
+    thread_id: Callable[[str], str]  # the native thread id, from the file name's stem
+    # the catalog: a file under the root is a candidate (True), skipped as not adoptable and
+    # counted (False), or not the format's (None); and the native id and working directory
+    # its first records declare (None: not adoptable; ValueError: malformed)
+    describe: Callable[[dict[str, Any], list[dict[str, Any]]], Described | None]
+    candidate: Callable[[str, str], bool | None] = lambda folder, name: True
+    declines: Callable[[S], str | None] = lambda state: None  # why a source is not adoptable
+    ref_thread: bool = False  # the link's ref names the thread id beside the file
+
+
+def format_of(kind: str) -> JsonlFormat[Any]:
+    """The JSONL format registered as ``kind`` (its module's ``FORMAT``)."""
+    found = getattr(importlib.import_module(entry(kind).module), "FORMAT", None)
+    if not isinstance(found, JsonlFormat):
+        raise TypeError(f"the {kind} format's module declares no JSONL FORMAT")
+    return found
