@@ -9,6 +9,7 @@ module is imported only when its adapter is built, so naming a kind costs nothin
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +37,8 @@ class Entry:
     upstream_kind: str
     catalog_id: str
     form: Form = "file"
+    root_key: str | None = None  # its ``[roots]`` key (None: it has no root, a node's)
+    root_default: str = ""  # where its sessions are when ``[roots]`` does not say
 
     @property
     def remote(self) -> bool:
@@ -63,12 +66,35 @@ def unregister(name: str) -> None:
 
 
 register(
-    Entry(name="claude", module="adapters.claude", upstream_kind="claude-cli", catalog_id="claude")
+    Entry(
+        name="claude",
+        module="adapters.claude",
+        upstream_kind="claude-cli",
+        catalog_id="claude",
+        root_key="claude",
+        root_default="~/.claude/projects",
+    )
 )
 register(
-    Entry(name="codex", module="adapters.codex", upstream_kind="codex-rollout", catalog_id="codex")
+    Entry(
+        name="codex",
+        module="adapters.codex",
+        upstream_kind="codex-rollout",
+        catalog_id="codex",
+        root_key="codex",
+        root_default="~/.codex/sessions",
+    )
 )
-register(Entry(name="pi", module="adapters.pi", upstream_kind="pi-cli", catalog_id="pi"))
+register(
+    Entry(
+        name="pi",
+        module="adapters.pi",
+        upstream_kind="pi-cli",
+        catalog_id="pi",
+        root_key="pi",
+        root_default="~/.pi/agent/sessions",
+    )
+)
 register(
     Entry(
         name="opencode",
@@ -76,6 +102,8 @@ register(
         upstream_kind="opencode-cli",
         catalog_id="opencode",
         form="database",
+        root_key="opencode_db",  # its root is its database file
+        root_default="~/.local/share/opencode/opencode.db",
     )
 )
 register(
@@ -87,6 +115,27 @@ register(
         form="node",
     )
 )
+
+
+def root_keys() -> dict[str, Entry]:
+    """The ``[roots]`` keys, and the format each names."""
+    return {e.root_key: e for e in _ENTRIES.values() if e.root_key}
+
+
+def roots_of(given: Mapping[str, str]) -> dict[str, str]:
+    """Each format's root, by format name, as configured (unexpanded): what ``[roots]``
+    gives under the format's key, else its default. A key no format registers is a
+    :class:`BadInput` naming the known keys and the nearest one."""
+    keys = root_keys()
+    for key in given:
+        if key not in keys:
+            import difflib  # only to explain a mistake
+
+            near = difflib.get_close_matches(key, keys, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            known = ", ".join(sorted(keys))
+            raise BadInput(f"unknown key [roots] {key} (known: {known}){hint}")
+    return {e.name: given.get(key, e.root_default) for key, e in keys.items()}
 
 
 def names() -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
+from adapters.registry import root_keys, roots_of
 from monitor.config import Config, is_pg_url, load_config, without_password
 from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.db import run_now
@@ -535,10 +536,13 @@ def main(argv: list[str] | None = None) -> int:
             args.config_obj = load_config(args.config)
         except ConfigError as exc:  # a bad configuration file is bad input: exit 2
             raise BadInput(str(exc)) from None
+        roots_of(args.config_obj.roots.given)  # its [roots] keys are the formats' own
         if args.command == "replay":
             return _replay(args)
         if args.command == "config":
             shown = args.config_obj.as_json()
+            paths = roots_of(args.config_obj.roots.given)
+            shown["roots"] = {key: paths[e.name] for key, e in root_keys().items()}
             target = db_path(args, args.config_obj)  # what --db or $SESSIONWATCH_DB chose
             shown["store"]["effective"] = (
                 without_password(target) if is_pg_url(target) else str(target)

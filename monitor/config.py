@@ -37,28 +37,32 @@ class MonitorConfig:
     watch_files: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
 class RootsConfig:
-    claude: str = "~/.claude/projects"
-    codex: str = "~/.codex/sessions"
-    opencode_db: str = "~/.local/share/opencode/opencode.db"
-    pi: str = "~/.pi/agent/sessions"
+    """``[roots]``: where each format's sessions are, under the key its format registers
+    (``root_key`` in adapters/registry.py, which also holds the defaults). Which keys exist
+    is the registry's to say: :func:`adapters.registry.roots_of` checks them."""
 
-    def _paths(self) -> dict[str, str]:
-        return {
-            "claude": self.claude,
-            "codex": self.codex,
-            "pi": self.pi,
-            "opencode": self.opencode_db,
-        }
+    __slots__ = ("given",)
 
-    def kinds(self) -> tuple[str, ...]:
-        """The upstream kinds with a configured root."""
-        return tuple(self._paths())
+    def __init__(self, **given: str) -> None:
+        self.given: dict[str, str] = dict(given)
 
-    def path_of(self, kind: str) -> Path:
-        """The configured root of an upstream kind (OpenCode's is its database file)."""
-        return Path(expand_user(self._paths()[kind]))
+    def __getattr__(self, key: str) -> str:
+        if key == "given" or key.startswith("__"):  # a copy before its __init__, say
+            raise AttributeError(key)
+        try:
+            return self.given[key]
+        except KeyError:
+            raise AttributeError(f"[roots] gives no {key}") from None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RootsConfig) and other.given == self.given
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.given.items())))
+
+    def __repr__(self) -> str:
+        return f"RootsConfig({self.given!r})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +160,7 @@ class Config:
         URL's password is never shown."""
         out = dataclasses.asdict(self)
         out["store"]["url"] = without_password(self.store.url)
+        out["roots"] = dict(self.roots.given)  # the CLI adds the defaults (the registry's)
         return out
 
 
@@ -239,7 +244,6 @@ def _section(cls: type[Any], section: str, raw: Any) -> Any:
 _SECTIONS: dict[str, type[Any]] = {
     "store": StoreConfig,
     "monitor": MonitorConfig,
-    "roots": RootsConfig,
     "api": ApiConfig,
     "gateway": GatewayConfig,
     "session": SessionConfig,
@@ -248,13 +252,25 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 
 
+def _roots(raw: Any) -> RootsConfig:
+    """The ``[roots]`` table: strings only here; its keys are the registry's to check."""
+    if not isinstance(raw, dict):
+        raise ConfigError("[roots] must be a table")
+    for key, value in raw.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"[roots] {key} must be a string")
+    return RootsConfig(**raw)
+
+
 def parse_config(raw: dict[str, Any]) -> Config:
-    unknown = sorted(set(raw) - set(_SECTIONS) - {"nodes"})
+    unknown = sorted(set(raw) - set(_SECTIONS) - {"nodes", "roots"})
     if unknown:
         raise ConfigError(f"unknown section [{unknown[0]}]")
     values: dict[str, Any] = {
         name: _section(cls, name, raw[name]) for name, cls in _SECTIONS.items() if name in raw
     }
+    if "roots" in raw:
+        values["roots"] = _roots(raw["roots"])
     gateway = values.get("gateway")
     if gateway is not None and bool(gateway.hooks_url) != bool(gateway.hooks_token_file):
         raise ConfigError(

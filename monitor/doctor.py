@@ -84,9 +84,10 @@ def _api_token(config: Config) -> Finding:
 
 
 def _roots(config: Config) -> list[Finding]:
+    from monitor.upstream.monitor import root_paths
+
     found = []
-    for kind in config.roots.kinds():
-        path = config.roots.path_of(kind)
+    for kind, path in root_paths(config.roots).items():
         if path.exists():
             found.append(ok(f"the {kind} root {path} exists"))
         else:

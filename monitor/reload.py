@@ -14,8 +14,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from adapters.registry import roots_of
 from monitor.config import Config, load_config
-from monitor.errors import ConfigError, SessionwatchError
+from monitor.errors import BadInput, ConfigError, SessionwatchError
 
 if TYPE_CHECKING:
     from monitor.upstream import UpstreamMonitor
@@ -41,7 +42,8 @@ def reload(
     file is refused). Says what changed, what applied and what needs a restart."""
     try:
         new = load_config(path)
-    except ConfigError as exc:
+        roots_of(new.roots.given)  # its [roots] keys are the formats' own
+    except (ConfigError, BadInput) as exc:
         log.error("configuration not reloaded, the one in force stays: %s", exc)
         return current
     changed = changed_sections(current, new)

@@ -23,6 +23,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
+from adapters.claude_node import SERVED_KIND
 from monitor.config import Config, is_pg_url, without_password
 from monitor.doctor import node_reachable
 from monitor.errors import (
@@ -40,6 +41,7 @@ from monitor.private import check_private_state, load_token, read_secret, take_i
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
+from monitor.upstream.monitor import root_paths
 from monitor.upstream.settle import TickHealth
 from monitor.web.api import build_app
 from monitor.web.common import start_site
@@ -401,7 +403,8 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
 async def serve_node(config: Config, listen: str, token_file: Path) -> None:
     """``sessionwatch node``: serve the Claude root read-only until SIGINT/SIGTERM."""
     token = load_token(Path(expand_user(token_file)))
-    app = build_node_app(Path(expand_user(config.roots.claude)), token)
+    served = root_paths(config.roots)[SERVED_KIND]
+    app = build_node_app(served, token)
     async with AsyncExitStack() as stack:
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -409,5 +412,5 @@ async def serve_node(config: Config, listen: str, token_file: Path) -> None:
             loop.add_signal_handler(sig, stopping.set)
         allowed = config.api.allowed_hosts
         addresses = ", ".join(await start_site(stack, app, listen, "--listen", allowed))
-        log.info("sessionwatch node serving %s on %s", config.roots.claude, addresses)
+        log.info("sessionwatch node serving %s on %s", served, addresses)
         await stopping.wait()

@@ -267,3 +267,20 @@ def test_a_configuration_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path)
     os.mkfifo(fifo)
     err = sw(tmp_path / "s.db", "--config", str(fifo), "config", code=2)
     assert f"cannot read configuration {fifo}: not a regular file" in err
+
+
+def test_a_roots_key_no_format_has_is_refused_with_the_nearest(tmp_path: Path) -> None:
+    """``[roots]`` takes the keys the formats register (the registry says which): a typo
+    exits 2 naming the known keys and the nearest one; a value that is no string too."""
+    config = tmp_path / "c.toml"
+    config.write_text('[roots]\nclaud = "/somewhere"\n')
+    err = sw(tmp_path / "s.db", "--config", str(config), "config", code=2)
+    assert "unknown key [roots] claud" in err and "did you mean claude?" in err
+    assert "opencode_db" in err  # the known keys
+    config.write_text("[roots]\nclaude = 3\n")
+    err = sw(tmp_path / "s.db", "--config", str(config), "config", code=2)
+    assert "[roots] claude must be a string" in err
+    config.write_text('[roots]\nopencode_db = "/x/opencode.db"\n')
+    shown = sw(tmp_path / "s.db", "--config", str(config), "config")
+    assert "/x/opencode.db" == shown["roots"]["opencode_db"]
+    assert shown["roots"]["claude"].endswith(".claude/projects")  # the default, shown

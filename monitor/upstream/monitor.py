@@ -10,15 +10,17 @@ when the scan began.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from adapters.base import Adapter, NodeAddress, Settings
-from adapters.registry import build_adapters
-from monitor.config import Config
+from adapters.registry import build_adapters, roots_of
+from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
 from monitor.metrics import Metrics
+from monitor.paths import expand_user
 from monitor.upstream import links
 from monitor.upstream.adoption import Adoption
 from monitor.upstream.catalog import SessionCatalog
@@ -26,11 +28,16 @@ from monitor.upstream.settle import LinkResult
 from monitor.upstream.tick import Ticker, TickSettings
 
 
+def root_paths(roots: RootsConfig) -> dict[str, Path]:
+    """Each format's root, by format name, expanded (see :func:`registry.roots_of`)."""
+    return {kind: Path(expand_user(path)) for kind, path in roots_of(roots.given).items()}
+
+
 def adapter_settings(config: Config) -> Settings:
     """What the configuration tells the adapters."""
     m = config.monitor
     return Settings(
-        roots={kind: str(config.roots.path_of(kind)) for kind in config.roots.kinds()},
+        roots={kind: str(path) for kind, path in root_paths(config.roots).items()},
         nodes={n: NodeAddress(url=c.url, token_file=c.token_file) for n, c in config.nodes.items()},
         scan_cap=m.scan_cap_bytes,
         max_line=m.max_line_bytes,

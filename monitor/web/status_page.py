@@ -36,6 +36,7 @@ from monitor.kernel import Kernel
 from monitor.kernel.feed import KEEPALIVE_S, POLL_S
 from monitor.kernel.signal_log import Activity
 from monitor.upstream import UpstreamMonitor
+from monitor.upstream.monitor import root_paths
 from monitor.upstream.settle import TickHealth
 from monitor.web.common import token_matches
 from monitor.web.wake import HooksWaker, LastWake
@@ -334,8 +335,7 @@ class StatusPage:
         config = s.config()
         waker = s.waker()
         roots = tuple(
-            (kind, str(config.roots.path_of(kind)), config.roots.path_of(kind).exists())
-            for kind in config.roots.kinds()
+            (kind, str(path), path.exists()) for kind, path in root_paths(config.roots).items()
         )
         store = without_password(s.db) if is_pg_url(s.db) else s.db
         wakes = (

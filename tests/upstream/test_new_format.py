@@ -5,9 +5,13 @@ no other file touched."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from adapters import registry
@@ -19,6 +23,8 @@ from monitor.kernel import Kernel
 from monitor.metrics import Metrics
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.tick import TickSettings
+from tests.conftest import REPO, served_address
+from tests.interop.gateway_rig import wait_for
 
 KEY = "agent:main:adopted:fake"
 MAIN = "agent:main:main"
@@ -127,3 +133,90 @@ async def test_an_unregistered_kind_is_refused_by_name(
 ) -> None:
     with pytest.raises(BadInput, match='unknown upstream kind "faux"'):
         await fake_monitor.adopt(kind="faux", path=str(fake_root), session_key=KEY)
+
+
+# -- a new JSONL format through serve ----------------------------------------------------
+
+WITH_LINES = (
+    "import sys; from adapters import registry; from tests.upstream import lines_format;"
+    " registry.register(lines_format.ENTRY);"  # the one registry line
+    " from monitor.cli import main; sys.exit(main())"
+)
+
+
+def lines_argv(work: Path, *args: str) -> list[str]:
+    """``sessionwatch ARGS`` on the scratch database and configuration, with the format
+    registered (``-c WITH_LINES``), or as shipped (``-m monitor``) when ``args`` start
+    with ``-m``."""
+    config = ["--db", str(work / "state.db"), "--config", str(work / "sessionwatch.toml")]
+    if args[:1] == ("-m",):
+        return [sys.executable, "-m", "monitor", *config, *args[1:]]
+    return [sys.executable, "-c", WITH_LINES, *config, *args]
+
+
+def lines_cli(work: Path, *args: str) -> str:
+    done = subprocess.run(
+        lines_argv(work, *args),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_new_jsonl_format_is_a_module_a_registry_line_and_a_roots_entry(
+    tmp_path: Path,
+) -> None:
+    """``tests/upstream/lines_format.py`` declares its format; one ``registry.register``
+    line and ``[roots] lines`` are all it takes to list, adopt and watch it, and ``serve``
+    records a turn appended to it; without the registry line, ``[roots] lines`` is refused
+    as a key no format has."""
+    root = tmp_path / "lines"
+    root.mkdir()
+    source = root / "chat.jsonl"
+    source.write_text('{"role": "person", "id": "p1", "text": "tidy the fixtures"}\n')
+    (tmp_path / "sessionwatch.toml").write_text(
+        f'[roots]\nlines = "{root}"\n'
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+        "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\n"
+    )
+    (entry,) = orjson.loads(lines_cli(tmp_path, "catalog", "--kind", "lines", "--json"))["sessions"]
+    assert "tidy the fixtures" == entry["title"]
+    key = "agent:main:lines:chat"
+    lines_cli(tmp_path, "adopt", entry["catalogId"], "--session-key", key)
+    lines_cli(tmp_path, "watch", "--watcher", MAIN, "--target", key)
+    serve = subprocess.Popen(
+        lines_argv(tmp_path, "serve"),
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        served_address(serve)
+        time.sleep(1.0)  # serve arms its watch on the root
+        with source.open("a") as f:
+            f.write('{"role": "model", "id": "m1", "text": "done"}\n')
+            f.write('{"role": "person", "id": "p2", "text": "and the docs"}\n')
+
+        def recorded() -> bool:
+            status = orjson.loads(lines_cli(tmp_path, "status", key, "--changes-since", "0"))
+            kinds = [e["kind"] for e in status["stateChanges"]["events"]]
+            return "human_direct_message" in kinds
+
+        wait_for("serve to record the appended turn", recorded, 30)
+    finally:
+        serve.terminate()
+        serve.wait(30)
+    plain = subprocess.run(
+        lines_argv(tmp_path, "-m", "config"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert 2 == plain.returncode
+    assert "unknown key [roots] lines" in plain.stderr
