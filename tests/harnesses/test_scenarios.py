@@ -39,9 +39,24 @@ def model(tmp_path: Path) -> Iterator[MockModelProcess]:
     mock.stop()
 
 
-def model_is_answering(model: MockModelProcess, before: int) -> None:
-    """Wait until the harness's request for the next reply has reached the mock."""
-    wait_for("the model to be asked", lambda: len(model.requests()) > before, 60)
+class SlowModel:
+    """Within it, the mock answers after ``delay_s`` (a reply slow enough to queue a prompt
+    behind it, or one interrupted before it comes); back to at once on leaving."""
+
+    def __init__(self, model: MockModelProcess, delay_s: float) -> None:
+        self.model = model
+        model.script(delay_s=delay_s)
+        self.before = len(model.requests())
+
+    def asked(self, n: int = 1) -> None:
+        """Wait until the harness has asked the mock ``n`` times since: it is answering."""
+        wait_for("the model to be asked", lambda: len(self.model.requests()) >= self.before + n, 60)
+
+    def __enter__(self) -> SlowModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.script(delay_s=0)
 
 
 def test_pi_queued_interrupted_compacted_and_forked(
@@ -62,26 +77,22 @@ def test_pi_queued_interrupted_compacted_and_forked(
         pi.prompt("first prompt")
         parent = sw.adopt("pi", key)
 
-        model.script(delay_s=SLOW_S)
-        before = len(model.requests())
-        since = pi.mark()
-        pi.command("prompt", message="second prompt")
-        model_is_answering(model, before)
-        pi.command("steer", message="steered while it answers")
-        pi.command("follow_up", message="and a follow-up queued behind it")
-        pi.wait("the turn's end", lambda m: m.get("type") == "agent_end", since)
-        pi.idle()
-        model.script(delay_s=0)
+        with SlowModel(model, SLOW_S) as slow:
+            since = pi.mark()
+            pi.command("prompt", message="second prompt")
+            slow.asked()
+            pi.command("steer", message="steered while it answers")
+            pi.command("follow_up", message="and a follow-up queued behind it")
+            pi.wait("the turn's end", lambda m: m.get("type") == "agent_end", since)
+            pi.idle()
         sw.ticked_to(key, 3)
 
-        model.script(delay_s=HANGING_S)
-        before = len(model.requests())
-        since = pi.mark()
-        pi.command("prompt", message="a prompt the person interrupts")
-        model_is_answering(model, before)
-        pi.command("abort")
-        pi.wait("the aborted turn's end", lambda m: m.get("type") == "agent_end", since)
-        model.script(delay_s=0)
+        with SlowModel(model, HANGING_S) as slow:
+            since = pi.mark()
+            pi.command("prompt", message="a prompt the person interrupts")
+            slow.asked()
+            pi.command("abort")
+            pi.wait("the aborted turn's end", lambda m: m.get("type") == "agent_end", since)
         sw.ticked_to(key, 4)
 
         pi.command("compact")
@@ -127,27 +138,23 @@ def test_codex_queued_interrupted_compacted_and_forked(
         codex.turn("first prompt")
         parent = sw.adopt("codex", key)
 
-        model.script(delay_s=SLOW_S)
-        before = len(model.requests())
-        turn, since = codex.start_turn("second prompt")
-        model_is_answering(model, before)
-        codex.call(
-            "turn/steer",
-            threadId=codex.thread,
-            expectedTurnId=turn,
-            input=text_input("steered while it answers"),
-        )
-        assert "completed" == codex.completed(since)
-        model.script(delay_s=0)
+        with SlowModel(model, SLOW_S) as slow:
+            turn, since = codex.start_turn("second prompt")
+            slow.asked()
+            codex.call(
+                "turn/steer",
+                threadId=codex.thread,
+                expectedTurnId=turn,
+                input=text_input("steered while it answers"),
+            )
+            assert "completed" == codex.completed(since)
         sw.ticked_to(key, 2)
 
-        model.script(delay_s=HANGING_S)
-        before = len(model.requests())
-        turn, since = codex.start_turn("a prompt the person interrupts")
-        model_is_answering(model, before)
-        codex.call("turn/interrupt", threadId=codex.thread, turnId=turn)
-        assert "interrupted" == codex.completed(since)
-        model.script(delay_s=0)
+        with SlowModel(model, HANGING_S) as slow:
+            turn, since = codex.start_turn("a prompt the person interrupts")
+            slow.asked()
+            codex.call("turn/interrupt", threadId=codex.thread, turnId=turn)
+            assert "interrupted" == codex.completed(since)
         sw.ticked_to(key, 3)
 
         since = codex.mark()
@@ -212,22 +219,18 @@ def test_claude_code_queued_interrupted_and_a_sub_agent(
         claude.prompt("first prompt")
         parent = sw.adopt("claude", key)
 
-        model.script(delay_s=SLOW_S)
-        before = len(model.requests())
-        since = claude.type("second prompt")
-        model_is_answering(model, before)
-        claude.type("queued while it answers")
-        claude.finished(since, 2)
-        model.script(delay_s=0)
+        with SlowModel(model, SLOW_S) as slow:
+            since = claude.type("second prompt")
+            slow.asked()
+            claude.type("queued while it answers")
+            claude.finished(since, 2)
         sw.ticked_to(key, 2)
 
-        model.script(delay_s=HANGING_S)
-        before = len(model.requests())
-        since = claude.type("a prompt the person interrupts")
-        model_is_answering(model, before)
-        claude.interrupt()
-        claude.finished(since)
-        model.script(delay_s=0)
+        with SlowModel(model, HANGING_S) as slow:
+            since = claude.type("a prompt the person interrupts")
+            slow.asked()
+            claude.interrupt()
+            claude.finished(since)
         sw.ticked_to(key, 3)
 
         task = {"description": "check the tests", "prompt": "look at the billing tests"}
@@ -278,23 +281,19 @@ def test_opencode_queued_interrupted_compacted_sub_agent_and_forked(
         server.message("first prompt")
         parent = sw.adopt("opencode", key, native_id=server.session)
 
-        model.script(delay_s=SLOW_S)
-        before = len(model.requests())
-        server.message("second prompt", wait=False)
-        model_is_answering(model, before)
-        server.message("queued while it answers", wait=False)
-        wait_for("both answers", lambda: len(model.requests()) >= before + 2, 60)
-        server.idle()
-        model.script(delay_s=0)
+        with SlowModel(model, SLOW_S) as slow:
+            server.message("second prompt", wait=False)
+            slow.asked()
+            server.message("queued while it answers", wait=False)
+            slow.asked(2)
+            server.idle()
         sw.ticked_to(key, 2)
 
-        model.script(delay_s=HANGING_S)
-        before = len(model.requests())
-        server.message("a prompt the person interrupts", wait=False)
-        model_is_answering(model, before)
-        server.post(f"/session/{server.session}/abort")
-        server.idle()
-        model.script(delay_s=0)
+        with SlowModel(model, HANGING_S) as slow:
+            server.message("a prompt the person interrupts", wait=False)
+            slow.asked()
+            server.post(f"/session/{server.session}/abort")
+            server.idle()
         sw.ticked_to(key, 3)
 
         server.post(f"/session/{server.session}/summarize", dict(server.MODEL))
@@ -346,22 +345,18 @@ def test_claude_code_interactive_tui_queued_and_interrupted(
         tui.idle()
         parent = sw.adopt("claude", key)
 
-        model.script(delay_s=SLOW_S)
-        before = len(model.requests())
-        tui.type("second prompt")
-        model_is_answering(model, before)
-        tui.type("queued while it answers")
-        wait_for("the queued prompt's answer", lambda: len(model.requests()) >= before + 2, 60)
-        tui.idle()
-        model.script(delay_s=0)
+        with SlowModel(model, SLOW_S) as slow:
+            tui.type("second prompt")
+            slow.asked()
+            tui.type("queued while it answers")
+            slow.asked(2)
+            tui.idle()
         sw.ticked_to(key, 2)
 
-        model.script(delay_s=HANGING_S)
-        before = len(model.requests())
-        tui.type("a prompt the person interrupts")
-        model_is_answering(model, before)
-        tui.interrupt()
-        model.script(delay_s=0)
+        with SlowModel(model, HANGING_S) as slow:
+            tui.type("a prompt the person interrupts")
+            slow.asked()
+            tui.interrupt()
         sw.ticked_to(key, 3)
     finally:
         tui.close()
