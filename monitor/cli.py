@@ -490,7 +490,7 @@ async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     )
     if a.json:
         return found.as_json()
-    from monitor.upstream.catalog import print_catalog
+    from monitor.cli_table import print_catalog
 
     print_catalog(found, kernel.clock())
     return {}

@@ -30,6 +30,7 @@ import orjson
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from monitor.clock import ago
 from monitor.config import Config, is_pg_url, without_password
 from monitor.errors import SessionwatchError
 from monitor.kernel import Kernel
@@ -190,7 +191,7 @@ class StatusPage:
             autoescape=select_autoescape(["html"]),
             enable_async=False,
         )
-        self.env.filters["ago"] = _ago
+        self.env.filters["ago"] = ago
         self.env.filters["clock"] = _clock
         self._titles: dict[str, str] = {}
         self._titles_at = -TITLES_TTL_S
@@ -436,16 +437,6 @@ async def _either(*waits: Awaitable[Any]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _ago(ms: int | None, now_ms: int) -> str:
-    if not ms:
-        return "never"
-    seconds = max(0, (now_ms - ms) // 1000)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return f"{seconds} s ago"
 
 
 def _clock(ms: int | None) -> str:

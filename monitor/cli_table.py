@@ -1,0 +1,60 @@
+"""What the CLI prints for people rather than programs: the catalog as a table (``rich``).
+Everything else it prints is JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.catalog import Catalog, CatalogEntry
+from monitor.clock import ago
+
+
+def _size(entry: CatalogEntry) -> str:
+    if entry.size_unit == "messages":
+        return f"{entry.size} msg"
+    value = float(entry.size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""  # pragma: no cover - the loop always returns
+
+
+def _home(path: str | None) -> str:
+    if not path:
+        return ""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
+
+
+def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
+    """The catalog as a table for people (``sessionwatch catalog``), ``width`` columns wide:
+    a short id ``adopt`` takes, the title and working directory cut to fit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=width)
+    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
+    kinds = [f"{e.kind}@{e.node}" if e.node else e.kind for e in catalog.entries]
+    kind_width = min(max((len(k) for k in kinds), default=6), 40)  # a node name is read whole
+    table.add_column("id", no_wrap=True, min_width=8)
+    table.add_column("kind", no_wrap=True, overflow="ellipsis", min_width=kind_width)
+    table.add_column("title", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("directory", no_wrap=True, overflow="ellipsis", max_width=28)
+    table.add_column("age", no_wrap=True, justify="right", min_width=10)
+    table.add_column("size", no_wrap=True, justify="right", min_width=8)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=24)
+    for e, kind in zip(catalog.entries, kinds, strict=True):
+        table.add_row(
+            e.short_id,
+            kind,
+            e.title or "",
+            _home(e.cwd),
+            ago(e.updated_at, now_ms),
+            _size(e),
+            e.session_key or "",
+        )
+    console.print(table)
+    console.print(f"{len(catalog.entries)} sessions; {catalog.skipped} skipped (not adoptable)")
+    for err in catalog.errors:
+        console.print(f"[yellow]skipped {err['path']}: {err['reason']}[/yellow]")
