@@ -39,7 +39,7 @@ from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.private import check_private_state, load_token, read_secret, take_instance_lock
 from monitor.upstream import UpstreamMonitor
-from monitor.upstream.leases import HostLeases, ttl_for
+from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
 from monitor.upstream.monitor import root_paths
 from monitor.upstream.settle import TickHealth

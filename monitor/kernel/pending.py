@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Outcome = tuple[bool, Any]  # (ok, the value or the exception)
+Result = tuple[bool, Any]  # (ok, the value or the exception)
 
 
 @dataclass(slots=True)
@@ -25,13 +25,13 @@ class PendingWrite:
     alone: bool = False  # run outside any transaction (the pragmas), not in a group
 
 
-Done = list[tuple[PendingWrite, Outcome]]
+Done = list[tuple[PendingWrite, Result]]
 Expired = Callable[[Done], None]
 
 
 def fail_late(
     writes: list[PendingWrite],
-    outcomes: list[Outcome | None],
+    outcomes: list[Result | None],
     now: float,
     locked: Callable[[float], BaseException],
     expired: Expired | None,
@@ -42,14 +42,14 @@ def fail_late(
     late: Done = []
     for i, write in enumerate(writes):
         if outcomes[i] is None and write.deadline <= now:
-            outcome: Outcome = (False, locked(write.timeout))
+            outcome: Result = (False, locked(write.timeout))
             outcomes[i] = outcome
             late.append((write, outcome))
     if late and expired is not None:
         expired(late)
 
 
-def settle(done: Done, translate: Callable[[BaseException, float], BaseException]) -> None:
+def resolve(done: Done, translate: Callable[[BaseException, float], BaseException]) -> None:
     """On the event loop: each write's caller gets its own result or error (``translate``
     makes the store's error ours); a caller already told (or gone) is skipped."""
     for write, (ok, value) in done:

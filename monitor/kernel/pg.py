@@ -46,7 +46,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.clock import Clock, now_ms
 from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
-from monitor.kernel.pending import Done, Expired, Outcome, PendingWrite, fail_late, settle
+from monitor.kernel.pending import Done, Expired, PendingWrite, Result, fail_late, resolve
 from monitor.kernel.pg_schema import migrate
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ class PgStore:
 
         def expired(late: Done) -> None:  # from the worker thread
             with contextlib.suppress(RuntimeError):  # the loop is closed: no one waits
-                loop.call_soon_threadsafe(settle, late, _as_is)
+                loop.call_soon_threadsafe(resolve, late, _as_is)
 
         while self._pending:
             batch = self._pending[:MAX_GROUP]
@@ -203,7 +203,7 @@ class PgStore:
                 for write in batch:
                     write.future.cancel()
                 raise
-            settle(list(zip(batch, results, strict=True)), _as_is)
+            resolve(list(zip(batch, results, strict=True)), _as_is)
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         return await asyncio.to_thread(self._read, fn)
@@ -240,12 +240,12 @@ class PgStore:
 
     # -- transactions --------------------------------------------------------------------
 
-    def _write_group(self, writes: list[PendingWrite], expired: Expired) -> list[Outcome]:
+    def _write_group(self, writes: list[PendingWrite], expired: Expired) -> list[Result]:
         """One transaction under the write lock, a savepoint per write; if the transaction
         itself fails, every write of it fails. The lock is waited for as long as the oldest
         write has left; a write whose time is up fails at once (through ``expired``) and
         the others wait on."""
-        results: list[Outcome | None] = [None] * len(writes)
+        results: list[Result | None] = [None] * len(writes)
         retried = False
         while True:
             now = time.monotonic()
@@ -281,7 +281,7 @@ class PgStore:
                 error = self._error(exc)
                 return [r or (False, error) for r in results]
 
-    def _one(self, conn: psycopg.Connection[Any], fn: Callable[[Conn], Any]) -> Outcome:
+    def _one(self, conn: psycopg.Connection[Any], fn: Callable[[Conn], Any]) -> Result:
         """One write in its savepoint; a broken connection fails the whole batch."""
         try:
             with conn.transaction():

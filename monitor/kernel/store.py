@@ -44,7 +44,7 @@ from monitor.kernel.db import (
     translate,
     translated,
 )
-from monitor.kernel.pending import Done, Expired, Outcome, PendingWrite, fail_late, settle
+from monitor.kernel.pending import Done, Expired, PendingWrite, Result, fail_late, resolve
 from monitor.kernel.schema import migrate
 
 T = TypeVar("T")
@@ -72,7 +72,7 @@ class BusyTimeout:
 def _begin(
     conn: sqlite3.Connection,
     writes: list[PendingWrite],
-    results: list[Outcome | None],
+    results: list[Result | None],
     busy: BusyTimeout,
     expired: Expired | None,
 ) -> bool:
@@ -102,7 +102,7 @@ def run_group(
     writes: list[PendingWrite],
     busy: BusyTimeout | None = None,
     expired: Expired | None = None,
-) -> list[Outcome]:
+) -> list[Result]:
     """One transaction for several writes (see the module docstring).
 
     The writes run first without savepoints: nearly every group succeeds whole, and that
@@ -111,7 +111,7 @@ def run_group(
     so the failing write rolls back alone. A write is a function of the database only, so
     running it again is running it once.
     """
-    results: list[Outcome | None] = [None] * len(writes)
+    results: list[Result | None] = [None] * len(writes)
     busy = busy or BusyTimeout(ms=-1)
     if not _begin(conn, writes, results, busy, expired):
         return [r for r in results if r is not None]
@@ -130,8 +130,8 @@ def run_group(
 
 
 def _run_each(
-    conn: sqlite3.Connection, writes: list[PendingWrite], results: list[Outcome | None]
-) -> list[Outcome]:
+    conn: sqlite3.Connection, writes: list[PendingWrite], results: list[Result | None]
+) -> list[Result]:
     """The group's live writes, a savepoint each: one that fails rolls back alone."""
     done: list[int] = []
     for i, write in enumerate(writes):
@@ -155,8 +155,8 @@ def _run_each(
 
 
 def _commit(
-    conn: sqlite3.Connection, done: list[int], results: list[Outcome | None]
-) -> list[Outcome]:
+    conn: sqlite3.Connection, done: list[int], results: list[Result | None]
+) -> list[Result]:
     """Commit; if that fails, every write in ``done`` fails with it."""
     try:
         if conn.in_transaction:
@@ -248,10 +248,10 @@ class Writer:
             by_loop.setdefault(write.future.get_loop(), []).append((write, result))
         for loop, settled in by_loop.items():
             with contextlib.suppress(RuntimeError):  # that loop is closed: no one waits
-                loop.call_soon_threadsafe(settle, settled, self._translate)
+                loop.call_soon_threadsafe(resolve, settled, self._translate)
 
 
-def _alone(conn: sqlite3.Connection, write: PendingWrite) -> Outcome:
+def _alone(conn: sqlite3.Connection, write: PendingWrite) -> Result:
     try:
         return (True, write.fn(conn))
     except BaseException as exc:

@@ -22,8 +22,8 @@ from monitor.kernel.keys import normalize_key, resolve_agent
 from monitor.kernel.sessions import read_session, write_session_row
 from monitor.kernel.signal_log import make_draft
 from monitor.paths import expand_user
-from monitor.upstream.catalog import SessionCatalog
 from monitor.upstream.links import UpstreamLink, upsert_link
+from monitor.upstream.session_catalog import SessionCatalog
 
 
 def check_kind(kind: str) -> str:

@@ -23,7 +23,7 @@ from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import links
 from monitor.upstream.adoption import Adoption
-from monitor.upstream.catalog import SessionCatalog
+from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.settle import LinkResult
 from monitor.upstream.tick import Ticker, TickSettings
 

@@ -78,7 +78,7 @@ Token = Annotated[
         description="a short identifier: letters, digits, ._:/@+-; at most 64",
     ),
 ]
-# Parsed by the one function the CLI uses too (monitor.upstream.catalog.parse_since), whose
+# Parsed by the one function the CLI uses too (upstream.session_catalog.parse_since), whose
 # refusal names the accepted forms; a pattern here refused real dates (the 29th to the 31st).
 Since = Annotated[
     str,

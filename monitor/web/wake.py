@@ -18,7 +18,8 @@ again: at once on the next change, else every ``retry_s`` while it is pending.
   a main session is woken through its agent's main session (no ``sessionKey``); any other
   watcher's notice stays pending.
 
-Coalescing per watcher (20 s) happens before this, in :class:`WakeCoalescer`.
+Coalescing per watcher (20 s) happens before this, in
+:class:`monitor.kernel.notices.WakeCoalescer`.
 """
 
 from __future__ import annotations

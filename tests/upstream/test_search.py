@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.catalog import Catalog, CatalogEntry
-from monitor.upstream.catalog import select
+from monitor.upstream.session_catalog import select
 
 TITLES = (
     "fix the failing test",
@@ -101,7 +101,7 @@ def test_a_short_word_of_a_title_is_no_match_for_a_longer_query_word(query: str)
 
 
 def test_the_table_shows_a_paired_nodes_kind_whole(capsys: pytest.CaptureFixture[str]) -> None:
-    from monitor.upstream.catalog import print_catalog
+    from monitor.cli_table import print_catalog
 
     entry = CatalogEntry(
         catalog_id="claude-node:0123456789abcdef",

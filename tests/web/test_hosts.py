@@ -18,7 +18,7 @@ import pytest
 from monitor.config import Config, HostConfig, MonitorConfig
 from monitor.errors import AlreadyRunning, ConfigError, StoreError
 from monitor.service import Sidecar, running
-from monitor.upstream.leases import SHARED
+from monitor.upstream.host_leases import SHARED
 from tests.conftest import Client, PgServer, make_config, notice, pg_database, user_line
 from tests.hooks_gateway import HooksGateway
 
