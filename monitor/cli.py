@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from adapters.registry import root_keys, roots_of
 from monitor.config import Config, is_pg_url, load_config, without_password
 from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.db import run_now
@@ -428,6 +427,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+# Commands that read the roots: their [roots] keys are checked against the registry first
+# (the others never import it: a one-shot command's start-up is mostly imports).
+_READS_ROOTS = frozenset({"adopt", "tick", "catalog", "serve", "node", "config", "doctor"})
+
 # Commands that need an event loop (the monitor reads files in threads, asks nodes over
 # HTTP); the others run on the calling thread without one.
 _NEEDS_LOOP = frozenset({"adopt", "tick", "catalog"})
@@ -536,10 +539,15 @@ def main(argv: list[str] | None = None) -> int:
             args.config_obj = load_config(args.config)
         except ConfigError as exc:  # a bad configuration file is bad input: exit 2
             raise BadInput(str(exc)) from None
-        roots_of(args.config_obj.roots.given)  # its [roots] keys are the formats' own
+        if args.command in _READS_ROOTS:  # its [roots] keys are the formats' own
+            from adapters.registry import roots_of
+
+            roots_of(args.config_obj.roots.given)
         if args.command == "replay":
             return _replay(args)
         if args.command == "config":
+            from adapters.registry import root_keys, roots_of
+
             shown = args.config_obj.as_json()
             paths = roots_of(args.config_obj.roots.given)
             shown["roots"] = {key: paths[e.name] for key, e in root_keys().items()}
