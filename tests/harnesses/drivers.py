@@ -22,6 +22,7 @@ Each is the real binary, with the harness's scratch ``HOME`` and the mock model.
 from __future__ import annotations
 
 import json
+import queue
 import re
 import shutil
 import subprocess
@@ -231,15 +232,17 @@ class OpenCodeServer:
             stderr=subprocess.STDOUT,
         )
         assert self.proc.stdout is not None
-        self.base = ""
-        for raw in self.proc.stdout:
-            found = re.search(rb"http://127\.0\.0\.1:\d+", raw)
-            if found:
-                self.base = found.group(0).decode()
-                break
-        assert self.base, "opencode serve never said where it listens"
+        said: queue.Queue[bytes] = queue.Queue()
         stdout = self.proc.stdout
-        threading.Thread(target=lambda: stdout.read(), daemon=True).start()
+        threading.Thread(target=lambda: [said.put(line) for line in stdout], daemon=True).start()
+        self.base = ""
+        while not self.base:  # a server that hangs silently fails the test, never hangs it
+            try:
+                raw = said.get(timeout=TIMEOUT_S)
+            except queue.Empty:
+                raise AssertionError("opencode serve never said where it listens") from None
+            found = re.search(rb"http://127\.0\.0\.1:\d+", raw)
+            self.base = found.group(0).decode() if found else ""
         self.session = str(self.post("/session")["id"])
 
     def post(self, path: str, body: Message | None = None) -> Any:
