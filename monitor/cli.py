@@ -520,7 +520,6 @@ def _setup_logging(fmt: str, level: str = "info") -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per tick
 
 
 def _check_utf8(argv: list[str]) -> None:

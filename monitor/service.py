@@ -1,7 +1,7 @@
 """``sessionwatch serve``: the sidecar's main job.
 
 Start-up takes the database's instance lock, runs the sweep and a prune, then starts the HTTP
-API, the scheduler (the tick 15 s after start and every 60 s, never two at once) and file
+API, the tick loop (15 s after start and every 60 s, never two at once) and file
 watching (a change to a linked file wakes an early, debounced check of its links), all
 through one ``AsyncExitStack``. SIGTERM/SIGINT stop accepting requests, finish the tick in
 flight and close the database, in that order.
@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from watchfiles import awatch
 
 from adapters.claude_node import SERVED_KIND
@@ -91,13 +90,34 @@ class Sidecar:
         """Re-arm file watching: the files watched may differ (after a reload of roots)."""
         self._paths_changed.set()
 
+    async def tick_on_schedule(self) -> None:
+        """The fixed tick, the source of truth: ``initial_delay_s`` after start, then on a
+        grid of ``interval_s`` (read at each tick, so a reloaded interval applies). Never
+        two at once: a tick due while one runs (a slow one, an early check) is skipped and
+        said once (:meth:`scheduled_tick`), and the ticks a slow one ran past are one skip,
+        not a queue. Cancelling this loop never cancels a tick in flight: the monitor's
+        ``tick_done`` waits for it on the way out."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.config.monitor.initial_delay_s
+        while not self.stopping.is_set():
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
+            interval = self.config.monitor.interval_s
+            due += interval
+            if due < loop.time():  # it ran past its next time: those ticks are skipped
+                self._say_skipped()
+                due += math.ceil((loop.time() - due) / interval) * interval
+
+    def _say_skipped(self) -> None:
+        if not self._skip_logged:
+            log.warning("the previous tick is still running; skipping ticks until it ends")
+            self._skip_logged = True
+
     async def scheduled_tick(self) -> None:
         """The fixed tick. One still running (waiting for a locked database, say) is not
         queued behind: this one is skipped, and that is logged once until a tick completes."""
         if self.monitor.busy:
-            if not self._skip_logged:
-                log.warning("the previous tick is still running; skipping ticks until it ends")
-                self._skip_logged = True
+            self._say_skipped()
             return
         if await self.run_tick():  # a tick that waited in vain for the store says it again
             self._skip_logged = False
@@ -306,7 +326,7 @@ async def running(
             on_links_changed=paths_changed.set,
             holds_shared=leases.holds_shared if leases else lambda: True,
         )
-        stack.push_async_callback(monitor.tick_done)  # after the scheduler and API stopped
+        stack.push_async_callback(monitor.tick_done)  # after the tick loop and API stopped
         sidecar = Sidecar(
             kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
         )
@@ -322,19 +342,8 @@ async def running(
         log.info(
             "start-up: %d pending notices, %d events pruned", len(pending), pruned.deleted_events
         )
-        scheduler = AsyncIOScheduler(timezone=UTC)
-        first = datetime.now(UTC) + timedelta(seconds=config.monitor.initial_delay_s)
-        scheduler.add_job(
-            sidecar.scheduled_tick,
-            "interval",
-            seconds=config.monitor.interval_s,
-            next_run_time=first,
-            max_instances=2,  # a second instance only notices the first and returns
-            coalesce=True,
-            id="tick",
-        )
-        scheduler.start()
-        stack.callback(scheduler.shutdown, wait=False)
+        ticks = asyncio.ensure_future(sidecar.tick_on_schedule())
+        stack.callback(ticks.cancel)
         if config.monitor.watch_files:
             task = asyncio.ensure_future(sidecar.watch_files())
             stack.callback(task.cancel)

@@ -534,3 +534,52 @@ def test_allowed_hosts_adds_names_and_is_checked() -> None:
     assert "sidecar.lan" in implied_hosts("127.0.0.1", config.api.allowed_hosts)
     with pytest.raises(ConfigError, match="list of strings"):
         parse_config({"api": {"allowed_hosts": "sidecar.lan"}})
+
+
+async def until(probe: Any, what: str, timeout: float = 30.0) -> None:
+    """Wait until ``probe()`` is true; fail naming ``what`` after ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not probe():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fixed tick is a plain loop: each tick is awaited before the next is due, so two
+    never run at once; the ticks a slow one ran past are skipped and said once; and
+    cancelling the loop (the service stopping) leaves the tick in flight to finish."""
+    config = make_config(tmp_path)
+    quiet = replace(config.monitor, watch_files=False, initial_delay_s=3600)
+    async with running(replace(config, monitor=quiet), tmp_path / "state.db") as sidecar:
+        assert sidecar is not None  # its own loop sleeps for an hour: this test runs one
+        sidecar.config = replace(config, monitor=replace(quiet, initial_delay_s=0, interval_s=0.01))
+        release = asyncio.Event()
+        started: list[int] = []
+        finished: list[int] = []
+        overlaps: list[int] = []
+
+        async def slow_tick() -> None:
+            if len(started) != len(finished):
+                overlaps.append(len(started))
+            started.append(len(started))
+            await release.wait()
+            finished.append(len(finished))
+
+        sidecar.scheduled_tick = slow_tick  # type: ignore[method-assign]
+        caplog.set_level(logging.WARNING)
+        loop = asyncio.ensure_future(sidecar.tick_on_schedule())
+        await until(lambda: started, "the first tick")
+        await asyncio.sleep(0.05)  # five intervals pass while the first tick waits
+        release.set()
+        await until(lambda: len(started) >= 3, "two more ticks")
+        release.clear()
+        await until(lambda: len(started) >= 4 and len(finished) == 3, "a fourth tick")
+        loop.cancel()  # stopping, with the fourth tick in flight
+        await asyncio.gather(loop, return_exceptions=True)
+        release.set()
+        await until(lambda: len(finished) == 4, "the fourth tick to finish")
+        assert [] == overlaps
+        said = [r.getMessage() for r in caplog.records]
+        assert 1 == sum("skipping ticks" in m for m in said), said
