@@ -101,8 +101,11 @@ class Sidecar:
         due = loop.time() + self.config.monitor.initial_delay_s
         while not self.stopping.is_set():
             await asyncio.sleep(max(0.0, due - loop.time()))
-            await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
-            interval = self.config.monitor.interval_s
+            try:
+                await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
+            except Exception:  # a bug in one tick must not end the ticks: said, and on
+                log.exception("a tick failed unexpectedly; the next one runs as planned")
+            interval = self.tick_health.interval_s = self.config.monitor.interval_s
             due += interval
             if due < loop.time():  # it ran past its next time: those ticks are skipped
                 self._say_skipped()

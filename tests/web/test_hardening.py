@@ -116,6 +116,7 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
             await waiting
         said = [r.getMessage() for r in caplog.records]
         assert 1 == sum("skipping ticks" in m for m in said), said
+        assert 1 == sum("a tick failed unexpectedly" in m for m in said), said
         assert 1 == sum("the tick's writes wait" in m for m in said), said
         locked.execute("ROLLBACK")
         await sidecar.scheduled_tick()
@@ -548,8 +549,9 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The fixed tick is a plain loop: each tick is awaited before the next is due, so two
-    never run at once; the ticks a slow one ran past are skipped and said once; and
-    cancelling the loop (the service stopping) leaves the tick in flight to finish."""
+    never run at once; the ticks a slow one ran past are skipped and said once; a tick that
+    raises is said and the ticks go on; and cancelling the loop (the service stopping)
+    leaves the tick in flight to finish."""
     config = make_config(tmp_path)
     quiet = replace(config.monitor, watch_files=False, initial_delay_s=3600)
     async with running(replace(config, monitor=quiet), tmp_path / "state.db") as sidecar:
@@ -566,6 +568,8 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
             started.append(len(started))
             await release.wait()
             finished.append(len(finished))
+            if len(finished) == 2:
+                raise RuntimeError("a bug in one tick")  # said, and the ticks go on
 
         sidecar.scheduled_tick = slow_tick  # type: ignore[method-assign]
         caplog.set_level(logging.WARNING)
@@ -583,3 +587,4 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
         assert [] == overlaps
         said = [r.getMessage() for r in caplog.records]
         assert 1 == sum("skipping ticks" in m for m in said), said
+        assert 1 == sum("a tick failed unexpectedly" in m for m in said), said
