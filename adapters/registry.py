@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from adapters.base import Adapter, Settings
-from monitor.errors import BadInput
+from monitor.errors import BadInput, did_you_mean
 
 LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
 GATEWAY_HOST_PREFIX = "gateway:"
@@ -129,12 +129,8 @@ def roots_of(given: Mapping[str, str]) -> dict[str, str]:
     keys = root_keys()
     for key in given:
         if key not in keys:
-            import difflib  # only to explain a mistake
-
-            near = difflib.get_close_matches(key, keys, n=1)
-            hint = f"; did you mean {near[0]}?" if near else ""
             known = ", ".join(sorted(keys))
-            raise BadInput(f"unknown key [roots] {key} (known: {known}){hint}")
+            raise BadInput(f"unknown key [roots] {key} (known: {known}){did_you_mean(key, keys)}")
     return {e.name: given.get(key, e.root_default) for key, e in keys.items()}
 
 
@@ -146,7 +142,10 @@ def entry(name: str) -> Entry:
     """The format named ``name``; an unknown one is a :class:`BadInput` naming the known."""
     found = _ENTRIES.get(name)
     if found is None:
-        raise BadInput(f'unknown upstream kind "{name}" (known: {", ".join(_ENTRIES)})')
+        known = ", ".join(_ENTRIES)
+        raise BadInput(
+            f'unknown upstream kind "{name}" (known: {known}){did_you_mean(name, _ENTRIES)}'
+        )
     return found
 
 

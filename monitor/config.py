@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, did_you_mean
 from monitor.paths import expand_user
 
 
@@ -232,7 +232,7 @@ def _section(cls: type[Any], section: str, raw: Any) -> Any:
             raise ConfigError(_REPLACED[(section, name)])
     unknown = sorted(set(raw) - set(types))
     if unknown:
-        raise ConfigError(f"unknown key [{section}] {unknown[0]}")
+        raise ConfigError(f"unknown key [{section}] {unknown[0]}{did_you_mean(unknown[0], types)}")
     py_types = {"str": str, "int": int, "float": float, "bool": bool, "tuple[str, ...]": tuple}
     values = {k: _check_value(section, k, py_types[str(types[k])], v) for k, v in raw.items()}
     try:
@@ -265,7 +265,8 @@ def _roots(raw: Any) -> RootsConfig:
 def parse_config(raw: dict[str, Any]) -> Config:
     unknown = sorted(set(raw) - set(_SECTIONS) - {"nodes", "roots"})
     if unknown:
-        raise ConfigError(f"unknown section [{unknown[0]}]")
+        known = [*_SECTIONS, "nodes", "roots"]
+        raise ConfigError(f"unknown section [{unknown[0]}]{did_you_mean(unknown[0], known)}")
     values: dict[str, Any] = {
         name: _section(cls, name, raw[name]) for name, cls in _SECTIONS.items() if name in raw
     }

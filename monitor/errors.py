@@ -27,6 +27,8 @@ the HTTP API turn ``BadInput`` into exit code 2 / a 4xx answer and never show a 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class SessionwatchError(Exception):
     """Root of every error sessionwatch raises on purpose."""
@@ -82,3 +84,12 @@ class ConfigError(SessionwatchError):
 
 class AlreadyRunning(StoreError):
     """Another ``serve`` holds the database's instance lock."""
+
+
+def did_you_mean(given: str, known: Iterable[str]) -> str:
+    """``; did you mean X?`` naming the known word nearest ``given``, or nothing: the tail of
+    a message that refuses an unknown key, section or kind."""
+    import difflib  # only to explain a mistake
+
+    found = difflib.get_close_matches(given, list(known), n=1)
+    return f"; did you mean {found[0]}?" if found else ""

@@ -284,3 +284,17 @@ def test_a_roots_key_no_format_has_is_refused_with_the_nearest(tmp_path: Path) -
     shown = sw(tmp_path / "s.db", "--config", str(config), "config")
     assert "/x/opencode.db" == shown["roots"]["opencode_db"]
     assert shown["roots"]["claude"].endswith(".claude/projects")  # the default, shown
+
+
+def test_an_unknown_section_or_key_names_the_nearest_known_one(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    for text, said in (
+        ("[monitr]\n", "unknown section [monitr]; did you mean monitor?"),
+        ("[monitor]\ninterval = 5\n", "unknown key [monitor] interval; did you mean interval_s?"),
+        ("[api]\nlisten_on = 1\n", "unknown key [api] listen_on; did you mean listen?"),
+        ("[api]\nzzz = 1\n", "unknown key [api] zzz"),
+    ):
+        config.write_text(text)
+        err = sw(tmp_path / "s.db", "--config", str(config), "config", code=2)
+        assert said in err
+    assert "did you mean" not in err  # nothing near: nothing guessed
