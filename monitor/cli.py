@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 
 Handler = Callable[["Kernel", argparse.Namespace], Awaitable[dict[str, Any]]]
-_HANDLERS: dict[str, Handler] = {}
 
 
 def db_path(args: argparse.Namespace, config: Config) -> Path | str:
@@ -64,9 +64,79 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog.removeprefix('sessionwatch').strip() or 'usage'}: {message}")
 
 
-def command(name: str) -> Callable[[Handler], Handler]:
+def _non_negative(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {raw}")
+    if value > MAX_INT64:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INT64}: {raw}")
+    return value
+
+
+def _positive(raw: str) -> int:
+    value = _non_negative(raw)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be positive: 0")
+    return value
+
+
+class _Kinds:
+    """The registered upstream kinds, as argparse ``choices``: the registry is imported only
+    when a command checks or lists them."""
+
+    @staticmethod
+    def _names() -> tuple[str, ...]:
+        from adapters.registry import names
+
+        return names()
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+
+Argument = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def arg(*flags: str, **options: Any) -> Argument:
+    """One argument of a command, as ``argparse``'s ``add_argument`` takes it."""
+    return flags, options
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command, declared once: its help and arguments, what runs it (None: ``main``
+    itself), whether it needs an event loop and whether it reads ``[roots]``."""
+
+    help: str
+    arguments: tuple[Argument, ...]
+    handler: Handler | None = None
+    loop: bool = False  # the monitor reads files in threads, asks nodes over HTTP
+    roots: bool = False  # its [roots] keys are checked against the registry first
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def declare(
+    name: str, help: str, *arguments: Argument, loop: bool = False, roots: bool = False
+) -> None:
+    """A command ``main`` runs itself (``serve``, ``config``...)."""
+    COMMANDS[name] = Command(help, arguments, loop=loop, roots=roots)
+
+
+def command(
+    name: str, help: str, *arguments: Argument, loop: bool = False, roots: bool = False
+) -> Callable[[Handler], Handler]:
+    """A command run on the kernel by the handler it decorates."""
+
     def register(fn: Handler) -> Handler:
-        _HANDLERS[name] = fn
+        COMMANDS[name] = Command(help, arguments, fn, loop=loop, roots=roots)
         return fn
 
     return register
@@ -81,7 +151,21 @@ def parse_json_arg(name: str, raw: str | None) -> Any:
         raise BadInput(f"{name} is not valid JSON: {exc}") from None
 
 
-@command("record")
+@command(
+    "record",
+    "record one state event",
+    arg("--session", required=True),
+    arg("--kind", required=True),
+    arg("--actor", required=True),
+    arg("--agent"),
+    arg("--actor-id"),
+    arg("--run-id"),
+    arg("--session-id"),
+    arg("--summary"),
+    arg("--dedupe-key"),
+    arg("--payload"),
+    arg("--occurred-at", type=_non_negative),
+)
 async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     from monitor.kernel.signal_log import NewEvent
 
@@ -103,13 +187,26 @@ async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return result.event.record_json(duplicate=result.duplicate)
 
 
-@command("spawn")
+@command(
+    "spawn",
+    "record child_spawned, seeding the parent's cursor",
+    arg("--parent", required=True),
+    arg("--child", required=True),
+    arg("--run-id", required=True),
+)
 async def _spawn(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     result = await kernel.spawn(parent=a.parent, child=a.child, run_id=a.run_id)
     return result.event.record_json(duplicate=result.duplicate)
 
 
-@command("watch")
+@command(
+    "watch",
+    "register a watcher on a target",
+    arg("--watcher", required=True),
+    arg("--target", required=True),
+    arg("--store-path"),
+    arg("--ambient", action="store_true"),
+)
 async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     watched = await kernel.watch(
         watcher=a.watcher, target=a.target, store_path=a.store_path, ambient=a.ambient
@@ -122,7 +219,14 @@ async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-@command("notices")
+@command(
+    "notices",
+    "a watcher's pending notices",
+    arg("--watcher", required=True),
+    arg("--store-path"),
+    arg("--drain", action="store_true"),
+    arg("--follow", action="store_true", help="print each notice as it opens"),
+)
 async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     if a.follow:
         if a.drain:
@@ -154,23 +258,42 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
         await kernel.store.changed(POLL_S)  # SQLite: a sleep; PostgreSQL: its notification
 
 
-@command("status")
+@command(
+    "status",
+    "session_status, with changesSince on ask",
+    arg("key"),
+    arg("--agent"),
+    arg("--changes-since", type=_non_negative),
+)
 async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return await kernel.status(a.key, agent_id=a.agent, changes_since=a.changes_since)
 
 
-@command("sessions")
+@command(
+    "sessions",
+    "state versions of sessions",
+    arg("keys", nargs="*"),
+)
 async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"sessions": await kernel.state_versions(a.keys)}
 
 
-@command("reset")
+@command(
+    "reset",
+    "a session was reset: drop its cursors",
+    arg("key"),
+)
 async def _reset(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     await kernel.reset(a.key)
     return {"ok": True}
 
 
-@command("delete")
+@command(
+    "delete",
+    "a session was deleted: drop everything of it",
+    arg("key"),
+    arg("--agent"),
+)
 async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     from monitor.kernel.keys import normalize_key, parse_agent_key
 
@@ -183,12 +306,24 @@ async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"ok": True}
 
 
-@command("prune")
+@command(
+    "prune",
+    "run retention now",
+    arg("--now", type=_non_negative, help="the clock, in ms since the epoch"),
+)
 async def _prune(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return (await kernel.prune(a.now)).as_json()
 
 
-@command("session")
+@command(
+    "session",
+    "create or update a known gateway session",
+    arg("key"),
+    arg("--agent"),
+    arg("--session-id"),
+    arg("--store-path"),
+    arg("--run", choices=["active", "idle"]),
+)
 async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     run_active = None if a.run is None else a.run == "active"
     return await kernel.upsert_session(
@@ -206,7 +341,20 @@ def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
     return UpstreamMonitor.from_config(kernel, a.config_obj)
 
 
-@command("adopt")
+@command(
+    "adopt",
+    "adopt a native session (catalog id, or kind and path)",
+    arg("catalog_id", nargs="?", metavar="CATALOG_ID"),
+    arg("--kind"),
+    arg("--path"),
+    arg("--thread", help="the native session id (OpenCode, claude-node)"),
+    arg("--node", help="the paired node's name (claude-node)"),
+    arg("--session-key", required=True),
+    arg("--agent"),
+    arg("--session-id"),
+    loop=True,
+    roots=True,
+)
 async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return await _monitor(kernel, a).adopt_source(
         session_key=a.session_key,
@@ -220,7 +368,13 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-@command("own-message")
+@command(
+    "own-message",
+    "remember an OpenClaw-side message (self-echo)",
+    arg("key"),
+    arg("text"),
+    arg("--agent"),
+)
 async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     from adapters.base import own_text_hash
 
@@ -228,61 +382,24 @@ async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"ok": True}
 
 
-@command("links")
+@command(
+    "links",
+    "the upstream links and their state",
+)
 async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"links": await _monitor(kernel, a).links()}
 
 
-@command("tick")
+@command(
+    "tick",
+    "run one monitor tick now",
+    loop=True,
+    roots=True,
+)
 async def _tick(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"outcomes": [r.as_json() for r in await _monitor(kernel, a).tick()]}
 
 
-def _non_negative(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {raw}")
-    if value > MAX_INT64:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_INT64}: {raw}")
-    return value
-
-
-def _positive(raw: str) -> int:
-    value = _non_negative(raw)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be positive: 0")
-    return value
-
-
-class _Skipped:
-    """A command's parser not built: this run is another command (argparse's parsers cost
-    about a millisecond each to build, most of a one-shot command's start-up)."""
-
-    def add_argument(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-class _Commands:
-    def __init__(self, sub: Any, only: str | None) -> None:
-        self._sub = sub
-        self._only = only
-
-    def add_parser(self, name: str, **kwargs: Any) -> Any:
-        if self._only is not None and name != self._only:
-            return _Skipped()
-        return self._sub.add_parser(name, **kwargs)
-
-
-COMMANDS = frozenset(
-    {
-        *("record", "spawn", "watch", "notices", "status", "sessions", "reset", "delete"),
-        *("prune", "session", "adopt", "own-message", "links", "tick", "serve", "config"),
-        *("node", "catalog", "replay", "doctor", "open"),
-    }
-)
 _GLOBAL_WITH_VALUE = frozenset({"--db", "--config", "--log-format"})
 
 
@@ -300,21 +417,51 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
-class _Kinds:
-    """The registered upstream kinds, as argparse ``choices``: the registry is imported only
-    when a command checks or lists them."""
+# The commands main runs itself (no kernel handler): declared here, as the others are at
+# their handlers.
+declare(
+    "serve",
+    "run the sidecar until SIGINT/SIGTERM",
+    roots=True,
+)
 
-    @staticmethod
-    def _names() -> tuple[str, ...]:
-        from adapters.registry import names
+declare(
+    "config",
+    "print the effective configuration",
+    roots=True,
+)
 
-        return names()
+declare(
+    "doctor",
+    "check the database, token, roots, the gateway's hooks and the nodes (wakes no one)",
+    roots=True,
+)
 
-    def __contains__(self, value: object) -> bool:
-        return value in self._names()
+declare(
+    "open",
+    "a one-time link to the running serve's status page",
+    arg("--url", help="serve's address, when [api] listen does not say it (port 0)"),
+    arg("--browser", action="store_true", help="open the link in a browser too"),
+)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
+declare(
+    "node",
+    "serve this machine's Claude transcripts to a paired sidecar",
+    arg("--listen", default="127.0.0.1:8766", help="HOST:PORT"),
+    arg("--token-file", required=True, type=Path),
+    roots=True,
+)
+
+declare(
+    "replay",
+    "replay a native file through the classifier",
+    arg("--adapter", required=True),
+    arg("file"),
+    arg("--session", help="the session id (OpenCode)"),
+    arg("--own-text", action="append", default=[]),
+    arg("--scan-cap", type=_non_negative),
+    arg("--max-line-bytes", type=_non_negative),
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -323,123 +470,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--db", help="state database: a SQLite file or a postgresql:// URL")
     p.add_argument("--config", type=Path, help="TOML configuration ($SESSIONWATCH_CONFIG)")
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
-    sub = _Commands(p.add_subparsers(dest="command", required=True, parser_class=_Parser), only)
-
-    r = sub.add_parser("record", help="record one state event")
-    r.add_argument("--session", required=True)
-    r.add_argument("--kind", required=True)
-    r.add_argument("--actor", required=True)
-    r.add_argument("--agent")
-    r.add_argument("--actor-id")
-    r.add_argument("--run-id")
-    r.add_argument("--session-id")
-    r.add_argument("--summary")
-    r.add_argument("--dedupe-key")
-    r.add_argument("--payload")
-    r.add_argument("--occurred-at", type=_non_negative)
-
-    s = sub.add_parser("spawn", help="record child_spawned, seeding the parent's cursor")
-    s.add_argument("--parent", required=True)
-    s.add_argument("--child", required=True)
-    s.add_argument("--run-id", required=True)
-
-    w = sub.add_parser("watch", help="register a watcher on a target")
-    w.add_argument("--watcher", required=True)
-    w.add_argument("--target", required=True)
-    w.add_argument("--store-path")
-    w.add_argument("--ambient", action="store_true")
-
-    n = sub.add_parser("notices", help="a watcher's pending notices")
-    n.add_argument("--watcher", required=True)
-    n.add_argument("--store-path")
-    n.add_argument("--drain", action="store_true")
-    n.add_argument("--follow", action="store_true", help="print each notice as it opens")
-
-    st = sub.add_parser("status", help="session_status, with changesSince on ask")
-    st.add_argument("key")
-    st.add_argument("--agent")
-    st.add_argument("--changes-since", type=_non_negative)
-
-    ss = sub.add_parser("sessions", help="state versions of sessions")
-    ss.add_argument("keys", nargs="*")
-
-    rs = sub.add_parser("reset", help="a session was reset: drop its cursors")
-    rs.add_argument("key")
-
-    d = sub.add_parser("delete", help="a session was deleted: drop everything of it")
-    d.add_argument("key")
-    d.add_argument("--agent")
-
-    pr = sub.add_parser("prune", help="run retention now")
-    pr.add_argument("--now", type=_non_negative, help="the clock, in ms since the epoch")
-
-    se = sub.add_parser("session", help="create or update a known gateway session")
-    se.add_argument("key")
-    se.add_argument("--agent")
-    se.add_argument("--session-id")
-    se.add_argument("--store-path")
-    se.add_argument("--run", choices=["active", "idle"])
-
-    ad = sub.add_parser("adopt", help="adopt a native session (catalog id, or kind and path)")
-    ad.add_argument("catalog_id", nargs="?", metavar="CATALOG_ID")
-    ad.add_argument("--kind")
-    ad.add_argument("--path")
-    ad.add_argument("--thread", help="the native session id (OpenCode, claude-node)")
-    ad.add_argument("--node", help="the paired node's name (claude-node)")
-    ad.add_argument("--session-key", required=True)
-    ad.add_argument("--agent")
-    ad.add_argument("--session-id")
-
-    om = sub.add_parser("own-message", help="remember an OpenClaw-side message (self-echo)")
-    om.add_argument("key")
-    om.add_argument("text")
-    om.add_argument("--agent")
-
-    sub.add_parser("links", help="the upstream links and their state")
-    sub.add_parser("tick", help="run one monitor tick now")
-    sub.add_parser("serve", help="run the sidecar until SIGINT/SIGTERM")
-    sub.add_parser("config", help="print the effective configuration")
-    sub.add_parser(
-        "doctor",
-        help="check the database, token, roots, the gateway's hooks and the nodes (wakes no one)",
-    )
-    op = sub.add_parser("open", help="a one-time link to the running serve's status page")
-    op.add_argument("--url", help="serve's address, when [api] listen does not say it (port 0)")
-    op.add_argument("--browser", action="store_true", help="open the link in a browser too")
-    nd = sub.add_parser("node", help="serve this machine's Claude transcripts to a paired sidecar")
-    nd.add_argument("--listen", default="127.0.0.1:8766", help="HOST:PORT")
-    nd.add_argument("--token-file", required=True, type=Path)
-    ca = sub.add_parser("catalog", help="list the native sessions (local and on paired nodes)")
-    ca.add_argument("--kind", choices=_Kinds())
-    ca.add_argument("--cwd", help="only sessions in this directory or below it")
-    ca.add_argument("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date")
-    ca.add_argument("--search", help="rank by a fuzzy match of title, prompt and directory")
-    ca.add_argument("--limit", type=_positive)
-    ca.add_argument("--json", action="store_true", help="JSON instead of a table")
-
-    rp = sub.add_parser("replay", help="replay a native file through the classifier")
-    rp.add_argument("--adapter", required=True)
-    rp.add_argument("file")
-    rp.add_argument("--session", help="the session id (OpenCode)")
-    rp.add_argument("--own-text", action="append", default=[])
-    rp.add_argument("--scan-cap", type=_non_negative)
-    rp.add_argument("--max-line-bytes", type=_non_negative)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, declared in COMMANDS.items():
+        # only the command this run names: argparse's parsers cost about a millisecond
+        # each to build, most of a one-shot command's start-up
+        if only in (None, name):
+            parser = sub.add_parser(name, help=declared.help)
+            for flags, options in declared.arguments:
+                parser.add_argument(*flags, **options)
     return p
-
-
-# Commands that read the roots: their [roots] keys are checked against the registry first
-# (the others never import it: a one-shot command's start-up is mostly imports).
-_READS_ROOTS = frozenset({"adopt", "tick", "catalog", "serve", "node", "config", "doctor"})
-
-# Commands that need an event loop (the monitor reads files in threads, asks nodes over
-# HTTP); the others run on the calling thread without one.
-_NEEDS_LOOP = frozenset({"adopt", "tick", "catalog"})
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     from monitor.kernel import Kernel, KernelSettings  # not for replay, config, serve, node
 
-    handler = _HANDLERS[args.command]
+    handler = COMMANDS[args.command].handler
+    assert handler is not None  # main runs the others itself
     config: Config = args.config_obj
     kernel = await Kernel.open(
         db_path(args, config), KernelSettings.of(config), direct=True, on_delete=(_unlink,)
@@ -459,7 +505,7 @@ def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:
 
 def _run_command(args: argparse.Namespace) -> dict[str, Any]:
     # PostgreSQL is reached over the network: its store needs an event loop
-    if args.command in _NEEDS_LOOP or isinstance(db_path(args, args.config_obj), str):
+    if COMMANDS[args.command].loop or isinstance(db_path(args, args.config_obj), str):
         import asyncio
 
         return asyncio.run(_run(args))
@@ -486,7 +532,18 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("catalog")
+@command(
+    "catalog",
+    "list the native sessions (local and on paired nodes)",
+    arg("--kind", choices=_Kinds()),
+    arg("--cwd", help="only sessions in this directory or below it"),
+    arg("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date"),
+    arg("--search", help="rank by a fuzzy match of title, prompt and directory"),
+    arg("--limit", type=_positive),
+    arg("--json", action="store_true", help="JSON instead of a table"),
+    loop=True,
+    roots=True,
+)
 async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     found = await _monitor(kernel, a).find_catalog(
         a.kind, cwd=a.cwd, since=a.since, search=a.search, limit=a.limit
@@ -538,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
             args.config_obj = load_config(args.config)
         except ConfigError as exc:  # a bad configuration file is bad input: exit 2
             raise BadInput(str(exc)) from None
-        if args.command in _READS_ROOTS:  # its [roots] keys are the formats' own
+        if COMMANDS[args.command].roots:  # its [roots] keys are the formats' own
             from adapters.registry import roots_of
 
             roots_of(args.config_obj.roots.given)
