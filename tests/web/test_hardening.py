@@ -116,7 +116,6 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
             await waiting
         said = [r.getMessage() for r in caplog.records]
         assert 1 == sum("skipping ticks" in m for m in said), said
-        assert 1 == sum("a tick failed unexpectedly" in m for m in said), said
         assert 1 == sum("the tick's writes wait" in m for m in said), said
         locked.execute("ROLLBACK")
         await sidecar.scheduled_tick()
