@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,26 @@ def notice(target: str, since: int) -> str:
         f'Session "{target}" changed (other actor). Reconcile before acting: '
         f'session_status sessionKey "{target}" changesSince {since}.'
     )
+
+
+async def until(
+    what: str, check: Callable[[], Awaitable[bool] | bool], timeout: float = 20
+) -> None:
+    """Wait until ``check()`` (or the awaitable it gives) is true; fail naming ``what``."""
+
+    async def loop() -> None:
+        while True:
+            result = check()
+            if isinstance(result, Awaitable):
+                result = await result
+            if result:
+                return
+            await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.wait_for(loop(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 def served_address(proc: subprocess.Popen[str], said: list[str] | None = None) -> str:

@@ -23,7 +23,7 @@ from monitor.errors import BadInput, StoreLocked
 from monitor.kernel import Kernel
 from monitor.kernel.store import Store
 from monitor.service import running
-from tests.conftest import Client, make_config, user_line
+from tests.conftest import Client, make_config, until, user_line
 
 CHILD = "agent:main:subagent:c1"
 EVENT = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}
@@ -536,14 +536,6 @@ def test_allowed_hosts_adds_names_and_is_checked() -> None:
         parse_config({"api": {"allowed_hosts": "sidecar.lan"}})
 
 
-async def until(probe: Any, what: str, timeout: float = 30.0) -> None:
-    """Wait until ``probe()`` is true; fail naming ``what`` after ``timeout``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not probe():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -556,7 +548,7 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
     async with running(replace(config, monitor=quiet), tmp_path / "state.db") as sidecar:
         assert sidecar is not None  # its own loop sleeps for an hour: this test runs one
         sidecar.config = replace(config, monitor=replace(quiet, initial_delay_s=0, interval_s=0.01))
-        release = asyncio.Event()
+        gates = [asyncio.Event() for _ in range(6)]  # tick n finishes once gates[n] is set
         started: list[int] = []
         finished: list[int] = []
         overlaps: list[int] = []
@@ -564,25 +556,27 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
         async def slow_tick() -> None:
             if len(started) != len(finished):
                 overlaps.append(len(started))
-            started.append(len(started))
-            await release.wait()
-            finished.append(len(finished))
-            if len(finished) == 2:
+            n = len(started)
+            started.append(n)
+            await gates[n].wait()
+            finished.append(n)
+            if n == 1:
                 raise RuntimeError("a bug in one tick")  # said, and the ticks go on
 
         sidecar.scheduled_tick = slow_tick  # type: ignore[method-assign]
         caplog.set_level(logging.WARNING)
         loop = asyncio.ensure_future(sidecar.tick_on_schedule())
-        await until(lambda: started, "the first tick")
+        await until("the first tick", lambda: bool(started), timeout=30)
         await asyncio.sleep(0.05)  # five intervals pass while the first tick waits
-        release.set()
-        await until(lambda: len(started) >= 3, "two more ticks")
-        release.clear()
-        await until(lambda: len(started) >= 4 and len(finished) == 3, "a fourth tick")
+        for gate in gates[:3]:
+            gate.set()
+        await until("a fourth tick, in flight", lambda: len(started) == 4, timeout=30)
+        assert [0, 1, 2] == finished
         loop.cancel()  # stopping, with the fourth tick in flight
         await asyncio.gather(loop, return_exceptions=True)
-        release.set()
-        await until(lambda: len(finished) == 4, "the fourth tick to finish")
+        gates[3].set()
+        await until("the fourth tick to finish", lambda: len(finished) == 4, timeout=30)
+        assert 4 == len(started)  # no tick after the stop
         assert [] == overlaps
         said = [r.getMessage() for r in caplog.records]
         assert 1 == sum("skipping ticks" in m for m in said), said

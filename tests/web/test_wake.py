@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from monitor.errors import ConfigError, NotPrivate
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.service import Sidecar, running
-from tests.conftest import make_config, notice
+from tests.conftest import make_config, notice, until
 from tests.hooks_gateway import TOKEN, HooksGateway
 
 MAIN = "agent:main:main"
@@ -40,24 +39,6 @@ async def human_turn(db: Path, key: str) -> None:
         await other.record(turn)
     finally:
         await other.close()
-
-
-async def until(
-    what: str, check: Callable[[], Awaitable[bool] | bool], timeout: float = 20
-) -> None:
-    async def loop() -> None:
-        while True:
-            result = check()
-            if isinstance(result, Awaitable):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.05)
-
-    try:
-        await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 async def pending(sidecar: Sidecar, watcher: str = MAIN) -> list[str]:
