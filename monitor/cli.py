@@ -15,9 +15,8 @@ import argparse
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import orjson
 
@@ -108,8 +107,7 @@ def arg(*flags: str, **options: Any) -> Argument:
     return flags, options
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
+class Command(NamedTuple):  # a NamedTuple: a dataclass costs every command's start-up
     """A command, declared once: its help and arguments, what runs it (None: ``main``
     itself), whether it needs an event loop and whether it reads ``[roots]``."""
 

@@ -8,7 +8,7 @@ the head, move the target's cursors) as one synchronous function the store runs 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -407,8 +407,7 @@ def session_status(
 # -- what a person reads at a glance (the status page) ---------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Activity:
+class Activity(NamedTuple):  # a NamedTuple: a dataclass costs every one-shot command's start
     """What people typed into one session: when last, and the turns of the last hour and
     day (a tick's turns are one event that says how many)."""
 
