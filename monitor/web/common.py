@@ -4,6 +4,7 @@ guard, protocol errors in the same JSON shape, and starting a listener (``HOST:P
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import os
@@ -15,7 +16,7 @@ from http import HTTPStatus
 from typing import Any
 
 import orjson
-from aiohttp import web, web_protocol
+from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.web_request import BaseRequest
 
@@ -131,6 +132,9 @@ def make_guard(
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        protocol = request.protocol
+        if isinstance(protocol, JsonErrorHandler):
+            protocol.track(request.content)
         allowed = request.app.get(ALLOWED_HOSTS)
         if allowed is not None and host_name(request.host) not in allowed:
             return error(
@@ -155,35 +159,49 @@ def make_guard(
     return guard
 
 
-class _JsonErrorHandler(web_protocol.RequestHandler):
-    """Protocol-level errors (a bad request line, an over-long URL or header, a bad
-    Content-Length) answered in the API's ``{"error": {...}}`` shape instead of plain text."""
+class JsonErrorHandler(web.RequestHandler):
+    """One connection's HTTP protocol, on aiohttp's public API (``web.RequestHandler``,
+    made by our own protocol factory in :func:`start_site`):
 
-    __slots__ = ("_last_payload",)
+    - protocol-level errors (a bad request line, an over-long URL or header, a bad
+      Content-Length) are answered in the API's ``{"error": {...}}`` shape, not as text;
+    - a client that shuts its sending side after its request (a TCP half-close, as
+      ``nc -N`` does) still gets the answer. aiohttp lets the transport close at once, so
+      the request was carried out and its answer lost. A body cut short by the close is
+      refused (400), never taken as whole. The guard middleware hands each request's body
+      to :meth:`track`, so no private state of aiohttp is read."""
+
+    __slots__ = ("body", "half_closed")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._last_payload: StreamReader | None = None  # the body of the latest request
+        self.body: StreamReader | None = None  # the body of the request being handled
+        self.half_closed = False
 
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        messages = getattr(self, "_messages", None)  # aiohttp's queue of parsed requests
-        if messages:
-            self._last_payload = messages[-1][1]
+    def track(self, body: StreamReader) -> None:
+        self.body = body
+        self._cut_short()
 
-    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's says bool | None
-        """A client that shuts its sending side after its request (a TCP half-close, as
-        ``nc -N`` does) still gets the answer; the connection closes once it is sent.
-        aiohttp's own handler let the transport close at once, so the request was carried
-        out and its answer lost. A body cut short by the close is refused (400), never
-        taken as whole; with no request at all, the transport closes at once, as before."""
-        payload = self._last_payload
-        if payload is None:
-            return False
-        if not payload.is_eof():
-            payload.set_exception(web.HTTPBadRequest(text=BODY_CUT_SHORT))
-        self.close()
+    def _cut_short(self) -> None:
+        body = self.body
+        if self.half_closed and body is not None and not body.is_eof():
+            body.set_exception(web.HTTPBadRequest(text=BODY_CUT_SHORT))
+
+    def eof_received(self) -> bool:  # type: ignore[override]  # aiohttp's says None
+        self.half_closed = True
+        self._cut_short()
+        self.close()  # answer what was asked, then close (an idle wait ends: see start)
         return True  # keep the transport open for the answer
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except asyncio.CancelledError:
+            # close() ends an idle wait for the next request by cancelling it, and aiohttp
+            # then leaves the transport open: with nothing left to answer, close it.
+            if self.half_closed and self.transport is not None:
+                self.transport.close()
+            raise
 
     def handle_error(
         self,
@@ -205,19 +223,6 @@ class _JsonErrorHandler(web_protocol.RequestHandler):
         return response
 
 
-class _JsonErrorServer(web.Server):
-    # aiohttp makes one RequestHandler per connection here; ours shapes protocol errors.
-    def __call__(self) -> web_protocol.RequestHandler:
-        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
-
-
-def use_json_errors(runner: web.AppRunner) -> None:
-    """Make a set-up runner answer protocol-level errors as JSON (see ``_JsonErrorHandler``)."""
-    server = runner.server
-    if server is not None:
-        server.__class__ = _JsonErrorServer
-
-
 async def start_site(
     stack: AsyncExitStack,
     app: web.Application,
@@ -236,30 +241,36 @@ async def start_site(
         app[ALLOWED_HOSTS] = implied_hosts(bound or "127.0.0.1", allowed_hosts)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    use_json_errors(runner)
-    stack.push_async_callback(runner.cleanup)  # runs first on exit: stop accepting requests
+    stack.push_async_callback(runner.cleanup)  # runs after the listener closes
     shape = f"{option} {LISTEN_SHAPE}"
     if not listen_is_valid(listen):
         raise ConfigError(f"{shape}, got {listen!r}")
-    if listen.startswith("unix:"):
-        path = listen.removeprefix("unix:")
-        clear_stale_socket(path)
-        try:
-            await web.UnixSite(runner, path).start()
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-        os.chmod(path, 0o600)
-        return [f"unix:{path}"]
-    host, _, port = listen.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):  # [::1]:8080
-        host = host[1:-1]
+    manager = runner.server
+    assert manager is not None  # set up above
+    loop = asyncio.get_running_loop()
+
+    def connection() -> JsonErrorHandler:
+        return JsonErrorHandler(manager, loop=loop, access_log=None)
+
     try:
-        await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+        if listen.startswith("unix:"):
+            path = listen.removeprefix("unix:")
+            clear_stale_socket(path)
+            server = await loop.create_unix_server(connection, path)
+            os.chmod(path, 0o600)
+        else:
+            host, _, port = listen.rpartition(":")
+            if host.startswith("[") and host.endswith("]"):  # [::1]:8080
+                host = host[1:-1]
+            server = await loop.create_server(connection, host or "127.0.0.1", int(port))
     except OSError as exc:
         raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    stack.callback(server.close)  # runs first on exit: stop accepting connections
+    if listen.startswith("unix:"):
+        return [listen]
+    addresses = [s.getsockname() for s in server.sockets]
     return [
-        f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}"
-        for a in runner.addresses
+        f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}" for a in addresses
     ]
 
 

@@ -315,6 +315,26 @@ async def test_a_half_close_with_no_request_closes_at_once(client: Client) -> No
     assert b"" == await half_closed(client, b"POST /v1/ev")  # a request line cut short
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /v1/sessions\x00 HTTP/1.1\r\nHost: localhost\r\n\r\n",  # a bad request line
+        b"GET /v1/sessions HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+        b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1\r\n\r\n",
+    ],
+    ids=["request-line", "long-header", "bad-length"],
+)
+async def test_protocol_level_errors_are_answered_in_the_api_error_shape(
+    client: Client, request_bytes: bytes
+) -> None:
+    answer = await half_closed(client, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith((b"HTTP/1.0 4", b"HTTP/1.1 4")), head[:80]
+    assert b"application/json" in head
+    error = orjson.loads(body)["error"]
+    assert isinstance(error["code"], str) and error["message"]
+
+
 async def test_a_spawn_of_itself_is_refused(client: Client, kernel: Kernel) -> None:
     body = {"parent": CHILD, "child": CHILD, "runId": "r1"}
     status, answer = await client.call("POST", "/v1/spawns", body)
