@@ -25,6 +25,7 @@ from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.db import run_now
 from monitor.kernel.events import MAX_INT64, parse_actor, parse_kind
 from monitor.paths import expand_user
+from monitor.web import wire
 
 if TYPE_CHECKING:
     from monitor.kernel import Kernel
@@ -182,7 +183,7 @@ async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
             occurred_at=a.occurred_at,
         )
     )
-    return result.event.record_json(duplicate=result.duplicate)
+    return wire.event_record(result.event, duplicate=result.duplicate)
 
 
 @command(
@@ -194,7 +195,7 @@ async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 )
 async def _spawn(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     result = await kernel.spawn(parent=a.parent, child=a.child, run_id=a.run_id)
-    return result.event.record_json(duplicate=result.duplicate)
+    return wire.event_record(result.event, duplicate=result.duplicate)
 
 
 @command(
@@ -264,7 +265,7 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
     arg("--changes-since", type=_non_negative),
 )
 async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    return await kernel.status(a.key, agent_id=a.agent, changes_since=a.changes_since)
+    return wire.status(await kernel.status(a.key, agent_id=a.agent, changes_since=a.changes_since))
 
 
 @command(
@@ -273,7 +274,7 @@ async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("keys", nargs="*"),
 )
 async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    return {"sessions": await kernel.state_versions(a.keys)}
+    return {"sessions": wire.state_versions(await kernel.state_versions(a.keys))}
 
 
 @command(
@@ -310,7 +311,7 @@ async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("--now", type=_non_negative, help="the clock, in ms since the epoch"),
 )
 async def _prune(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    return (await kernel.prune(a.now)).as_json()
+    return wire.pruned(await kernel.prune(a.now))
 
 
 @command(
@@ -324,13 +325,14 @@ async def _prune(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 )
 async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     run_active = None if a.run is None else a.run == "active"
-    return await kernel.upsert_session(
+    row = await kernel.upsert_session(
         a.key,
         agent_id=a.agent,
         session_id=a.session_id,
         store_path=a.store_path,
         run_active=run_active,
     )
+    return wire.session_info(row)
 
 
 def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
@@ -354,7 +356,7 @@ def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
     roots=True,
 )
 async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    return await _monitor(kernel, a).adopt_source(
+    adopted = await _monitor(kernel, a).adopt_source(
         session_key=a.session_key,
         agent_id=a.agent,
         session_id=a.session_id,
@@ -364,6 +366,7 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
         node=a.node,
         thread=a.thread,
     )
+    return wire.adopted(adopted)
 
 
 @command(
@@ -385,7 +388,7 @@ async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     "the upstream links and their state",
 )
 async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    return {"links": await _monitor(kernel, a).links()}
+    return {"links": wire.links(await _monitor(kernel, a).links())}
 
 
 @command(
@@ -395,7 +398,7 @@ async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     roots=True,
 )
 async def _tick(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
-    return {"outcomes": [r.as_json() for r in await _monitor(kernel, a).tick()]}
+    return {"outcomes": [wire.link_result(r) for r in await _monitor(kernel, a).tick()]}
 
 
 _GLOBAL_WITH_VALUE = frozenset({"--db", "--config", "--log-format"})

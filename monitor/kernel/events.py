@@ -2,7 +2,11 @@
 
 Events carry metadata and a one-line summary, never message content. Summaries are fixed
 templates; payloads keep only ``outcome``, ``channel``, ``turns`` and, for ``adopted`` and
-``imported``, ``catalogId`` and ``hostId``.
+``imported``, the catalog and host ids (:data:`CATALOG_ID`, :data:`HOST_ID`).
+
+A payload is stored as OpenClaw stores it, a JSON object with OpenClaw's field names; those
+two are the only field names of OpenClaw's camelCase spelled below the web layer. How an event
+is answered over the API is :mod:`monitor.web`'s.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ NOTIFYING_KINDS = frozenset(
 )
 
 DELTA_PAYLOAD_FIELDS = ("outcome", "channel", "turns")
+# The payload fields of ``adopted`` and ``imported``, named as OpenClaw stores them.
+CATALOG_ID = "catalogId"
+HOST_ID = "hostId"
 RUN_FAILED_OUTCOMES = {"error": "failed", "timeout": "timed out", "cancelled": "cancelled"}
 _TOKEN = re.compile(r"^[a-z0-9][a-z0-9._:/@+-]{0,63}$")
 _MAX_TURNS = 1_000_000
@@ -85,7 +92,7 @@ def compact_payload(kind: EventKind, raw: Any) -> dict[str, Any]:
             raise BadInput("payload.turns must be a positive integer")
         out["turns"] = turns
     if kind in {EventKind.ADOPTED, EventKind.IMPORTED}:
-        for field in ("catalogId", "hostId"):
+        for field in (CATALOG_ID, HOST_ID):
             if raw.get(field) is not None:
                 out[field] = _token(field, raw[field])
     if kind is EventKind.RUN_FAILED:
@@ -98,8 +105,8 @@ def compact_payload(kind: EventKind, raw: Any) -> dict[str, Any]:
 _VIA = {
     EventKind.HUMAN_DIRECT_MESSAGE: ("human message via ", "channel"),
     EventKind.UPSTREAM_MISSING: ("upstream missing via ", "channel"),
-    EventKind.ADOPTED: ("adopted from ", "catalogId"),  # OpenClaw's wording
-    EventKind.IMPORTED: ("history imported via ", "catalogId"),
+    EventKind.ADOPTED: ("adopted from ", CATALOG_ID),  # OpenClaw's wording
+    EventKind.IMPORTED: ("history imported via ", CATALOG_ID),
 }
 _FIXED = {
     EventKind.CHILD_SPAWNED: ("child session spawned",),
@@ -167,37 +174,3 @@ class StateEvent:
     summary: str
     payload: dict[str, Any]
     dedupe_key: str | None
-
-    def delta_json(self) -> dict[str, Any]:
-        """The typed event of a ``stateChanges`` answer."""
-        out: dict[str, Any] = {
-            "sequence": self.sequence,
-            "kind": self.kind,
-            "actorType": self.actor_type,
-        }
-        if self.actor_id is not None:
-            out["actorId"] = self.actor_id
-        if self.run_id is not None:
-            out["runId"] = self.run_id
-        out["summary"] = self.summary
-        out["occurredAt"] = self.occurred_at
-        # OpenClaw's session_status projects a payload to these three fields only.
-        payload = {k: self.payload[k] for k in DELTA_PAYLOAD_FIELDS if k in self.payload}
-        if payload:
-            out["payload"] = payload
-        return out
-
-    def record_json(self, *, duplicate: bool) -> dict[str, Any]:
-        """The event as ``sessionwatch record`` prints it."""
-        return {
-            "sequence": self.sequence,
-            "sessionKey": self.session_key,
-            "agentId": self.agent_id,
-            "kind": self.kind,
-            "actorType": self.actor_type,
-            "actorId": self.actor_id,
-            "summary": self.summary,
-            "occurredAt": self.occurred_at,
-            "payload": self.payload or None,
-            "duplicate": duplicate,
-        }

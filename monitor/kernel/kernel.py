@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.config import Config
@@ -38,11 +38,14 @@ from monitor.kernel.notices import (
     WakeCallback,
 )
 from monitor.kernel.policy import WatchPolicy
+from monitor.kernel.sessions import SessionRow
 from monitor.kernel.signal_log import (
     Activity,
     EventDraft,
     NewEvent,
     Recorded,
+    SessionStatus,
+    StateVersion,
     delete_session_log,
     human_activity,
     last_sequence,
@@ -343,17 +346,14 @@ class Kernel:
 
     async def status(
         self, key: str, *, agent_id: str | None = None, changes_since: int | None = None
-    ) -> dict[str, Any]:
-        """The ``session_status`` object: ``stateVersion`` always, ``stateChanges`` on ask."""
+    ) -> SessionStatus:
+        """A session's state version, and its changes after ``changes_since`` on ask."""
         k = normalize_key(key)
         agent = resolve_agent(k, agent_id)
         if changes_since is not None and changes_since < 0:
             raise BadInput("changesSince must be a non-negative integer")
 
-        def run(conn: Conn) -> dict[str, Any]:
-            return session_status(conn, k, agent, changes_since)
-
-        return await self.store.peek(run)
+        return await self.store.peek(lambda conn: session_status(conn, k, agent, changes_since))
 
     async def activity(self) -> dict[str, Activity]:
         """Per session key: when a person last typed into it, and the turns of the last
@@ -375,15 +375,10 @@ class Kernel:
         """Every watcher's pending notices, whoever opened them."""
         return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])
 
-    async def state_versions(self, keys: list[str]) -> list[dict[str, Any]]:
-        """``stateVersion`` per session; all sessions with a head when ``keys`` is empty."""
+    async def state_versions(self, keys: list[str]) -> list[StateVersion]:
+        """The state version per session; all sessions with a head when ``keys`` is empty."""
         wanted = [normalize_key(k) for k in keys]
-
-        def run(conn: Conn) -> list[dict[str, Any]]:
-            rows = state_versions(conn, wanted)
-            return [_version_row(k, a if a is not None else _agent_of(k), v) for k, a, v in rows]
-
-        return await self.store.read(run)
+        return await self.store.read(lambda conn: state_versions(conn, wanted))
 
     # -- lifecycle of sessions ---------------------------------------------------------
 
@@ -453,7 +448,7 @@ class Kernel:
         session_id: str | None = None,
         store_path: str | None = None,
         run_active: bool | None = None,
-    ) -> dict[str, Any]:
+    ) -> SessionRow:
         """Create or update what the sidecar knows of a gateway session.
 
         Creating one (not the main session, not internal, cron or draft) records ``created``
@@ -474,7 +469,7 @@ class Kernel:
                 now=now,
             )
 
-        def run(conn: Conn) -> tuple[dict[str, Any], bool]:
+        def run(conn: Conn) -> tuple[SessionRow, bool]:
             existed = sessions.write_session_row(
                 conn,
                 k,
@@ -487,18 +482,11 @@ class Kernel:
             created = not existed and created_draft is not None
             if created and created_draft is not None:
                 created = not record_event(conn, created_draft, now).duplicate
-            return sessions.read_session(conn, k, agent) or {}, created
+            row = sessions.read_session(conn, k, agent)
+            assert row is not None  # written above, in this transaction
+            return row, created
 
         info, created = await self.store.write(run)
         if created and self.settings.notify_on_create:
             self.created_notices.add(main_key_for(agent, self.settings.main_key), k)
         return info
-
-
-def _version_row(key: str, agent_id: str | None, version: int) -> dict[str, Any]:
-    return {"sessionKey": key, "agentId": agent_id, "stateVersion": version}
-
-
-def _agent_of(key: str) -> str | None:
-    parsed = parse_agent_key(key)
-    return parsed.agent_id if parsed else None

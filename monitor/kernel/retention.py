@@ -1,7 +1,7 @@
 """Retention of the signal log: 30 days and 50,000 rows; idle cursors expire after 30 days.
 
 Each session's ``pruned_max_sequence`` is stamped with the highest sequence about to be
-deleted before anything is deleted, so ``historyGap`` stays exact; heads never go down.
+deleted before anything is deleted, so a reader's history gap stays exact; heads never go down.
 """
 
 from __future__ import annotations
@@ -26,13 +26,6 @@ class PruneResult:
     deleted_events: int
     deleted_cursors: int
     stamped_sessions: int
-
-    def as_json(self) -> dict[str, int]:
-        return {
-            "deletedEvents": self.deleted_events,
-            "deletedCursors": self.deleted_cursors,
-            "stampedSessions": self.stamped_sessions,
-        }
 
 
 def prune(

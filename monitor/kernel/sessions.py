@@ -5,10 +5,22 @@ their SQL."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from monitor.kernel.conn import Conn
+
+
+class SessionRow(NamedTuple):
+    """What the sidecar knows of one gateway session."""
+
+    session_key: str
+    agent_id: str
+    session_id: str | None
+    store_path: str | None
+    run_active: bool
+    created_at: int
+    updated_at: int
 
 
 SessionFlags = tuple[str | None, bool]  # the session id, and whether a run is active
@@ -43,7 +55,7 @@ def write_session_row(
     return existed is not None
 
 
-def read_session(conn: Conn, key: str, agent_id: str) -> dict[str, Any] | None:
+def read_session(conn: Conn, key: str, agent_id: str) -> SessionRow | None:
     row = conn.execute(
         "SELECT session_key, agent_id, session_id, store_path, run_active, created_at,"
         " updated_at FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
@@ -51,15 +63,7 @@ def read_session(conn: Conn, key: str, agent_id: str) -> dict[str, Any] | None:
     ).fetchone()
     if row is None:
         return None
-    return {
-        "sessionKey": row[0],
-        "agentId": row[1],
-        "sessionId": row[2],
-        "storePath": row[3],
-        "runActive": bool(row[4]),
-        "createdAt": row[5],
-        "updatedAt": row[6],
-    }
+    return SessionRow(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
 
 
 def session_flags(conn: Conn, key: str, agent_id: str) -> SessionFlags | None:

@@ -23,7 +23,7 @@ from monitor.kernel.events import (
     compact_payload,
     render_summary,
 )
-from monitor.kernel.keys import normalize_key, resolve_agent
+from monitor.kernel.keys import normalize_key, parse_agent_key, resolve_agent
 from monitor.kernel.notices import PROVENANCE_AMBIENT, Notice
 
 if TYPE_CHECKING:
@@ -356,16 +356,19 @@ def prune_events(conn: Conn, *, before: int, cap: int, now: int) -> tuple[int, i
     return stamped, deleted
 
 
-def state_versions(conn: Conn, keys: list[str]) -> list[tuple[str, str | None, int]]:
-    """``(session key, agent id, last sequence)`` of the heads of ``keys`` (all heads when
-    empty); a key without a head is answered with agent None and 0."""
+def state_versions(conn: Conn, keys: list[str]) -> list[StateVersion]:
+    """The heads of ``keys`` (all heads when empty); a key without a head is answered with
+    version 0 and the agent its key names, if any."""
     sql = "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
     if not keys:
-        return list(conn.execute(sql + " ORDER BY session_key, agent_id"))
-    out: list[tuple[str, str | None, int]] = []
+        return [StateVersion(*r) for r in conn.execute(sql + " ORDER BY session_key, agent_id")]
+    out: list[StateVersion] = []
     for k in keys:
         rows = conn.execute(sql + " WHERE session_key = ? ORDER BY agent_id", (k,)).fetchall()
-        out += rows or [(k, None, 0)]
+        if not rows:
+            parsed = parse_agent_key(k)
+            out.append(StateVersion(k, parsed.agent_id if parsed else None, 0))
+        out += [StateVersion(*r) for r in rows]
     return out
 
 
@@ -384,24 +387,41 @@ def row_cap_sequence(conn: Conn, max_rows: int) -> int:
     return int(row[0]) if row else 0
 
 
-def session_status(
-    conn: Conn, key: str, agent_id: str, changes_since: int | None
-) -> dict[str, Any]:
-    """The ``session_status`` object: ``stateVersion`` always; with ``changes_since``, the
-    events after it (``truncated`` past the page), the earliest sequence still kept, and
-    ``historyGap`` when retention pruned events the caller has not seen."""
+class StateChanges(NamedTuple):
+    """The events after a sequence a caller has seen (``truncated`` past the page), the
+    earliest sequence still kept, and whether retention pruned events the caller has not
+    seen (``history_gap``)."""
+
+    events: list[StateEvent]
+    truncated: bool
+    earliest_available_sequence: int
+    history_gap: bool
+
+
+class SessionStatus(NamedTuple):
+    """The ``session_status`` of one session: its state version always, and its changes
+    when asked for them."""
+
+    session_key: str
+    state_version: int
+    state_changes: StateChanges | None
+
+
+class StateVersion(NamedTuple):
+    session_key: str
+    agent_id: str | None  # None for a key with no agent and no head
+    state_version: int
+
+
+def session_status(conn: Conn, key: str, agent_id: str, changes_since: int | None) -> SessionStatus:
+    """A session's state version; with ``changes_since``, its changes after it."""
     version, pruned = read_head(conn, key, agent_id)
-    out: dict[str, Any] = {"ok": True, "sessionKey": key, "stateVersion": version}
-    if changes_since is not None:
-        events, truncated = state_changes(conn, key, agent_id, changes_since)
-        out["stateChanges"] = {
-            "events": [e.delta_json() for e in events],
-            "truncated": truncated,
-            "earliestAvailableSequence": earliest_sequence(conn, key, agent_id)
-            or (version + 1 if version else 0),
-            "historyGap": changes_since < pruned,
-        }
-    return out
+    if changes_since is None:
+        return SessionStatus(key, version, None)
+    events, truncated = state_changes(conn, key, agent_id, changes_since)
+    earliest = earliest_sequence(conn, key, agent_id) or (version + 1 if version else 0)
+    changes = StateChanges(events, truncated, earliest, changes_since < pruned)
+    return SessionStatus(key, version, changes)
 
 
 # -- what a person reads at a glance (the status page) ---------------------------------------

@@ -10,13 +10,13 @@ baseline that cannot be trusted declines the link; the adoption itself still suc
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import NamedTuple
 
 from adapters.base import Adapter, Marker
 from adapters.registry import LOCAL_HOST, entry, host_id_for
 from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
 from monitor.kernel import Kernel
-from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.events import CATALOG_ID, HOST_ID, ActorType, EventKind
 from monitor.kernel.kernel import Recorder
 from monitor.kernel.keys import normalize_key, resolve_agent
 from monitor.kernel.sessions import read_session, write_session_row
@@ -29,6 +29,14 @@ from monitor.upstream.session_catalog import SessionCatalog
 def check_kind(kind: str) -> str:
     """A registered kind, else a :class:`BadInput` naming the known ones."""
     return entry(kind).name
+
+
+class Adopted(NamedTuple):
+    """What an adoption did: the link it made, or why the source declined (the adoption
+    is recorded either way)."""
+
+    link: UpstreamLink | None
+    declined: str | None
 
 
 class Adoption:
@@ -57,7 +65,7 @@ class Adoption:
         agent_id: str | None = None,
         session_id: str | None = None,
         thread: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Adopted:
         """Adopt a native source: baseline its marker at the end and record ``adopted``."""
         key = normalize_key(session_key)
         agent = resolve_agent(key, agent_id)
@@ -83,7 +91,7 @@ class Adoption:
             actor_type=ActorType.HUMAN,
             session_id=session_id,
             now=self.kernel.clock(),
-            payload={"catalogId": form.catalog_id, "hostId": host_id_for(kind, ref, self.host)},
+            payload={CATALOG_ID: form.catalog_id, HOST_ID: host_id_for(kind, ref, self.host)},
             dedupe_key=f"adopted:{key}",
         )
 
@@ -92,7 +100,7 @@ class Adoption:
             known = read_session(conn, key, agent)
             # A session without an id takes the given one, else the native session id; an
             # existing session keeps its id.
-            sid = None if known and known["sessionId"] else (session_id or thread_id or None)
+            sid = None if known and known.session_id else (session_id or thread_id or None)
             write_session_row(conn, key, agent, session_id=sid, now=now)
             record(adopted)
             if declined is not None:
@@ -112,7 +120,7 @@ class Adoption:
         link = await self.kernel.commit(run)
         if self._changed:
             self._changed()
-        return {"link": link.as_json() if link else None, "declined": declined}
+        return Adopted(link, declined)
 
     async def adopt_catalog(
         self,
@@ -121,7 +129,7 @@ class Adoption:
         session_key: str,
         agent_id: str | None = None,
         session_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Adopted:
         """Adopt a catalog entry by its id, or by the short id the table shows."""
         wanted = catalog_id.strip()
         kind, _, digest = wanted.rpartition(":")
@@ -160,7 +168,7 @@ class Adoption:
         path: str | None = None,
         node: str | None = None,
         thread: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Adopted:
         """Adopt by catalog id, or by kind and path (with ``thread`` for a database), or a
         paired node's thread (``node`` and ``thread``)."""
         if catalog_id is not None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from adapters.base import Marker
+from adapters.base import Drift, Marker
 from adapters.registry import LOCAL_HOST, adapter_for_link, entry, host_id_for
 
 if TYPE_CHECKING:
@@ -79,22 +79,6 @@ class UpstreamLink:
         ref = orjson.dumps(self.ref).decode()
         raw = f"{self.host_id or ''}\0{self.thread_id or ''}\0{ref}"
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "sessionKey": self.session_key,
-            "agentId": self.agent_id,
-            "kind": self.kind,
-            "upstreamKind": self.upstream_kind,
-            "catalogId": self.catalog_id,
-            "hostId": self.host_id,
-            "threadId": self.thread_id,
-            "ref": self.ref,
-            "marker": public_marker(self.marker),
-            "lastScannedAt": self.last_scanned_at,
-            "createdAt": self.created_at,
-            "updatedAt": self.updated_at,
-        }
 
 
 def _json_object(raw: str | None) -> dict[str, Any]:
@@ -257,9 +241,31 @@ def note_skips(conn: Conn, skipped: list[tuple[UpstreamLink, str]]) -> None:
         note_link_status(conn, link, "skipped", reason)
 
 
-def list_links(conn: Conn, targets: set[str]) -> list[dict[str, Any]]:
-    """Every link with its state, as ``sessionwatch links`` shows it; ``watched`` when its
-    session is among the watched ``targets``."""
+class Blocked(NamedTuple):
+    offset: int
+    reason: str | None
+
+
+class LastCheck(NamedTuple):
+    outcome: str
+    reason: str | None
+
+
+class LinkView(NamedTuple):
+    """A link with its state, as ``sessionwatch links`` and the API show it: the marker
+    without its private parts, the state only when it is of this link's current source."""
+
+    link: UpstreamLink
+    marker: Marker  # public_marker(link.marker)
+    watched: bool
+    blocked: Blocked | None
+    missing_streak: int
+    status: LastCheck | None
+    drift: Drift
+
+
+def list_links(conn: Conn, targets: set[str]) -> list[LinkView]:
+    """Every link with its state; ``watched`` when its session is among ``targets``."""
     rows = conn.execute(
         f"SELECT {', '.join('l.' + c.strip() for c in _LINK_COLUMNS.split(','))},"
         " s.source_key, s.link_updated_at, s.missing_streak, s.blocked_offset,"
@@ -271,29 +277,18 @@ def list_links(conn: Conn, targets: set[str]) -> list[dict[str, Any]]:
     return [_listed(UpstreamLink.from_row(row[:11]), row[11:], row[0] in targets) for row in rows]
 
 
-def _listed(link: UpstreamLink, state: tuple[Any, ...], watched: bool) -> dict[str, Any]:
+def _listed(link: UpstreamLink, state: tuple[Any, ...], watched: bool) -> LinkView:
     source, updated, streak, blocked_at, blocked_reason, outcome, reason = state
     current = source == link.source_key and updated == link.updated_at
-    return {
-        "sessionKey": link.session_key,
-        "agentId": link.agent_id,
-        "kind": link.kind,
-        "upstreamKind": link.upstream_kind,
-        "catalogId": link.catalog_id,
-        "hostId": link.host_id,
-        "threadId": link.thread_id,
-        "foreign": link.foreign,
-        "ref": link.ref,
-        "marker": public_marker(link.marker),
-        "watched": bool(watched),
-        "blocked": {"offset": blocked_at, "reason": blocked_reason}
-        if current and blocked_at is not None
-        else None,
-        "missingStreak": int(streak) if current and streak else 0,
-        "status": {"outcome": outcome, "reason": reason} if current and outcome else None,
-        "drift": link.marker.get("drift"),
-        "lastScannedAt": link.last_scanned_at,
-    }
+    return LinkView(
+        link=link,
+        marker=public_marker(link.marker),
+        watched=bool(watched),
+        blocked=Blocked(blocked_at, blocked_reason) if current and blocked_at is not None else None,
+        missing_streak=int(streak) if current and streak else 0,
+        status=LastCheck(outcome, reason) if current and outcome else None,
+        drift=Drift.from_json(link.marker.get("drift")),
+    )
 
 
 def all_links(conn: Conn) -> list[UpstreamLink]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.base import Adapter, NodeAddress, Settings
+from adapters.catalog import Catalog
 from adapters.registry import build_adapters, roots_of
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
@@ -113,8 +114,8 @@ class UpstreamMonitor:
 
     # -- the catalog -------------------------------------------------------------------
 
-    async def catalog(self, kind: str | None = None, **filters: Any) -> dict[str, Any]:
-        return (await self.sessions.find(kind, **filters)).as_json()
+    async def catalog(self, kind: str | None = None, **filters: Any) -> Catalog:
+        return await self.sessions.find(kind, **filters)
 
     # -- links -------------------------------------------------------------------------
 
@@ -127,7 +128,7 @@ class UpstreamMonitor:
         adapters.clear()
         adapters.update(fresh)
 
-    async def links(self) -> list[dict[str, Any]]:
+    async def links(self) -> list[links.LinkView]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
 
     async def fingerprint(self) -> int:
@@ -138,12 +139,13 @@ class UpstreamMonitor:
         """Local file -> the session keys of the watched links whose early check its change
         wakes (each adapter names its files: a transcript, an OpenCode database's WAL)."""
         by_path: dict[str, set[str]] = {}
-        for link in await self.links():
-            adapter = self.adapters.get(link["kind"]) if link["kind"] else None
-            if adapter is None or not link["watched"]:
+        for view in await self.links():
+            link = view.link
+            adapter = self.adapters.get(link.kind) if link.kind else None
+            if adapter is None or not view.watched:
                 continue
-            for path in adapter.watched_paths(link["ref"]):
-                by_path.setdefault(path, set()).add(link["sessionKey"])
+            for path in adapter.watched_paths(link.ref):
+                by_path.setdefault(path, set()).add(link.session_key)
         return by_path
 
     async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:

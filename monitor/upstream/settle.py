@@ -41,14 +41,6 @@ class LinkResult:
     adapter: str | None = None
     unsettled: bool = False  # the store refused the findings: they wait, the marker stays
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "sessionKey": self.session_key,
-            "outcome": self.outcome,
-            "turns": self.turns,
-            "reason": self.reason,
-        }
-
 
 def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: int) -> LinkResult:
     """Settle one check of ``link`` (see the module docstring)."""

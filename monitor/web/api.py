@@ -24,7 +24,8 @@ from monitor.kernel.feed import KEEPALIVE_S, POLL_S, NoticeFeed
 from monitor.kernel.notices import Notice
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.upstream import UpstreamMonitor
-from monitor.web.common import MAX_BODY, json_response, make_guard, unavailable
+from monitor.web import models, wire
+from monitor.web.common import MAX_BODY, make_guard, unavailable
 from monitor.web.models import (
     AgentQuery,
     CatalogQuery,
@@ -72,9 +73,18 @@ def query(request: web.Request, model: type[T]) -> T:
 routes = web.RouteTableDef()
 
 
+def respond(model: type[msgspec.Struct], data: Any, status: int = 200) -> web.Response:
+    """An answer in the shape of ``model`` (see :func:`monitor.web.models.answer`)."""
+    body = models.answer(model, data)
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+OK = {"ok": True}
+
+
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
-    return json_response({"ok": True})
+    return respond(models.Ok, OK)
 
 
 @routes.get("/openapi.json")
@@ -101,20 +111,20 @@ async def put_session(request: web.Request) -> web.Response:
         store_path=data.store_path,
         run_active=data.run_active,
     )
-    return json_response(info)
+    return respond(models.SessionInfo, wire.session_info(info))
 
 
 @routes.post("/v1/sessions/{key}/reset")
 async def reset(request: web.Request) -> web.Response:
     await request.app[KERNEL].reset(request.match_info["key"])
-    return json_response({"ok": True})
+    return respond(models.Ok, OK)
 
 
 @routes.delete("/v1/sessions/{key}")
 async def delete(request: web.Request) -> web.Response:
     q = query(request, AgentQuery)
     await request.app[KERNEL].delete(request.match_info["key"], agent_id=given(q.agent_id))
-    return json_response({"ok": True})
+    return respond(models.Ok, OK)
 
 
 @routes.post("/v1/sessions/{key}/own-messages")
@@ -123,7 +133,7 @@ async def own_message(request: web.Request) -> web.Response:
     await request.app[KERNEL].remember_own_message(
         request.match_info["key"], own_text_hash(data.text), agent_id=data.agent_id
     )
-    return json_response({"ok": True})
+    return respond(models.Ok, OK)
 
 
 def _payload(payload: Payload | None) -> dict[str, Any] | None:
@@ -157,8 +167,9 @@ async def post_event(request: web.Request) -> web.Response:
     except StoreError as exc:
         log.warning("event not recorded: %s", exc)  # best-effort: the gateway's turn goes on
         failed = {"recorded": False, "error": {"code": "store_unavailable", "message": str(exc)}}
-        return unavailable(json_response(failed, 503))
-    return json_response({"recorded": True, **result.event.record_json(duplicate=result.duplicate)})
+        return unavailable(respond(models.NotRecorded, failed, 503))
+    recorded = wire.event_record(result.event, duplicate=result.duplicate)
+    return respond(models.EventRecorded, {"recorded": True, **recorded})
 
 
 @routes.post("/v1/spawns")
@@ -167,7 +178,7 @@ async def post_spawn(request: web.Request) -> web.Response:
     result = await request.app[KERNEL].spawn(
         parent=data.parent, child=data.child, run_id=data.run_id
     )
-    return json_response(result.event.record_json(duplicate=result.duplicate))
+    return respond(models.EventRecord, wire.event_record(result.event, duplicate=result.duplicate))
 
 
 @routes.post("/v1/watches")
@@ -178,28 +189,26 @@ async def post_watch(request: web.Request) -> web.Response:
         watcher=data.watcher, target=data.target, store_path=data.store_path
     )
     if watched:
-        return json_response({"watched": True})
+        return respond(models.Watched, {"watched": True})
     reason = kernel.why_not_watched(data.watcher, data.target)
-    return json_response({"watched": False, "reason": reason})
+    return respond(models.Watched, {"watched": False, "reason": reason})
 
 
 @routes.get("/v1/sessions/{key}/status")
 async def status(request: web.Request) -> web.Response:
     q = query(request, StatusQuery)
-    return json_response(
-        await request.app[KERNEL].status(
-            request.match_info["key"],
-            agent_id=given(q.agent_id),
-            changes_since=given(q.changes_since),
-        )
+    found = await request.app[KERNEL].status(
+        request.match_info["key"], agent_id=given(q.agent_id), changes_since=given(q.changes_since)
     )
+    return respond(models.Status, wire.status(found))
 
 
 @routes.get("/v1/sessions")
 async def sessions(request: web.Request) -> web.Response:
     q = query(request, SessionsQuery)
     keys = [k for k in (given(q.keys) or "").split(",") if k.strip()]
-    return json_response({"sessions": await request.app[KERNEL].state_versions(keys)})
+    versions = await request.app[KERNEL].state_versions(keys)
+    return respond(models.Sessions, {"sessions": wire.state_versions(versions)})
 
 
 async def _pending(request: web.Request, drain: bool) -> list[dict[str, Any]]:
@@ -218,7 +227,7 @@ async def _pending(request: web.Request, drain: bool) -> list[dict[str, Any]]:
 
 
 async def _notices(request: web.Request, drain: bool) -> web.Response:
-    return json_response({"notices": await _pending(request, drain)})
+    return respond(models.Notices, {"notices": await _pending(request, drain)})
 
 
 @routes.get("/v1/watchers/{key}/notices")
@@ -275,7 +284,7 @@ async def catalog(request: web.Request) -> web.Response:
         search=given(q.search),
         limit=given(q.limit),
     )
-    return json_response(found)
+    return respond(models.Catalog, found.as_json())
 
 
 @routes.post("/v1/links")
@@ -291,12 +300,13 @@ async def post_link(request: web.Request) -> web.Response:
         node=data.node,
         thread=data.thread,
     )
-    return json_response(adopted)
+    return respond(models.Adopted, wire.adopted(adopted))
 
 
 @routes.get("/v1/links")
 async def get_links(request: web.Request) -> web.Response:
-    return json_response({"links": await request.app[MONITOR].links()})
+    views = await request.app[MONITOR].links()
+    return respond(models.Links, {"links": wire.links(views)})
 
 
 @routes.delete("/v1/links/{key}")
@@ -307,7 +317,7 @@ async def delete_link(request: web.Request) -> web.Response:
     )
     if not removed:
         raise NotFound(f"no link for session {request.match_info['key']!r}")
-    return json_response({"ok": True})
+    return respond(models.Ok, OK)
 
 
 def build_app(

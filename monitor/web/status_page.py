@@ -37,6 +37,7 @@ from monitor.kernel import Kernel
 from monitor.kernel.feed import KEEPALIVE_S, POLL_S
 from monitor.kernel.signal_log import Activity
 from monitor.upstream import UpstreamMonitor
+from monitor.upstream.links import LinkView
 from monitor.upstream.monitor import root_paths
 from monitor.upstream.settle import TickHealth
 from monitor.web.common import token_matches
@@ -150,29 +151,26 @@ class PageView:
     error: str | None = None
 
 
-def link_state(link: dict[str, Any]) -> tuple[str, str]:
+def link_state(view: LinkView) -> tuple[str, str]:
     """The one state a person reads first, and its reason."""
-    if link.get("foreign"):
+    if view.link.foreign:
         return "foreign", "a kind this sidecar does not read"
-    blocked = link.get("blocked")
-    if blocked:
-        return "blocked", str(blocked.get("reason") or f"at byte {blocked.get('offset')}")
-    streak = int(link.get("missingStreak") or 0)
-    if streak:
-        return "missing", f"not found at {streak} of {MISSING_AFTER} checks"
-    status = link.get("status") or {}
-    if status.get("outcome") == "inconclusive":
-        return "inconclusive", str(status.get("reason") or "the last check could not decide")
-    drift = link.get("drift") or {}
+    if view.blocked:
+        return "blocked", view.blocked.reason or f"at byte {view.blocked.offset}"
+    if view.missing_streak:
+        return "missing", f"not found at {view.missing_streak} of {MISSING_AFTER} checks"
+    if view.status and view.status.outcome == "inconclusive":
+        return "inconclusive", view.status.reason or "the last check could not decide"
+    drift = view.drift
     found = []
-    if drift.get("unknownTypes"):
-        found.append("unknown types " + ", ".join(sorted(drift["unknownTypes"])))
-    if drift.get("unclassifiedUserRecords"):
-        found.append(f"{drift['unclassifiedUserRecords']} unclassified user records")
-    if drift.get("invalidLines"):
-        found.append(f"{drift['invalidLines']} invalid lines")
-    if drift.get("newerThanTested"):
-        found.append(f"version {drift.get('version')} is newer than tested")
+    if drift.unknown_types:
+        found.append("unknown types " + ", ".join(sorted(drift.unknown_types)))
+    if drift.unclassified:
+        found.append(f"{drift.unclassified} unclassified user records")
+    if drift.invalid:
+        found.append(f"{drift.invalid} invalid lines")
+    if drift.newer:
+        found.append(f"version {drift.version} is newer than tested")
     if found:
         return "drifting", "; ".join(found)
     return "healthy", ""
@@ -363,18 +361,19 @@ class StatusPage:
             return dataclasses.replace(base, error=str(exc))
         self._refresh_titles()
         rows = []
-        for link in sorted(links, key=lambda x: str(x["sessionKey"])):
-            state, reason = link_state(link)
+        for view in sorted(links, key=lambda v: v.link.session_key):
+            state, reason = link_state(view)
+            link = view.link
             rows.append(
                 LinkRow(
-                    session_key=str(link["sessionKey"]),
-                    kind=str(link.get("kind") or link.get("upstreamKind") or "?"),
-                    host=str(link.get("hostId") or ""),
-                    title=self._titles.get(str(link.get("threadId") or ""), ""),
+                    session_key=link.session_key,
+                    kind=link.kind or link.upstream_kind or "?",
+                    host=link.host_id or "",
+                    title=self._titles.get(link.thread_id or "", ""),
                     state=state,
                     reason=reason,
-                    activity=activity.get(str(link["sessionKey"])),
-                    watched=bool(link.get("watched")),
+                    activity=activity.get(link.session_key),
+                    watched=view.watched,
                 )
             )
         by_watcher: dict[str, list[str]] = {}
@@ -399,11 +398,7 @@ class StatusPage:
     async def _load_titles(self) -> None:
         with contextlib.suppress(SessionwatchError):
             found = await self.sources.monitor.catalog()
-            self._titles = {
-                str(e.get("nativeId")): str(e.get("title") or "")
-                for e in found.get("sessions", [])
-                if e.get("nativeId")
-            }
+            self._titles = {e.native_id: e.title or "" for e in found.entries if e.native_id}
             self.sources.tick.pulse.beat(news=True)  # the open pages fetch the titles
 
     async def _node_states(self, config: Config) -> tuple[tuple[str, str, str | None], ...]:

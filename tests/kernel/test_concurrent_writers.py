@@ -9,6 +9,7 @@ import asyncio
 
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
+from monitor.web import wire
 from tests.conftest import KernelFactory, notice
 
 MAIN = "agent:main:main"
@@ -31,7 +32,7 @@ async def _follow(kernel: Kernel, target: str, seen: list[int], done: asyncio.Ev
     since = 0
     while True:
         finished = done.is_set()
-        status = await kernel.status(target, changes_since=since)
+        status = wire.status(await kernel.status(target, changes_since=since))
         events = status["stateChanges"]["events"]
         seen += [e["sequence"] for e in events]
         if events:
@@ -55,7 +56,7 @@ async def test_concurrent_writers_keep_every_guarantee(open_kernel: KernelFactor
 
     every: list[int] = []
     for target in TARGETS:
-        status = await reader.status(target, changes_since=0)
+        status = wire.status(await reader.status(target, changes_since=0))
         logged = [e["sequence"] for e in status["stateChanges"]["events"]]
         assert logged == sorted(set(logged))  # increasing, no duplicates
         assert seen[target] == logged  # the follower saw each once, in order, no gap

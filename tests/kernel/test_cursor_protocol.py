@@ -22,6 +22,7 @@ from monitor.clock import DAY_MS, HOUR_MS
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import CURSOR_IDLE_MS, RETENTION_MS
+from monitor.web import wire
 from tests.conftest import T0, ManualClock, notice
 
 SESSIONS = ["agent:main:main", "agent:main:subagent:a", "agent:ops:main"]
@@ -186,7 +187,7 @@ class CursorProtocol(RuleBasedStateMachine):
         for session in SESSIONS:
             pruned = self.model.pruned.get(session, 0)
             for since in {0, max(pruned - 1, 0), pruned, self.model.head.get(session, 0)}:
-                status = self.run(self.kernel.status(session, changes_since=since))
+                status = wire.status(self.run(self.kernel.status(session, changes_since=since)))
                 assert self.model.head.get(session, 0) == status["stateVersion"]
                 assert (since < pruned) == status["stateChanges"]["historyGap"]
 

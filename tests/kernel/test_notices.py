@@ -6,6 +6,7 @@ import pytest
 
 from monitor.kernel import Kernel, KernelSettings, NewEvent
 from monitor.kernel.events import ActorType, EventKind
+from monitor.web import wire
 from tests.conftest import KernelFactory, ManualClock, human, notice, texts
 
 MAIN = "agent:main:main"
@@ -143,8 +144,8 @@ async def test_global_sessions_log_per_agent_and_notify_nobody(kernel: Kernel) -
     a = await human(kernel, "global", agent_id="alpha")
     b = await human(kernel, "global", agent_id="beta")
     assert a.notices + b.notices == []
-    alpha = await kernel.status("global", agent_id="alpha", changes_since=0)
-    beta = await kernel.status("global", agent_id="beta", changes_since=0)
+    alpha = wire.status(await kernel.status("global", agent_id="alpha", changes_since=0))
+    beta = wire.status(await kernel.status("global", agent_id="beta", changes_since=0))
     assert [a.event.sequence] == [e["sequence"] for e in alpha["stateChanges"]["events"]]
     assert [b.event.sequence] == [e["sequence"] for e in beta["stateChanges"]["events"]]
 
@@ -187,7 +188,7 @@ async def test_reset_drops_watcher_cursors_and_keeps_target_history(kernel: Kern
     await human(kernel, CHILD)
     await kernel.reset(MAIN)
     assert await texts(kernel, MAIN) == []
-    assert (await kernel.status(CHILD))["stateVersion"] == 2
+    assert (wire.status(await kernel.status(CHILD)))["stateVersion"] == 2
     assert (await human(kernel, CHILD)).notices == []
 
 
@@ -196,7 +197,7 @@ async def test_delete_removes_events_head_and_cursors_on_both_sides(kernel: Kern
     await kernel.watch(watcher=CHILD, target="agent:main:other")
     await human(kernel, CHILD)
     await kernel.delete(CHILD)
-    status = await kernel.status(CHILD, changes_since=0)
+    status = wire.status(await kernel.status(CHILD, changes_since=0))
     assert status["stateVersion"] == 0
     assert status["stateChanges"]["events"] == []
     assert await texts(kernel, MAIN) == []
@@ -327,7 +328,7 @@ async def test_session_created_notice_is_batched_and_switchable(
         "- New session created: agent:main:subagent:two",
         f"- New session created: {CHILD}",
     ] == text.splitlines()
-    status = await kernel.status(CHILD, changes_since=0)
+    status = wire.status(await kernel.status(CHILD, changes_since=0))
     assert [e["kind"] for e in status["stateChanges"]["events"]] == ["created"]
     quiet: Kernel = await open_kernel(settings=KernelSettings(notify_on_create=False))
     await quiet.upsert_session("agent:main:subagent:three", session_id="s4")

@@ -18,6 +18,7 @@ from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.store_paths import StorePathRule
 from monitor.upstream import UpstreamMonitor
+from monitor.web import wire
 from tests.conftest import ManualClock, human, notice
 from tests.kernel.test_notices import WakeLog
 from tests.opencode_db import OpenCodeDB
@@ -254,7 +255,7 @@ async def test_adopted_file_links_use_openclaws_vocabulary(
     path.write_bytes(orjson.dumps(first) + b"\n" if first else b"")
     monitor = await open_monitor(db_path, roots, clock)
     try:
-        result = await monitor.adopt(kind=kind, path=str(path), session_key=KEY)
+        result = wire.adopted(await monitor.adopt(kind=kind, path=str(path), session_key=KEY))
     finally:
         await monitor.kernel.close()
     assert result["declined"] is None
@@ -296,7 +297,7 @@ async def test_a_node_link_is_claude_cli_on_its_node(
             link.kind,
         )
         assert [("claude-node", False)] == [
-            (x["kind"], x["foreign"]) for x in await monitor.links()
+            (x["kind"], x["foreign"]) for x in wire.links(await monitor.links())
         ]
     finally:
         await kernel.close()
@@ -366,7 +367,7 @@ async def test_links_openclaw_wrote_continue_and_foreign_ones_are_left_alone(
         assert foreign.reason is not None and "foreign" in foreign.reason
         for _ in range(3):
             await monitor.tick()
-        listed = {x["sessionKey"]: x for x in await monitor.links()}
+        listed = {x["sessionKey"]: x for x in wire.links(await monitor.links())}
         assert listed["agent:main:adopted:codex"]["foreign"] is True
         assert listed[KEY]["foreign"] is False
         assert path.stat().st_size == listed[KEY]["marker"]["offset"]
@@ -386,7 +387,9 @@ async def test_the_dedupe_key_uses_openclaws_source_key(
     path.write_bytes(b"")
     monitor = await open_monitor(db_path, roots, clock)
     try:
-        await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+        wire.adopted(
+            await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+        )
         assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
         path.write_bytes(user_line("hello"))
         await monitor.tick()
@@ -441,7 +444,7 @@ async def test_state_changes_carry_run_id_and_openclaws_payload(kernel: Kernel) 
     child = "agent:main:subagent:c"
     await kernel.spawn(parent=MAIN, child=child, run_id="r1")
     await human(kernel, child)
-    status = await kernel.status(child, changes_since=0)
+    status = wire.status(await kernel.status(child, changes_since=0))
     events = status["stateChanges"]["events"]
     assert ["r1", None] == [e.get("runId") for e in events]
     assert "runId" not in events[1]

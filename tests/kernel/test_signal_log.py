@@ -14,6 +14,7 @@ from monitor.errors import BadInput, SchemaTooNew
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import MAX_ROWS
+from monitor.web import wire
 from tests.conftest import KernelFactory, ManualClock, human
 
 CHILD = "agent:main:subagent:child"
@@ -24,7 +25,7 @@ async def test_duplicate_dedupe_key_returns_the_existing_row(kernel: Kernel) -> 
     again = await human(kernel, CHILD, dedupe_key="upstream:x:1")
     assert (first.duplicate, again.duplicate) == (False, True)
     assert first.event == again.event
-    assert first.event.sequence == (await kernel.status(CHILD))["stateVersion"]
+    assert first.event.sequence == (wire.status(await kernel.status(CHILD)))["stateVersion"]
 
 
 async def test_default_dedupe_keys_of_producer_kinds(kernel: Kernel) -> None:
@@ -116,7 +117,7 @@ async def test_bad_input_is_refused_and_writes_nothing(
         await kernel.record(
             NewEvent(kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN, **args)
         )
-    assert await kernel.state_versions([]) == []
+    assert wire.state_versions(await kernel.state_versions([])) == []
 
 
 async def test_occurred_at_is_clamped_to_the_last_day(kernel: Kernel, clock: ManualClock) -> None:
@@ -129,13 +130,17 @@ async def test_occurred_at_is_clamped_to_the_last_day(kernel: Kernel, clock: Man
 
 
 async def test_status_without_changes_since_has_only_the_version(kernel: Kernel) -> None:
-    assert await kernel.status(CHILD) == {"ok": True, "sessionKey": CHILD, "stateVersion": 0}
+    assert wire.status(await kernel.status(CHILD)) == {
+        "ok": True,
+        "sessionKey": CHILD,
+        "stateVersion": 0,
+    }
 
 
 async def test_deltas_are_typed_ascending_and_truncated_at_200(kernel: Kernel) -> None:
     for _ in range(205):
         await human(kernel, CHILD, payload={"channel": "telegram"})
-    status = await kernel.status(CHILD, changes_since=2)
+    status = wire.status(await kernel.status(CHILD, changes_since=2))
     changes = status["stateChanges"]
     assert list(range(3, 203)) == [e["sequence"] for e in changes["events"]]
     assert changes["truncated"] is True
@@ -158,14 +163,18 @@ async def test_history_gap_only_when_really_pruned(kernel: Kernel, clock: Manual
     await human(kernel, other)  # 2
     await human(kernel, other)  # 3
     await human(kernel, CHILD)  # 4
-    assert not (await kernel.status(CHILD, changes_since=1))["stateChanges"]["historyGap"]
+    assert not (wire.status(await kernel.status(CHILD, changes_since=1)))["stateChanges"][
+        "historyGap"
+    ]
     clock.advance(31 * DAY_MS)
     await human(kernel, CHILD)  # 5
     await kernel.prune()
-    status = await kernel.status(CHILD, changes_since=3)
+    status = wire.status(await kernel.status(CHILD, changes_since=3))
     assert status["stateChanges"]["historyGap"] is True
     assert status["stateChanges"]["earliestAvailableSequence"] == 5
-    assert not (await kernel.status(CHILD, changes_since=4))["stateChanges"]["historyGap"]
+    assert not (wire.status(await kernel.status(CHILD, changes_since=4)))["stateChanges"][
+        "historyGap"
+    ]
 
 
 async def test_head_survives_pruning_all_rows(kernel: Kernel, clock: ManualClock) -> None:
@@ -174,7 +183,7 @@ async def test_head_survives_pruning_all_rows(kernel: Kernel, clock: ManualClock
     clock.advance(31 * DAY_MS)
     result = await kernel.prune()
     assert result.deleted_events == 2
-    status = await kernel.status(CHILD, changes_since=0)
+    status = wire.status(await kernel.status(CHILD, changes_since=0))
     assert status["stateVersion"] == 2
     assert status["stateChanges"]["historyGap"] is True
     # As OpenClaw answers when every row is gone: one past the head.
@@ -193,9 +202,11 @@ async def test_prune_keeps_the_newest_50000_rows(kernel: Kernel, clock: ManualCl
     await kernel.store.write(bulk)
     result = await kernel.prune()
     assert result.deleted_events == 10
-    b = await kernel.status("agent:main:b", changes_since=8)
+    b = wire.status(await kernel.status("agent:main:b", changes_since=8))
     assert b["stateChanges"]["historyGap"] is True
-    assert not (await kernel.status("agent:main:b", changes_since=9))["stateChanges"]["historyGap"]
+    assert not (wire.status(await kernel.status("agent:main:b", changes_since=9)))["stateChanges"][
+        "historyGap"
+    ]
     assert b["stateChanges"]["earliestAvailableSequence"] == 11
 
 
@@ -216,12 +227,12 @@ async def test_write_path_prunes_at_most_hourly(kernel: Kernel, clock: ManualClo
     await human(kernel, CHILD)
     clock.advance(31 * DAY_MS)
     await human(kernel, CHILD)  # the first write of this kernel prunes the stale row
-    assert (await kernel.status(CHILD, changes_since=0))["stateChanges"][
+    assert (wire.status(await kernel.status(CHILD, changes_since=0)))["stateChanges"][
         "earliestAvailableSequence"
     ] == 2
     clock.advance(31 * DAY_MS - HOUR_MS)
     await human(kernel, CHILD)  # within the hour? no: an hour has passed, prunes again
-    status = await kernel.status(CHILD, changes_since=0)
+    status = wire.status(await kernel.status(CHILD, changes_since=0))
     assert status["stateChanges"]["earliestAvailableSequence"] == 3
 
 
@@ -229,7 +240,7 @@ async def test_state_versions_for_a_list(kernel: Kernel) -> None:
     await human(kernel, CHILD)
     await human(kernel, "global", agent_id="a")
     await human(kernel, "global", agent_id="b")
-    assert await kernel.state_versions([CHILD, "global", "agent:x:y"]) == [
+    assert wire.state_versions(await kernel.state_versions([CHILD, "global", "agent:x:y"])) == [
         {"sessionKey": CHILD, "agentId": "main", "stateVersion": 1},
         {"sessionKey": "global", "agentId": "a", "stateVersion": 2},
         {"sessionKey": "global", "agentId": "b", "stateVersion": 3},

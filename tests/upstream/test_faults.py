@@ -18,6 +18,7 @@ from adapters.base import own_text_hash
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
+from monitor.web import wire
 from tests.opencode_db import OpenCodeDB
 
 KEY = "agent:main:adopted:x"
@@ -41,7 +42,9 @@ def monitor(kernel: Kernel, roots: RootsConfig) -> UpstreamMonitor:
 
 
 async def adopt(monitor: UpstreamMonitor, path: Path, key: str = KEY) -> None:
-    result = await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id="s1")
+    result = wire.adopted(
+        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id="s1")
+    )
     assert result["declined"] is None
     assert await monitor.kernel.watch(watcher=MAIN, target=key)
 
@@ -70,7 +73,7 @@ async def test_a_fifo_is_never_opened_and_stalls_no_other_link(
     second = await tick(monitor)
     assert ("inconclusive", 0, "not a regular file (a FIFO)") == second[KEY]
     assert ("activity", 1) == second[OTHER][:2]
-    listed = {x["sessionKey"]: x for x in await monitor.links()}
+    listed = {x["sessionKey"]: x for x in wire.links(await monitor.links())}
     assert {"outcome": "inconclusive", "reason": "not a regular file (a FIFO)"} == listed[KEY][
         "status"
     ]
@@ -85,7 +88,7 @@ async def test_a_directory_in_place_of_the_transcript_is_shown_in_links(
     path.unlink()
     path.mkdir()
     assert ("inconclusive", 0, "not a regular file (a directory)") == (await tick(monitor))[KEY]
-    (listed,) = await monitor.links()
+    (listed,) = wire.links(await monitor.links())
     assert "not a regular file (a directory)" == listed["status"]["reason"]
 
 
@@ -94,7 +97,7 @@ async def test_adopting_a_fifo_is_declined_as_not_a_regular_file(
 ) -> None:
     path = Path(roots.claude) / "a.jsonl"
     os.mkfifo(path)
-    result = await monitor.adopt(kind="claude", path=str(path), session_key=KEY)
+    result = wire.adopted(await monitor.adopt(kind="claude", path=str(path), session_key=KEY))
     assert "not a regular file (a FIFO)" in result["declined"]
 
 
@@ -102,7 +105,7 @@ async def test_the_catalog_skips_a_fifo_without_opening_it(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
     os.mkfifo(Path(roots.claude) / "proj-a.jsonl")
-    found = await asyncio.wait_for(monitor.catalog("claude"), 30)
+    found = (await asyncio.wait_for(monitor.catalog("claude"), 30)).as_json()
     assert [] == found["sessions"]
     assert ["not a regular file (a FIFO)"] == [e["reason"] for e in found["errors"]]
 
@@ -132,7 +135,7 @@ async def test_a_symlink_out_of_the_roots_is_not_read(
     path.unlink()
     path.symlink_to(outside)
     assert ("inconclusive", 0, "outside the configured roots") == (await tick(monitor))[KEY]
-    assert 1 == (await monitor.kernel.status(KEY))["stateVersion"]  # only the adoption
+    assert 1 == (wire.status(await monitor.kernel.status(KEY)))["stateVersion"]  # only the adoption
 
 
 async def test_prompts_with_odd_bytes_are_turns(
@@ -155,7 +158,7 @@ async def test_drift_is_counted_per_link_and_shown(
     append(path, b'{"type":"world_state","x":1}\n{"type":"world_state","x":2}\n')
     append(path, prompt("new shape", version="9.0.0"))
     await tick(monitor)
-    (listed,) = await monitor.links()
+    (listed,) = wire.links(await monitor.links())
     drift = listed["drift"]
     assert ({"world_state": 2}, "9.0.0", True) == (
         drift["unknownTypes"],
@@ -215,7 +218,7 @@ async def test_a_replaced_gateway_session_starts_a_fresh_missing_streak(
     await monitor.kernel.upsert_session(KEY, session_id="s2")
     for _ in range(2):
         assert ("missing", 0, "no such file") == (await tick(monitor))[KEY]
-    assert [KEY] == [x["sessionKey"] for x in await monitor.links()]
+    assert [KEY] == [x["sessionKey"] for x in wire.links(await monitor.links())]
     assert ("missing", 0, "upstream_missing recorded") == (await tick(monitor))[KEY]
 
 
@@ -297,10 +300,10 @@ async def test_why_a_watched_link_was_not_checked_shows_in_links(
     await adopt(monitor, path)
     await monitor.kernel.upsert_session(KEY, run_active=True)
     assert ("skipped", 0, "run active") == (await tick(monitor))[KEY]
-    (listed,) = await monitor.links()
+    (listed,) = wire.links(await monitor.links())
     assert {"outcome": "skipped", "reason": "run active"} == listed["status"]
     await monitor.kernel.upsert_session(KEY, run_active=False)
     append(path, prompt("after the run"))
     assert ("activity", 1) == (await tick(monitor))[KEY][:2]
-    (listed,) = await monitor.links()
+    (listed,) = wire.links(await monitor.links())
     assert listed["status"] is None

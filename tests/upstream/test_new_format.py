@@ -23,6 +23,7 @@ from monitor.kernel import Kernel
 from monitor.metrics import Metrics
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.tick import TickSettings
+from monitor.web import wire
 from tests.conftest import REPO, served_address
 from tests.interop.gateway_rig import wait_for
 
@@ -53,7 +54,7 @@ def append(path: Path, text: str) -> None:
 
 
 async def adopt(monitor: UpstreamMonitor, path: Path) -> None:
-    await monitor.adopt(kind="fake", path=str(path), session_key=KEY, session_id="s1")
+    wire.adopted(await monitor.adopt(kind="fake", path=str(path), session_key=KEY, session_id="s1"))
     assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
 
 
@@ -63,12 +64,12 @@ async def test_the_fake_format_is_adopted_ticked_and_reported(
     path = fake_root / "one.fake"
     path.write_text("> before adoption\n")
     await adopt(fake_monitor, path)
-    (link,) = await fake_monitor.links()
+    (link,) = wire.links(await fake_monitor.links())
     assert ("fake", "fake-cli", "fake") == (link["kind"], link["upstreamKind"], link["catalogId"])
     append(path, "< working\n> fix the test\n")
     assert [("activity", 1)] == [(r.outcome, r.turns) for r in await fake_monitor.tick()]
     assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await fake_monitor.tick()]
-    status = await fake_monitor.kernel.status(KEY, changes_since=0)
+    status = wire.status(await fake_monitor.kernel.status(KEY, changes_since=0))
     kinds = [e["kind"] for e in status["stateChanges"]["events"]]
     assert ["adopted", "human_direct_message"] == kinds
     assert 1 == len(await fake_monitor.kernel.notices(watcher=MAIN))
@@ -84,14 +85,14 @@ async def test_drift_and_a_block_show_in_links_and_metrics(
     await adopt(fake_monitor, path)
     append(path, "hologram 3d\n")
     await fake_monitor.tick()
-    (link,) = await fake_monitor.links()
+    (link,) = wire.links(await fake_monitor.links())
     assert {"hologram": 1} == link["drift"]["unknownTypes"]
     metrics = fake_monitor.ticker.metrics
     assert metrics is not None
     assert 1 == metrics.drift_unknown.labels("fake", "hologram")._value.get()
     append(path, "!\n> after\n")
     assert ["blocked"] == [r.outcome for r in await fake_monitor.tick()]
-    (link,) = await fake_monitor.links()
+    (link,) = wire.links(await fake_monitor.links())
     assert link["blocked"]["offset"] == path.stat().st_size - len("!\n> after\n")
     assert 1 == await fake_monitor.blocked_count()
 
@@ -105,8 +106,10 @@ async def test_a_source_gone_three_times_is_upstream_missing(
     path.unlink()
     seen = [[r.outcome for r in await fake_monitor.tick()] for _ in range(3)]
     assert [["missing"]] * 3 == seen
-    assert [] == await fake_monitor.links()
-    events = (await fake_monitor.kernel.status(KEY, changes_since=0))["stateChanges"]["events"]
+    assert [] == wire.links(await fake_monitor.links())
+    events = (wire.status(await fake_monitor.kernel.status(KEY, changes_since=0)))["stateChanges"][
+        "events"
+    ]
     assert "upstream_missing" == events[-1]["kind"]
 
 
@@ -132,7 +135,7 @@ async def test_an_unregistered_kind_is_refused_by_name(
     fake_monitor: UpstreamMonitor, fake_root: Path
 ) -> None:
     with pytest.raises(BadInput, match='unknown upstream kind "faux"'):
-        await fake_monitor.adopt(kind="faux", path=str(fake_root), session_key=KEY)
+        wire.adopted(await fake_monitor.adopt(kind="faux", path=str(fake_root), session_key=KEY))
 
 
 # -- a new JSONL format through serve ----------------------------------------------------

@@ -16,6 +16,7 @@ from monitor.config import Config, HostConfig, MonitorConfig, RootsConfig
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
+from monitor.web import wire
 from tests.conftest import REPO, allow_event_inserts, notice, refuse_event_inserts, user_line
 
 KEY = "agent:main:adopted:x"
@@ -28,7 +29,9 @@ def monitor(kernel: Kernel, roots: RootsConfig) -> UpstreamMonitor:
 
 
 async def adopt_watched(monitor: UpstreamMonitor, path: Path, kind: str = "claude") -> Any:
-    result = await monitor.adopt(kind=kind, path=str(path), session_key=KEY, session_id="s1")
+    result = wire.adopted(
+        await monitor.adopt(kind=kind, path=str(path), session_key=KEY, session_id="s1")
+    )
     assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
     return result
 
@@ -52,7 +55,7 @@ async def test_a_human_prompt_gives_one_event_and_one_notice(
     append(path, user_line("fix the test", "u1"))
     assert await outcomes(monitor) == [("activity", 1)]
     assert await outcomes(monitor) == [("quiet", 0)]
-    status = await monitor.kernel.status(KEY, changes_since=0)
+    status = wire.status(await monitor.kernel.status(KEY, changes_since=0))
     kinds = [(e["kind"], e["summary"]) for e in status["stateChanges"]["events"]]
     assert kinds == [
         ("adopted", "adopted from claude"),
@@ -69,7 +72,9 @@ async def test_a_burst_is_one_event_with_turns(
     await adopt_watched(monitor, path)
     append(path, user_line("one", "u1") + user_line("two", "u2") + user_line("three", "u3"))
     assert await outcomes(monitor) == [("activity", 3)]
-    events = (await monitor.kernel.status(KEY, changes_since=1))["stateChanges"]["events"]
+    events = (wire.status(await monitor.kernel.status(KEY, changes_since=1)))["stateChanges"][
+        "events"
+    ]
     assert [e["payload"] for e in events] == [{"channel": "claude", "turns": 3}]
 
 
@@ -82,7 +87,7 @@ async def test_self_echo_advances_without_an_event(
     await monitor.kernel.remember_own_message(KEY, own_text_hash("sent  by the\ngateway"))
     append(path, user_line(" sent by the gateway "))
     assert await outcomes(monitor) == [("quiet", 0)]
-    assert (await monitor.kernel.status(KEY))["stateVersion"] == 1
+    assert (wire.status(await monitor.kernel.status(KEY)))["stateVersion"] == 1
 
 
 async def test_unwatched_links_are_never_probed(
@@ -90,7 +95,9 @@ async def test_unwatched_links_are_never_probed(
 ) -> None:
     path = Path(roots.claude) / "s.jsonl"
     path.write_bytes(b"")
-    await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    wire.adopted(
+        await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    )
     append(path, user_line("hello"))
     assert await outcomes(monitor) == []
 
@@ -110,7 +117,7 @@ async def test_three_misses_record_upstream_missing_and_drop_the_link(
     assert await UpstreamMonitor.from_config(kernel, Config(roots=roots)).links() == []
     pending = await kernel.notices(watcher=MAIN)
     assert [notice(KEY, 1)] == [n.text for n in pending]
-    events = (await kernel.status(KEY, changes_since=1))["stateChanges"]["events"]
+    events = (wire.status(await kernel.status(KEY, changes_since=1)))["stateChanges"]["events"]
     assert [e["summary"] for e in events] == ["upstream missing via claude"]
 
 
@@ -127,7 +134,7 @@ async def test_a_quiet_check_resets_the_missing_streak(
     await monitor.tick()
     path.unlink()
     await monitor.tick()
-    assert (await monitor.links())[0]["missingStreak"] == 1
+    assert (wire.links(await monitor.links()))[0]["missingStreak"] == 1
 
 
 async def test_a_busy_session_is_deferred_and_its_marker_stays(
@@ -139,7 +146,7 @@ async def test_a_busy_session_is_deferred_and_its_marker_stays(
     append(path, user_line("while busy"))
     await monitor.kernel.upsert_session(KEY, run_active=True)
     assert await outcomes(monitor) == [("skipped", 0)]
-    assert (await monitor.links())[0]["marker"] == {"offset": 0}
+    assert (wire.links(await monitor.links()))[0]["marker"] == {"offset": 0}
     await monitor.kernel.upsert_session(KEY, run_active=False)
     assert await outcomes(monitor) == [("activity", 1)]
 
@@ -150,7 +157,9 @@ async def _three_watched_links(monitor: UpstreamMonitor, roots: RootsConfig) -> 
     for i, key in enumerate(keys):
         path = Path(roots.claude) / f"s{i}.jsonl"
         path.write_bytes(b"")
-        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
+        wire.adopted(
+            await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
+        )
         assert await monitor.kernel.watch(watcher=MAIN, target=key)
     return keys
 
@@ -165,7 +174,7 @@ async def test_a_failing_insert_leaves_the_marker(
     await monitor.kernel.store.write(refuse_event_inserts)
     append(path, user_line("do not lose me"))
     assert await outcomes(monitor) == [("inconclusive", 0)]
-    assert (await monitor.links())[0]["marker"] == {"offset": 0}
+    assert (wire.links(await monitor.links()))[0]["marker"] == {"offset": 0}
     await monitor.kernel.store.write(allow_event_inserts)
     assert await outcomes(monitor) == [("activity", 1)]
 
@@ -185,7 +194,7 @@ async def test_a_store_that_refuses_the_tick_is_said_once_and_loses_nothing(
     for _ in range(3):
         results = await monitor.tick()
         assert [("inconclusive", True)] * 3 == [(r.outcome, r.unsettled) for r in results]
-    assert [{"offset": 0}] * 3 == [link["marker"] for link in await monitor.links()]
+    assert [{"offset": 0}] * 3 == [link["marker"] for link in wire.links(await monitor.links())]
     said = [r.getMessage() for r in caplog.records]
     assert 1 == sum("the tick's writes wait" in m for m in said), said
     await monitor.kernel.store.write(allow_event_inserts)
@@ -194,7 +203,9 @@ async def test_a_store_that_refuses_the_tick_is_said_once_and_loses_nothing(
     said = [r.getMessage() for r in caplog.records]
     assert 1 == sum("takes the tick's writes again" in m for m in said), said
     for key in keys:
-        events = (await monitor.kernel.status(key, changes_since=0))["stateChanges"]["events"]
+        events = (wire.status(await monitor.kernel.status(key, changes_since=0)))["stateChanges"][
+            "events"
+        ]
         assert ["adopted", "human_direct_message"] == [e["kind"] for e in events]
 
 
@@ -214,7 +225,7 @@ async def test_one_links_failed_write_stays_that_links(
         assert "inconclusive" == results[keys[1]].outcome
         assert "could not record" in (results[keys[1]].reason or "")
         assert [healthy, healthy] == [(results[k].outcome, results[k].turns) for k in keys[::2]]
-    markers = {link["sessionKey"]: link["marker"] for link in await monitor.links()}
+    markers = {link["sessionKey"]: link["marker"] for link in wire.links(await monitor.links())}
     assert {"offset": 0} == markers[keys[1]]
     assert markers[keys[0]]["offset"] > 0 and markers[keys[2]]["offset"] > 0
     said = [r.getMessage() for r in caplog.records]
@@ -224,7 +235,9 @@ async def test_one_links_failed_write_stays_that_links(
     results = {r.session_key: r for r in await monitor.tick()}
     assert ("activity", 1) == (results[keys[1]].outcome, results[keys[1]].turns)
     for key in keys:
-        events = (await monitor.kernel.status(key, changes_since=0))["stateChanges"]["events"]
+        events = (wire.status(await monitor.kernel.status(key, changes_since=0)))["stateChanges"][
+            "events"
+        ]
         assert ["adopted", "human_direct_message"] == [e["kind"] for e in events]
 
 
@@ -241,7 +254,7 @@ async def test_a_long_line_is_read_across_ticks_and_counts_once(
     assert [("quiet", 0)] * 3 == ticks[:3]  # the first 192 bytes, held aside
     assert 2 == sum(turns for _, turns in ticks)
     assert ("quiet", 0) == ticks[-1]
-    assert (await monitor.kernel.status(KEY))["stateVersion"] == 3
+    assert (wire.status(await monitor.kernel.status(KEY)))["stateVersion"] == 3
 
 
 async def test_a_line_over_max_line_bytes_blocks_visibly_and_logs_once(
@@ -257,7 +270,7 @@ async def test_a_line_over_max_line_bytes_blocks_visibly_and_logs_once(
         results = [(await outcomes(monitor))[0] for _ in range(4)]
     assert [("quiet", 0), ("quiet", 0), ("blocked", 0), ("blocked", 0)] == results
     assert caplog.text.count("blocked:") == 1
-    link = (await monitor.links())[0]
+    link = (wire.links(await monitor.links()))[0]
     assert link["blocked"]["offset"] == 0
     assert "longer than max_line_bytes (128)" in link["blocked"]["reason"]
 
@@ -304,9 +317,9 @@ async def test_a_rotated_or_truncated_file_loses_nothing_and_repeats_nothing(
         path.write_bytes(new)
     assert await outcomes(monitor) == [("activity", 2)]
     assert await outcomes(monitor) == [("quiet", 0)]
-    link = (await monitor.links())[0]
+    link = (wire.links(await monitor.links()))[0]
     assert {how: 1} == link["marker"]["changes"]
-    assert (await monitor.kernel.status(KEY))["stateVersion"] == 3
+    assert (wire.status(await monitor.kernel.status(KEY)))["stateVersion"] == 3
 
 
 async def test_a_rewrite_whose_old_offset_falls_on_a_line_end_is_seen(
@@ -323,7 +336,7 @@ async def test_a_rewrite_whose_old_offset_falls_on_a_line_end_is_seen(
     assert path.stat().st_ino == inode
     assert await outcomes(monitor) == [("activity", 2)]
     assert await outcomes(monitor) == [("quiet", 0)]
-    assert {"truncated": 1} == (await monitor.links())[0]["marker"]["changes"]
+    assert {"truncated": 1} == (wire.links(await monitor.links()))[0]["marker"]["changes"]
 
 
 async def test_a_line_over_max_line_bytes_blocks_even_when_read_whole(
@@ -343,7 +356,7 @@ async def test_a_line_over_max_line_bytes_blocks_even_when_read_whole(
     append(path, before + long_line)
     assert await outcomes(monitor) == [("activity", 1)]
     assert await outcomes(monitor) == [("blocked", 0)]
-    (link,) = await monitor.links()
+    (link,) = wire.links(await monitor.links())
     reason = f"a line longer than max_line_bytes ({limit}) starts at {len(before)}"
     assert {"offset": len(before), "reason": reason} == link["blocked"]
 
@@ -355,11 +368,15 @@ async def test_readopting_keeps_the_marker_and_a_new_source_rebases(
     path.write_bytes(b"")
     await adopt_watched(monitor, path)
     append(path, user_line("unseen"))
-    again = await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    again = wire.adopted(
+        await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    )
     assert again["link"]["marker"] == {"offset": 0}
     other = Path(roots.claude) / "t.jsonl"
     other.write_bytes(user_line("old"))
-    moved = await monitor.adopt(kind="claude", path=str(other), session_key=KEY, session_id="s1")
+    moved = wire.adopted(
+        await monitor.adopt(kind="claude", path=str(other), session_key=KEY, session_id="s1")
+    )
     assert {"offset": other.stat().st_size} == moved["link"]["marker"]
     assert moved["link"]["lastScannedAt"] is None
 
@@ -370,11 +387,11 @@ async def test_refs_must_stay_inside_the_roots(
     outside = tmp_path / "outside.jsonl"
     outside.write_bytes(b"")
     with pytest.raises(BadInput, match="not inside"):
-        await monitor.adopt(kind="claude", path=str(outside), session_key=KEY)
+        wire.adopted(await monitor.adopt(kind="claude", path=str(outside), session_key=KEY))
     link = Path(roots.claude) / "escape.jsonl"
     os.symlink(outside, link)
     with pytest.raises(BadInput, match="not inside"):
-        await monitor.adopt(kind="claude", path=str(link), session_key=KEY)
+        wire.adopted(await monitor.adopt(kind="claude", path=str(link), session_key=KEY))
 
 
 async def test_untrusted_baselines_decline_with_the_reason(
@@ -385,21 +402,29 @@ async def test_untrusted_baselines_decline_with_the_reason(
     pi_old.write_bytes((samples / "pi_legacy.jsonl").read_bytes())
     sub = Path(roots.codex) / "rollout-sub.jsonl"
     sub.write_bytes((samples / "codex_subagent.jsonl").read_bytes())
-    pi = await monitor.adopt(kind="pi", path=str(pi_old), session_key=KEY, session_id="s1")
+    pi = wire.adopted(
+        await monitor.adopt(kind="pi", path=str(pi_old), session_key=KEY, session_id="s1")
+    )
     assert pi["link"] is None
     assert "resume it once in Pi to migrate it to v3" in pi["declined"]
-    codex = await monitor.adopt(kind="codex", path=str(sub), session_key="agent:main:adopted:y")
+    codex = wire.adopted(
+        await monitor.adopt(kind="codex", path=str(sub), session_key="agent:main:adopted:y")
+    )
     assert (
         codex["link"],
         codex["declined"],
     ) == (None, "a Codex sub-agent rollout is not adoptable")
-    gone = await monitor.adopt(
-        kind="claude",
-        path=str(Path(roots.claude) / "nope.jsonl"),
-        session_key="agent:main:adopted:z",
+    gone = wire.adopted(
+        await monitor.adopt(
+            kind="claude",
+            path=str(Path(roots.claude) / "nope.jsonl"),
+            session_key="agent:main:adopted:z",
+        )
     )
     assert gone["link"] is None and "no such file" in gone["declined"]
-    assert (await monitor.kernel.status(KEY))["stateVersion"] == 1  # adoption still recorded
+    assert (wire.status(await monitor.kernel.status(KEY)))[
+        "stateVersion"
+    ] == 1  # adoption still recorded
 
 
 async def test_codex_and_pi_links_report_their_turns(
@@ -418,8 +443,10 @@ async def test_codex_and_pi_links_report_their_turns(
     )
     pi = Path(roots.pi) / "s.jsonl"
     pi.write_bytes((samples / "pi_session.jsonl").read_bytes().splitlines(True)[0])
-    await monitor.adopt(
-        kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
+    wire.adopted(
+        await monitor.adopt(
+            kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
+        )
     )
     await monitor.kernel.watch(watcher=MAIN, target="agent:main:adopted:pi")
     append(
@@ -454,8 +481,10 @@ class ReadoptingAdapter:
 
     async def check(self, probes: list[Any]) -> list[Any]:
         outcomes: list[Any] = await self.inner.check(probes)
-        await self.monitor.adopt(
-            kind="claude", path=str(self.other), session_key=KEY, session_id="s1"
+        wire.adopted(
+            await self.monitor.adopt(
+                kind="claude", path=str(self.other), session_key=KEY, session_id="s1"
+            )
         )
         return outcomes
 
@@ -472,8 +501,8 @@ async def test_a_link_refreshed_mid_scan_records_nothing(
     monitor.adapters["claude"] = ReadoptingAdapter(monitor.adapters["claude"], monitor, other)
     result = await monitor.tick()
     assert [("skipped", "link changed during the scan")] == [(r.outcome, r.reason) for r in result]
-    assert 1 == (await monitor.kernel.status(KEY))["stateVersion"]
-    assert {"offset": 0} == (await monitor.links())[0]["marker"]
+    assert 1 == (wire.status(await monitor.kernel.status(KEY)))["stateVersion"]
+    assert {"offset": 0} == (wire.links(await monitor.links()))[0]["marker"]
 
 
 class BrokenAdapter:
@@ -492,8 +521,10 @@ async def test_adapter_failures_are_isolated(monitor: UpstreamMonitor, roots: Ro
     await adopt_watched(monitor, path)
     pi = Path(roots.pi) / "p.jsonl"
     pi.write_bytes(b'{"type":"session","version":3,"id":"x","timestamp":"2026-03-01T10:00:00Z"}\n')
-    await monitor.adopt(
-        kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
+    wire.adopted(
+        await monitor.adopt(
+            kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
+        )
     )
     await monitor.kernel.watch(watcher=MAIN, target="agent:main:adopted:pi")
     monitor.adapters["pi"] = BrokenAdapter()
@@ -508,8 +539,10 @@ async def test_a_key_linked_under_two_agents_is_skipped(
     path = Path(roots.claude) / "s.jsonl"
     path.write_bytes(b"")
     for agent in ("a", "b"):
-        await monitor.adopt(
-            kind="claude", path=str(path), session_key="shared", agent_id=agent, session_id="s1"
+        wire.adopted(
+            await monitor.adopt(
+                kind="claude", path=str(path), session_key="shared", agent_id=agent, session_id="s1"
+            )
         )
     await monitor.kernel.watch(watcher=MAIN, target="shared")
     assert [] == await outcomes(monitor)  # bare keys get no cursor, so nothing is watched

@@ -23,6 +23,7 @@ from monitor.errors import BadInput, StoreLocked
 from monitor.kernel import Kernel
 from monitor.kernel.store import Store
 from monitor.service import running
+from monitor.web import wire
 from tests.conftest import Client, make_config, until, user_line
 
 CHILD = "agent:main:subagent:c1"
@@ -102,7 +103,7 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
         sidecar.kernel.store.write_timeout = 0.3
         path = tmp_path / "claude" / "s.jsonl"
         path.write_bytes(b"")
-        await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=CHILD)
+        wire.adopted(await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=CHILD))
         assert await sidecar.kernel.watch(watcher="agent:main:main", target=CHILD)
         with path.open("ab") as f:
             f.write(user_line("typed while the database was locked"))
@@ -119,7 +120,9 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
         assert 1 == sum("the tick's writes wait" in m for m in said), said
         locked.execute("ROLLBACK")
         await sidecar.scheduled_tick()
-        events = (await sidecar.kernel.status(CHILD, changes_since=0))["stateChanges"]["events"]
+        events = (wire.status(await sidecar.kernel.status(CHILD, changes_since=0)))["stateChanges"][
+            "events"
+        ]
         assert ["adopted", "human_direct_message"] == [e["kind"] for e in events]
 
 

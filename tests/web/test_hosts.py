@@ -19,6 +19,7 @@ from monitor.config import Config, HostConfig, MonitorConfig
 from monitor.errors import AlreadyRunning, ConfigError, StoreError
 from monitor.service import Sidecar, running
 from monitor.upstream.host_leases import SHARED
+from monitor.web import wire
 from tests.conftest import Client, PgServer, make_config, notice, pg_database, user_line
 from tests.hooks_gateway import HooksGateway
 
@@ -155,7 +156,9 @@ async def test_each_host_ticks_only_its_own_files(pg_url: str, tmp_path: Path) -
         ticked_b = {r.session_key for r in await b.sidecar.monitor.tick()}
         assert ({"agent:main:adopted:a"}, {"agent:main:adopted:b"}) == (ticked_a, ticked_b)
         for name in ("a", "b"):
-            status = await a.sidecar.kernel.status(f"agent:main:adopted:{name}", changes_since=0)
+            status = wire.status(
+                await a.sidecar.kernel.status(f"agent:main:adopted:{name}", changes_since=0)
+            )
             kinds = [e["kind"] for e in status["stateChanges"]["events"]]
             assert ["adopted", "human_direct_message"] == kinds
 
@@ -213,7 +216,7 @@ async def test_two_monitors_ticking_the_same_links_record_each_turn_once(
             with path.open("ab") as f:
                 f.write(user_line(f"turn {turn}", f"u{turn}"))
             await asyncio.gather(*(m.tick() for m in monitors))
-        events = (await first.status(key, changes_since=0))["stateChanges"]["events"]
+        events = (wire.status(await first.status(key, changes_since=0)))["stateChanges"]["events"]
         turns = sum((e.get("payload") or {}).get("turns", 1) for e in events[1:])
         assert 10 == turns
     finally:

@@ -250,27 +250,57 @@ def test_the_page_answers_only_to_its_own_host_names(serve: Serve) -> None:
         conn.close()
 
 
-@pytest.mark.parametrize(
-    ("link", "state", "reason"),
-    [
-        (
-            {"blocked": {"offset": 7, "reason": "a line longer than max_line_bytes"}},
-            "blocked",
-            "a line",
-        ),
-        ({"missingStreak": 2}, "missing", "2 of 3"),
-        ({"status": {"outcome": "inconclusive", "reason": "node n1 down"}}, "inconclusive", "n1"),
-        ({"drift": {"unknownTypes": {"hologram": 1}}}, "drifting", "hologram"),
-        ({"drift": {"newerThanTested": True, "version": "9.9"}}, "drifting", "9.9"),
-        ({"foreign": True}, "foreign", "does not read"),
-        ({"drift": {"unknownTypes": {}}, "status": {"outcome": "activity"}}, "healthy", ""),
-    ],
-)
-def test_a_link_reads_as_one_state_with_its_reason(
-    link: dict[str, object], state: str, reason: str
-) -> None:
+def _view(**given: object) -> object:
+    from adapters.base import Drift
+    from monitor.upstream.links import LinkView, UpstreamLink
+
+    foreign = bool(given.pop("foreign", False))
+    link = UpstreamLink(
+        session_key="agent:main:adopted:x",
+        agent_id="main",
+        catalog_id=None,
+        host_id=None,
+        thread_id=None,
+        upstream_kind="hologram" if foreign else "claude",
+        kind=None if foreign else "claude",
+        ref={},
+        marker={},
+        last_scanned_at=None,
+        created_at=0,
+        updated_at=0,
+    )
+    fields: dict[str, object] = {
+        "link": link,
+        "marker": {},
+        "watched": True,
+        "blocked": None,
+        "missing_streak": 0,
+        "status": None,
+        "drift": Drift(),
+    }
+    fields.update(given)
+    return LinkView(**fields)  # type: ignore[arg-type]
+
+
+def _views() -> list[tuple[object, str, str]]:
+    from adapters.base import Drift
+    from monitor.upstream.links import Blocked, LastCheck
+
+    return [
+        (_view(blocked=Blocked(7, "a line longer than max_line_bytes")), "blocked", "a line"),
+        (_view(missing_streak=2), "missing", "2 of 3"),
+        (_view(status=LastCheck("inconclusive", "node n1 down")), "inconclusive", "n1"),
+        (_view(drift=Drift(unknown_types={"hologram": 1})), "drifting", "hologram"),
+        (_view(drift=Drift(newer=True, version="9.9")), "drifting", "9.9"),
+        (_view(foreign=True), "foreign", "does not read"),
+        (_view(status=LastCheck("activity", None)), "healthy", ""),
+    ]
+
+
+def test_a_link_reads_as_one_state_with_its_reason() -> None:
     from monitor.web.status_page import link_state
 
-    found, why = link_state(link)
-    assert state == found
-    assert reason in why
+    for view, state, reason in _views():
+        found, why = link_state(view)  # type: ignore[arg-type]
+        assert state == found, view
+        assert reason in why

@@ -1,0 +1,178 @@
+"""The wire format: the typed values of the kernel and the upstream monitor as the JSON
+objects the API answers and the CLI prints. Each camelCase key is spelled here, once.
+
+The HTTP API passes every object built here through its answer model
+(:func:`monitor.web.models.answer`), the one the OpenAPI document is generated from, so an
+answer that left its document would fail there. The CLI prints the same objects without
+that check: it must not pay msgspec's import on every one-shot command.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from monitor.kernel.events import DELTA_PAYLOAD_FIELDS
+
+if TYPE_CHECKING:
+    from adapters.base import Drift
+    from monitor.kernel.events import StateEvent
+    from monitor.kernel.retention import PruneResult
+    from monitor.kernel.sessions import SessionRow
+    from monitor.kernel.signal_log import SessionStatus, StateVersion
+    from monitor.upstream.adoption import Adopted
+    from monitor.upstream.links import LinkView, UpstreamLink
+    from monitor.upstream.settle import LinkResult
+
+Json = dict[str, Any]
+
+
+def event_record(event: StateEvent, *, duplicate: bool) -> Json:
+    """A recorded event, as ``POST /v1/events`` answers and ``sessionwatch record`` prints."""
+    return {
+        "sequence": event.sequence,
+        "sessionKey": event.session_key,
+        "agentId": event.agent_id,
+        "kind": event.kind,
+        "actorType": event.actor_type,
+        "actorId": event.actor_id,
+        "summary": event.summary,
+        "occurredAt": event.occurred_at,
+        "payload": event.payload or None,
+        "duplicate": duplicate,
+    }
+
+
+def delta_event(event: StateEvent) -> Json:
+    """An event of a ``stateChanges`` answer: absent fields are left out, and the payload is
+    projected to the fields OpenClaw's ``session_status`` shows."""
+    out: Json = {"sequence": event.sequence, "kind": event.kind, "actorType": event.actor_type}
+    if event.actor_id is not None:
+        out["actorId"] = event.actor_id
+    if event.run_id is not None:
+        out["runId"] = event.run_id
+    out["summary"] = event.summary
+    out["occurredAt"] = event.occurred_at
+    payload = {k: event.payload[k] for k in DELTA_PAYLOAD_FIELDS if k in event.payload}
+    if payload:
+        out["payload"] = payload
+    return out
+
+
+def status(found: SessionStatus) -> Json:
+    """The ``session_status`` object: ``stateVersion`` always, ``stateChanges`` on ask."""
+    out: Json = {"ok": True, "sessionKey": found.session_key, "stateVersion": found.state_version}
+    changes = found.state_changes
+    if changes is not None:
+        out["stateChanges"] = {
+            "events": [delta_event(e) for e in changes.events],
+            "truncated": changes.truncated,
+            "earliestAvailableSequence": changes.earliest_available_sequence,
+            "historyGap": changes.history_gap,
+        }
+    return out
+
+
+def state_versions(versions: list[StateVersion]) -> list[Json]:
+    return [state_version(v) for v in versions]
+
+
+def state_version(version: StateVersion) -> Json:
+    return {
+        "sessionKey": version.session_key,
+        "agentId": version.agent_id,
+        "stateVersion": version.state_version,
+    }
+
+
+def session_info(row: SessionRow) -> Json:
+    return {
+        "sessionKey": row.session_key,
+        "agentId": row.agent_id,
+        "sessionId": row.session_id,
+        "storePath": row.store_path,
+        "runActive": row.run_active,
+        "createdAt": row.created_at,
+        "updatedAt": row.updated_at,
+    }
+
+
+def pruned(result: PruneResult) -> Json:
+    return {
+        "deletedEvents": result.deleted_events,
+        "deletedCursors": result.deleted_cursors,
+        "stampedSessions": result.stamped_sessions,
+    }
+
+
+def _link_fields(link: UpstreamLink) -> Json:
+    return {
+        "sessionKey": link.session_key,
+        "agentId": link.agent_id,
+        "kind": link.kind,
+        "upstreamKind": link.upstream_kind,
+        "catalogId": link.catalog_id,
+        "hostId": link.host_id,
+        "threadId": link.thread_id,
+    }
+
+
+def drift(found: Drift) -> Json | None:
+    """What a link's reading found that it did not know, or None when it found nothing."""
+    if not found:
+        return None
+    return {
+        "version": found.version,
+        "newerThanTested": found.newer,
+        "unknownTypes": dict(found.unknown_types),
+        "unclassifiedUserRecords": found.unclassified,
+        "invalidLines": found.invalid,
+        "lastInvalidOffset": found.last_invalid_offset,
+    }
+
+
+def link(view: LinkView) -> Json:
+    """A link with its state, as ``GET /v1/links`` answers and ``sessionwatch links`` prints."""
+    blocked, check = view.blocked, view.status
+    return {
+        **_link_fields(view.link),
+        "foreign": view.link.foreign,
+        "ref": view.link.ref,
+        "marker": view.marker,
+        "watched": view.watched,
+        "blocked": {"offset": blocked.offset, "reason": blocked.reason} if blocked else None,
+        "missingStreak": view.missing_streak,
+        "status": {"outcome": check.outcome, "reason": check.reason} if check else None,
+        "drift": drift(view.drift),
+        "lastScannedAt": view.link.last_scanned_at,
+    }
+
+
+def links(views: list[LinkView]) -> list[Json]:
+    return [link(v) for v in views]
+
+
+def adopted(result: Adopted) -> Json:
+    """What an adoption made: its link (with the marker as people see it), or why not."""
+    made: Json | None = None
+    if result.link is not None:
+        from monitor.upstream.links import public_marker
+
+        made = {
+            **_link_fields(result.link),
+            "ref": result.link.ref,
+            "marker": public_marker(result.link.marker),
+            "lastScannedAt": result.link.last_scanned_at,
+            "createdAt": result.link.created_at,
+            "updatedAt": result.link.updated_at,
+        }
+    return {"link": made, "declined": result.declined}
+
+
+def link_result(result: LinkResult) -> Json:
+    """One link's outcome of a tick, as ``sessionwatch tick`` prints it."""
+    return {
+        "sessionKey": result.session_key,
+        "outcome": result.outcome,
+        "turns": result.turns,
+        "reason": result.reason,
+    }
