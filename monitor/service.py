@@ -37,6 +37,7 @@ from monitor.kernel.feed import POLL_S
 from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.private import check_private_state, load_token, read_secret, take_instance_lock
+from monitor.retry import Backoff
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
@@ -266,7 +267,7 @@ async def open_kernel(
 ) -> Kernel | None:
     """Open the state database, waiting while another process holds it locked: retried with
     backoff, said once in the log, until it opens (the kernel) or ``stopping`` is set (None)."""
-    delay, said = 0.5, False
+    backoff = Backoff(0.5, 5.0)
     while True:
         try:
             return await Kernel.open(db, settings, **wiring)
@@ -275,17 +276,10 @@ async def open_kernel(
                 isinstance(exc, StoreLocked) or isinstance(db, str)
             ):
                 raise  # a SQLite file that cannot be opened, or a newer schema: said at once
-            if not said:
+            if backoff.fresh:
                 log.warning("%s; retrying until it answers", exc)
-                said = True
-        if stopping is None:
-            await asyncio.sleep(delay)
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), delay)
-            if stopping.is_set():
-                return None
-        delay = min(delay * 2, 5.0)
+        if await backoff.wait(stopping):
+            return None
 
 
 @contextlib.asynccontextmanager

@@ -20,14 +20,11 @@ from monitor.config import Config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.kernel import cursors, retention, sessions
 from monitor.kernel.delivery import Delivery
-from monitor.kernel.events import ActorType, EventKind, StateEvent
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.gateway_sessions import GatewaySessions
 from monitor.kernel.keys import (
-    is_internal_key,
-    is_main_key,
-    main_key_for,
     normalize_key,
     parse_agent_key,
-    resolve_agent,
     session_scope,
 )
 from monitor.kernel.notices import (
@@ -38,26 +35,17 @@ from monitor.kernel.notices import (
     WakeCallback,
 )
 from monitor.kernel.policy import WatchPolicy
-from monitor.kernel.sessions import SessionRow
 from monitor.kernel.signal_log import (
-    Activity,
     EventDraft,
     NewEvent,
     Recorded,
-    SessionStatus,
-    StateVersion,
     delete_session_log,
-    human_activity,
-    last_sequence,
-    make_draft,
     read_head,
-    recent_events,
     record_event,
-    session_status,
-    state_versions,
 )
 from monitor.kernel.store_paths import LEGACY_DEFAULT, StorePathRule
 from monitor.kernel.stores import open_store
+from monitor.kernel.views import Views
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
@@ -140,6 +128,16 @@ class Kernel:
             rule=StorePathRule.for_database(store.path, settings.store_path_template),
         )
         self.delivery = Delivery(store, self.policy, wake=wake, metrics=metrics)
+        known = GatewaySessions(store, settings, self.policy, self.created_notices)
+        self.upsert_session, self.remember_own_message = known.upsert, known.remember_own_message
+        views = Views(store)  # the answers that only read
+        self.status, self.state_versions = views.status, views.state_versions
+        self.activity, self.recent_events = views.activity, views.recent_events
+        self.fingerprint, self.pending, self.all_pending = (
+            views.fingerprint,
+            views.pending,
+            views.all_pending,
+        )
         self.observe = self.delivery.observe  # after a commit: count, and wake whom it concerns
         self.deliver = self.delivery.deliver  # notices another process opened
 
@@ -254,13 +252,6 @@ class Kernel:
             )
         )
 
-    async def pending(self) -> list[Notice]:
-        """Every watcher's pending notices that a sidecar opened (this process or another):
-        what it may wake the gateway for. A gateway's own notices are its own to deliver."""
-        return await self.store.peek(
-            lambda conn: [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
-        )
-
     # -- watches and notices -----------------------------------------------------------
 
     async def watch(
@@ -342,44 +333,6 @@ class Kernel:
         self.deliver(ours)
         return pending
 
-    # -- reconciliation ----------------------------------------------------------------
-
-    async def status(
-        self, key: str, *, agent_id: str | None = None, changes_since: int | None = None
-    ) -> SessionStatus:
-        """A session's state version, and its changes after ``changes_since`` on ask."""
-        k = normalize_key(key)
-        agent = resolve_agent(k, agent_id)
-        if changes_since is not None and changes_since < 0:
-            raise BadInput("changesSince must be a non-negative integer")
-
-        return await self.store.peek(lambda conn: session_status(conn, k, agent, changes_since))
-
-    async def activity(self) -> dict[str, Activity]:
-        """Per session key: when a person last typed into it, and the turns of the last
-        hour and day."""
-        now = self.clock()
-        return await self.store.peek(lambda conn: human_activity(conn, now))
-
-    async def recent_events(self, key: str, limit: int = 50) -> list[StateEvent]:
-        """The newest events of one session, newest first (metadata and summaries only,
-        as the log holds)."""
-        k = normalize_key(key)
-        return await self.store.peek(lambda conn: recent_events(conn, k, limit))
-
-    async def fingerprint(self) -> tuple[int, tuple[int, int, int]]:
-        """Moves with every event logged and every cursor that moved (the status page)."""
-        return await self.store.peek(lambda conn: (last_sequence(conn), cursors.progress(conn)))
-
-    async def all_pending(self) -> list[Notice]:
-        """Every watcher's pending notices, whoever opened them."""
-        return await self.store.peek(lambda conn: [c.notice() for c in cursors.list_pending(conn)])
-
-    async def state_versions(self, keys: list[str]) -> list[StateVersion]:
-        """The state version per session; all sessions with a head when ``keys`` is empty."""
-        wanted = [normalize_key(k) for k in keys]
-        return await self.store.read(lambda conn: state_versions(conn, wanted))
-
     # -- lifecycle of sessions ---------------------------------------------------------
 
     async def reset(self, key: str) -> None:
@@ -423,70 +376,3 @@ class Kernel:
             await self.prune(now)
         except SessionwatchError as exc:
             log.warning("retention failed: %s", exc)
-
-    async def remember_own_message(
-        self, key: str, digest: str, *, agent_id: str | None = None, limit: int | None = None
-    ) -> int:
-        """Remember an OpenClaw-side user message for self-echo, by its hash (the caller's
-        ``adapters.base.own_text_hash``: the kernel knows no adapters); keeps ``limit``."""
-        k = normalize_key(key)
-        agent = resolve_agent(k, agent_id)
-        now = self.clock()
-        keep = self.settings.own_text_limit if limit is None else limit
-        await self.store.write(
-            lambda conn: sessions.remember_own(conn, k, agent, digest, now, keep)
-        )
-        return keep
-
-    # -- known gateway sessions --------------------------------------------------------
-
-    async def upsert_session(
-        self,
-        key: str,
-        *,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        store_path: str | None = None,
-        run_active: bool | None = None,
-    ) -> SessionRow:
-        """Create or update what the sidecar knows of a gateway session.
-
-        Creating one (not the main session, not internal, cron or draft) records ``created``
-        and queues one bounded "New session created" notice for the agent's main session.
-        """
-        k = normalize_key(key)
-        agent = resolve_agent(k, agent_id)
-        path = self.policy.store_path(store_path, k) if store_path is not None else None
-        now = self.clock()
-        created_draft = None
-        if not is_main_key(k, self.settings.main_key) and not is_internal_key(k):
-            created_draft = make_draft(
-                session_key=k,
-                agent_id=agent,
-                kind=EventKind.CREATED,
-                actor_type=ActorType.SYSTEM,
-                session_id=session_id,
-                now=now,
-            )
-
-        def run(conn: Conn) -> tuple[SessionRow, bool]:
-            existed = sessions.write_session_row(
-                conn,
-                k,
-                agent,
-                session_id=session_id,
-                store_path=path,
-                run_active=run_active,
-                now=now,
-            )
-            created = not existed and created_draft is not None
-            if created and created_draft is not None:
-                created = not record_event(conn, created_draft, now).duplicate
-            row = sessions.read_session(conn, k, agent)
-            assert row is not None  # written above, in this transaction
-            return row, created
-
-        info, created = await self.store.write(run)
-        if created and self.settings.notify_on_create:
-            self.created_notices.add(main_key_for(agent, self.settings.main_key), k)
-        return info

@@ -48,6 +48,7 @@ from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel.pending import Done, Expired, PendingWrite, Result, fail_late, resolve
 from monitor.kernel.pg_schema import migrate
+from monitor.retry import Backoff
 
 if TYPE_CHECKING:
     from monitor.kernel.conn import Conn, Cursor
@@ -338,7 +339,7 @@ class PgStore:
         heard.set()
 
     async def _listen(self) -> None:
-        delay = LISTEN_BACKOFF_S[0]
+        backoff = Backoff(*LISTEN_BACKOFF_S)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
@@ -346,16 +347,15 @@ class PgStore:
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._bump()  # whatever happened while not listening
-                    delay = LISTEN_BACKOFF_S[0]
+                    backoff.reset()
                     async for _ in conn.notifies():
                         self._bump()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if delay == LISTEN_BACKOFF_S[0]:  # said once per outage
+                if backoff.fresh:  # said once per outage
                     log.warning("listening for changes on %s failed: %s; retrying", self.path, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, LISTEN_BACKOFF_S[1])
+            await backoff.wait()
 
 
 class _Retry(Exception):

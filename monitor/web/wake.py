@@ -44,6 +44,7 @@ from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.private import read_secret
+from monitor.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,7 @@ class HooksWaker:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S))
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
         error = ""
+        backoff = Backoff(BACKOFF_S, BACKOFF_S * 2 ** (ATTEMPTS - 2))
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 async with self._session.post(
@@ -255,7 +257,7 @@ class HooksWaker:
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 error = connection_reason(exc)
             if attempt < ATTEMPTS:
-                await asyncio.sleep(BACKOFF_S * attempt)
+                await backoff.wait()
         return Answer("failed", error)
 
     def _explain(self, answer: Answer) -> None:
