@@ -1,6 +1,9 @@
 """The TOML configuration: every value has a default, so no file is needed to start.
 
-An unknown key or a value of the wrong type stops start-up with a message naming the key.
+Each section is a typed model (a frozen dataclass); a field's type and its :class:`Rule`
+(declared with :func:`setting`) say what it accepts, and one decoder reads every section
+through them. An unknown key (with the nearest known one) or a value the model refuses
+stops start-up with a message naming the key.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -15,21 +19,71 @@ from typing import Any, TypeGuard
 from monitor.errors import ConfigError, did_you_mean
 from monitor.paths import expand_user
 
+PG_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_pg_url(target: object) -> TypeGuard[str]:
+    """Whether a ``--db``, ``$SESSIONWATCH_DB`` or ``[store] url`` names a PostgreSQL
+    database (else it is a SQLite file)."""
+    return isinstance(target, str) and target.startswith(PG_SCHEMES)
+
+
+def listen_is_valid(listen: str) -> bool:
+    """``HOST:PORT`` (port 0-65535, ``[ADDR]`` for IPv6) or ``unix:PATH``."""
+    if listen.startswith("unix:"):
+        return bool(listen.removeprefix("unix:").strip())
+    _, colon, port = listen.rpartition(":")
+    return bool(colon) and port.isdigit() and 0 <= int(port) <= 65535
+
+
+LISTEN_SHAPE = "must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
+
+
+def without_password(url: str) -> str:
+    """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``."""
+    return re.sub(r"://([^:/@]+):[^/]*@", r"://\1:***@", url)
+
+
+_HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_HTTP_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What a setting accepts beyond its type: positive, one of ``choices``, or passing
+    ``check`` (else ``says``, which follows ``[section] name``; ``{value}`` is the value)."""
+
+    positive: bool = False
+    choices: tuple[str, ...] = ()
+    check: Callable[[Any], bool] | None = None
+    says: str = ""
+
+
+def setting(default: Any, **rule: Any) -> Any:
+    """A field with its default and its :class:`Rule` (the model says what is valid)."""
+    return field(default=default, metadata={"rule": Rule(**rule)})
+
+
+def _given(check: Callable[[str], bool]) -> Callable[[str], bool]:
+    """An empty string means "not set"; anything else must pass ``check``."""
+    return lambda value: not value or check(value)
+
 
 @dataclass(frozen=True, kw_only=True)
 class StoreConfig:
     path: str = "~/.local/state/sessionwatch/state.db"
-    url: str = ""  # postgresql://...: the state in PostgreSQL instead (several sidecars)
+    # postgresql://...: the state in PostgreSQL instead (several sidecars)
+    url: str = setting("", check=_given(is_pg_url), says="must be a postgresql:// URL")
 
 
 @dataclass(frozen=True, kw_only=True)
 class MonitorConfig:
-    interval_s: float = 60.0
+    interval_s: float = setting(60.0, positive=True)
     initial_delay_s: float = 15.0
-    adapter_budget_s: float = 45.0
-    scan_cap_bytes: int = 1_048_576
-    max_line_bytes: int = 64 * 1_048_576
-    missing_threshold: int = 3
+    adapter_budget_s: float = setting(45.0, positive=True)
+    scan_cap_bytes: int = setting(1_048_576, positive=True)
+    max_line_bytes: int = setting(64 * 1_048_576, positive=True)
+    missing_threshold: int = setting(3, positive=True)
     own_text_limit: int = 10
     replay_lookback: int = 50
     node_pages: int = 4
@@ -67,7 +121,9 @@ class RootsConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ApiConfig:
-    listen: str = "127.0.0.1:8765"
+    listen: str = setting(
+        "127.0.0.1:8765", check=listen_is_valid, says=LISTEN_SHAPE + ", got {value!r}"
+    )
     token_file: str = "~/.local/state/sessionwatch/token"
     # Host names answered besides those the listen address implies (the API and the node)
     allowed_hosts: tuple[str, ...] = ()
@@ -77,9 +133,15 @@ class ApiConfig:
 class GatewayConfig:
     """The gateway's hooks API, where wakes go (``{hooks_url}/wake``); both or neither."""
 
-    hooks_url: str = ""  # the hooks base, for example http://127.0.0.1:18789/hooks
+    hooks_url: str = setting(  # the hooks base, for example http://127.0.0.1:18789/hooks
+        "",
+        check=_given(lambda url: bool(_HTTP_URL.match(url))),
+        says="must be an http:// or https:// URL, the gateway's hooks base"
+        " (for example http://127.0.0.1:18789/hooks)",
+    )
     hooks_token_file: str = ""  # a private file holding the gateway's hooks.token
-    retry_interval_s: float = 30.0  # how often an undelivered notice is sent again
+    # how often an undelivered notice is sent again
+    retry_interval_s: float = setting(30.0, positive=True)
 
     @property
     def wakes(self) -> bool:
@@ -89,15 +151,16 @@ class GatewayConfig:
 @dataclass(frozen=True, kw_only=True)
 class SessionConfig:
     main_key: str = "main"
-    scope: str = "per-sender"
-    group_scope: str = "per-group"
+    scope: str = setting("per-sender", choices=("global", "per-sender"))
+    group_scope: str = setting("per-group", choices=("per-group", "shared"))
     notify_on_create: bool = True
     store_path: str = ""  # template with {agentId}; see monitor.kernel.store_paths
 
 
 @dataclass(frozen=True, kw_only=True)
 class LogConfig:
-    level: str = "info"  # debug, info, warning or error; a reload (SIGHUP) applies it
+    # a reload (SIGHUP) applies it
+    level: str = setting("info", choices=("debug", "error", "info", "warning"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +168,11 @@ class HostConfig:
     """This sidecar's host: its file links are written ``gateway:<id>`` and only it ticks
     them. A store several sidecars share needs an explicit, unique id."""
 
-    id: str = ""
+    id: str = setting(
+        "",
+        check=_given(lambda value: bool(_HOST_ID.match(value))),
+        says="must be letters, digits, '.', '_' or '-' (at most 64)",
+    )
 
     @property
     def effective(self) -> str:
@@ -118,28 +185,12 @@ class NodeConfig:
     token_file: str
 
 
-_CHOICES = {
-    ("session", "scope"): {"per-sender", "global"},
-    ("session", "group_scope"): {"per-group", "shared"},
-    ("log", "level"): {"debug", "info", "warning", "error"},
-}
-_HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-PG_SCHEMES = ("postgresql://", "postgres://")
-_HTTP_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
 _REPLACED = {
     ("gateway", "wake_url"): (
         "[gateway] wake_url is gone: wakes now go through the gateway's hooks API. Set"
         " [gateway] hooks_url to its hooks base (for example http://127.0.0.1:18789/hooks)"
         " and [gateway] hooks_token_file to a private file holding its hooks.token"
     ),
-}
-_POSITIVE = {
-    "interval_s",
-    "retry_interval_s",
-    "adapter_budget_s",
-    "scan_cap_bytes",
-    "max_line_bytes",
-    "missing_threshold",
 }
 
 
@@ -164,30 +215,11 @@ class Config:
         return out
 
 
-def is_pg_url(target: object) -> TypeGuard[str]:
-    """Whether a ``--db``, ``$SESSIONWATCH_DB`` or ``[store] url`` names a PostgreSQL
-    database (else it is a SQLite file)."""
-    return isinstance(target, str) and target.startswith(PG_SCHEMES)
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "tuple[str, ...]": tuple}
 
 
-def listen_is_valid(listen: str) -> bool:
-    """``HOST:PORT`` (port 0-65535, ``[ADDR]`` for IPv6) or ``unix:PATH``."""
-    if listen.startswith("unix:"):
-        return bool(listen.removeprefix("unix:").strip())
-    _, colon, port = listen.rpartition(":")
-    return bool(colon) and port.isdigit() and 0 <= int(port) <= 65535
-
-
-LISTEN_SHAPE = "must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
-
-
-def without_password(url: str) -> str:
-    """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``."""
-    return re.sub(r"://([^:/@]+):[^/]*@", r"://\1:***@", url)
-
-
-def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
-    where = f"[{section}] {name}"
+def _check_value(where: str, expected: Any, rule: Rule | None, value: Any) -> Any:
+    """``value`` as the field's type, if it is one, and if its :class:`Rule` takes it."""
     if expected is bool and not isinstance(value, bool):
         raise ConfigError(f"{where} must be true or false")
     if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
@@ -202,39 +234,39 @@ def _check_value(section: str, name: str, expected: Any, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f'{where} must be a list of strings, for example ["sidecar.lan"]')
         value = tuple(value)
-    if (section, name) == ("host", "id") and value and not _HOST_ID.match(value):
-        raise ConfigError(f"{where} must be letters, digits, '.', '_' or '-' (at most 64)")
-    if (section, name) == ("gateway", "hooks_url") and value and not _HTTP_URL.match(value):
-        raise ConfigError(
-            f"{where} must be an http:// or https:// URL, the gateway's hooks base"
-            " (for example http://127.0.0.1:18789/hooks)"
-        )
-    if (section, name) == ("api", "listen") and not listen_is_valid(value):
-        raise ConfigError(f"{where} {LISTEN_SHAPE}, got {value!r}")
-    if (section, name) == ("store", "url") and value and not is_pg_url(value):
-        raise ConfigError(f"{where} must be a postgresql:// URL")
-    if name in _POSITIVE and value <= 0:
-        raise ConfigError(f"{where} must be positive")
     if isinstance(value, int | float) and value < 0:
         raise ConfigError(f"{where} must not be negative")
-    allowed = _CHOICES.get((section, name))
-    if allowed and value not in allowed:
-        raise ConfigError(f"{where} must be one of {', '.join(sorted(allowed))}")
+    if rule is None:
+        return value
+    if rule.positive and value <= 0:
+        raise ConfigError(f"{where} must be positive")
+    if rule.choices and value not in rule.choices:
+        raise ConfigError(f"{where} must be one of {', '.join(rule.choices)}")
+    if rule.check is not None and not rule.check(value):
+        raise ConfigError(f"{where} {rule.says.format(value=value)}")
     return value
 
 
 def _section(cls: type[Any], section: str, raw: Any) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"[{section}] must be a table")
-    types = {f.name: f.type for f in fields(cls)}
+    declared = {f.name: f for f in fields(cls)}
     for name in raw:
         if (section, name) in _REPLACED:
             raise ConfigError(_REPLACED[(section, name)])
-    unknown = sorted(set(raw) - set(types))
+    unknown = sorted(set(raw) - set(declared))
     if unknown:
-        raise ConfigError(f"unknown key [{section}] {unknown[0]}{did_you_mean(unknown[0], types)}")
-    py_types = {"str": str, "int": int, "float": float, "bool": bool, "tuple[str, ...]": tuple}
-    values = {k: _check_value(section, k, py_types[str(types[k])], v) for k, v in raw.items()}
+        known = did_you_mean(unknown[0], declared)
+        raise ConfigError(f"unknown key [{section}] {unknown[0]}{known}")
+    values = {
+        k: _check_value(
+            f"[{section}] {k}",
+            _TYPES[str(declared[k].type)],
+            declared[k].metadata.get("rule"),
+            v,
+        )
+        for k, v in raw.items()
+    }
     try:
         return cls(**values)
     except TypeError as exc:
