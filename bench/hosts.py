@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402
 from monitor.kernel.events import ActorType, EventKind  # noqa: E402
-from monitor.kernel.pg import PgConn  # noqa: E402
-from monitor.kernel.pg_schema import migrate  # noqa: E402
 from monitor.kernel.signal_log import make_draft, record_event  # noqa: E402
+from monitor.kernel.store.pg_schema import migrate  # noqa: E402
+from monitor.kernel.store.postgres import PgConn  # noqa: E402
 from tests.conftest import served_address  # noqa: E402
 from tests.pg_cluster import Cluster, fresh_database  # noqa: E402
 

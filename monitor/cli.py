@@ -22,8 +22,8 @@ import orjson
 
 from monitor.config import Config, is_pg_url, load_config, without_password
 from monitor.errors import BadInput, ConfigError, SessionwatchError
-from monitor.kernel.db import run_now
 from monitor.kernel.events import MAX_INT64, parse_actor, parse_kind
+from monitor.kernel.store.sqlite_conn import run_now
 from monitor.paths import expand_user
 from monitor.web import wire
 

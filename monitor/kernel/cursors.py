@@ -20,7 +20,7 @@ from monitor.kernel.keys import parse_agent_key
 from monitor.kernel.notices import PROVENANCE_EXPLICIT, Notice
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 _QUALIFIED = "watcher_session_key LIKE 'agent:%:%'"
 _NOTICE_COLUMNS = (

@@ -19,7 +19,7 @@ from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.signal_log import Recorded
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn, StateStore
+    from monitor.kernel.store.protocol import Conn, StateStore
     from monitor.metrics import Metrics
 
 DELIVERED_MEMORY = 4096  # notices remembered as delivered (each is woken once)

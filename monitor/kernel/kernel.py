@@ -43,13 +43,13 @@ from monitor.kernel.signal_log import (
     read_head,
     record_event,
 )
+from monitor.kernel.store import open_store
 from monitor.kernel.store_paths import LEGACY_DEFAULT, StorePathRule
-from monitor.kernel.stores import open_store
 from monitor.kernel.views import Views
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn, StateStore
+    from monitor.kernel.store.protocol import Conn, StateStore
     from monitor.metrics import Metrics
 
 log = LazyLogger(__name__)

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from monitor.clock import DAY_MS, HOUR_MS
-from monitor.kernel import cursors, schema, signal_log
+from monitor.kernel import cursors, signal_log
+from monitor.kernel.store import sqlite_schema as schema
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 RETENTION_MS = 30 * DAY_MS
 MAX_ROWS = 50_000

@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 
 class SessionRow(NamedTuple):

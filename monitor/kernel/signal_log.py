@@ -27,7 +27,7 @@ from monitor.kernel.keys import normalize_key, parse_agent_key, resolve_agent
 from monitor.kernel.notices import PROVENANCE_AMBIENT, Notice
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 OCCURRED_AT_MAX_SKEW_MS = DAY_MS
 MAX_ID_LENGTH = 256

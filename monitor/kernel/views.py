@@ -21,9 +21,9 @@ from monitor.kernel.signal_log import (
 )
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import StateStore
     from monitor.kernel.events import StateEvent
     from monitor.kernel.notices import Notice
+    from monitor.kernel.store.protocol import StateStore
 
 
 class Views:

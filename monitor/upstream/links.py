@@ -19,7 +19,7 @@ from adapters.base import Drift, Marker
 from adapters.registry import LOCAL_HOST, adapter_for_link, entry, host_id_for
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 _LINK_COLUMNS = (
     "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, upstream_ref_json,"

@@ -27,7 +27,7 @@ from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult, settle
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ import pytest
 
 from monitor.clock import now_ms
 from monitor.errors import BadInput, StoreError, StoreLocked
-from monitor.kernel.db import configure
-from monitor.kernel.pending import PendingWrite
-from monitor.kernel.pg import PgStore
-from monitor.kernel.store import Store, run_group
-from monitor.kernel.stores import open_store
+from monitor.kernel.store import open_store
+from monitor.kernel.store.batch import PendingWrite
+from monitor.kernel.store.postgres import PgStore
+from monitor.kernel.store.sqlite import Store, run_group
+from monitor.kernel.store.sqlite_conn import configure
 from tests.conftest import PgServer, pg_database
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def lock_held(target: Path | str) -> Iterator[None]:
         return
     import psycopg
 
-    from monitor.kernel.pg import WRITE_LOCK
+    from monitor.kernel.store.postgres import WRITE_LOCK
 
     with psycopg.connect(target, autocommit=True) as pg:
         pg.execute("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))

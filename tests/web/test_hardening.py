@@ -21,7 +21,7 @@ import pytest
 
 from monitor.errors import BadInput, StoreLocked
 from monitor.kernel import Kernel
-from monitor.kernel.store import Store
+from monitor.kernel.store.sqlite import Store
 from monitor.service import running
 from monitor.web import wire
 from tests.conftest import Client, make_config, until, user_line

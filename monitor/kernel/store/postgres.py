@@ -36,7 +36,6 @@ import contextlib
 import functools
 import logging
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,19 +45,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.clock import Clock, now_ms
 from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
-from monitor.kernel.pending import Done, Expired, PendingWrite, Result, fail_late, resolve
-from monitor.kernel.pg_schema import migrate
+from monitor.kernel.store.batch import Batcher, Expired, PendingWrite, Result, live_writes
+from monitor.kernel.store.pg_schema import migrate
 from monitor.retry import Backoff
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn, Cursor
+    from monitor.kernel.store.protocol import Conn, Cursor
 
 log = logging.getLogger(__name__)
 # The pool says every failed connection attempt; the store says an outage once (below).
 logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 T = TypeVar("T")
-MAX_GROUP = 64  # writes sharing one transaction at most
 
 WRITE_LOCK = 0x73776174  # "swat": the one advisory lock every write takes
 CHANNEL = "sessionwatch"
@@ -77,7 +75,7 @@ def _placeholders(sql: str, named: bool) -> str:
 
 
 class PgConn:
-    """A psycopg connection as the SQL modules use one (see :mod:`monitor.kernel.conn`)."""
+    """A psycopg connection as the SQL modules use one (see :mod:`.protocol`)."""
 
     __slots__ = ("_conn",)
 
@@ -99,7 +97,7 @@ class PgConn:
 
 
 class PgStore:
-    """The store interface of :class:`monitor.kernel.store.Store`, on PostgreSQL."""
+    """The store interface of :class:`monitor.kernel.store.sqlite.Store`, on PostgreSQL."""
 
     def __init__(
         self,
@@ -120,8 +118,7 @@ class PgStore:
         self._change = asyncio.Event()  # set (and replaced) at every change heard
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
-        self._pending: list[PendingWrite] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._writer = Batcher(self._write_group, _as_is, name="sessionwatch-pg-writer")
         self.write_timeout = WRITE_TIMEOUT_MS / 1000  # a write's wait for the lock, at most
 
     @classmethod
@@ -175,36 +172,12 @@ class PgStore:
     # -- the store interface -------------------------------------------------------------
 
     async def write(self, fn: Callable[[Conn], T]) -> T:
-        """One write; writes that arrive while a batch runs share the next transaction (a
+        """One write; writes that arrive while a group runs share the next transaction (a
         savepoint each: one that fails rolls back alone), so concurrent callers take the
-        lock once per batch, not once each. A write waits at most ``write_timeout`` for the
-        lock, counted from its call, however long the batch before it waited."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        deadline = time.monotonic() + self.write_timeout
-        self._pending.append(PendingWrite(fn, deadline, self.write_timeout, future))
-        if self._drainer is None or self._drainer.done():
-            self._drainer = loop.create_task(self._drain())
-        result: T = await future
+        lock once per group, not once each. A write waits at most ``write_timeout`` for the
+        lock, counted from its call, however long the group before it waited."""
+        result: T = await self._writer.submit(fn, self.write_timeout)
         return result
-
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-
-        def expired(late: Done) -> None:  # from the worker thread
-            with contextlib.suppress(RuntimeError):  # the loop is closed: no one waits
-                loop.call_soon_threadsafe(resolve, late, _as_is)
-
-        while self._pending:
-            batch = self._pending[:MAX_GROUP]
-            del self._pending[: len(batch)]
-            try:
-                results = await asyncio.to_thread(self._write_group, batch, expired)
-            except asyncio.CancelledError:
-                for write in batch:
-                    write.future.cancel()
-                raise
-            resolve(list(zip(batch, results, strict=True)), _as_is)
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         return await asyncio.to_thread(self._read, fn)
@@ -224,9 +197,7 @@ class PgStore:
 
     async def close(self) -> None:
         """The writes in flight finish; then listening stops and the pools close."""
-        if self._drainer is not None and not self._drainer.done():
-            with contextlib.suppress(Exception):
-                await self._drainer
+        await self._writer.close()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -249,12 +220,10 @@ class PgStore:
         results: list[Result | None] = [None] * len(writes)
         retried = False
         while True:
-            now = time.monotonic()
-            fail_late(writes, results, now, self._locked, expired)
-            live = [i for i, r in enumerate(results) if r is None]
+            live, remaining = live_writes(writes, results, self._locked, expired)
             if not live:
                 return [r for r in results if r is not None]
-            wait_ms = max(1, int((min(writes[i].deadline for i in live) - now) * 1000))
+            wait_ms = max(1, int(remaining * 1000))
             locked = False
             try:
                 with self._writers.connection(timeout=CONNECT_TIMEOUT_S) as conn:

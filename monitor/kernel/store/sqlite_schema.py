@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from monitor.errors import SchemaTooNew
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 SCHEMA_VERSION = 4
 

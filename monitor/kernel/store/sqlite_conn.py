@@ -5,7 +5,7 @@ transaction per write, read snapshots, private files, and errors as our own.
 commands (``status``, ``record``, ``notices``...): it needs neither asyncio nor a thread, so
 a command starts in the time Python takes to import ``sqlite3``. Its methods are coroutines
 that never suspend, so the kernel's async API runs on it unchanged (see :func:`run_now`).
-The long-running service uses :class:`monitor.kernel.store.Store` (group commit on a writer thread).
+The long-running service uses :class:`.sqlite.Store` (group commit on a writer thread).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
-from monitor.kernel.schema import migrate
+from monitor.kernel.store.sqlite_schema import migrate
 from monitor.paths import expand_user, make_private_dirs
 
 T = TypeVar("T")
@@ -70,7 +70,7 @@ def migrate_without_waiting(conn: sqlite3.Connection, now: int) -> None:
         except sqlite3.OperationalError as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            if not _is_locked(exc):
+            if not is_locked(exc):
                 raise
         except BaseException:
             if conn.in_transaction:
@@ -90,18 +90,18 @@ def run_read(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) ->
         conn.execute("COMMIT")
 
 
-def _is_locked(exc: sqlite3.Error) -> bool:
+def is_locked(exc: sqlite3.Error) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
 
 
-def _locked_error(waited: float) -> StoreLocked:
+def locked_error(waited: float) -> StoreLocked:
     return StoreLocked(
         f"the state database is locked by another process (waited {waited:.1f} s); try again"
     )
 
 
-def _read_only(path: Path) -> sqlite3.Connection:
+def read_only(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), check_same_thread=False)
     conn.isolation_level = None
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -136,8 +136,8 @@ def translate(
         return exc
     if on_error:
         on_error()
-    if _is_locked(exc):
-        return _locked_error(waited)
+    if is_locked(exc):
+        return locked_error(waited)
     if isinstance(exc, sqlite3.OperationalError | sqlite3.InternalError) or type(exc) is (
         sqlite3.DatabaseError
     ):  # full, read-only, I/O, corrupt: every write would fail the same way
@@ -207,8 +207,15 @@ class DirectStore:
         return self.read_now(fn)
 
     def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A read on the one connection, made read-only for its length (``query_only``),
+        as the service store's reader connections are."""
+        conn = self._live()
         with translated(self.on_error):
-            return run_read(self._live(), fn)
+            conn.execute("PRAGMA query_only = ON")
+            try:
+                return run_read(conn, fn)
+            finally:
+                conn.execute("PRAGMA query_only = OFF")
 
     async def peek(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return self.read_now(fn)
@@ -238,7 +245,8 @@ def data_version(conn: sqlite3.Connection) -> int:
 def run_now(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that never suspends (the kernel on a :class:`DirectStore`) without
     an event loop. One that suspends is a mistake of ours (the commands that need a loop are
-    ``monitor.cli._NEEDS_LOOP``): it is closed and RuntimeError is raised."""
+    declared with ``loop=True`` in :mod:`monitor.cli`): it is closed and RuntimeError is
+    raised."""
     try:
         coro.send(None)
     except StopIteration as done:

@@ -1,13 +1,14 @@
 """The state database: one SQLite file, one writer connection, two reader connections.
 
 Every write is a plain synchronous function over a :class:`sqlite3.Connection`. The writer
-connection has a thread of its own (:class:`Writer`): it takes every write that is waiting,
-runs them as one ``BEGIN IMMEDIATE`` transaction (group commit, :func:`run_group`), hands
-the results back to the event loop in one call, and goes straight on to the writes that
-arrived meanwhile. A write that fails rolls back alone and its caller gets its own error;
-the others commit together. Each write waits at most ``write_timeout`` seconds for a lock
-held by another process (the busy timeout is set per group to what its oldest write has
-left), and then fails with :class:`StoreLocked`, so a locked database costs every caller
+connection has a thread of its own (the batching core, :class:`.batch.Batcher`): it takes
+every write that is waiting, runs them as one ``BEGIN IMMEDIATE`` transaction (group
+commit, :func:`run_group`, the SQLite half), hands the results back to the event loop in
+one call, and goes straight on to the writes that arrived meanwhile. A write that fails
+rolls back alone and its caller gets its own error; the others commit together. Each write
+waits at most ``write_timeout`` seconds for a lock held by another process (the busy
+timeout is set per group to what its oldest write has left), and then fails with
+:class:`StoreLocked`, so a locked database costs every caller
 one bounded wait, not a queue of them.
 
 Reads run on read-only connections of their own: a WAL reader never waits for the writer.
@@ -19,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,25 +30,23 @@ from typing import TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import StoreError
-from monitor.kernel.db import (
+from monitor.kernel.store.batch import Batcher, Expired, PendingWrite, Result, live_writes
+from monitor.kernel.store.sqlite_conn import (
     BUSY_TIMEOUT_MS,
-    _is_locked,
-    _locked_error,
-    _read_only,
     configure,
     data_version,
+    is_locked,
+    locked_error,
     make_private,
     open_path,
+    read_only,
     run_read,
     translate,
     translated,
 )
-from monitor.kernel.pending import Done, Expired, PendingWrite, Result, fail_late, resolve
-from monitor.kernel.schema import migrate
+from monitor.kernel.store.sqlite_schema import migrate
 
 T = TypeVar("T")
-
-MAX_GROUP = 64  # writes folded into one transaction at most
 
 
 @dataclass(slots=True)
@@ -80,18 +77,15 @@ def _begin(
     and are told at once through ``expired`` (not when the group ends: a write that came in
     early would otherwise wait for the deadline of the last one). False when none is left."""
     while True:
-        now = time.monotonic()
-        fail_late(writes, results, now, _locked_error, expired)
-        live = [i for i, r in enumerate(results) if r is None]
+        live, remaining = live_writes(writes, results, locked_error, expired)
         if not live:
             return False
-        remaining = min(writes[i].deadline for i in live) - now
         busy.lower_to(conn, remaining)
         try:
             conn.execute("BEGIN IMMEDIATE")
             return True
         except sqlite3.OperationalError as exc:
-            if not _is_locked(exc):
+            if not is_locked(exc):
                 for i in live:
                     results[i] = (False, exc)
                 return False
@@ -169,88 +163,6 @@ def _commit(
     return [r if r is not None else (False, StoreError("write not run")) for r in results]
 
 
-class Writer:
-    """The writer connection's thread (see the module docstring).
-
-    The loop hands writes over with :meth:`submit` (a queue put); the thread blocks only
-    while there is nothing to write. A group's results go back to the waiting loop in one
-    ``call_soon_threadsafe``, and the thread does not wait for the loop to take them before
-    it starts on the next group, so under load it never idles on a round trip through the
-    event loop.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, on_error: Callable[[], None] | None) -> None:
-        self._conn = conn
-        self._on_error = on_error
-        self._queue: queue.SimpleQueue[PendingWrite | None] = queue.SimpleQueue()
-        self._busy = BusyTimeout()
-        self._closing = False
-        self._thread = threading.Thread(target=self._run, name="sessionwatch-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, write: PendingWrite) -> None:
-        if self._closing:
-            raise StoreError("the state database is closed")
-        self._queue.put(write)
-
-    async def close(self) -> None:
-        """Finish the writes already submitted, then close the connection."""
-        if not self._closing:
-            self._closing = True
-            self._queue.put(None)
-        await asyncio.to_thread(self._thread.join)
-
-    def _take(self, first: PendingWrite) -> tuple[list[PendingWrite], PendingWrite | None, bool]:
-        """``first`` and the writes waiting behind it, up to MAX_GROUP; a write that must
-        run alone, or the end, stops the group (and is handed back for next time)."""
-        group = [first]
-        while len(group) < MAX_GROUP:
-            try:
-                write = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if write is None:
-                return group, None, True
-            if write.alone:
-                return group, write, False
-            group.append(write)
-        return group, None, False
-
-    def _run(self) -> None:
-        carried: PendingWrite | None = None
-        stop = False
-        try:
-            while not stop:
-                first = carried if carried is not None else self._queue.get()
-                carried = None
-                if first is None:
-                    break
-                if first.alone:
-                    group, results = [first], [_alone(self._conn, first)]
-                else:
-                    group, carried, stop = self._take(first)
-                    try:
-                        results = run_group(self._conn, group, self._busy, self._hand_back)
-                    except BaseException as exc:  # the connection itself failed
-                        results = [(False, exc)] * len(group)
-                self._hand_back(list(zip(group, results, strict=True)))
-        finally:
-            self._conn.close()
-
-    def _translate(self, exc: BaseException, waited: float) -> BaseException:
-        return translate(exc, waited, self._on_error)
-
-    def _hand_back(self, done: Done) -> None:
-        """Each waiting loop (there is one, but a test may bring another) settles its own;
-        a write already settled (one whose lock wait expired) is skipped there."""
-        by_loop: dict[asyncio.AbstractEventLoop, Done] = {}
-        for write, result in done:
-            by_loop.setdefault(write.future.get_loop(), []).append((write, result))
-        for loop, settled in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # that loop is closed: no one waits
-                loop.call_soon_threadsafe(resolve, settled, self._translate)
-
-
 def _alone(conn: sqlite3.Connection, write: PendingWrite) -> Result:
     try:
         return (True, write.fn(conn))
@@ -265,7 +177,7 @@ class Store:
 
     def __init__(
         self,
-        writer: Writer,
+        writer: Batcher,
         bulk: BulkReader,
         reader: sqlite3.Connection,
         path: Path,
@@ -291,16 +203,16 @@ class Store:
             conn = sqlite3.connect(str(db_path), check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
-        writer = Writer(conn, on_error)
+        writer = _writer(conn, on_error)
         try:
-            await _submit(writer, configure, BUSY_TIMEOUT_MS / 1000, alone=True)
+            await writer.submit(configure, BUSY_TIMEOUT_MS / 1000, alone=True)
             if created:
                 make_private(db_path)
-            await _submit(writer, lambda c: migrate(c, clock()), BUSY_TIMEOUT_MS / 1000)
+            await writer.submit(lambda c: migrate(c, clock()), BUSY_TIMEOUT_MS / 1000)
             if created:
                 make_private(db_path)
             with translated(on_error):
-                reader = _read_only(db_path)
+                reader = read_only(db_path)
             try:
                 bulk = await BulkReader.open(db_path)
             except BaseException:
@@ -316,7 +228,7 @@ class Store:
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` as one write (a savepoint in a group transaction) on the writer thread."""
-        result: T = await _submit(self._writer, fn, self.write_timeout)
+        result: T = await self._writer.submit(fn, self.write_timeout)
         return result
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -375,7 +287,7 @@ class BulkReader:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionwatch-read")
         loop = asyncio.get_running_loop()
         try:
-            conn = await loop.run_in_executor(executor, _read_only, path)
+            conn = await loop.run_in_executor(executor, read_only, path)
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -391,9 +303,13 @@ class BulkReader:
         self._executor.shutdown(wait=True)
 
 
-async def _submit(
-    writer: Writer, fn: Callable[[sqlite3.Connection], T], timeout: float, *, alone: bool = False
-) -> T:
-    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    writer.submit(PendingWrite(fn, time.monotonic() + timeout, timeout, future, alone))
-    return await future
+def _writer(conn: sqlite3.Connection, on_error: Callable[[], None] | None) -> Batcher:
+    """The writer connection's thread: group commit (:func:`run_group`) through the one
+    batching core, with SQLite's errors made ours."""
+    busy = BusyTimeout()
+    return Batcher(
+        lambda group, expired: run_group(conn, group, busy, expired),
+        lambda exc, waited: translate(exc, waited, on_error),
+        run_alone=lambda write: _alone(conn, write),
+        on_close=conn.close,
+    )

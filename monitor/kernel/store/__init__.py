@@ -11,7 +11,7 @@ from monitor.clock import Clock
 from monitor.config import is_pg_url
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import StateStore
+    from monitor.kernel.store.protocol import StateStore
 
 
 async def open_store(
@@ -24,15 +24,15 @@ async def open_store(
     """The store ``target`` names: a ``postgresql://`` URL, else a SQLite file (``direct``:
     on the calling thread, for one-shot commands; else group commit on a writer thread)."""
     if is_pg_url(target):
-        from monitor.kernel.pg import PgStore
+        from monitor.kernel.store.postgres import PgStore
 
         return await PgStore.open(target, clock=clock, on_error=on_error)
     if direct:
-        from monitor.kernel.db import DirectStore
+        from monitor.kernel.store.sqlite_conn import DirectStore
 
         direct_store = await DirectStore.open(target, clock=clock)
         direct_store.on_error = on_error
         return direct_store
-    from monitor.kernel.store import Store
+    from monitor.kernel.store.sqlite import Store
 
     return await Store.open(target, clock=clock, on_error=on_error)

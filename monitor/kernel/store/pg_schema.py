@@ -1,5 +1,5 @@
 """The state database's schema on PostgreSQL: OpenClaw's four tables and our own, with the
-same names and columns as on SQLite (:mod:`monitor.kernel.schema`) in PostgreSQL's types.
+same names and columns as on SQLite (:mod:`.sqlite_schema`) in PostgreSQL's types.
 
 ``sequence`` is a ``BIGINT`` identity; times and counters are ``BIGINT``; text compares
 byte by byte (``COLLATE "C"``), as SQLite does, so every listing sorts the same on both
@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from monitor.errors import SchemaTooNew
-from monitor.kernel.schema import INDEXES, SCHEMA_VERSION, read_meta, write_meta
+from monitor.kernel.store.sqlite_schema import INDEXES, SCHEMA_VERSION, read_meta, write_meta
 
 if TYPE_CHECKING:
-    from monitor.kernel.conn import Conn
+    from monitor.kernel.store.protocol import Conn
 
 T = 'TEXT COLLATE "C"'
 

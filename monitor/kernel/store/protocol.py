@@ -1,0 +1,93 @@
+"""What the SQL modules need of a database connection, whichever the store.
+
+Every table's SQL is written once, with ``?`` (or ``:name``) placeholders, in the dialect
+SQLite and PostgreSQL share (``ON CONFLICT``, ``RETURNING``, ``IS DISTINCT FROM``, ``CASE``
+rather than two-argument ``max``, ``CAST`` for a parameter whose type is only known by
+its use). SQLite runs it as it is; :class:`monitor.kernel.store.postgres.PgConn` rewrites the
+placeholders for psycopg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
+
+from monitor.clock import Clock
+
+
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
+
+
+T = TypeVar("T")
+
+
+class StateStore(Protocol):
+    """What the kernel needs of a store. Three implement it: :class:`.sqlite.Store`
+    (SQLite, the service: group commit on a writer thread), :class:`.sqlite_conn.DirectStore`
+    (SQLite, one-shot commands: on the calling thread) and :class:`.postgres.PgStore`
+    (PostgreSQL, shared by several sidecars). ``tests/kernel/test_store_contract.py`` holds
+    each to what is said here.
+
+    A transaction function (``fn``) is synchronous and takes a :class:`Conn`; it must be a
+    function of the database only, because **a write may run twice**: a group whose write
+    failed runs again with a savepoint each, and a connection that broke before it did
+    anything is retried. Its second run sees the database as its first did, so running it
+    again is running it once; it must not count, log or send anything itself (return what
+    happened, and act on it after the write returns)."""
+
+    clock: Clock  # the store's clock (ms since the epoch), what the kernel stamps rows with
+    on_error: Callable[[], None] | None  # called on every store failure (the metrics count)
+    shared: bool  # several sidecars (on several hosts) may use it
+
+    @property
+    def path(self) -> object:
+        """What messages name the store by: the SQLite file, or the URL without password."""
+        ...
+
+    async def write(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn`` as one write transaction (or a savepoint in a group transaction that
+        commits before this returns) and return its value. ``fn``'s own exception is
+        raised as it is, and rolls back only ``fn``'s writes. A lock held by another
+        process is waited for at most the store's write timeout, then
+        :class:`~monitor.errors.StoreLocked`; any other store failure is a
+        :class:`~monitor.errors.StoreError`. ``fn`` may run more than once (see above)."""
+        ...
+
+    async def read(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn`` on one read snapshot, off the event loop (a larger read); it never
+        waits for a writer. Store failures are :class:`~monitor.errors.StoreError`."""
+        ...
+
+    async def peek(self, fn: Callable[[Conn], T]) -> T:
+        """A small read on one snapshot: inline where that costs less than a thread hop
+        (SQLite), else as :meth:`read`."""
+        ...
+
+    def version(self) -> int:
+        """A counter that moves with every commit of another connection (SQLite's ``PRAGMA
+        data_version``, PostgreSQL's change notices): compared, never interpreted."""
+        ...
+
+    async def changed(self, timeout: float) -> None:
+        """Return when a change may have happened, at the latest after ``timeout`` s (at
+        once on PostgreSQL's notice; SQLite says no one, so it waits and looks)."""
+        ...
+
+    async def close(self) -> None:
+        """Finish the writes already submitted, then close every connection. Later calls
+        fail with :class:`~monitor.errors.StoreError`."""
+        ...
