@@ -226,7 +226,7 @@ class Kernel:
         if watcher is not None:
             path = self.policy.default_store_path(watcher)
             draft = dataclasses.replace(draft, watcher_store_path=path)
-        result = await self.store.write(lambda conn: record_event(conn, draft, now))
+        result = await self.store.write(lambda conn: record_event(conn, draft, now), small=True)
         self.observe([result])
         if watcher is not None and not result.duplicate:
             self._changed()

@@ -203,3 +203,35 @@ async def test_a_postgresql_batch_that_does_not_commit_reports_every_write_faile
         assert [(0,)] == await store.read(lambda c: c.execute("SELECT count(*) FROM t").fetchall())
     finally:
         await store.close()
+
+
+async def test_a_small_write_runs_inline_when_free_and_on_the_writer_when_locked(
+    tmp_path: Path,
+) -> None:
+    """A small write (one event) skips the two thread hand-offs when the writer connection
+    is free; while another process holds the write lock it never waits on the event loop:
+    the writer thread takes it, and it commits once the lock is released."""
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+
+        def where(v: int) -> Callable[[sqlite3.Connection], int]:
+            def fn(c: sqlite3.Connection) -> int:
+                c.execute("INSERT INTO t VALUES (?)", (v,))
+                return threading.get_ident()
+
+            return fn
+
+        assert threading.get_ident() == await store.write(where(1), small=True)
+        other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        pending = asyncio.ensure_future(store.write(where(2), small=True))
+        for _ in range(20):
+            await asyncio.sleep(0.01)  # the loop runs on while the write waits
+        assert not pending.done()
+        other.execute("COMMIT")
+        other.close()
+        assert threading.get_ident() != await asyncio.wait_for(pending, 30)
+        assert [(1,), (2,)] == await store.read(lambda c: c.execute("SELECT v FROM t").fetchall())
+    finally:
+        await store.close()

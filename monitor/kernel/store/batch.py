@@ -130,6 +130,11 @@ class Batcher:
         self._queue.put(PendingWrite(fn, time.monotonic() + timeout, timeout, future, alone))
         return await future
 
+    @property
+    def closing(self) -> bool:
+        """Closed, or closing: no write is taken any more."""
+        return self._closing
+
     async def close(self) -> None:
         """Finish the writes already submitted, then stop (and ``on_close``)."""
         if not self._closing:

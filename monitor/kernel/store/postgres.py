@@ -171,7 +171,7 @@ class PgStore:
 
     # -- the store interface -------------------------------------------------------------
 
-    async def write(self, fn: Callable[[Conn], T]) -> T:
+    async def write(self, fn: Callable[[Conn], T], *, small: bool = False) -> T:
         """One write; writes that arrive while a group runs share the next transaction (a
         savepoint each: one that fails rolls back alone), so concurrent callers take the
         lock once per group, not once each. A write waits at most ``write_timeout`` for the

@@ -58,13 +58,15 @@ class StateStore(Protocol):
         """What messages name the store by: the SQLite file, or the URL without password."""
         ...
 
-    async def write(self, fn: Callable[[Conn], T]) -> T:
+    async def write(self, fn: Callable[[Conn], T], *, small: bool = False) -> T:
         """Run ``fn`` as one write transaction (or a savepoint in a group transaction that
         commits before this returns) and return its value. ``fn``'s own exception is
         raised as it is, and rolls back only ``fn``'s writes. A lock held by another
         process is waited for at most the store's write timeout, then
         :class:`~monitor.errors.StoreLocked`; any other store failure is a
-        :class:`~monitor.errors.StoreError`. ``fn`` may run more than once (see above)."""
+        :class:`~monitor.errors.StoreError`. ``small``: a short write (one event) that a
+        store may run inline on the event loop when it would not wait there. ``fn`` may run
+        more than once (see above)."""
         ...
 
     async def read(self, fn: Callable[[Conn], T]) -> T:

@@ -178,6 +178,7 @@ class Store:
     def __init__(
         self,
         writer: Batcher,
+        inline: WriterConn,
         bulk: BulkReader,
         reader: sqlite3.Connection,
         path: Path,
@@ -185,6 +186,7 @@ class Store:
         on_error: Callable[[], None] | None = None,
     ) -> None:
         self._writer = writer
+        self._inline = inline
         self._bulk: BulkReader | None = bulk  # larger reads, on its own thread
         self._reader: sqlite3.Connection | None = reader  # inline point reads
         self._reader_lock = threading.Lock()
@@ -203,7 +205,8 @@ class Store:
             conn = sqlite3.connect(str(db_path), check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
-        writer = _writer(conn, on_error)
+        inline = WriterConn(conn)
+        writer = _writer(inline, on_error)
         try:
             await writer.submit(configure, BUSY_TIMEOUT_MS / 1000, alone=True)
             if created:
@@ -224,10 +227,17 @@ class Store:
         except BaseException:
             await writer.close()
             raise
-        return cls(writer, bulk, reader, db_path, clock, on_error)
+        return cls(writer, inline, bulk, reader, db_path, clock, on_error)
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` as one write (a savepoint in a group transaction) on the writer thread."""
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, small: bool = False) -> T:
+        """Run ``fn`` as one write (a savepoint in a group transaction) on the writer thread;
+        a ``small`` one runs inline when the writer connection is free (see
+        :meth:`WriterConn.try_inline`)."""
+        if small and not self._writer.closing:
+            with translated(self.on_error):
+                ran, value = self._inline.try_inline(fn)
+            if ran:
+                return value  # type: ignore[return-value]  # ran: fn's own value
         result: T = await self._writer.submit(fn, self.write_timeout)
         return result
 
@@ -303,13 +313,71 @@ class BulkReader:
         self._executor.shutdown(wait=True)
 
 
-def _writer(conn: sqlite3.Connection, on_error: Callable[[], None] | None) -> Batcher:
+class WriterConn:
+    """The writer connection, used under one lock: the writer thread runs its groups on it
+    (:meth:`group`), and a small write runs inline on the event loop when nothing else
+    holds it (:meth:`try_inline`), which saves the lone write its two thread hand-offs."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.busy = BusyTimeout()
+        self.closed = False
+
+    def group(self, writes: list[PendingWrite], expired: Expired) -> list[Result]:
+        with self.lock:
+            return run_group(self.conn, writes, self.busy, expired)
+
+    def alone(self, write: PendingWrite) -> Result:
+        with self.lock:
+            return _alone(self.conn, write)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.conn.close()
+
+    def try_inline(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
+        """Run ``fn`` as one transaction now, if the connection is free and no other
+        process holds the write lock (it waits 1 ms at most, so the loop never waits on
+        another process); ``(False, None)`` when it did not run, and the writer thread
+        takes it. ``fn``'s own error, and a failure of the database, are raised."""
+        if not self.lock.acquire(blocking=False):
+            return False, None
+        try:
+            if self.closed:
+                return False, None
+            conn = self.conn
+            self.busy.lower_to(conn, 0.0)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if is_locked(exc):
+                    return False, None
+                raise
+            try:
+                value = fn(conn)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            return True, value
+        finally:
+            self.lock.release()
+
+
+def _writer(writer: WriterConn, on_error: Callable[[], None] | None) -> Batcher:
     """The writer connection's thread: group commit (:func:`run_group`) through the one
     batching core, with SQLite's errors made ours."""
-    busy = BusyTimeout()
     return Batcher(
-        lambda group, expired: run_group(conn, group, busy, expired),
+        writer.group,
         lambda exc, waited: translate(exc, waited, on_error),
-        run_alone=lambda write: _alone(conn, write),
-        on_close=conn.close,
+        run_alone=writer.alone,
+        on_close=writer.close,
     )

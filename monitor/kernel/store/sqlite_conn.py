@@ -199,7 +199,7 @@ class DirectStore:
             raise StoreError("the state database is closed")
         return self._conn
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, small: bool = False) -> T:
         with translated(self.on_error):
             return run_write(self._live(), fn)
 
