@@ -138,7 +138,7 @@ async def changes_since(url: str, rows: int, samples: int) -> tuple[float, float
     kernel = await Kernel.open(url)
     try:
         key = "agent:main:subagent:s7"
-        head = (await kernel.status(key))["stateVersion"]
+        head = (await kernel.status(key)).state_version
         since = head - 20 * 50
         times = []
         for _ in range(samples):

