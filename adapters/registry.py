@@ -54,15 +54,18 @@ class Entry:
 
 
 _ENTRIES: dict[str, Entry] = {}
+_READERS: dict[tuple[str, bool], str] = {}  # (upstream kind, remote) -> the adapter reading it
 
 
 def register(entry: Entry) -> None:
     """Add a format (the tests register :mod:`adapters.fake` like this)."""
     _ENTRIES[entry.name] = entry
+    _READERS.clear()
 
 
 def unregister(name: str) -> None:
     _ENTRIES.pop(name, None)
+    _READERS.clear()
 
 
 register(
@@ -167,7 +170,6 @@ def adapter_for_link(upstream_kind: str, host_id: str | None, ref: dict[str, Any
     on_node = (host_id or "").startswith(NODE_HOST_PREFIX) or (
         "nodeId" in ref and "filePath" not in ref
     )
-    for e in _ENTRIES.values():
-        if e.upstream_kind == upstream_kind and e.remote == on_node:
-            return e.name
-    return None
+    if not _READERS:  # built on first use, and again after a registration
+        _READERS.update({(e.upstream_kind, e.remote): e.name for e in reversed(_ENTRIES.values())})
+    return _READERS.get((upstream_kind, on_node))

@@ -27,10 +27,10 @@ _LINK_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class UpstreamLink:
+class UpstreamLink(NamedTuple):
     """A link row. ``upstream_kind`` is the stored (OpenClaw) kind; ``kind`` is the adapter
-    of ours that reads it, or None for a kind we do not read (a foreign link)."""
+    of ours that reads it, or None for a kind we do not read (a foreign link). A NamedTuple:
+    a tick builds one per watched link, and a frozen dataclass cost it twice the time."""
 
     session_key: str
     agent_id: str
@@ -47,21 +47,11 @@ class UpstreamLink:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> UpstreamLink:
-        ref = _json_object(row[6])
-        return cls(
-            session_key=row[0],
-            agent_id=row[1],
-            catalog_id=row[2],
-            host_id=row[3],
-            thread_id=row[4],
-            upstream_kind=row[5],
-            kind=adapter_for_link(row[5], row[3], ref),
-            ref=ref,
-            marker=_json_object(row[7]),
-            last_scanned_at=row[8],
-            created_at=row[9],
-            updated_at=row[10],
-        )
+        key, agent, catalog, host, thread, kind, ref_json, marker_json, scanned, made, at = row
+        ref = _json_object(ref_json)
+        ours = adapter_for_link(kind, host, ref)
+        marker = _json_object(marker_json)
+        return cls(key, agent, catalog, host, thread, kind, ours, ref, marker, scanned, made, at)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -83,13 +73,11 @@ class UpstreamLink:
 
 def _json_object(raw: str | None) -> dict[str, Any]:
     """A ref or marker column as an object; anything else (NULL, garbage) reads as empty."""
-    if not raw:
-        return {}
     try:
-        value = orjson.loads(raw)
+        value = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         return {}
-    return value if isinstance(value, dict) else {}
+    return value if type(value) is dict else {}
 
 
 _PRIVATE_MARKER_FIELDS = frozenset({"pending", "head", "tail", "echo", "recent", "drift", "ino"})
