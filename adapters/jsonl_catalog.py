@@ -64,11 +64,14 @@ def _title(records: list[dict[str, Any]]) -> str | None:
     branch and are left out."""
     title = recap = None
     for record in records:
-        key = _TITLE_TYPES.get(str(record.get("type")))
+        kind = record.get("type")
+        if type(kind) is not str:
+            continue
+        key = _TITLE_TYPES.get(kind)
         value = record.get(key) if key else None
         if isinstance(value, str) and value.strip():
             title = " ".join(value.split())[:TITLE_CHARS]
-        elif record.get("type") == "system" and record.get("subtype") == "away_summary":
+        elif kind == "system" and record.get("subtype") == "away_summary":
             text = record.get("content")
             if isinstance(text, str):
                 text = " ".join(text.split()).removesuffix(RECAP_SUFFIX).strip()
@@ -76,8 +79,11 @@ def _title(records: list[dict[str, Any]]) -> str | None:
     return title or recap
 
 
-def file_entry(fmt: JsonlFormat[Any], path: str, stat: os.stat_result) -> CatalogEntry | None:
-    """One file's entry; None when it is not adoptable. Raises ValueError when malformed."""
+def file_entry(
+    fmt: JsonlFormat[Any], path: str, stat: os.stat_result, real: str | None = None
+) -> CatalogEntry | None:
+    """One file's entry; None when it is not adoptable. Raises ValueError when malformed.
+    ``real``: the file's resolved path, when the caller knows it."""
     head, tail = _head_and_tail(path, stat.st_size)
     first_nl = head.find(b"\n")
     try:
@@ -91,7 +97,7 @@ def file_entry(fmt: JsonlFormat[Any], path: str, stat: os.stat_result) -> Catalo
     if described is None:
         return None
     native_id, cwd = described
-    real = os.path.realpath(path)
+    real = real or os.path.realpath(path)
     prompt = first_prompt(fmt, head_records)
     title = _title(head_records + (_records(tail, skip_first_partial=True) if tail else []))
     return CatalogEntry(
@@ -131,9 +137,14 @@ def scan_files(fmt: JsonlFormat[Any], root: str) -> Catalog:
     if not root or not os.path.isdir(root):
         return catalog
     paths, catalog.skipped = _candidates(fmt, root)
+    # os.walk never enters a linked directory, so below the resolved root only a file that
+    # is itself a link needs resolving: one lstat each, not one per path component.
+    real_root = os.path.realpath(root)
     for path in paths:
         try:
-            entry = file_entry(fmt, path, os.stat(path))
+            linked = os.path.islink(path)  # os.walk's paths start with root
+            real = os.path.realpath(path) if linked else real_root + path[len(root) :]
+            entry = file_entry(fmt, path, os.stat(path), real)
         except (OSError, ValueError) as exc:
             reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
             catalog.errors.append({"path": path, "reason": reason or "unreadable"})

@@ -165,3 +165,21 @@ def test_the_latest_recap_titles_a_session_without_a_title_of_its_own(tmp_path: 
     titles = {e["nativeId"]: e["title"] for e in _catalog(tmp_path, config)}
     assert "Billing tests pass; refunds next." == titles["recapped"]
     assert "My own title" == titles["titled"]
+
+
+def test_a_catalog_entry_names_the_real_file_through_a_linked_root_and_a_linked_file(
+    tmp_path: Path,
+) -> None:
+    """The catalog's path (and id) is the file's resolved path, whether the root is a link
+    or the file is: a session adopted through either is the same session."""
+    real = tmp_path / "real-claude"
+    session = _claude(real, "linked", "a prompt", cwd="/w")
+    elsewhere = _claude(tmp_path / "elsewhere", "target", "another prompt", cwd="/w")
+    (real / "proj" / "alias.jsonl").symlink_to(elsewhere)
+    root = tmp_path / "claude-link"
+    root.symlink_to(real)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[roots]\nclaude = "{root}"\n')
+    paths = {str(e["nativeId"]): e["path"] for e in _catalog(tmp_path, config)}
+    assert str(session.resolve()) == paths["linked"]
+    assert str(elsewhere.resolve()) == paths["alias"]
