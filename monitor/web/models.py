@@ -23,6 +23,8 @@ import msgspec
 from adapters.registry import names
 from monitor.errors import BadInput
 from monitor.kernel.events import MAX_INT64, ActorType, EventKind
+from monitor.kernel.sessions import SessionRow
+from monitor.kernel.signal_log import StateVersion as KernelStateVersion
 
 T = TypeVar("T")
 Unset = msgspec.UnsetType
@@ -240,14 +242,20 @@ class Ok(Answer):
     ok: Literal[True]
 
 
-class SessionInfo(Answer):
-    session_key: str
-    agent_id: str
-    session_id: str | None
-    store_path: str | None
-    run_active: bool
-    created_at: int
-    updated_at: int
+def answer_of(row: type[tuple[Any, ...]], name: str) -> type[Answer]:
+    """The answer model of a kernel row type (a NamedTuple): the same fields and types,
+    camelCase on the wire; declared once, in the kernel (``wire.fields_of`` answers it)."""
+    hints = typing.get_type_hints(row)
+    fields = [(name, hints[name]) for name in row._fields]  # type: ignore[attr-defined]
+    return typing.cast(type[Answer], msgspec.defstruct(name, fields, bases=(Answer,)))
+
+
+if typing.TYPE_CHECKING:  # derived at run time; to the type checker, answers
+    SessionInfo = Answer
+    StateVersion = Answer
+else:
+    SessionInfo = answer_of(SessionRow, "SessionInfo")
+    StateVersion = answer_of(KernelStateVersion, "StateVersion")  # agentId null: no agent, no head
 
 
 class EventRecord(Answer):
@@ -295,12 +303,6 @@ class Status(msgspec.Struct, rename="camel"):
     session_key: str
     state_version: int
     state_changes: StateChanges | msgspec.UnsetType = msgspec.UNSET
-
-
-class StateVersion(Answer):
-    session_key: str
-    agent_id: str | None  # null for a key with no agent and no head
-    state_version: int
 
 
 class Sessions(Answer):

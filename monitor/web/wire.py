@@ -76,24 +76,30 @@ def state_versions(versions: list[StateVersion]) -> list[Json]:
     return [state_version(v) for v in versions]
 
 
+def camel(name: str) -> str:
+    """``session_key`` as ``sessionKey``: msgspec's ``rename="camel"``, for the CLI."""
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def fields_of(row: tuple[Any, ...]) -> Json:
+    """A kernel row (a NamedTuple) whose answer is its fields as they are, camelCase
+    (the answer model is derived from the same type: ``models.answer_of``)."""
+    names = _NAMES.get(type(row))
+    if names is None:
+        names = _NAMES[type(row)] = tuple(camel(f) for f in row._fields)  # type: ignore[attr-defined]
+    return dict(zip(names, row, strict=True))
+
+
 def state_version(version: StateVersion) -> Json:
-    return {
-        "sessionKey": version.session_key,
-        "agentId": version.agent_id,
-        "stateVersion": version.state_version,
-    }
+    return fields_of(version)
 
 
 def session_info(row: SessionRow) -> Json:
-    return {
-        "sessionKey": row.session_key,
-        "agentId": row.agent_id,
-        "sessionId": row.session_id,
-        "storePath": row.store_path,
-        "runActive": row.run_active,
-        "createdAt": row.created_at,
-        "updatedAt": row.updated_at,
-    }
+    return fields_of(row)
 
 
 def pruned(result: PruneResult) -> Json:
