@@ -245,8 +245,7 @@ class Ok(Answer):
 def answer_of(row: type[tuple[Any, ...]], name: str) -> type[Answer]:
     """The answer model of a kernel row type (a NamedTuple): the same fields and types,
     camelCase on the wire; declared once, in the kernel (``wire.fields_of`` answers it)."""
-    hints = typing.get_type_hints(row)
-    fields = [(name, hints[name]) for name in row._fields]  # type: ignore[attr-defined]
+    fields = list(typing.get_type_hints(row).items())  # in the fields' order
     return typing.cast(type[Answer], msgspec.defstruct(name, fields, bases=(Answer,)))
 
 

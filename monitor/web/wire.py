@@ -90,7 +90,7 @@ def fields_of(row: tuple[Any, ...]) -> Json:
     (the answer model is derived from the same type: ``models.answer_of``)."""
     names = _NAMES.get(type(row))
     if names is None:
-        names = _NAMES[type(row)] = tuple(camel(f) for f in row._fields)  # type: ignore[attr-defined]
+        names = _NAMES[type(row)] = tuple(camel(f) for f in type(row).__annotations__)
     return dict(zip(names, row, strict=True))
 
 
