@@ -5,7 +5,12 @@ Run: python bench/cli.py [--runs 15] [--replay-mb 200]
 Each command runs as a fresh process (the installed ``sessionwatch`` entry point, as a
 gateway or a hook would shell out to it) ``--runs`` times, interleaved with the floor,
 ``python -c "import sqlite3, orjson"``; the median of each is compared. Target: at most
-2x the floor for ``status``, ``record`` and ``notices --drain``.
+1.5x the floor for ``status``, ``record`` and ``notices --drain`` (it was 2x).
+
+The floor's modules come compiled (``.pyc``), as ``pip install .`` leaves ours. An editable
+install under ``PYTHONDONTWRITEBYTECODE=1`` (this workplace sets it) keeps no bytecode, so
+every run would compile sessionwatch's modules anew (about 25 ms here): the bench compiles
+them first (``compileall``, which that variable does not stop), and says whether it did.
 
 The replay part writes a Claude transcript of ``--replay-mb`` MB (bench/monitor.py's
 realistic generator) and times ``sessionwatch replay`` on it as a whole process against a
@@ -84,8 +89,27 @@ def bench_commands(runs: int, tmp: Path) -> None:
         median = statistics.median(times[name])
         print(
             f"sessionwatch {name}: {median * 1000:.0f} ms, {median / floor:.2f}x the floor"
-            " (target <= 2x)"
+            " (target <= 1.5x)"
         )
+
+
+def compile_ours() -> int:
+    """Compile the packages the entry point imports, as ``pip install .`` does; how many
+    modules had no bytecode."""
+    import compileall
+
+    # Run as a script, this folder is first on sys.path, and bench/monitor.py is not ours.
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH]
+    missing = 0
+    for name in ("monitor", "adapters"):
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.submodule_search_locations is not None
+        for folder in spec.submodule_search_locations:
+            for source in Path(folder).rglob("*.py"):
+                cached = importlib.util.cache_from_source(str(source))
+                missing += not os.path.exists(cached)
+            compileall.compile_dir(folder, quiet=1)
+    return missing
 
 
 def _generate(path: Path, megabytes: int) -> None:
@@ -119,6 +143,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--replay-mb", type=int, default=200)
     args = parser.parse_args()
+    missing = compile_ours()
+    print(f"bytecode: {missing} of sessionwatch's modules had none and were compiled first")
     with tempfile.TemporaryDirectory() as tmp:
         bench_commands(args.runs, Path(tmp))
         if args.replay_mb:
