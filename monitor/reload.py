@@ -9,7 +9,6 @@ said once, and the configuration in force stays.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +27,7 @@ LIVE = ("roots", "nodes", "gateway", "log")
 
 
 def changed_sections(old: Config, new: Config) -> list[str]:
-    fields = dataclasses.fields(Config)
-    return [f.name for f in fields if getattr(old, f.name) != getattr(new, f.name)]
+    return [name for name in Config._fields if getattr(old, name) != getattr(new, name)]
 
 
 def reload(
@@ -72,4 +70,4 @@ def reload(
         logging.getLogger().setLevel(new.log.level.upper())
     # The sections that apply only at a restart keep their running values.
     kept = {s: getattr(current, s) for s in changed if s not in applied}
-    return dataclasses.replace(new, **kept)
+    return new._replace(**kept)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -49,8 +48,8 @@ async def test_a_gateway_that_is_down_and_a_node_that_is_down(tmp_path: Path) ->
         tmp_path,
         gateway=GatewayConfig(hooks_url="http://127.0.0.1:9/hooks", hooks_token_file=str(token)),
     )
-    config = dataclasses.replace(
-        config, nodes={"laptop": NodeConfig(url="http://127.0.0.1:9", token_file=str(token))}
+    config = config._replace(
+        nodes={"laptop": NodeConfig(url="http://127.0.0.1:9", token_file=str(token))}
     )
     found = await doctor.run(config, tmp_path / "state.db")
     problems = lines(found, "PROBLEM")

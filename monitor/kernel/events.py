@@ -9,12 +9,9 @@ two are the only field names of OpenClaw's camelCase spelled below the web layer
 is answered over the API is :mod:`monitor.web`'s.
 """
 
-from __future__ import annotations
-
 import re
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from monitor.errors import BadInput
 
@@ -158,8 +155,7 @@ def render_summary(kind: EventKind, payload: dict[str, Any], requested: str | No
     return wanted
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StateEvent:
+class StateEvent(NamedTuple):
     """One row of the signal log."""
 
     sequence: int

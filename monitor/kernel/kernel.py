@@ -9,11 +9,9 @@ owns tables of its own (the upstream monitor's links) joins a transaction throug
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.config import Config
@@ -76,8 +74,7 @@ class Recorder:
         return result
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class KernelSettings:
+class KernelSettings(NamedTuple):
     """The ``[session]`` settings the kernel obeys."""
 
     main_key: str = "main"
@@ -222,10 +219,10 @@ class Kernel:
         )
         if ambient is not None:
             watcher = ambient
-            draft = dataclasses.replace(draft, ambient_watcher=ambient)
+            draft = draft._replace(ambient_watcher=ambient)
         if watcher is not None:
             path = self.policy.default_store_path(watcher)
-            draft = dataclasses.replace(draft, watcher_store_path=path)
+            draft = draft._replace(watcher_store_path=path)
         result = await self.store.write(lambda conn: record_event(conn, draft, now), small=True)
         self.observe([result])
         if watcher is not None and not result.duplicate:

@@ -4,10 +4,8 @@ A key with the ``agent:<id>:`` prefix is *agent-qualified*; a bare key such as `
 ambiguous across agents: it gets the log and ``changesSince`` but never a cursor or notice.
 """
 
-from __future__ import annotations
-
 import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from monitor.errors import BadInput
 
@@ -17,8 +15,7 @@ _GROUP_MARKERS = frozenset({"group", "room", "channel"})
 _remembered = functools.lru_cache(maxsize=4096)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AgentKey:
+class AgentKey(NamedTuple):
     """A parsed agent-qualified session key."""
 
     agent_id: str

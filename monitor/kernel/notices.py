@@ -5,12 +5,9 @@ A notice is derived from a durable cursor (``material > last_seen``), so every p
 opens the database sees the same pending notices; nothing here is the source of truth.
 """
 
-from __future__ import annotations
-
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from monitor.clock import SECOND_MS, Clock
 from monitor.lazylog import LazyLogger
@@ -35,8 +32,7 @@ def notice_text(target: str, last_seen: int) -> str:
     )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Notice:
+class Notice(NamedTuple):
     """One pending stale-state notice for a watcher/target pair."""
 
     watcher: str

@@ -6,8 +6,7 @@ deleted before anything is deleted, so a reader's history gap stays exact; heads
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.kernel import cursors, signal_log
@@ -22,8 +21,7 @@ PRUNE_INTERVAL_MS = HOUR_MS
 CURSOR_IDLE_MS = 30 * DAY_MS
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PruneResult:
+class PruneResult(NamedTuple):
     deleted_events: int
     deleted_cursors: int
     stamped_sessions: int

@@ -5,9 +5,6 @@ the head, move the target's cursors) as one synchronous function the store runs 
 ``BEGIN IMMEDIATE``.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -39,8 +36,7 @@ _EVENT_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NewEvent:
+class NewEvent(NamedTuple):
     """What a producer (the gateway, the CLI, a test) asks to record, before validation."""
 
     session_key: str
@@ -55,7 +51,7 @@ class NewEvent:
     payload: Any = None
     occurred_at: int | None = None
 
-    def draft(self, now: int) -> EventDraft:
+    def draft(self, now: int) -> "EventDraft":
         """Validated (see :func:`make_draft`); raises :class:`BadInput`."""
         return make_draft(
             session_key=self.session_key,
@@ -73,8 +69,7 @@ class NewEvent:
         )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EventDraft:
+class EventDraft(NamedTuple):
     """A validated event about to be recorded."""
 
     session_key: str
@@ -92,13 +87,12 @@ class EventDraft:
     ambient_watcher: str | None = None  # a main session that starts watching this group
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Recorded:
+class Recorded(NamedTuple):
     """What recording returns: the row, whether it already existed, and opened notices."""
 
     event: StateEvent
     duplicate: bool
-    notices: list[Notice] = field(default_factory=list)
+    notices: tuple[Notice, ...] = ()
 
 
 def _ident(name: str, value: str | None) -> str | None:
@@ -210,7 +204,7 @@ def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
     )
 
 
-def find_by_dedupe(conn: Conn, dedupe_key: str) -> StateEvent | None:
+def find_by_dedupe(conn: "Conn", dedupe_key: str) -> StateEvent | None:
     row = conn.execute(
         f"SELECT {_EVENT_COLUMNS} FROM session_state_events WHERE dedupe_key = ?",
         (dedupe_key,),
@@ -218,7 +212,7 @@ def find_by_dedupe(conn: Conn, dedupe_key: str) -> StateEvent | None:
     return _row_to_event(row) if row else None
 
 
-def raise_head(conn: Conn, key: str, agent_id: str, sequence: int, now: int) -> None:
+def raise_head(conn: "Conn", key: str, agent_id: str, sequence: int, now: int) -> None:
     conn.execute(
         "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
         " pruned_max_sequence, updated_at) VALUES (?, ?, ?, 0, ?)"
@@ -230,7 +224,7 @@ def raise_head(conn: Conn, key: str, agent_id: str, sequence: int, now: int) -> 
     )
 
 
-def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
+def record_event(conn: "Conn", draft: EventDraft, now: int) -> Recorded:
     """The recording transaction's body: see the module docstring."""
     payload_json = orjson.dumps(draft.payload).decode() if draft.payload else None
     row = conn.execute(
@@ -298,11 +292,11 @@ def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
         payload=draft.payload,
         dedupe_key=draft.dedupe_key,
     )
-    return Recorded(event=event, duplicate=False, notices=notices)
+    return Recorded(event=event, duplicate=False, notices=tuple(notices))
 
 
 def state_changes(
-    conn: Conn, key: str, agent_id: str, since: int, limit: int = CHANGES_LIMIT
+    conn: "Conn", key: str, agent_id: str, since: int, limit: int = CHANGES_LIMIT
 ) -> tuple[list[StateEvent], bool]:
     """Events of one session after ``since``, ascending, at most ``limit``; and whether
     more exist."""
@@ -315,7 +309,7 @@ def state_changes(
     return [_row_to_event(r) for r in rows[:limit]], len(rows) > limit
 
 
-def earliest_sequence(conn: Conn, key: str, agent_id: str) -> int | None:
+def earliest_sequence(conn: "Conn", key: str, agent_id: str) -> int | None:
     row = conn.execute(
         "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
         (key, agent_id),
@@ -323,7 +317,7 @@ def earliest_sequence(conn: Conn, key: str, agent_id: str) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-def read_head(conn: Conn, key: str, agent_id: str) -> tuple[int, int]:
+def read_head(conn: "Conn", key: str, agent_id: str) -> tuple[int, int]:
     """``(last_sequence, pruned_max_sequence)`` of a session, zeros when never logged."""
     row = conn.execute(
         "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
@@ -333,7 +327,7 @@ def read_head(conn: Conn, key: str, agent_id: str) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def prune_events(conn: Conn, *, before: int, cap: int, now: int) -> tuple[int, int]:
+def prune_events(conn: "Conn", *, before: int, cap: int, now: int) -> tuple[int, int]:
     """Retention: events older than ``before`` or at most ``cap`` go; each pruned session's
     head keeps its last sequence and records the newest pruned one (for ``historyGap``).
     How many heads were stamped, and how many events went."""
@@ -356,7 +350,7 @@ def prune_events(conn: Conn, *, before: int, cap: int, now: int) -> tuple[int, i
     return stamped, deleted
 
 
-def state_versions(conn: Conn, keys: list[str]) -> list[StateVersion]:
+def state_versions(conn: "Conn", keys: list[str]) -> "list[StateVersion]":
     """The heads of ``keys`` (all heads when empty); a key without a head is answered with
     version 0 and the agent its key names, if any."""
     sql = "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
@@ -372,13 +366,13 @@ def state_versions(conn: Conn, keys: list[str]) -> list[StateVersion]:
     return out
 
 
-def delete_session_log(conn: Conn, scope: str, params: tuple[str, ...]) -> None:
+def delete_session_log(conn: "Conn", scope: str, params: tuple[str, ...]) -> None:
     """Remove the events and head of a ``keys.session_scope``."""
     conn.execute(f"DELETE FROM session_state_events WHERE {scope}", params)
     conn.execute(f"DELETE FROM session_state_heads WHERE {scope}", params)
 
 
-def row_cap_sequence(conn: Conn, max_rows: int) -> int:
+def row_cap_sequence(conn: "Conn", max_rows: int) -> int:
     """Rows with a sequence at or below this fall outside the newest ``max_rows``."""
     row = conn.execute(
         "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
@@ -413,7 +407,9 @@ class StateVersion(NamedTuple):
     state_version: int
 
 
-def session_status(conn: Conn, key: str, agent_id: str, changes_since: int | None) -> SessionStatus:
+def session_status(
+    conn: "Conn", key: str, agent_id: str, changes_since: int | None
+) -> SessionStatus:
     """A session's state version; with ``changes_since``, its changes after it."""
     version, pruned = read_head(conn, key, agent_id)
     if changes_since is None:
@@ -436,7 +432,7 @@ class Activity(NamedTuple):  # a NamedTuple: a dataclass costs every one-shot co
     last_day: int = 0
 
 
-def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
+def human_activity(conn: "Conn", now: int) -> dict[str, Activity]:
     """Per session key with any direct human turn logged."""
     kind = EventKind.HUMAN_DIRECT_MESSAGE.value
     last = conn.execute(
@@ -464,7 +460,7 @@ def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
     }
 
 
-def recent_events(conn: Conn, key: str, limit: int) -> list[StateEvent]:
+def recent_events(conn: "Conn", key: str, limit: int) -> list[StateEvent]:
     """The newest ``limit`` events of one session key (every agent), newest first."""
     rows = conn.execute(
         f"SELECT {_EVENT_COLUMNS} FROM session_state_events WHERE session_key = ?"
@@ -474,6 +470,6 @@ def recent_events(conn: Conn, key: str, limit: int) -> list[StateEvent]:
     return [_row_to_event(r) for r in rows]
 
 
-def last_sequence(conn: Conn) -> int:
+def last_sequence(conn: "Conn") -> int:
     row = conn.execute("SELECT max(sequence) FROM session_state_events").fetchone()
     return int(row[0]) if row and row[0] is not None else 0

@@ -15,12 +15,10 @@ Paths are resolved through their longest existing ancestor (symlinks followed), 
 does, so both sides write the same string.
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from monitor.paths import expand_user
 
@@ -50,8 +48,7 @@ def agent_store_path(state_dir: Path, agent_id: str) -> str:
     return _identity_path(state_dir / "agents" / agent_id / "agent" / "openclaw-agent.sqlite")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StorePathRule:
+class StorePathRule(NamedTuple):
     """The default store path of a watcher, per agent (see the module docstring)."""
 
     state_dir: Path | None = None
@@ -60,7 +57,7 @@ class StorePathRule:
     @classmethod
     def for_database(
         cls, db_path: object, template: str = "", env: Mapping[str, str] | None = None
-    ) -> StorePathRule:
+    ) -> "StorePathRule":
         """``db_path``: the SQLite file; a PostgreSQL store is never OpenClaw's own file."""
         found = openclaw_state_dir(db_path) if isinstance(db_path, Path) else None
         if found is not None:

@@ -65,7 +65,7 @@ async def test_log_only_kinds_queue_nothing(kernel: Kernel) -> None:
         result = await kernel.record(
             NewEvent(session_key=CHILD, kind=kind, actor_type=ActorType.SYSTEM, **extra)
         )
-        assert result.notices == []
+        assert result.notices == ()
     assert await texts(kernel, MAIN) == []
 
 
@@ -114,7 +114,7 @@ async def test_watcher_is_not_told_about_its_own_events(kernel: Kernel) -> None:
             actor_id=MAIN,
         )
     )
-    assert own.notices == []
+    assert own.notices == ()
     assert await texts(kernel, MAIN) == []
 
 
@@ -143,7 +143,7 @@ async def test_global_sessions_log_per_agent_and_notify_nobody(kernel: Kernel) -
     """Bare ``global`` keys get the log and changesSince per agent, no cursor or notice."""
     a = await human(kernel, "global", agent_id="alpha")
     b = await human(kernel, "global", agent_id="beta")
-    assert a.notices + b.notices == []
+    assert a.notices + b.notices == ()
     alpha = wire.status(await kernel.status("global", agent_id="alpha", changes_since=0))
     beta = wire.status(await kernel.status("global", agent_id="beta", changes_since=0))
     assert [a.event.sequence] == [e["sequence"] for e in alpha["stateChanges"]["events"]]
@@ -176,7 +176,7 @@ async def test_legacy_cursor_without_store_path_notifies_until_reregistered(
         )
 
     await kernel.store.write(legacy)
-    assert (await human(kernel, CHILD)).notices == []
+    assert (await human(kernel, CHILD)).notices == ()
     assert await texts(kernel, MAIN) == []
     assert await kernel.watch(watcher=MAIN, target=CHILD)
     second = await human(kernel, CHILD)
@@ -189,7 +189,7 @@ async def test_reset_drops_watcher_cursors_and_keeps_target_history(kernel: Kern
     await kernel.reset(MAIN)
     assert await texts(kernel, MAIN) == []
     assert (wire.status(await kernel.status(CHILD)))["stateVersion"] == 2
-    assert (await human(kernel, CHILD)).notices == []
+    assert (await human(kernel, CHILD)).notices == ()
 
 
 async def test_delete_removes_events_head_and_cursors_on_both_sides(kernel: Kernel) -> None:
@@ -351,11 +351,11 @@ async def test_a_group_turn_makes_main_an_ambient_watcher_once(
     wakes = WakeLog()
     kernel: Kernel = await open_kernel(wake=wakes)
     first = await human(kernel, GROUP)
-    assert [] == first.notices  # the watch starts after the first turn
+    assert () == first.notices  # the watch starts after the first turn
     second = await human(kernel, GROUP)
     third = await human(kernel, GROUP)
     assert [notice(GROUP, first.event.sequence)] == [n.text for n in second.notices]
-    assert [] == third.notices  # coalesced into the pending one
+    assert () == third.notices  # coalesced into the pending one
     await kernel.delivery.settled()
     assert [] == wakes.woken
     assert [notice(GROUP, 1)] == await texts(kernel, MAIN)

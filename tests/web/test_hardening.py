@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +95,7 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
     vain. The ticks that come while one waits are skipped; that, and the tick's findings
     waiting, are each said once for the whole outage, not once per tick."""
     config = make_config(tmp_path)
-    config = replace(config, monitor=replace(config.monitor, watch_files=False))
+    config = config._replace(monitor=config.monitor._replace(watch_files=False))
     os.chmod(tmp_path / "state.db", 0o600)  # made by the other process's connection
     async with running(config, tmp_path / "state.db") as sidecar:
         assert sidecar is not None
@@ -567,10 +566,10 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
     raises is said and the ticks go on; and cancelling the loop (the service stopping)
     leaves the tick in flight to finish."""
     config = make_config(tmp_path)
-    quiet = replace(config.monitor, watch_files=False, initial_delay_s=3600)
-    async with running(replace(config, monitor=quiet), tmp_path / "state.db") as sidecar:
+    quiet = config.monitor._replace(watch_files=False, initial_delay_s=3600)
+    async with running(config._replace(monitor=quiet), tmp_path / "state.db") as sidecar:
         assert sidecar is not None  # its own loop sleeps for an hour: this test runs one
-        sidecar.config = replace(config, monitor=replace(quiet, initial_delay_s=0, interval_s=0.01))
+        sidecar.config = config._replace(monitor=quiet._replace(initial_delay_s=0, interval_s=0.01))
         gates = [asyncio.Event() for _ in range(6)]  # tick n finishes once gates[n] is set
         started: list[int] = []
         finished: list[int] = []

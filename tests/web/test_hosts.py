@@ -6,7 +6,6 @@ turn recorded twice, and the store stopped and started under them."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ def host_config(tmp_path: Path, host: str, **extra: Any) -> Config:
     home.mkdir(parents=True, exist_ok=True)
     monitor = extra.pop("monitor", None)
     config = make_config(home, host=HostConfig(id=host), **extra)
-    return dataclasses.replace(config, monitor=monitor) if monitor else config
+    return config._replace(monitor=monitor) if monitor else config
 
 
 async def start(
