@@ -1,9 +1,9 @@
-"""``sessionwatch serve``: the sidecar's main job.
+"""``sessionwatch serve``: the sidecar's main job, the composition root.
 
-Start-up takes the database's instance lock, runs the sweep and a prune, then starts the HTTP
-API, the tick loop (15 s after start and every 60 s, never two at once) and file
-watching (a change to a linked file wakes an early, debounced check of its links), all
-through one ``AsyncExitStack``. SIGTERM/SIGINT stop accepting requests, finish the tick in
+Start-up takes the database's instance lock (:mod:`monitor.private`), runs the sweep and a
+prune, then starts the HTTP API, the tick loop (15 s after start and every 60 s, never two
+at once) and file watching (:mod:`monitor.file_watch`), all through one
+``AsyncExitStack``. SIGTERM/SIGINT stop accepting requests, finish the tick in
 flight and close the database, in that order.
 """
 
@@ -20,8 +20,6 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from watchfiles import awatch
-
 from adapters.claude_node import SERVED_KIND
 from monitor.config import Config, is_pg_url, without_password
 from monitor.doctor import node_reachable
@@ -32,6 +30,7 @@ from monitor.errors import (
     StoreError,
     StoreLocked,
 )
+from monitor.file_watch import FileWatch
 from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.feed import POLL_S
 from monitor.metrics import Metrics
@@ -51,10 +50,6 @@ from monitor.web.status_page import PageSources
 from monitor.web.wake import HooksWaker
 
 log = logging.getLogger(__name__)
-
-DEBOUNCE_MS = 300
-REARM_S = 0.5  # how often the database is checked for links another process changed
-PAUSE_S = 10.0  # file watching waits this long after the database failed
 
 
 class Sidecar:
@@ -82,7 +77,9 @@ class Sidecar:
         self.db_display = ""  # the store, as the status page names it (no password)
         self._paths_changed = paths_changed
         self._skip_logged = False
-        self._data_version: int | None = None
+        self.files = FileWatch(
+            monitor, kernel.store, paths_changed, self.stopping, tick=self.run_tick
+        )
         self.tick_health = TickHealth(
             interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
         )
@@ -162,85 +159,6 @@ class Sidecar:
                 self.kernel.deliver(await self.kernel.pending())
             except SessionwatchError as exc:
                 log.debug("notices not checked: %s", exc)
-
-    async def _watched_files(self) -> dict[str, set[str]]:
-        """Linked file path -> the session keys linked to it."""
-        return await self.monitor.watched_paths()
-
-    async def watch_files(self) -> None:
-        """Wake an early check of the links whose files changed; the tick stays the truth.
-
-        The watch is re-armed only when the set of directories changes; a link change that
-        keeps the directories only updates which keys a path wakes.
-        """
-        while not self.stopping.is_set():
-            files = await self._watched_files_or_none()
-            if files is None:
-                continue
-            dirs = _dirs_of(files)
-            if not dirs:
-                await self._links_may_have_changed()
-                continue
-            stop = asyncio.Event()
-            refresher = asyncio.ensure_future(self._refresh(files, dirs, stop))
-            # Whatever changed before the watch was armed is caught by one check now.
-            await self.run_tick(set().union(*files.values()), rearm=False)
-            try:
-                async for changes in awatch(
-                    *dirs, stop_event=stop, debounce=DEBOUNCE_MS, recursive=False
-                ):
-                    keys = set().union(*(files.get(str(Path(p)), set()) for _, p in changes))
-                    if keys:
-                        await self.run_tick(keys)
-            finally:
-                stop.set()
-                refresher.cancel()
-
-    async def _links_may_have_changed(self) -> None:
-        """Until a link changed here, or the database changed under another process (an
-        adoption or a watch from the CLI, a gateway sharing the file): the store's ``version()``
-        is checked every ``REARM_S``."""
-        while not self.stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
-            if self._paths_changed.is_set():
-                break
-            try:
-                version = self.kernel.store.version()
-            except SessionwatchError:
-                continue
-            if version != self._data_version:
-                self._data_version = version
-                break
-        self._paths_changed.clear()
-
-    async def _watched_files_or_none(self) -> dict[str, set[str]] | None:
-        try:
-            return await self._watched_files()
-        except SessionwatchError as exc:
-            log.warning("file watching paused: %s", exc)
-            await asyncio.sleep(PAUSE_S)
-            return None
-
-    async def _refresh(
-        self, files: dict[str, set[str]], dirs: list[str], stop: asyncio.Event
-    ) -> None:
-        """On a link change here or in another process, update the path-to-keys map in
-        place; stop the watch (to re-arm) only when directories change."""
-        while True:
-            await self._links_may_have_changed()
-            fresh = await self._watched_files_or_none()
-            if fresh is None:
-                continue
-            if _dirs_of(fresh) != dirs:
-                stop.set()
-                return
-            files.clear()
-            files.update(fresh)
-
-
-def _dirs_of(files: dict[str, set[str]]) -> list[str]:
-    return sorted({str(Path(p).parent) for p in files if Path(p).parent.is_dir()})
 
 
 async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
@@ -342,7 +260,7 @@ async def running(
         ticks = asyncio.ensure_future(sidecar.tick_on_schedule())
         stack.callback(ticks.cancel)
         if config.monitor.watch_files:
-            task = asyncio.ensure_future(sidecar.watch_files())
+            task = asyncio.ensure_future(sidecar.files.run())
             stack.callback(task.cancel)
         if waker is not None:  # notices other processes opened wake their watchers too
             notices = asyncio.ensure_future(sidecar.watch_notices())

@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 ROOT = REPO
-TOP = ("monitor.service", "monitor.cli", "monitor.__main__")
+TOP = ("monitor.service", "monitor.file_watch", "monitor.cli", "monitor.__main__")
 FORBIDDEN = {
     "monitor/kernel": ("adapters", "monitor.upstream", "monitor.web", *TOP),
     "monitor/upstream": ("monitor.web", *TOP),

@@ -1,0 +1,128 @@
+"""File watching: a change to a linked file wakes an early, debounced check of its links.
+
+The tick stays the source of truth; this only makes it early. The watch covers the
+directories of the watched links' files (an OpenCode link names its database's WAL), and is
+re-armed only when those directories change: a link change here (an adoption, a watch) or in
+another process (the store's ``version()``, checked every ``REARM_S``) that keeps them only
+updates which session keys a path wakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from watchfiles import awatch
+
+from monitor.errors import SessionwatchError
+
+if TYPE_CHECKING:
+    from monitor.kernel.store.protocol import StateStore
+    from monitor.upstream import UpstreamMonitor
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_MS = 300
+REARM_S = 0.5  # how often the database is checked for links another process changed
+PAUSE_S = 10.0  # file watching waits this long after the database failed
+
+
+class FileWatch:
+    """Watches the linked files' directories and ticks the links of what changed."""
+
+    def __init__(
+        self,
+        monitor: UpstreamMonitor,
+        store: StateStore,
+        paths_changed: asyncio.Event,
+        stopping: asyncio.Event,
+        *,
+        tick: Callable[..., Awaitable[bool]],
+    ) -> None:
+        """``paths_changed``: set when which files are watched may have changed; ``tick``:
+        the service's tick of some keys (``rearm=False`` for the catch-up check)."""
+        self.monitor = monitor
+        self.store = store
+        self.stopping = stopping
+        self.tick = tick
+        self._paths_changed = paths_changed
+        self._data_version: int | None = None
+
+    async def run(self) -> None:
+        """Wake an early check of the links whose files changed; the tick stays the truth.
+
+        The watch is re-armed only when the set of directories changes; a link change that
+        keeps the directories only updates which keys a path wakes.
+        """
+        while not self.stopping.is_set():
+            files = await self._watched_files_or_none()
+            if files is None:
+                continue
+            dirs = _dirs_of(files)
+            if not dirs:
+                await self._links_may_have_changed()
+                continue
+            stop = asyncio.Event()
+            refresher = asyncio.ensure_future(self._refresh(files, dirs, stop))
+            # Whatever changed before the watch was armed is caught by one check now.
+            await self.tick(set().union(*files.values()), rearm=False)
+            try:
+                async for changes in awatch(
+                    *dirs, stop_event=stop, debounce=DEBOUNCE_MS, recursive=False
+                ):
+                    keys = set().union(*(files.get(str(Path(p)), set()) for _, p in changes))
+                    if keys:
+                        await self.tick(keys)
+            finally:
+                stop.set()
+                refresher.cancel()
+
+    async def _links_may_have_changed(self) -> None:
+        """Until a link changed here, or the database changed under another process (an
+        adoption or a watch from the CLI, a gateway sharing the file): the store's ``version()``
+        is checked every ``REARM_S``."""
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
+            if self._paths_changed.is_set():
+                break
+            try:
+                version = self.store.version()
+            except SessionwatchError:
+                continue
+            if version != self._data_version:
+                self._data_version = version
+                break
+        self._paths_changed.clear()
+
+    async def _watched_files_or_none(self) -> dict[str, set[str]] | None:
+        try:
+            return await self.monitor.watched_paths()
+        except SessionwatchError as exc:
+            log.warning("file watching paused: %s", exc)
+            await asyncio.sleep(PAUSE_S)
+            return None
+
+    async def _refresh(
+        self, files: dict[str, set[str]], dirs: list[str], stop: asyncio.Event
+    ) -> None:
+        """On a link change here or in another process, update the path-to-keys map in
+        place; stop the watch (to re-arm) only when directories change."""
+        while True:
+            await self._links_may_have_changed()
+            fresh = await self._watched_files_or_none()
+            if fresh is None:
+                continue
+            if _dirs_of(fresh) != dirs:
+                stop.set()
+                return
+            files.clear()
+            files.update(fresh)
+
+
+def _dirs_of(files: dict[str, set[str]]) -> list[str]:
+    return sorted({str(Path(p).parent) for p in files if Path(p).parent.is_dir()})
