@@ -103,11 +103,7 @@ def session_info(row: SessionRow) -> Json:
 
 
 def pruned(result: PruneResult) -> Json:
-    return {
-        "deletedEvents": result.deleted_events,
-        "deletedCursors": result.deleted_cursors,
-        "stampedSessions": result.stamped_sessions,
-    }
+    return fields_of(result)
 
 
 def _link_fields(link: UpstreamLink) -> Json:
