@@ -16,9 +16,8 @@ from http import HTTPStatus
 from typing import Any
 
 import orjson
-from aiohttp import web
-from aiohttp.streams import StreamReader
-from aiohttp.web_request import BaseRequest
+from aiohttp import StreamReader, web
+from aiohttp.web import BaseRequest
 
 from monitor.config import LISTEN_SHAPE, listen_is_valid
 from monitor.errors import (
@@ -252,22 +251,22 @@ async def start_site(
     def connection() -> JsonErrorHandler:
         return JsonErrorHandler(manager, loop=loop, access_log=None)
 
+    path = listen.removeprefix("unix:") if listen.startswith("unix:") else None
     try:
-        if listen.startswith("unix:"):
-            path = listen.removeprefix("unix:")
+        if path is not None:
             clear_stale_socket(path)
             server = await loop.create_unix_server(connection, path)
-            os.chmod(path, 0o600)
         else:
             host, _, port = listen.rpartition(":")
             if host.startswith("[") and host.endswith("]"):  # [::1]:8080
                 host = host[1:-1]
             server = await loop.create_server(connection, host or "127.0.0.1", int(port))
+        stack.callback(server.close)  # runs first on exit: stop accepting connections
+        if path is not None:
+            os.chmod(path, 0o600)
+            return [listen]
     except OSError as exc:
         raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-    stack.callback(server.close)  # runs first on exit: stop accepting connections
-    if listen.startswith("unix:"):
-        return [listen]
     addresses = [s.getsockname() for s in server.sockets]
     return [
         f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}" for a in addresses
