@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from monitor.errors import StoreError
+
 T = TypeVar("T")
 MAX_GROUP = 64  # writes folded into one transaction at most
 
@@ -122,8 +124,6 @@ class Batcher:
 
     async def submit(self, fn: Callable[[Any], T], timeout: float, *, alone: bool = False) -> T:
         """Run ``fn`` in the next group; it waits at most ``timeout`` s for a lock."""
-        from monitor.errors import StoreError
-
         if self._closing:
             raise StoreError("the state database is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

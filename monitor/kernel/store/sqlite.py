@@ -8,8 +8,9 @@ one call, and goes straight on to the writes that arrived meanwhile. A write tha
 rolls back alone and its caller gets its own error; the others commit together. Each write
 waits at most ``write_timeout`` seconds for a lock held by another process (the busy
 timeout is set per group to what its oldest write has left), and then fails with
-:class:`StoreLocked`, so a locked database costs every caller
-one bounded wait, not a queue of them.
+:class:`StoreLocked`, so a locked database costs every caller one bounded wait, not a
+queue of them. A small write (one event) runs inline on the event loop instead when the
+writer connection is free and no other process holds the lock (:class:`WriterConn`).
 
 Reads run on read-only connections of their own: a WAL reader never waits for the writer.
 Small point reads run inline (the API's hot reads, which cost less than a thread hop);
