@@ -213,9 +213,10 @@ class Kernel:
         """Validate and record one event; raises :class:`BadInput` or ``StoreError``."""
         now = self.clock()
         draft = event.draft(now)
-        watcher = draft.actor_id if draft.kind is EventKind.CHILD_SPAWNED else None
+        row = draft.row
+        watcher = row.actor_id if row.kind == EventKind.CHILD_SPAWNED else None
         ambient = self.policy.ambient_watcher(
-            draft.kind, draft.actor_type, draft.session_key, draft.agent_id
+            EventKind(row.kind), ActorType(row.actor_type), row.session_key, row.agent_id
         )
         if ambient is not None:
             watcher = ambient

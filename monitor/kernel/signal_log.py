@@ -5,7 +5,7 @@ the head, move the target's cursors) as one synchronous function the store runs 
 ``BEGIN IMMEDIATE``.
 """
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import orjson
 
@@ -36,20 +36,33 @@ _EVENT_COLUMNS = (
 )
 
 
-class NewEvent(NamedTuple):
-    """What a producer (the gateway, the CLI, a test) asks to record, before validation."""
+# What kind of value an input field holds, for the faces that check it before the kernel
+# does: the API's request model is derived from NewEvent (``monitor.web.models``) and turns
+# each kind into its JSON Schema. An event's input fields are declared here, once.
+KEY = "input:key"  # a session key
+IDENT = "input:ident"  # one line of text (an id, a template's summary)
+EPOCH_MS = "input:epoch-ms"  # a time in ms since 1970
+PAYLOAD = "input:payload"  # the compact payload
 
-    session_key: str
+
+class NewEvent(NamedTuple):
+    """What a producer (the gateway, the CLI, a test) asks to record, before validation.
+
+    ``summary``, when given, must be one of the kind's templates (``human message via
+    <channel>``, ``goal created``...): free text is refused, since the log never holds
+    content. The time it occurred is clamped to the last 24 h."""
+
+    session_key: Annotated[str, KEY]
     kind: EventKind
     actor_type: ActorType
-    agent_id: str | None = None
-    actor_id: str | None = None
-    session_id: str | None = None
-    run_id: str | None = None
-    summary: str | None = None
-    dedupe_key: str | None = None
-    payload: Any = None
-    occurred_at: int | None = None
+    actor_id: Annotated[str, KEY] | None = None
+    agent_id: Annotated[str, IDENT] | None = None
+    run_id: Annotated[str, IDENT] | None = None
+    session_id: Annotated[str, IDENT] | None = None
+    summary: Annotated[str, IDENT] | None = None
+    dedupe_key: Annotated[str, IDENT] | None = None
+    payload: Annotated[Any, PAYLOAD] = None
+    occurred_at: Annotated[int, EPOCH_MS] | None = None
 
     def draft(self, now: int) -> "EventDraft":
         """Validated (see :func:`make_draft`); raises :class:`BadInput`."""
@@ -70,19 +83,11 @@ class NewEvent(NamedTuple):
 
 
 class EventDraft(NamedTuple):
-    """A validated event about to be recorded."""
+    """A validated event about to be recorded: its row, whose ``sequence`` the recording
+    assigns (an event's stored fields are :class:`StateEvent`'s, declared once), and where
+    recording it routes."""
 
-    session_key: str
-    agent_id: str
-    kind: EventKind
-    actor_type: ActorType
-    actor_id: str | None
-    session_id: str | None
-    run_id: str | None
-    occurred_at: int
-    summary: str
-    payload: dict[str, Any]
-    dedupe_key: str | None
+    row: StateEvent
     watcher_store_path: str | None = None
     ambient_watcher: str | None = None  # a main session that starts watching this group
 
@@ -155,11 +160,12 @@ def make_draft(
     if kind is EventKind.CHILD_SPAWNED and actor is None:
         raise BadInput("child_spawned needs the parent as its actor id")
     dedupe = _ident("dedupe key", dedupe_key) or _default_dedupe(kind, key, agent, run, sid)
-    return EventDraft(
+    row = StateEvent(
+        sequence=0,  # assigned when it is recorded
         session_key=key,
         agent_id=agent,
-        kind=kind,
-        actor_type=actor_type,
+        kind=kind.value,
+        actor_type=actor_type.value,
         actor_id=actor,
         session_id=sid,
         run_id=run,
@@ -167,9 +173,8 @@ def make_draft(
         summary=text,
         payload=compact,
         dedupe_key=dedupe,
-        watcher_store_path=watcher_store_path,
-        ambient_watcher=ambient_watcher,
     )
+    return EventDraft(row, watcher_store_path, ambient_watcher)
 
 
 def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
@@ -226,72 +231,64 @@ def raise_head(conn: "Conn", key: str, agent_id: str, sequence: int, now: int) -
 
 def record_event(conn: "Conn", draft: EventDraft, now: int) -> Recorded:
     """The recording transaction's body: see the module docstring."""
-    payload_json = orjson.dumps(draft.payload).decode() if draft.payload else None
-    row = conn.execute(
+    row = draft.row
+    payload_json = orjson.dumps(row.payload).decode() if row.payload else None
+    inserted = conn.execute(
         "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id,"
         " kind, actor_type, actor_id, run_id, occurred_at, summary, payload_json)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(dedupe_key) DO NOTHING RETURNING sequence",
         (
-            draft.dedupe_key,
-            draft.session_key,
-            draft.session_id,
-            draft.agent_id,
-            draft.kind.value,
-            draft.actor_type.value,
-            draft.actor_id,
-            draft.run_id,
-            draft.occurred_at,
-            draft.summary,
+            row.dedupe_key,
+            row.session_key,
+            row.session_id,
+            row.agent_id,
+            row.kind,
+            row.actor_type,
+            row.actor_id,
+            row.run_id,
+            row.occurred_at,
+            row.summary,
             payload_json,
         ),
     ).fetchone()
-    if row is None:
-        assert draft.dedupe_key is not None  # only a dedupe key can conflict
-        existing = find_by_dedupe(conn, draft.dedupe_key)
+    if inserted is None:
+        assert row.dedupe_key is not None  # only a dedupe key can conflict
+        existing = find_by_dedupe(conn, row.dedupe_key)
         if existing is None:  # pragma: no cover - the conflict row cannot vanish mid-transaction
-            raise StoreError(f"dedupe key {draft.dedupe_key} conflicted but is not stored")
+            raise StoreError(f"dedupe key {row.dedupe_key} conflicted but is not stored")
         return Recorded(event=existing, duplicate=True)
-    sequence = int(row[0])
-    raise_head(conn, draft.session_key, draft.agent_id, sequence, now)
+    sequence = int(inserted[0])
+    raise_head(conn, row.session_key, row.agent_id, sequence, now)
     notices: list[Notice] = []
-    if draft.kind is EventKind.CHILD_SPAWNED and draft.actor_id and draft.watcher_store_path:
+    if row.kind == EventKind.CHILD_SPAWNED and row.actor_id and draft.watcher_store_path:
         seed_cursor(
             conn,
-            watcher=draft.actor_id,
-            target=draft.session_key,
+            watcher=row.actor_id,
+            target=row.session_key,
             store_path=draft.watcher_store_path,
             at=sequence,
             now=now,
         )
-    elif draft.kind in NOTIFYING_KINDS and draft.session_key.startswith("agent:"):
+    elif row.kind in NOTIFYING_KINDS and row.session_key.startswith("agent:"):
         notices = advance_watchers(
-            conn, target=draft.session_key, sequence=sequence, actor_id=draft.actor_id, now=now
+            conn,
+            target=row.session_key,
+            sequence=sequence,
+            actor_id=row.actor_id,
+            now=now,
         )
     if draft.ambient_watcher and draft.watcher_store_path:
         register_watch(
             conn,
             watcher=draft.ambient_watcher,
-            target=draft.session_key,
+            target=row.session_key,
             store_path=draft.watcher_store_path,
             provenance=PROVENANCE_AMBIENT,
             now=now,
             head_of=lambda key, agent: read_head(conn, key, agent)[0],
         )
-    event = StateEvent(
-        sequence=sequence,
-        session_key=draft.session_key,
-        agent_id=draft.agent_id,
-        kind=draft.kind.value,
-        actor_type=draft.actor_type.value,
-        actor_id=draft.actor_id,
-        session_id=draft.session_id,
-        run_id=draft.run_id,
-        occurred_at=draft.occurred_at,
-        summary=draft.summary,
-        payload=draft.payload,
-        dedupe_key=draft.dedupe_key,
-    )
+    event = row._replace(sequence=sequence)
     return Recorded(event=event, duplicate=False, notices=tuple(notices))
 
 

@@ -148,22 +148,10 @@ def _payload(payload: Payload | None) -> dict[str, Any] | None:
 @routes.post("/v1/events")
 async def post_event(request: web.Request) -> web.Response:
     e = await decoded(request, EventIn)
+    given = msgspec.structs.asdict(e)  # the kernel's own field names: EventIn is derived
+    given.update(payload=_payload(given["payload"]), occurred_at=whole(given["occurred_at"]))
     try:
-        result = await request.app[KERNEL].record(
-            NewEvent(
-                session_key=e.session_key,
-                kind=e.kind,
-                actor_type=e.actor_type,
-                actor_id=e.actor_id,
-                agent_id=e.agent_id,
-                run_id=e.run_id,
-                session_id=e.session_id,
-                summary=e.summary,
-                dedupe_key=e.dedupe_key,
-                payload=_payload(e.payload),
-                occurred_at=whole(e.occurred_at),
-            )
-        )
+        result = await request.app[KERNEL].record(NewEvent(**given))
     except StoreError as exc:
         log.warning("event not recorded: %s", exc)  # best-effort: the gateway's turn goes on
         failed = {"recorded": False, "error": {"code": "store_unavailable", "message": str(exc)}}

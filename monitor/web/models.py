@@ -14,7 +14,10 @@ model layer; its JSON Schema output is what OpenAPI 3.1 takes.
 from __future__ import annotations
 
 import enum
+import functools
+import operator
 import re
+import types
 import typing
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -22,8 +25,10 @@ import msgspec
 
 from adapters.registry import names
 from monitor.errors import BadInput
-from monitor.kernel.events import MAX_INT64, ActorType, EventKind
+from monitor.kernel import signal_log as input_kinds
+from monitor.kernel.events import MAX_INT64
 from monitor.kernel.sessions import SessionRow
+from monitor.kernel.signal_log import NewEvent
 from monitor.kernel.signal_log import StateVersion as KernelStateVersion
 
 T = TypeVar("T")
@@ -136,22 +141,44 @@ class Payload(msgspec.Struct, rename="camel", omit_defaults=True):
     host_id: Token | None = None
 
 
-class EventIn(Body):
-    """``summary``, when given, must be one of the kind's templates (``human message via
-    <channel>``, ``goal created``...): free text is refused, since the log never holds
-    content."""
+# The wire type of each kind of input value the kernel names (see signal_log.NewEvent).
+_INPUT_TYPES: dict[str, Any] = {
+    input_kinds.KEY: AnyKey,
+    input_kinds.IDENT: Ident,
+    input_kinds.EPOCH_MS: EpochMs | WholeEpochMs,
+    input_kinds.PAYLOAD: Payload | None,
+}
 
-    session_key: AnyKey
-    kind: EventKind
-    actor_type: ActorType
-    actor_id: AnyKey | None = None
-    agent_id: Ident | None = None
-    run_id: Ident | None = None
-    session_id: Ident | None = None
-    summary: Ident | None = None
-    dedupe_key: Ident | None = None
-    payload: Payload | None = None
-    occurred_at: EpochMs | WholeEpochMs | None = None  # clamped to the last 24 h
+
+def _wire_type(hint: Any) -> Any:
+    """A kernel field's type as the API checks it: a value kind the kernel names becomes
+    its constrained wire type (a union, member by member); any other type is as it is."""
+    if typing.get_origin(hint) is Annotated:
+        base, *marks = typing.get_args(hint)
+        kinds = [_INPUT_TYPES[m] for m in marks if isinstance(m, str) and m in _INPUT_TYPES]
+        return kinds[0] if kinds else base
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return functools.reduce(operator.or_, [_wire_type(a) for a in typing.get_args(hint)])
+    return hint
+
+
+def body_of(row: type[tuple[Any, ...]], name: str) -> type[Body]:
+    """The request model of a kernel input type (a NamedTuple): its fields, in order, with
+    their defaults, each typed as the API checks it; its docstring is the model's."""
+    defaults: dict[str, Any] = getattr(row, "_field_defaults", {})  # namedtuple's API
+    fields: list[tuple[Any, ...]] = []
+    for field, hint in typing.get_type_hints(row, include_extras=True).items():
+        wire = _wire_type(hint)
+        fields.append((field, wire, defaults[field]) if field in defaults else (field, wire))
+    model = typing.cast(type[Body], msgspec.defstruct(name, fields, bases=(Body,)))
+    model.__doc__ = row.__doc__
+    return model
+
+
+if typing.TYPE_CHECKING:
+    EventIn = Body
+else:
+    EventIn = body_of(NewEvent, "EventIn")
 
 
 class SpawnIn(Body):
