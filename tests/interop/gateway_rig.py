@@ -414,9 +414,13 @@ def throwaway_user() -> Iterator[str]:
     base = Path(tempfile.mkdtemp(prefix="sw-e2e-", dir="/tmp"))
     base.chmod(0o755)
     home = base / "home"
-    with contextlib.suppress(KeyError):
+    with contextlib.suppress(KeyError):  # left by a run that was killed: its processes too
         pwd.getpwnam(USER)
-        subprocess.run(["userdel", "-r", USER], capture_output=True, check=False)
+        subprocess.run(["pkill", "-KILL", "-u", USER], capture_output=True, check=False)
+        for _ in range(50):  # userdel refuses a user whose processes are still exiting
+            if subprocess.run(["userdel", "-r", USER], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
     subprocess.run(
         ["useradd", "-r", "-m", "-d", str(home), "-s", "/bin/sh", USER],
         check=True,
