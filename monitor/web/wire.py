@@ -1,5 +1,6 @@
 """The wire format: the typed values of the kernel and the upstream monitor as the JSON
-objects the API answers and the CLI prints. Each camelCase key is spelled here, once.
+objects the API answers and the CLI prints. Each camelCase key is spelled here, once, or
+derived from the field name of a kernel row answered as it is (:func:`fields_of`).
 
 The HTTP API passes every object built here through its answer model
 (:func:`monitor.web.models.answer`), the one the OpenAPI document is generated from, so an
