@@ -36,6 +36,7 @@ from monitor.kernel.store.sqlite_conn import (
     BUSY_TIMEOUT_MS,
     configure,
     data_version,
+    finish_write,
     is_locked,
     locked_error,
     make_private,
@@ -356,19 +357,7 @@ class WriterConn:
                 if is_locked(exc):
                     return False, None
                 raise
-            try:
-                value = fn(conn)
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
-            return True, value
+            return True, finish_write(conn, fn)
         finally:
             self.lock.release()
 

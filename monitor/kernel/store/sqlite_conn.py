@@ -42,14 +42,23 @@ def configure(conn: sqlite3.Connection) -> None:
 
 
 def run_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any exception."""
+    """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction (see :func:`finish_write`)."""
     conn.execute("BEGIN IMMEDIATE")
+    return finish_write(conn, fn)
+
+
+def finish_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run ``fn`` in the transaction just begun and commit it; on any exception, a failed
+    commit included, roll back (so the connection never stays inside a transaction) and
+    raise it."""
     try:
         result = fn(conn)
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
     return result
 
 
