@@ -199,6 +199,14 @@ async def until(
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
+def run_ok(argv: list[str]) -> str:
+    """Run a command from the repository's root and return what it printed; it must
+    succeed (its error output is the failure's message)."""
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def served_address(proc: subprocess.Popen[str], said: list[str] | None = None) -> str:
     """The http:// address a ``serve`` or ``node`` process names in its start-up line; the
     lines read on the way are kept in ``said`` when given."""

@@ -24,7 +24,7 @@ from monitor.metrics import Metrics
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.tick import TickSettings
 from monitor.web import wire
-from tests.conftest import REPO, served_address
+from tests.conftest import REPO, run_ok, served_address
 from tests.interop.gateway_rig import wait_for
 
 KEY = "agent:main:adopted:fake"
@@ -158,16 +158,7 @@ def lines_argv(work: Path, *args: str) -> list[str]:
 
 
 def lines_cli(work: Path, *args: str) -> str:
-    done = subprocess.run(
-        lines_argv(work, *args),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return run_ok(lines_argv(work, *args))
 
 
 def test_a_new_jsonl_format_is_a_module_a_registry_line_and_a_roots_entry(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, served_address, user_line
+from tests.conftest import REPO, run_ok, served_address, user_line
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTEFACTS = REPO / "test-artefacts"
@@ -79,16 +79,7 @@ class Serve:
 
     def cli(self, *args: str) -> str:
         argv = [sys.executable, "-m", "monitor", "--db", str(self.db), "--config"]
-        done = subprocess.run(
-            [*argv, str(self.config), *args],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return run_ok([*argv, str(self.config), *args])
 
     def start(self) -> None:
         argv = [sys.executable, "-m", "monitor", "--db", str(self.db), "--config"]
