@@ -50,7 +50,6 @@ TITLES_TTL_S = 300.0
 NODES_TTL_S = 30.0
 TICK_REFRESH_S = 10.0  # a tick that changed nothing else is shown at most this often
 MIN_GAP_S = 0.25  # under a stream of changes, the page is told at most this often
-MISSING_AFTER = 3  # misses before upstream_missing (the monitor's rule)
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
@@ -151,14 +150,15 @@ class PageView:
     error: str | None = None
 
 
-def link_state(view: LinkView) -> tuple[str, str]:
-    """The one state a person reads first, and its reason."""
+def shown_state(view: LinkView, missing_after: int) -> tuple[str, str]:
+    """The one state a person reads first, and its reason; ``missing_after``: the misses
+    the monitor counts before it says ``upstream_missing`` (``[monitor] missing_threshold``)."""
     if view.link.foreign:
         return "foreign", "a kind this sidecar does not read"
     if view.blocked:
         return "blocked", view.blocked.reason or f"at byte {view.blocked.offset}"
     if view.missing_streak:
-        return "missing", f"not found at {view.missing_streak} of {MISSING_AFTER} checks"
+        return "missing", f"not found at {view.missing_streak} of {missing_after} checks"
     if view.status and view.status.outcome == "inconclusive":
         return "inconclusive", view.status.reason or "the last check could not decide"
     drift = view.drift
@@ -362,7 +362,7 @@ class StatusPage:
         self._refresh_titles()
         rows = []
         for view in sorted(links, key=lambda v: v.link.session_key):
-            state, reason = link_state(view)
+            state, reason = shown_state(view, config.monitor.missing_threshold)
             link = view.link
             rows.append(
                 LinkRow(
