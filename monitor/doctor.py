@@ -16,9 +16,9 @@ import orjson
 
 from adapters.claude_node import connection_reason
 from monitor.config import Config, is_pg_url, without_password
-from monitor.errors import SessionwatchError
+from monitor.errors import NotPrivate, SessionwatchError
 from monitor.paths import expand_user
-from monitor.private import check_private_state, read_secret, refuse_if_shared
+from monitor.private import check_private_state, loose_state_files, read_secret, refuse_if_shared
 
 TIMEOUT_S = 5.0
 
@@ -58,17 +58,27 @@ async def run(config: Config, db: Path | str) -> list[Finding]:
 
 async def _database(config: Config, db: Path | str) -> Finding:
     from monitor.kernel import Kernel, KernelSettings
+    from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
 
     shown = without_password(db) if is_pg_url(db) else str(db)
+    loose = isinstance(db, Path) and bool(loose_state_files(db)) and made_by_sessionwatch(db)
     try:
         if isinstance(db, Path):
             if not db.exists():
                 return note(f"the state database {db} does not exist yet", "serve creates it")
-            check_private_state(db)
+            if not loose:
+                check_private_state(db)
         kernel = await Kernel.open(db, KernelSettings.of(config), direct=True)
         await kernel.close()
+    except NotPrivate as exc:
+        return problem(str(exc), f"chmod 600 {db}*")
     except SessionwatchError as exc:
         return problem(f"the state database {shown}: {exc}", "see the message")
+    if loose:
+        return note(
+            f"the state database {shown} opens; an earlier sessionwatch made it readable by others",
+            "serve sets it to mode 0600 at start",
+        )
     return ok(f"the state database {shown} opens")
 
 

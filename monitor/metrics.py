@@ -51,6 +51,12 @@ class Metrics:
             ["adapter", "outcome"],
             registry=r,
         )
+        self.undecided_notices = Gauge(
+            "sessionwatch_notices_undecided",
+            "Pending notices an upgrade could not tell from the gateway's own, left to the"
+            " gateway until a change on their pair (counted at start)",
+            registry=r,
+        )
         self.blocked_links = Gauge(
             "sessionwatch_blocked_links",
             "Links blocked at a line longer than max_line_bytes",

@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -62,9 +63,46 @@ def refuse_if_shared(path: Path, what: str) -> None:
         )
 
 
-def check_private_state(db: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        refuse_if_shared(Path(f"{db}{suffix}"), "the state database")
+def _state_files(db: Path) -> list[Path]:
+    return [Path(f"{db}{suffix}") for suffix in ("", "-wal", "-shm")]
+
+
+def loose_state_files(db: Path) -> list[Path]:
+    """The database's files (itself, its ``-wal`` and ``-shm``) that group or others can
+    read; a file that cannot be checked is left to :func:`check_private_state` to say."""
+    loose = []
+    for path in _state_files(db):
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) and mode & 0o077:
+            loose.append(path)
+    return loose
+
+
+def check_private_state(db: Path, *, ours: Callable[[Path], bool] | None = None) -> None:
+    """Refuse a state database that others can read. With ``ours``, a database that
+    sessionwatch itself made (its first release made its files 0644) is brought to 0600
+    instead, said once in the log: an upgrade needs no manual step for a file the sidecar
+    made. A database anyone else made (a gateway's) keeps the refusal."""
+    loose = loose_state_files(db)
+    if loose and ours is not None and ours(db):
+        was = {f"{stat.S_IMODE(path.stat().st_mode):04o}" for path in loose}
+        for path in loose:
+            try:
+                path.chmod(0o600)
+            except OSError as exc:
+                raise ConfigError(f"cannot make {path} private: {exc.strerror}") from None
+        log.warning(
+            "the state database %s was made by an earlier sessionwatch with mode %s; %s set"
+            " to 0600",
+            db,
+            "/".join(sorted(was)),
+            ", ".join(p.name for p in loose),
+        )
+    for path in _state_files(db):
+        refuse_if_shared(path, "the state database")
 
 
 def load_token(path: Path) -> str:

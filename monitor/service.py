@@ -33,6 +33,7 @@ from monitor.errors import (
 from monitor.file_watch import FileWatch
 from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.feed import POLL_S
+from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
 from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.private import check_private_state, load_token, read_secret, take_instance_lock
@@ -209,7 +210,7 @@ async def running(
     async with AsyncExitStack() as stack:
         if isinstance(db, Path):
             stack.callback(take_instance_lock(db).close)
-            check_private_state(db)
+            check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
         waker = _hooks_waker(config, metrics)
@@ -257,6 +258,14 @@ async def running(
         log.info(
             "start-up: %d pending notices, %d events pruned", len(pending), pruned.deleted_events
         )
+        metrics.undecided_notices.set(kernel.undecided_notices)
+        if kernel.undecided_notices:
+            log.warning(
+                "%d notices an earlier sessionwatch left pending on this database, which the"
+                " gateway shares, cannot be told from the gateway's own: they are left to the"
+                " gateway, and the next change recorded on each of their pairs wakes it",
+                kernel.undecided_notices,
+            )
         ticks = asyncio.ensure_future(sidecar.tick_on_schedule())
         stack.callback(ticks.cancel)
         if config.monitor.watch_files:

@@ -6,6 +6,7 @@ wrong token, 400 ``text required``, 400 for a caller-chosen key it does not allo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -63,15 +64,24 @@ class HooksGateway:
         return GatewayConfig(hooks_url=self.url, hooks_token_file=str(token_file), **extra)
 
 
-@pytest.fixture
-async def hooks_gateway() -> AsyncIterator[HooksGateway]:
+@contextlib.asynccontextmanager
+async def running_hooks_gateway() -> AsyncIterator[HooksGateway]:
+    """A hooks stand-in on a loopback port of its own, for as long as the block runs."""
     gw = HooksGateway()
     app = web.Application()
     app.router.add_post("/hooks/wake", gw.wake)
     runner = web.AppRunner(app)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    gw.url = f"http://{host}:{port}/hooks"
-    yield gw
-    await runner.cleanup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        host, port = runner.addresses[0][:2]
+        gw.url = f"http://{host}:{port}/hooks"
+        yield gw
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def hooks_gateway() -> AsyncIterator[HooksGateway]:
+    async with running_hooks_gateway() as gw:
+        yield gw

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from monitor.kernel.keys import parse_agent_key
 from monitor.kernel.notices import PROVENANCE_EXPLICIT, Notice
+from monitor.kernel.store.sqlite_schema import UNDECIDED_KEY, read_meta, write_meta
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -199,10 +200,30 @@ def advance_watchers(
         f" RETURNING {_NOTICE_COLUMNS}",
         (sequence, sequence, now, target, actor_id, sequence),
     ).fetchall()
-    opened = [c for c in map(WatchCursor.from_row, rows) if c.notified == sequence]
-    for c in opened:
-        mark_opened(conn, c.watcher, c.target, c.notified)
-    return [c.notice() for c in opened]
+    opened: list[Notice] = []
+    for c in map(WatchCursor.from_row, rows):
+        if c.notified == sequence:
+            mark_opened(conn, c.watcher, c.target, c.notified)
+            opened.append(c.notice())
+        elif take_over(conn, c):
+            opened.append(c.notice())
+    return opened
+
+
+def take_over(conn: "Conn", c: WatchCursor) -> bool:
+    """A change on a pair whose pending notice this sidecar did not open (the gateway did,
+    or an earlier sidecar that did not mark): the notice becomes ours, so that the change
+    reaches the gateway through a wake; no pair stays behind a frozen notice that nobody
+    wakes. True when it was not ours already."""
+    row = conn.execute(
+        "INSERT INTO sessionwatch_opened_notices (watcher_session_key, target_session_key,"
+        " notified_sequence) VALUES (?, ?, ?) ON CONFLICT (watcher_session_key,"
+        " target_session_key) DO UPDATE SET notified_sequence = excluded.notified_sequence"
+        " WHERE sessionwatch_opened_notices.notified_sequence <> excluded.notified_sequence"
+        " RETURNING notified_sequence",
+        (c.watcher, c.target, c.notified),
+    ).fetchone()
+    return row is not None
 
 
 _OPENED_HERE = (
@@ -279,6 +300,30 @@ def heal_unfrozen(conn: "Conn") -> int:
     for watcher, target, material in rows:
         mark_opened(conn, watcher, target, int(material))
     return len(rows)
+
+
+def undecided_legacy(conn: "Conn") -> int:
+    """How many of the notices an upgrade could not attribute (see
+    :func:`monitor.kernel.store.sqlite_schema.mark_legacy_notices`) are still pending and
+    unmarked: at most the number the upgrade counted, fewer as pairs are taken over or
+    drained. The count is kept up to date here, and dropped once it is zero."""
+    counted = read_meta(conn, UNDECIDED_KEY)
+    if counted is None:
+        return 0
+    row = conn.execute(
+        "SELECT count(*) FROM session_watch_cursors c WHERE material_sequence >"
+        " last_seen_sequence AND notified_sequence > last_seen_sequence AND NOT EXISTS"
+        " (SELECT 1 FROM sessionwatch_opened_notices o"
+        " WHERE o.watcher_session_key = c.watcher_session_key"
+        " AND o.target_session_key = c.target_session_key"
+        " AND o.notified_sequence = c.notified_sequence)"
+    ).fetchone()
+    left = min(int(counted), int(row[0]) if row else 0)
+    if left == 0:
+        conn.execute("DELETE FROM sessionwatch_meta WHERE key = ?", (UNDECIDED_KEY,))
+    elif left != int(counted):
+        write_meta(conn, UNDECIDED_KEY, str(left))
+    return left
 
 
 def delete_watcher_cursors(conn: "Conn", watcher: str) -> int:

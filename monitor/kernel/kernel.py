@@ -119,6 +119,8 @@ class Kernel:
         self._on_delete = tuple(on_delete)
         self._watches_changed = on_watches_changed
         self._next_prune_at = 0
+        # pending notices an upgrade could not tell from the gateway's own (see sweep)
+        self.undecided_notices = 0
         self.policy = WatchPolicy(
             main_key=settings.main_key,
             group_scope=settings.group_scope,
@@ -321,13 +323,13 @@ class Kernel:
         """Startup recovery: freeze unfrozen work, then list every pending notice (and wake
         the watchers of those a sidecar opened)."""
 
-        def run(conn: Conn) -> tuple[list[Notice], list[Notice]]:
+        def run(conn: Conn) -> tuple[list[Notice], list[Notice], int]:
             cursors.heal_unfrozen(conn)
             every = [c.notice() for c in cursors.list_pending(conn)]
             ours = [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
-            return every, ours
+            return every, ours, cursors.undecided_legacy(conn)
 
-        pending, ours = await self.store.write(run)
+        pending, ours, self.undecided_notices = await self.store.write(run)
         self.deliver(ours)
         return pending
 

@@ -161,6 +161,8 @@ def shown_state(view: LinkView, missing_after: int) -> tuple[str, str]:
         return "missing", f"not found at {view.missing_streak} of {missing_after} checks"
     if view.status and view.status.outcome == "inconclusive":
         return "inconclusive", view.status.reason or "the last check could not decide"
+    if view.status and view.status.outcome == "quiet" and view.status.reason:
+        return "idle", view.status.reason  # compressed or archived by its harness
     drift = view.drift
     found = []
     if drift.unknown_types:
@@ -342,6 +344,11 @@ class StatusPage:
             if waker is not None
             else "no [gateway] hooks_url: the gateway drains notices itself"
         )
+        if s.kernel.undecided_notices:
+            wakes += (
+                f"; {s.kernel.undecided_notices} notices an earlier sessionwatch left on this"
+                " shared database are left to the gateway until their pair changes"
+            )
         base = PageView(
             version=s.version,
             store=store,

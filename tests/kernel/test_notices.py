@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from monitor.kernel import Kernel, KernelSettings, NewEvent
@@ -370,3 +372,43 @@ async def test_no_ambient_watch_for_non_groups_or_shared_scope(open_kernel: Kern
     await human(shared, "agent:main:slack:channel:c9")
     await human(shared, "agent:main:slack:channel:c9")
     assert [] == await texts(kernel, MAIN)
+
+
+async def test_a_change_on_a_pair_the_gateway_froze_reaches_the_gateway_once(
+    open_kernel: KernelFactory, clock: ManualClock
+) -> None:
+    """A notice the gateway opened (in the database, unmarked) is left to the gateway, until
+    this sidecar records a change on that pair: then the notice is this sidecar's to wake,
+    once, so no pair stays behind a frozen notice nobody wakes."""
+    wakes = WakeLog()
+    kernel: Kernel = await open_kernel(wake=wakes)
+    await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
+    await human(kernel, CHILD)
+    await kernel.notices(watcher=MAIN, drain=True)
+    await kernel.delivery.settled()
+    wakes.woken.clear()
+    clock.advance(21_000)  # past the wake window
+
+    def the_gateway_opens_one(conn: Any) -> None:  # as OpenClaw's own recording does
+        sequence = conn.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary) VALUES (?, 'main', 'human_direct_message', 'human', 1,"
+            " 'human message') RETURNING sequence",
+            (CHILD,),
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE session_watch_cursors SET notified_sequence = ?, material_sequence = ?",
+            (sequence, sequence),
+        )
+
+    await kernel.store.write(the_gateway_opens_one)
+    await kernel.sweep()
+    await kernel.delivery.settled()
+    assert [] == wakes.woken  # the gateway's own: left to it
+    assert [] == [c.target for c in await kernel.delivery.undelivered(MAIN)]
+    taken = await human(kernel, CHILD)
+    assert [notice(CHILD, 2)] == [n.text for n in taken.notices]
+    await human(kernel, CHILD)  # the same pending notice: not again
+    await kernel.delivery.settled()
+    assert [MAIN] == wakes.woken
+    assert [CHILD] == [c.target for c in await kernel.delivery.undelivered(MAIN)]

@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from monitor.errors import SchemaTooNew
-from monitor.kernel.store.sqlite_schema import INDEXES, SCHEMA_VERSION, read_meta, write_meta
+from monitor.kernel.store.sqlite_schema import (
+    INDEXES,
+    OPENED_MARKS_SINCE,
+    SCHEMA_VERSION,
+    mark_legacy_notices,
+    read_meta,
+    write_meta,
+)
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -136,6 +143,8 @@ def migrate(conn: Conn, now_ms: int) -> int:
         )
     for statement in TABLES:
         conn.execute(statement)
+    if 0 < found < OPENED_MARKS_SINCE:  # only sidecars write a PostgreSQL store
+        mark_legacy_notices(conn, gateway_shares=False)
     if found < SCHEMA_VERSION:
         write_meta(conn, "schema_version", str(SCHEMA_VERSION))
         conn.execute(

@@ -17,10 +17,12 @@ import stat
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
-from monitor.kernel.store.sqlite_schema import migrate
+from monitor.kernel.store.sqlite_schema import made_by_sessionwatch as _only_ours
+from monitor.kernel.store.sqlite_schema import migrate, refuse_newer
 from monitor.paths import expand_user, make_private_dirs
 
 T = TypeVar("T")
@@ -33,6 +35,7 @@ def configure(conn: sqlite3.Connection) -> None:
     """The pragmas every sessionwatch connection runs with."""
     conn.isolation_level = None  # transactions are explicit
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    refuse_newer(conn)  # before WAL mode is set, which writes to the file
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise StoreError(f"could not switch the state database to WAL mode (got {mode})")
@@ -169,6 +172,22 @@ def open_path(path: Path | str) -> tuple[Path, bool]:
     if not stat.S_ISREG(mode):
         raise StoreError(f"cannot open the state database {db_path}: it is not a regular file")
     return db_path, False
+
+
+def made_by_sessionwatch(path: Path) -> bool:
+    """Whether sessionwatch made the database at ``path`` (see
+    :func:`.sqlite_schema.made_by_sessionwatch`), read without writing; False for a file
+    that cannot be read as a database."""
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        return _only_ours(conn)
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
 
 
 class DirectStore:

@@ -263,6 +263,63 @@ def _rebuild_links(conn: sqlite3.Connection, found: int) -> None:
     conn.execute("DROP TABLE sessionwatch_links_schema1")
 
 
+# The schema that first marked the notices a sidecar opened (sessionwatch_opened_notices).
+OPENED_MARKS_SINCE = 4
+
+# Set in the same transaction as an upgrade from a schema before the marks: how many pending
+# notices the upgrade left unmarked because a gateway shares the database (see
+# :func:`mark_legacy_notices`).
+UNDECIDED_KEY = "legacy_notices_undecided"
+
+
+def foreign_tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables of this SQLite database that sessionwatch does not create: a gateway's.
+
+    sessionwatch creates OpenClaw's four session-state tables and its own ``sessionwatch_``
+    tables, nothing else; OpenClaw's state database holds many more of the gateway's own.
+    """
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        " AND name NOT LIKE 'sessionwatch_%' ORDER BY name"
+    ).fetchall()
+    return [str(r[0]) for r in rows if r[0] not in _OPENCLAW_TABLES]
+
+
+def made_by_sessionwatch(conn: sqlite3.Connection) -> bool:
+    """Whether sessionwatch made this database: it recorded a schema version, and holds no
+    table of anyone else's. A gateway's state database always holds tables of its own."""
+    return read_schema_version(conn) > 0 and not foreign_tables(conn)
+
+
+def mark_legacy_notices(conn: Conn, *, gateway_shares: bool) -> int:
+    """An upgrade from a schema before :data:`OPENED_MARKS_SINCE`: the notices an earlier
+    sidecar left pending carry no mark, so no sidecar would ever wake them.
+
+    On a database only sessionwatch ever wrote, every pending notice was a sidecar's: each
+    is marked as opened here, so it is woken once through the gateway's hooks. Where a
+    gateway shares the database, its own notices cannot be told from the earlier sidecar's;
+    they are left to the gateway, counted under :data:`UNDECIDED_KEY` (said at start, in the
+    metrics and on the status page), and the next change this sidecar records on such a
+    pair wakes it (:func:`monitor.kernel.cursors.advance_watchers`). Returns how many were
+    marked."""
+    pending = (
+        " FROM session_watch_cursors WHERE material_sequence > last_seen_sequence"
+        " AND notified_sequence > last_seen_sequence"
+    )
+    if gateway_shares:
+        row = conn.execute("SELECT count(*)" + pending).fetchone()
+        write_meta(conn, UNDECIDED_KEY, str(int(row[0]) if row else 0))
+        return 0
+    return int(
+        conn.execute(
+            "INSERT INTO sessionwatch_opened_notices (watcher_session_key, target_session_key,"
+            " notified_sequence) SELECT watcher_session_key, target_session_key,"
+            " notified_sequence" + pending + " ON CONFLICT (watcher_session_key,"
+            " target_session_key) DO NOTHING"
+        ).rowcount
+    )
+
+
 def read_schema_version(conn: sqlite3.Connection) -> int:
     """The recorded schema version, 0 for a database sessionwatch never opened."""
     exists = conn.execute(
@@ -287,17 +344,24 @@ def write_meta(conn: Conn, key: str, value: str) -> None:
     )
 
 
-def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
-    """Bring the schema to :data:`SCHEMA_VERSION` inside the caller's transaction.
-
-    Returns the version found. Raises :class:`SchemaTooNew` for a newer database.
-    """
+def refuse_newer(conn: sqlite3.Connection) -> int:
+    """The schema version found; :class:`SchemaTooNew`, naming both versions, for a database
+    a newer sessionwatch wrote. It only reads, so it runs before anything may write."""
     found = read_schema_version(conn)
     if found > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"the state database has schema version {found}, newer than this sessionwatch"
             f" understands ({SCHEMA_VERSION}); upgrade sessionwatch"
         )
+    return found
+
+
+def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION` inside the caller's transaction.
+
+    Returns the version found. Raises :class:`SchemaTooNew` for a newer database.
+    """
+    found = refuse_newer(conn)
     for table, ddl in _OPENCLAW_TABLES.items():
         conn.execute(ddl)
         present = _columns(conn, table)
@@ -313,6 +377,8 @@ def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
         for column, clause in columns.items():
             if column not in present:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {clause}")
+    if 0 < found < OPENED_MARKS_SINCE:
+        mark_legacy_notices(conn, gateway_shares=bool(foreign_tables(conn)))
     if found < SCHEMA_VERSION:
         write_meta(conn, "schema_version", str(SCHEMA_VERSION))
         conn.execute(

@@ -1,0 +1,185 @@
+"""An upgrade from every earlier release needs no manual step and loses nothing: today's
+``serve``, with the gateway's hooks configured, starts on the state database each earlier
+release left (built from the project's history, see tests/releases.py), keeps every row,
+wakes the gateway once for each notice that release left pending, and wakes it again for a
+turn typed afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.notices import notice_text
+from tests.conftest import REPO, ManualClock, served_address, until
+from tests.hooks_gateway import HooksGateway, running_hooks_gateway
+from tests.releases import ADOPTED, CHILD, MAIN, RELEASES, THIRD, database, transcript
+
+TABLES = (
+    "session_state_events",
+    "session_watch_cursors",
+    "session_upstream_links",
+    "sessionwatch_sessions",
+)
+
+
+def counts(db: Path) -> dict[str, int]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+    finally:
+        conn.close()
+
+
+def cli(db: Path, config: Path, *argv: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), "--config", str(config), *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, object] = orjson.loads(done.stdout)
+    return answer
+
+
+@contextlib.asynccontextmanager
+async def serving(workdir: Path, db: Path, gw: HooksGateway) -> AsyncIterator[list[str]]:
+    """Today's ``serve`` on ``db``; yields the log lines read so far (all of them after)."""
+    gateway = gw.config(workdir)
+    config = workdir / "sw.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{workdir / "token"}"\n'
+        f'[roots]\nclaude = "{workdir / "claude"}"\n'
+        f'[gateway]\nhooks_url = "{gateway.hooks_url}"\n'
+        f'hooks_token_file = "{gateway.hooks_token_file}"\n'
+    )
+    argv = [sys.executable, "-m", "monitor", "--db", str(db), "--config", str(config), "serve"]
+    proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    try:
+        await asyncio.to_thread(served_address, proc, said)
+        drain = asyncio.ensure_future(asyncio.to_thread(lambda: said.extend(proc.stderr or ())))
+        yield said
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        await drain
+
+
+async def upgrade(commit: str, workdir: Path) -> None:
+    db = database(commit, workdir)
+    before = counts(db)
+    async with running_hooks_gateway() as gw, serving(workdir, db, gw) as said:
+        left = {notice_text(CHILD, 1), notice_text(ADOPTED, 3)}
+        await until(f"{commit}: the notices it left woken", lambda: set(gw.texts) >= left)
+        with transcript(workdir).open("ab") as f:  # the person types again
+            f.write(THIRD)
+        fresh = notice_text(ADOPTED, 4)
+        await until(f"{commit}: the new turn woken", lambda: fresh in gw.texts, timeout=60)
+        status = cli(db, workdir / "sw.toml", "status", ADOPTED, "--changes-since", "4")
+        changes = status["stateChanges"]
+        assert isinstance(changes, dict)
+        assert [e["kind"] for e in changes["events"]] == ["human_direct_message"], changes
+        assert sorted(gw.texts) == sorted(left | {fresh}), f"{commit}: each once: {gw.texts}"
+        assert all(w["sessionKey"] == MAIN for w in gw.wakes)
+    after = counts(db)
+    assert after == {**before, "session_state_events": before["session_state_events"] + 1}
+    assert db.stat().st_mode & 0o777 == 0o600
+    fixed = [line for line in said if "made by an earlier sessionwatch" in line]
+    assert len(fixed) == (1 if commit == "865cf60" else 0), fixed
+
+
+@pytest.mark.timeout(300)
+async def test_an_upgrade_from_each_earlier_release_keeps_and_wakes_what_it_left(
+    tmp_path: Path,
+) -> None:
+    # All at once: each waits out one 20 s wake window for the turn typed after its start.
+    await asyncio.gather(*(upgrade(commit, tmp_path / commit) for commit in RELEASES))
+
+
+def test_a_database_another_program_made_keeps_its_refusal(tmp_path: Path) -> None:
+    """Only a file sessionwatch made is brought to 0600: a gateway's database readable by
+    others (it holds tables of the gateway's own) is still refused, and left as it was."""
+    db = tmp_path / "openclaw.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE gateway_own (id INTEGER)")
+    conn.close()
+    db.chmod(0o644)
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), "serve"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode != 0
+    assert "readable by others (mode 0644); run: chmod 600" in done.stderr
+    assert db.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_newer_schema_is_refused_naming_both_versions_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE sessionwatch_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO sessionwatch_meta VALUES ('schema_version', '99')")
+    conn.commit()
+    conn.close()
+    db.chmod(0o600)
+    image = db.read_bytes()
+    for argv in (["status", ADOPTED], ["record", "--session", ADOPTED, "--kind", "goal_changed",
+                 "--actor", "human"], ["serve"]):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor", "--db", str(db), *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        )
+        assert done.returncode != 0, argv
+        assert "schema version 99" in done.stderr and "(4)" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert db.read_bytes() == image
+
+
+async def test_notices_left_on_a_database_the_gateway_shares_are_counted_not_woken(
+    tmp_path: Path,
+) -> None:
+    """Where a gateway shares the database, an earlier sidecar's unmarked notices cannot be
+    told from the gateway's own: none is woken at start, they are counted (log, metrics,
+    status page), and a change recorded on such a pair wakes it."""
+    db = database("74efb9a", tmp_path / "shared")
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE gateway_own (id INTEGER)")  # the gateway's own table
+    conn.close()
+    woken: list[str] = []
+    kernel = await Kernel.open(db, clock=ManualClock(), wake=woken.append)
+    try:
+        assert len(await kernel.sweep()) == 2
+        await kernel.delivery.settled()
+        assert (woken, kernel.undecided_notices) == ([], 2)
+        human = NewEvent(CHILD, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN)
+        await kernel.record(human)
+        await kernel.delivery.settled()
+        assert woken == [MAIN]
+        await kernel.sweep()
+        assert kernel.undecided_notices == 1
+    finally:
+        await kernel.close()
