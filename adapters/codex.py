@@ -21,6 +21,7 @@ everything in a sub-agent or automation rollout never count.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -465,6 +466,23 @@ def describe_rollout(
     return str(payload.get("id") or "") or None, cwd if isinstance(cwd, str) else None
 
 
+ARCHIVE_DIR = "archived_sessions"
+
+
+def archived_rollout(path: str, root: str) -> str | None:
+    """Codex's archive (``codex archive``, the app-server's ``thread/archive``) moves a
+    rollout from ``sessions/`` to the flat ``archived_sessions/`` beside it; unarchiving
+    moves it back. A person's archive is not a disappearance."""
+    if not root:
+        return None
+    archive = os.path.join(os.path.dirname(os.path.realpath(root)), ARCHIVE_DIR)
+    name = os.path.basename(path)
+    for found in (name, name + ".zst"):
+        if os.path.isfile(os.path.join(archive, found)):
+            return f"archived by Codex ({ARCHIVE_DIR}/{found}); followed when unarchived"
+    return None
+
+
 def _first(record: Any) -> CodexState:
     return state_from_first_record(record) if isinstance(record, dict) else CodexState()
 
@@ -488,6 +506,8 @@ FORMAT = JsonlFormat[CodexState](
     candidate=rollout_candidate,
     declines=_declines,
     ref_thread=True,
+    compressed=True,  # local_thread_store_compression: rollouts idle for 7 days
+    moved=archived_rollout,
 )
 
 

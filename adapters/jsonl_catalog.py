@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from adapters import zst
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.jsonl import first_prompt
 from adapters.jsonl_format import JsonlFormat
@@ -83,8 +84,15 @@ def file_entry(
     fmt: JsonlFormat[Any], path: str, stat: os.stat_result, real: str | None = None
 ) -> CatalogEntry | None:
     """One file's entry; None when it is not adoptable. Raises ValueError when malformed.
-    ``real``: the file's resolved path, when the caller knows it."""
-    head, tail = _head_and_tail(path, stat.st_size)
+    ``real``: the file's resolved path, when the caller knows it. A compressed file is
+    listed as the plain file it stands for (its path and id), titled from its head."""
+    packed = fmt.compressed and path.endswith(zst.SUFFIX)
+    if packed:
+        head, tail = zst.head(path, HEAD_BYTES), b""
+        real = zst.plain_of(real or os.path.realpath(path))
+        path = zst.plain_of(path)
+    else:
+        head, tail = _head_and_tail(path, stat.st_size)
     first_nl = head.find(b"\n")
     try:
         first = orjson.loads(head[: first_nl if first_nl >= 0 else len(head)])
@@ -119,9 +127,13 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[str], int]:
     skipped = 0
     for dirpath, dirnames, filenames in os.walk(root):
         folder = os.path.basename(dirpath)
+        names = set(filenames)
         for name in filenames:
             if not name.endswith(".jsonl"):
-                continue
+                if not (fmt.compressed and name.endswith(".jsonl" + zst.SUFFIX)):
+                    continue
+                if zst.plain_of(name) in names:
+                    continue  # written back: the plain file is the session
             verdict = fmt.candidate(folder, name)
             if verdict is False:
                 skipped += 1

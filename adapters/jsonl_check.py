@@ -26,6 +26,7 @@ import stat
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from adapters import zst
 from adapters.base import (
     DEFAULT_MAX_LINE,
     DEFAULT_SCAN_CAP,
@@ -135,13 +136,26 @@ def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
     return parse_line(read.lines[0][1], recover=False)
 
 
+def _first_line(chunk: bytes) -> Any:
+    lines = split_lines(chunk, 0, chunk.find(b"\n") + 1)
+    return parse_line(lines[0][1], recover=False) if lines else None
+
+
 def baseline_file(fmt: JsonlFormat[Any], path: str) -> Marker:
-    """The marker at the end of the file's last complete line. Raises Declined / OSError."""
+    """The marker at the end of the file's last complete line (of the plain file a
+    compressed one stands for, when only that is left). Raises Declined / OSError."""
+    packed = zst.compressed_sibling(path)
     try:
-        offset, head, ino, tail = end_of_last_line(path)
+        if fmt.compressed and not os.path.exists(path) and os.path.exists(packed):
+            offset, head, tail = zst.end_of_last_line(packed)
+            ino = None  # the plain file's own, once the harness writes it back
+            first = _first_line(zst.head(packed, DEFAULT_SCAN_CAP)) if offset > 0 else None
+        else:
+            offset, head, ino, tail = end_of_last_line(path)
+            first = first_record(path) if offset > 0 else None
     except NotRegularFile as exc:
         raise Declined(str(exc)) from None
-    state = fmt.state_from_first(first_record(path) if offset > 0 else None)
+    state = fmt.state_from_first(first)
     reason = fmt.declines(state)
     if reason:
         raise Declined(reason)
@@ -189,12 +203,24 @@ def check_file(
         own = OwnPool(probe.own)
         result = scan(fmt, lines, state, own, Cutoff.of(marker))
     except FileNotFoundError:
+        kept = _kept_elsewhere(fmt, real, settings.root)
+        if kept:  # compressed or archived by the harness: idle, not gone
+            return Outcome(status="quiet", marker=marker, reason=kept)
         return Outcome(status="missing", reason="no such file")
     except (NotRegularFile, Declined) as exc:
         return Outcome(status="inconclusive", reason=str(exc))
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
     return _settled(fmt, probe, read, lines, result, state, own)
+
+
+def _kept_elsewhere(fmt: JsonlFormat[Any], real: str, root: str) -> str | None:
+    """Why a file gone from its path is not gone: the harness compressed it beside itself
+    (followed when it is written back) or moved it to its archive. None: really gone."""
+    if fmt.compressed and os.path.isfile(zst.compressed_sibling(real)):
+        name = os.path.basename(zst.compressed_sibling(real))
+        return f"compressed by the harness to {name}; followed when the session is resumed"
+    return fmt.moved(real, root)
 
 
 def _up_to_a_long_line(
@@ -214,7 +240,8 @@ def _up_to_a_long_line(
 
 
 def _idle(marker: Marker, read: TailRead) -> Outcome:
-    if "reread" in marker or (read.head and not marker.get("head")):
+    moved = read.ino is not None and marker.get("ino") != read.ino  # the same bytes, anew
+    if "reread" in marker or (read.head and not marker.get("head")) or moved:
         done = {k: v for k, v in marker.items() if k != "reread"}
         return Outcome(
             status="quiet",
@@ -376,13 +403,23 @@ class JsonlAdapter:
         self.settings = dataclasses.replace(self.settings, cap=cap)
 
     def resolve(self, path: str, thread: str | None) -> Source:
-        """A file inside the kind's root; its thread id comes from its name."""
-        real = resolve_file(self.kind, path, self.root)
+        """A file inside the kind's root; its thread id comes from its name. A compressed
+        file (or a plain path only its compressed sibling is left of) names the plain file,
+        which the harness writes back when the session is resumed."""
+        real = self._resolve_plain(path) if self.format.compressed else None
+        real = real or resolve_file(self.kind, path, self.root)
         thread_id = self.format.thread_id(os.path.basename(real).removesuffix(".jsonl"))
         ref: Marker = {"filePath": real}
         if self.format.ref_thread:
             ref["threadId"] = thread_id
         return Source(ref=ref, thread_id=thread_id)
+
+    def _resolve_plain(self, path: str) -> str | None:
+        plain = zst.plain_of(path)
+        packed = zst.compressed_sibling(plain)
+        if os.path.exists(plain) or not os.path.exists(packed):
+            return None
+        return zst.plain_of(resolve_file(self.kind, packed, self.root))
 
     async def catalog(self) -> Catalog:
         import asyncio  # not at the top: a replay never needs it
@@ -450,6 +487,9 @@ def replay_file(
     ``summary``: turns, compactions, where the monitor would block, the drift it met."""
     if settings.cap < 1 or settings.max_line < 1:
         raise BadInput("--scan-cap and --max-line-bytes must be positive")
+    if fmt.compressed and path.endswith(zst.SUFFIX):
+        yield from _replay_compressed(fmt, path, own_texts, settings)
+        return
     try:
         fmt.state_from_first(first_record(path, settings.cap))
     except OSError as exc:
@@ -488,6 +528,23 @@ def replay_file(
         "drift": Drift.from_json(marker.get("drift")).to_json(),
         "marker": {k: v for k, v in marker.items() if k not in _BOOKKEEPING},
     }
+
+
+def _replay_compressed(
+    fmt: JsonlFormat[Any], path: str, own_texts: list[str], settings: TailSettings
+) -> Iterator[dict[str, Any]]:
+    """A compressed file, replayed as the plain file it stands for: decompressed into a
+    private temporary file (bounded memory), which is removed afterwards."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(prefix="sessionwatch-replay-", suffix=".jsonl") as out:
+        try:
+            for chunk in zst.chunks(path):
+                out.write(chunk)
+        except OSError as exc:
+            raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
+        out.flush()
+        yield from replay_file(fmt, out.name, own_texts, settings)
 
 
 def _short(reason: str | None) -> str:

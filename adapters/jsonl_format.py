@@ -48,6 +48,11 @@ class JsonlFormat(Generic[S]):
     candidate: Callable[[str, str], bool | None] = lambda folder, name: True
     declines: Callable[[S], str | None] = lambda state: None  # why a source is not adoptable
     ref_thread: bool = False  # the link's ref names the thread id beside the file
+    # the harness may compress an idle file with zstandard (``….jsonl.zst``, see adapters.zst)
+    compressed: bool = False
+    # where the harness put a file gone from its path (an archive): the reason to show, or
+    # None when it is really gone; given the file's real path and the configured root
+    moved: Callable[[str, str], str | None] = lambda path, root: None
 
 
 def format_of(kind: str) -> JsonlFormat[Any]:

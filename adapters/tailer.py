@@ -130,7 +130,7 @@ def _changed(
     tail: str | None = None,
 ) -> str:
     """Why the file is not the one the marker was taken on, or "" when it is."""
-    if ino is not None and st.st_ino != ino:
+    if ino is not None and st.st_ino != ino and not _same_bytes(fd, offset, head, tail, st):
         return "rotated"
     if st.st_size < offset:
         return "truncated"
@@ -141,6 +141,22 @@ def _changed(
     if tail is not None and tail_digest(fd, offset) != tail:
         return "truncated"  # rewritten, though the offset still falls on a line end
     return ""
+
+
+def _same_bytes(
+    fd: int, offset: int, head: str | None, tail: str | None, st: os.stat_result
+) -> bool:
+    """A new inode that holds the same bytes up to ``offset`` (the same first line, the same
+    bytes before the offset, a line end there) is the same file written again: a harness
+    restoring it (Codex decompressing a resumed rollout) or an editor's save by rename. It
+    continues from the offset; a rotated file starts with another first line."""
+    if offset <= 0 or head is None or tail is None or st.st_size < offset:
+        return False
+    return (
+        head_digest(fd) == head
+        and os.pread(fd, 1, offset - 1) == b"\n"
+        and tail_digest(fd, offset) == tail
+    )
 
 
 def read_tail(

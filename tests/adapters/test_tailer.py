@@ -125,3 +125,25 @@ def test_a_shrunk_or_replaced_file_is_reported(tmp_path: Path) -> None:
     other.write_bytes(b'{"a":1}\n{"b":2}\n')
     other.replace(path)
     assert read_tail(str(path), 8, 1024, None, ino).status == "rotated"
+
+
+def test_a_new_inode_with_the_same_bytes_continues_and_another_first_line_is_rotated(
+    tmp_path: Path,
+) -> None:
+    """A file written back whole (Codex resuming a compressed rollout, a save by rename)
+    continues from the offset; a new file with another first line was rotated."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":2}\n')
+    first = read_tail(str(path), 0, 1024, None)
+    again = tmp_path / "u.jsonl"
+    again.write_bytes(b'{"a":1}\n{"b":2}\n{"c":3}\n')
+    again.replace(path)
+    read = read_tail(str(path), first.end, 1024, first.head, first.ino, 0, first.tail)
+    assert (read.status, [line for _, line in read.lines]) == ("lines", [b'{"c":3}'])
+    assert read.ino != first.ino
+    other = tmp_path / "v.jsonl"
+    other.write_bytes(b'{"z":0}\n{"b":2}\n{"c":3}\n')
+    other.replace(path)
+    assert read_tail(str(path), first.end, 1024, first.head, first.ino, 0, first.tail).status == (
+        "rotated"
+    )

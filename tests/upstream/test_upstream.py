@@ -303,7 +303,9 @@ async def _two_then_a_third(monitor: UpstreamMonitor, roots: RootsConfig) -> tup
 async def test_a_rotated_or_truncated_file_loses_nothing_and_repeats_nothing(
     monitor: UpstreamMonitor, roots: RootsConfig, how: str
 ) -> None:
-    """The new content is read from its start; only what was written since counts."""
+    """Only what was written since counts. A new file that holds the same history (a save
+    by rename, a harness writing a file back) continues from the offset, and is no change;
+    a truncated one is read again from its start."""
     path, old = await _two_then_a_third(monitor, roots)
     new = stamped_line("four", "u4", "2026-01-01T00:00:04Z") + stamped_line(
         "five", "u5", "2026-01-01T00:00:05Z"
@@ -318,7 +320,7 @@ async def test_a_rotated_or_truncated_file_loses_nothing_and_repeats_nothing(
     assert await outcomes(monitor) == [("activity", 2)]
     assert await outcomes(monitor) == [("quiet", 0)]
     link = (wire.links(await monitor.links()))[0]
-    assert {how: 1} == link["marker"]["changes"]
+    assert ({} if how == "rotated" else {how: 1}) == link["marker"].get("changes", {})
     assert (wire.status(await monitor.kernel.status(KEY)))["stateVersion"] == 3
 
 
