@@ -9,6 +9,7 @@ module is imported only when its adapter is built, so naming a kind costs nothin
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,6 +40,9 @@ class Entry:
     form: Form = "file"
     root_key: str | None = None  # its ``[roots]`` key (None: it has no root, a node's)
     root_default: str = ""  # where its sessions are when ``[roots]`` does not say
+    # the harness's own variables that move its sessions, first that is set wins: each
+    # (variable, the root below its value), before ``root_default``
+    root_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def remote(self) -> bool:
@@ -76,6 +80,7 @@ register(
         catalog_id="claude",
         root_key="claude",
         root_default="~/.claude/projects",
+        root_env=(("CLAUDE_CONFIG_DIR", "projects"),),
     )
 )
 register(
@@ -86,6 +91,7 @@ register(
         catalog_id="codex",
         root_key="codex",
         root_default="~/.codex/sessions",
+        root_env=(("CODEX_HOME", "sessions"),),
     )
 )
 register(
@@ -96,6 +102,7 @@ register(
         catalog_id="pi",
         root_key="pi",
         root_default="~/.pi/agent/sessions",
+        root_env=(("PI_CODING_AGENT_SESSION_DIR", ""), ("PI_CODING_AGENT_DIR", "sessions")),
     )
 )
 register(
@@ -107,6 +114,7 @@ register(
         form="database",
         root_key="opencode_db",  # its root is its database file
         root_default="~/.local/share/opencode/opencode.db",
+        root_env=(("XDG_DATA_HOME", "opencode/opencode.db"),),
     )
 )
 register(
@@ -126,15 +134,36 @@ def root_keys() -> dict[str, Entry]:
 
 
 def roots_of(given: Mapping[str, str]) -> dict[str, str]:
-    """Each format's root, by format name, as configured (unexpanded): what ``[roots]``
-    gives under the format's key, else its default. A key no format registers is a
-    :class:`BadInput` naming the known keys and the nearest one."""
+    """Each format's root, by format name (unexpanded): see :func:`roots_with_origin`."""
+    return {name: path for name, (path, _) in roots_with_origin(given).items()}
+
+
+def roots_with_origin(
+    given: Mapping[str, str], env: Mapping[str, str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """Each format's root, by format name (unexpanded), and where it came from: what
+    ``[roots]`` gives under the format's key (``[roots] KEY``), else where the harness's
+    own variable puts it (``$VAR``, as the harness itself reads it), else its default
+    (``default``). A key no format registers is a :class:`BadInput` naming the known keys
+    and the nearest one."""
     keys = root_keys()
     for key in given:
         if key not in keys:
             known = ", ".join(sorted(keys))
             raise BadInput(f"unknown key [roots] {key} (known: {known}){did_you_mean(key, keys)}")
-    return {e.name: given.get(key, e.root_default) for key, e in keys.items()}
+    environ = os.environ if env is None else env
+    found: dict[str, tuple[str, str]] = {}
+    for key, e in keys.items():
+        if key in given:
+            found[e.name] = (given[key], f"[roots] {key}")
+            continue
+        found[e.name] = (e.root_default, "default")
+        for var, below in e.root_env:
+            value = environ.get(var, "")
+            if value:  # as the harnesses read them: set and not empty
+                found[e.name] = (os.path.join(value, below) if below else value, f"${var}")
+                break
+    return found
 
 
 def names() -> tuple[str, ...]:

@@ -578,6 +578,9 @@ def _setup_logging(fmt: str, level: str = "info") -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    # watchfiles says "N changes detected" at INFO for every append to a watched file: the
+    # log would grow with writes, not with changes of state
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 
 def _check_utf8(argv: list[str]) -> None:
@@ -603,11 +606,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "replay":
             return _replay(args)
         if args.command == "config":
-            from adapters.registry import root_keys, roots_of
+            from adapters.registry import root_keys, roots_with_origin
 
             shown = args.config_obj.as_json()
-            paths = roots_of(args.config_obj.roots.given)
-            shown["roots"] = {key: paths[e.name] for key, e in root_keys().items()}
+            roots = roots_with_origin(args.config_obj.roots.given)
+            shown["roots"] = {key: roots[e.name][0] for key, e in root_keys().items()}
+            # where each came from: "[roots] KEY", "$VAR" (the harness's own) or "default"
+            shown["rootsFrom"] = {key: roots[e.name][1] for key, e in root_keys().items()}
             target = db_path(args, args.config_obj)  # what --db or $SESSIONWATCH_DB chose
             shown["store"]["effective"] = (
                 without_password(target) if is_pg_url(target) else str(target)

@@ -94,15 +94,19 @@ def _api_token(config: Config) -> Finding:
 
 
 def _roots(config: Config) -> list[Finding]:
-    from monitor.upstream.monitor import root_paths
+    from adapters.registry import roots_with_origin
 
     found = []
-    for kind, path in root_paths(config.roots).items():
+    for kind, (given, origin) in roots_with_origin(config.roots.given).items():
+        path = Path(expand_user(given))
         if path.exists():
-            found.append(ok(f"the {kind} root {path} exists"))
+            found.append(ok(f"the {kind} root {path} ({origin}) exists"))
         else:
             found.append(
-                note(f"the {kind} root {path} does not exist: no {kind} sessions are listed")
+                note(
+                    f"the {kind} root {path} ({origin}) does not exist: no {kind} sessions"
+                    " are listed"
+                )
             )
     return found
 

@@ -65,6 +65,7 @@ class Harness:
     model: MockModelProcess
     session: str | None = None
     runs: list[float] = field(default_factory=list)
+    moved: bool = False  # its home set by its own variable, outside HOME (home_vars)
 
     def __post_init__(self) -> None:
         self.home = self.work / "home"
@@ -77,8 +78,27 @@ class Harness:
     def version(self) -> str | None:
         return installed_version(self.kind)
 
+    def home_vars(self) -> dict[str, str]:
+        """The harness's own variables that put its sessions outside HOME: Codex's
+        CODEX_HOME always, the others' when ``moved``."""
+        if self.kind == "codex":
+            return {"CODEX_HOME": str(self.work / "codex-home")}
+        if not self.moved:
+            return {}
+        return {
+            "claude": {"CLAUDE_CONFIG_DIR": str(self.work / "claude-config")},
+            "opencode": {"XDG_DATA_HOME": str(self.work / "xdg-data")},
+            "pi": {"PI_CODING_AGENT_DIR": str(self.work / "pi-agent")},
+        }[self.kind]
+
     def root(self) -> tuple[str, Path]:
         """The ``[roots]`` key and value that point sessionwatch at what it writes."""
+        if self.moved and self.kind != "codex":
+            return {
+                "claude": ("claude", self.work / "claude-config" / "projects"),
+                "opencode": ("opencode_db", self.work / "xdg-data/opencode/opencode.db"),
+                "pi": ("pi", self.work / "pi-agent" / "sessions"),
+            }[self.kind]
         return {
             "claude": ("claude", self.home / ".claude" / "projects"),
             "codex": ("codex", self.work / "codex-home" / "sessions"),
@@ -94,7 +114,7 @@ class Harness:
             # nothing beyond loopback: no proxy, no telemetry, no update checks
             "NO_PROXY": "*",
         }
-        return env | getattr(self, f"_env_{self.kind}")()
+        return env | getattr(self, f"_env_{self.kind}")() | self.home_vars()
 
     def prompt(self, text: str, *extra: str) -> str:
         """Type one prompt: the first starts the session, the next ones resume it. Returns
@@ -121,6 +141,19 @@ class Harness:
             return answered
         self.session = self.session or "started"
         return self.session
+
+    def run(self, *args: str) -> None:
+        """Run the harness's binary with ``args`` as a person would, in its project."""
+        proc = subprocess.run(
+            [str(MODULES / ".bin" / BINARIES[self.kind]), *args],
+            cwd=self.project,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+        assert proc.returncode == 0, f"{self.kind} {args}: {proc.stderr.decode()[-2000:]}"
 
     def _argv(self, text: str) -> list[str]:
         again = self.session is not None
@@ -172,7 +205,7 @@ class Harness:
         )
 
     def _env_codex(self) -> dict[str, str]:
-        return {"CODEX_HOME": str(self.work / "codex-home"), "MOCK_API_KEY": "dummy"}
+        return {"MOCK_API_KEY": "dummy"}  # CODEX_HOME: home_vars
 
     def _setup_opencode(self) -> None:
         config = {
@@ -202,7 +235,7 @@ class Harness:
         }
 
     def _setup_pi(self) -> None:
-        agent = self.home / ".pi" / "agent"
+        agent = self.work / "pi-agent" if self.moved else self.home / ".pi" / "agent"
         agent.mkdir(parents=True, exist_ok=True)
         model = {"id": "mock-model", "name": "Mock", "contextWindow": 128000, "maxTokens": 4096}
         provider = {
@@ -220,11 +253,17 @@ class Harness:
 class Sidecar:
     """``sessionwatch`` one-shot commands on a scratch database, rooted at the harness."""
 
-    def __init__(self, work: Path, harness: Harness) -> None:
+    def __init__(self, work: Path, harness: Harness, *, env: dict[str, str] | None = None) -> None:
+        """``env``: run with these variables and no ``[roots]``, so that each root is where
+        the harness's own variables put it (HOME is a directory of its own)."""
         key, root = harness.root()
         self.db = work / "state.db"
         self.config = work / "sessionwatch.toml"
-        self.config.write_text(f'[roots]\n{key} = "{root}"\n')
+        self.config.write_text(f'[roots]\n{key} = "{root}"\n' if env is None else "")
+        self.env: dict[str, str] | None = None
+        if env is not None:
+            (work / "sidecar-home").mkdir(exist_ok=True)
+            self.env = {"PATH": "/usr/bin:/bin", "HOME": str(work / "sidecar-home"), **env}
 
     def __call__(self, *args: str) -> Any:
         return orjson.loads(self.run(*args))
@@ -242,6 +281,7 @@ class Sidecar:
                 *args,
             ],
             cwd=REPO,
+            env=self.env,
             capture_output=True,
             timeout=120,
             check=False,
