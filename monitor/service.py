@@ -139,8 +139,8 @@ class Sidecar:
         self.tick_health.ran(int(time.time() * 1000), duration, results)
         for r in results:
             self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
-            if r.outcome not in {"quiet", "skipped"} and not r.unsettled:  # the tick says those
-                log.info("%s: %s (turns %d) %s", r.session_key, r.outcome, r.turns, r.reason or "")
+            if r.outcome == "activity" and not r.unsettled:  # a change; states say themselves
+                log.info("%s: %d turns recorded %s", r.session_key, r.turns, r.reason or "")
         if rearm and any(r.outcome == "missing" for r in results):
             self._paths_changed.set()
         return not any(r.unsettled for r in results)

@@ -42,6 +42,9 @@ class LinkResult:
     unsettled: bool = False  # the store refused the findings: they wait, the marker stays
 
 
+_UNHEALTHY = ("missing", "blocked", "inconclusive")
+
+
 def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: int) -> LinkResult:
     """Settle one check of ``link`` (see the module docstring)."""
     conn, now, key = record.conn, record.now, link.session_key
@@ -53,6 +56,8 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
         return LinkResult(session_key=key, outcome="skipped", reason="run active")
     session_id = session[0] if session else None
     before = link_state(conn, link, session_id)
+    if before.outcome in _UNHEALTHY and outcome.status in ("quiet", "activity"):
+        log.info("%s: readable again (was %s)", key, before.outcome)  # once, as each was said
     if outcome.status == "missing":
         return _missing(record, link, session_id, before.streak + 1, threshold, outcome.reason)
     if outcome.status == "blocked":
@@ -125,6 +130,9 @@ def _missing(
 ) -> LinkResult:
     key = link.session_key
     if streak < threshold:
+        if streak == 1:
+            log.warning("%s: not found (%s); upstream_missing after %d misses", key, reason,
+                        threshold)  # fmt: skip
         state = LinkState(streak=streak, outcome="missing", reason=reason)
         write_link_state(record.conn, link, session_id, state)
         return LinkResult(session_key=key, outcome="missing", reason=reason)
