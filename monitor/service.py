@@ -123,6 +123,7 @@ class Sidecar:
             return
         if await self.run_tick():  # a tick that waited in vain for the store says it again
             self._skip_logged = False
+        await self.kernel.maybe_prune()  # hourly, whoever writes the log
 
     async def run_tick(self, only: set[str] | None = None, *, rearm: bool = True) -> bool:
         """One tick; whether the store took all it had to write."""

@@ -203,6 +203,8 @@ class Kernel:
 
         result = await self.store.write(run)
         self.observe(recorders[0].recorded if recorders else [])
+        if recorders and recorders[0].recorded:
+            await self._maybe_prune(now)
         return result
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
@@ -367,6 +369,11 @@ class Kernel:
         result = await self.store.write(lambda conn: retention.prune(conn, at))
         self._next_prune_at = at + retention.PRUNE_INTERVAL_MS
         return result
+
+    async def maybe_prune(self) -> None:
+        """Retention, when an hour has passed since the last: after each recording, and from
+        the service's tick loop, so that a log others write to (the gateway) is pruned too."""
+        await self._maybe_prune(self.clock())
 
     async def _maybe_prune(self, now: int) -> None:
         if now < self._next_prune_at:

@@ -87,11 +87,12 @@ class Admissions:
 
     tickets: dict[str, float] = field(default_factory=dict)  # ticket -> expiry (monotonic)
     sessions: dict[str, float] = field(default_factory=dict)  # cookie -> expiry
+    clock: Callable[[], float] = time.monotonic  # seconds; a test's own clock
 
     def issue(self) -> str:
         self._expire()
         ticket = secrets.token_urlsafe(32)
-        self.tickets[ticket] = time.monotonic() + TICKET_TTL_S
+        self.tickets[ticket] = self.clock() + TICKET_TTL_S
         return ticket
 
     def admit(self, ticket: str) -> str | None:
@@ -100,15 +101,15 @@ class Admissions:
         if self.tickets.pop(ticket, None) is None:
             return None
         cookie = secrets.token_urlsafe(32)
-        self.sessions[cookie] = time.monotonic() + SESSION_TTL_S
+        self.sessions[cookie] = self.clock() + SESSION_TTL_S
         return cookie
 
     def admitted(self, cookie: str | None) -> bool:
         expiry = self.sessions.get(cookie or "")
-        return expiry is not None and expiry > time.monotonic()
+        return expiry is not None and expiry > self.clock()
 
     def _expire(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         for table in (self.tickets, self.sessions):
             for key in [k for k, expiry in table.items() if expiry <= now]:
                 del table[key]
