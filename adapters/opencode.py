@@ -200,6 +200,9 @@ def has_event_sequence(conn: sqlite3.Connection) -> bool:
     return row is not None
 
 
+SCHEMA_DRIFT = ("no such table", "no such column")  # SQLite's words for a schema it lacks
+
+
 def session_signals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple[Any, int]]:
     """One query for all linked sessions: id -> (parent id, change signal)."""
     marks = ",".join("?" * len(ids))
@@ -362,8 +365,13 @@ class OpenCodeAdapter:
                 outcomes[i] = Outcome(status="missing", reason="no such database")
             return
         except (OSError, sqlite3.Error) as exc:
+            reason = f"query failed: {exc}"
+            if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(SCHEMA_DRIFT):
+                # OpenCode migrated its own schema past what this reader knows: format drift,
+                # never a missing session; the links wait, their markers kept
+                reason = f"format drift: OpenCode's schema changed ({exc}); tested {TESTED_VERSION}"
             for i in indexes:
-                outcomes[i] = Outcome(status="inconclusive", reason=f"query failed: {exc}")
+                outcomes[i] = Outcome(status="inconclusive", reason=reason)
             return
 
         async def one(i: int, probe: Probe, thread: str) -> None:

@@ -317,3 +317,23 @@ async def test_an_unknown_part_type_and_a_newer_version_show_as_drift(oc: OpenCo
         drift["version"],
         drift["newerThanTested"],
     )
+
+
+async def test_opencode_migrating_its_own_schema_is_drift_never_missing(oc: OpenCodeDB) -> None:
+    """A newer OpenCode schema is read where its tables still answer (a column and a table
+    added); one whose tables no longer answer (the session table renamed) is format drift,
+    inconclusive with that reason, and never a miss."""
+    conn = sqlite3.connect(oc.path)
+    with conn:
+        conn.execute("ALTER TABLE session ADD COLUMN workspace_id TEXT")
+        conn.execute("CREATE TABLE session_share_v2 (id TEXT PRIMARY KEY)")
+    adapter = OpenCodeAdapter()
+    [read] = await adapter.check([probe(oc, {"seq": 0})])
+    assert read.status == "quiet"
+    with conn:
+        conn.execute("ALTER TABLE session RENAME TO session_v3")
+    conn.close()
+    for _ in range(4):
+        [out] = await adapter.check([probe(oc, {"seq": 0})])
+        assert out.status == "inconclusive"
+        assert out.reason is not None and out.reason.startswith("format drift: OpenCode's schema")
