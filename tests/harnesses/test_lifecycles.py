@@ -96,3 +96,30 @@ def test_a_harness_home_moved_by_its_own_variable_is_followed(
     sw.adopt(kind, key)
     harness.prompt("and run them again")
     sw.ticked_to(key, 1)
+
+
+def test_codex_archive_is_followed_and_only_its_delete_is_missing(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """``codex archive`` moves the rollout to ``archived_sessions/``: idle, with the reason;
+    ``codex unarchive`` moves it back and the link goes on; ``codex delete`` is a deletion."""
+    skip_unless_runnable(why_not_runnable("codex"))
+    codex = Harness("codex", tmp_path / "codex", model)
+    sw = Sidecar(tmp_path, codex)
+    codex.prompt("fix the failing billing tests")
+    key = "agent:main:harness:codex-archived"
+    thread = sw.adopt("codex", key)["nativeId"]
+    codex.run("archive", thread)
+    for _ in range(4):
+        sw("tick")
+    (link,) = sw("links")["links"]
+    assert (link["missingStreak"], link["status"]["outcome"]) == (0, "quiet"), link
+    assert "archived by Codex" in link["status"]["reason"]
+    codex.run("unarchive", thread)
+    codex.run("exec", "--skip-git-repo-check", "resume", thread, "and run them again")
+    sw.ticked_to(key, 1)
+    codex.run("delete", "--force", thread)
+    for _ in range(3):
+        sw("tick")
+    assert sw.count(key, "upstream_missing") == 1
+    assert sw("links")["links"] == []
