@@ -23,7 +23,7 @@ PG_SCHEMES = ("postgresql://", "postgres://")
 def is_pg_url(target: object) -> TypeGuard[str]:
     """Whether a ``--db``, ``$SESSIONWATCH_DB`` or ``[store] url`` names a PostgreSQL
     database (else it is a SQLite file)."""
-    return isinstance(target, str) and target.startswith(PG_SCHEMES)
+    return isinstance(target, str) and (target.startswith(PG_SCHEMES) or is_libpq_dsn(target))
 
 
 def listen_is_valid(listen: str) -> bool:
@@ -37,9 +37,28 @@ def listen_is_valid(listen: str) -> bool:
 LISTEN_SHAPE = "must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
 
 
-def without_password(url: str) -> str:
-    """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``."""
-    return re.sub(r"://([^:/@]+):[^/]*@", r"://\1:***@", url)
+_USERINFO = re.compile(r"://([^:/@?#]*):[^@/?#]*@")
+_QUERY_SECRET = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+_DSN_SECRET = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_DSN = re.compile(
+    r"^\s*(?:[a-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S+)\s*)+$", re.IGNORECASE
+)
+_DSN_KEYS = re.compile(r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|service)\s*=")
+
+
+def without_password(target: str) -> str:
+    """A store target with every password the driver would accept masked: the one before
+    the ``@`` of a URL, ``password=`` and ``sslpassword=`` in its query, and the same keys
+    of a libpq ``key=value`` string (quoted values included)."""
+    if "://" in target:
+        return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"://\1:***@", target))
+    return _DSN_SECRET.sub(r"\1***", target)
+
+
+def is_libpq_dsn(target: str) -> bool:
+    """``host=... dbname=...``: libpq's ``key=value`` form, which names a PostgreSQL
+    database, never a SQLite file."""
+    return bool(_DSN.match(target)) and bool(_DSN_KEYS.search(" " + target))
 
 
 _HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

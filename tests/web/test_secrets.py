@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import orjson
+import pytest
 
 from tests.conftest import REPO, PgServer, pg_database, served_address
 from tests.hooks_gateway import TOKEN as HOOK_TOKEN
@@ -23,17 +24,25 @@ MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:secrets"
 
 
-def with_password(url: str) -> str:
+def with_password(url: str, where: str) -> str:
+    """The URL with the password before the ``@``, in its query, or as a libpq
+    ``key=value`` string: every form the driver accepts."""
     scheme, rest = url.split("://", 1)
     user_host = rest.split("/", 1)
     user, host = user_host[0].rsplit("@", 1)
+    if where == "query":
+        return f"{scheme}://{host}/{user_host[1]}?user={user}&password={PASSWORD}"
+    if where == "dsn":
+        name, port = host.rsplit(":", 1)
+        return f"host={name} port={port} dbname={user_host[1]} user={user} password={PASSWORD}"
     return f"{scheme}://{user}:{PASSWORD}@{host}/{user_host[1]}"
 
 
+@pytest.mark.parametrize("where", ["userinfo", "query", "dsn"])
 async def test_no_secret_reaches_a_log_line_or_an_answer(
-    tmp_path: Path, pg_server: PgServer, hooks_gateway: HooksGateway
+    tmp_path: Path, pg_server: PgServer, hooks_gateway: HooksGateway, where: str
 ) -> None:
-    url = with_password(pg_database(pg_server))  # the suite's server trusts loopback
+    url = with_password(pg_database(pg_server), where)  # the suite's server trusts loopback
     gateway = hooks_gateway.config(tmp_path)
     node_token = tmp_path / "node-token"
     node_token.write_text(NODE_TOKEN + "\n")
@@ -86,7 +95,7 @@ async def test_no_secret_reaches_a_log_line_or_an_answer(
         proc.terminate()
         said.append(proc.communicate(timeout=30)[1])
     log = "".join(said)
-    assert "serving postgresql://" in log
+    assert "serving postgresql://" in log or "serving host=" in log
     for secret in (PASSWORD, token, HOOK_TOKEN, NODE_TOKEN):
         assert secret not in log, f"a secret in the log: {secret}"
         for answer in answers:
