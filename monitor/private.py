@@ -18,16 +18,59 @@ from monitor.paths import make_private_dirs
 log = logging.getLogger(__name__)
 
 
-def take_instance_lock(db: Path) -> IO[str]:
-    """One ``serve`` per database: an exclusive lock on ``<db>.lock``, held until exit."""
-    path = db.with_name(db.name + ".lock")
+class InstanceLock:
+    """The locks :func:`take_instance_lock` holds; ``close`` lets them go."""
+
+    def __init__(self, handles: list[IO[str]]) -> None:
+        self.handles = handles
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.close()
+
+
+def take_instance_lock(db: Path) -> InstanceLock:
+    """One ``serve`` per database, whatever path names it: an exclusive lock on
+    ``<db>.lock`` beside the real file (symlinks and ``..`` resolved), and one named after
+    the file's device and inode in this user's runtime directory (a bind-mount alias has
+    the same), both held until exit. The database file is created empty, mode 0600, when
+    it is missing, so that it has an inode to be known by."""
+    real = Path(os.path.realpath(db))
+    handles: list[IO[str]] = []
+    try:
+        handles.append(_lock(real.with_name(real.name + ".lock"), db))
+        try:
+            os.close(os.open(real, os.O_WRONLY | os.O_CREAT, 0o600))
+            found = os.stat(real)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the state database {db}: {exc.strerror}") from None
+        runtime = _runtime_dir()
+        handles.append(_lock(runtime / f"db-{found.st_dev}-{found.st_ino}.lock", db))
+    except BaseException:
+        InstanceLock(handles).close()
+        raise
+    return InstanceLock(handles)
+
+
+def _runtime_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/sessionwatch``, else ``<tmp>/sessionwatch-<uid>``, private."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(base) / "sessionwatch" if base else Path(f"/tmp/sessionwatch-{os.getuid()}")
+    make_private_dirs(path)
+    found = path.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise ConfigError(f"{path} must be a directory of this user's, mode 0700")
+    return path
+
+
+def _lock(path: Path, db: Path) -> IO[str]:
     try:
         make_private_dirs(path.parent)  # the state directory
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:
         raise ConfigError(
             f"cannot take the instance lock {path}: {exc.strerror}"
-            f" (the database directory {path.parent} must be writable by this user)"
+            f" (the directory {path.parent} must be writable by this user)"
         ) from None
     handle = os.fdopen(fd, "a+")
     try:

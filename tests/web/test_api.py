@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -182,11 +183,22 @@ async def test_links_catalog_and_metrics(client: Client, tmp_path: Path) -> None
 
 
 async def test_a_second_instance_refuses_to_start(tmp_path: Path) -> None:
+    """Whatever path names the database: itself, a symlink, a path through ``..``, or a
+    hard link in another directory (as a bind-mount alias is: the same device and inode)."""
     config = make_config(tmp_path)
-    async with running(config, tmp_path / "state.db"):
-        with pytest.raises(AlreadyRunning, match="refusing to start"):
-            async with running(config, tmp_path / "state.db"):
-                pass
+    db = tmp_path / "state.db"
+    (tmp_path / "link.db").symlink_to(db)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "other").mkdir()
+    async with running(config, db):
+        os.link(db, tmp_path / "other" / "alias.db")
+        for alias in (db, tmp_path / "link.db", tmp_path / "sub" / ".." / "state.db",
+                      tmp_path / "other" / "alias.db"):  # fmt: skip
+            with pytest.raises(AlreadyRunning, match="refusing to start"):
+                async with running(config, alias):
+                    pass
+    async with running(config, tmp_path / "link.db"):  # the first has stopped: it starts
+        pass
 
 
 async def test_unix_socket_is_private(tmp_path: Path) -> None:
