@@ -119,8 +119,8 @@ def resolve_file(kind: str, path: str, root: str) -> str:
         raise OutsideRoots(f"{path} is not inside the configured {kind} root {base}")
     try:
         mode = os.stat(real).st_mode
-    except FileNotFoundError:
-        raise Declined(f"cannot read {path}: no such file") from None
+    except FileNotFoundError:  # a mistyped path: refused, nothing is adopted
+        raise BadInput(f"no such file: {path}") from None
     except OSError as exc:
         raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):

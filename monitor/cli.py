@@ -117,6 +117,9 @@ class Command(NamedTuple):  # a NamedTuple: a dataclass costs every command's st
     handler: Handler | None = None
     loop: bool = False  # the monitor reads files in threads, asks nodes over HTTP
     roots: bool = False  # its [roots] keys are checked against the registry first
+    # it only reads the database (given its arguments): a SQLite file that does not exist
+    # is refused, never created; "scratch": it runs on an empty one it removes afterwards
+    reads: bool | str | Callable[[argparse.Namespace], bool] = False
 
 
 COMMANDS: dict[str, Command] = {}
@@ -130,15 +133,33 @@ def declare(
 
 
 def command(
-    name: str, help: str, *arguments: Argument, loop: bool = False, roots: bool = False
+    name: str,
+    help: str,
+    *arguments: Argument,
+    loop: bool = False,
+    roots: bool = False,
+    reads: bool | str | Callable[[argparse.Namespace], bool] = False,
 ) -> Callable[[Handler], Handler]:
     """A command run on the kernel by the handler it decorates."""
 
     def register(fn: Handler) -> Handler:
-        COMMANDS[name] = Command(help, arguments, fn, loop=loop, roots=roots)
+        COMMANDS[name] = Command(help, arguments, fn, loop=loop, roots=roots, reads=reads)
         return fn
 
     return register
+
+
+def db_origin(args: argparse.Namespace, config: Config) -> str:
+    """What chose the database: the flag, the variable, the configuration or the default."""
+    if args.db:
+        return "--db"
+    if os.environ.get("SESSIONWATCH_DB"):
+        return "$SESSIONWATCH_DB"
+    if config.store.url:
+        return "[store] url"
+    if config.store.path != Config().store.path:
+        return "[store] path"
+    return "the default [store] path"
 
 
 def parse_json_arg(name: str, raw: str | None) -> Any:
@@ -225,6 +246,7 @@ async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("--store-path"),
     arg("--drain", action="store_true"),
     arg("--follow", action="store_true", help="print each notice as it opens"),
+    reads=lambda a: not a.drain,
 )
 async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     if a.follow:
@@ -263,6 +285,7 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
     arg("key"),
     arg("--agent"),
     arg("--changes-since", type=_non_negative),
+    reads=True,
 )
 async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return wire.status(await kernel.status(a.key, agent_id=a.agent, changes_since=a.changes_since))
@@ -272,6 +295,7 @@ async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     "sessions",
     "state versions of sessions",
     arg("keys", nargs="*"),
+    reads=True,
 )
 async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"sessions": wire.state_versions(await kernel.state_versions(a.keys))}
@@ -386,6 +410,7 @@ async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "links",
     "the upstream links and their state",
+    reads=True,
 )
 async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"links": wire.links(await _monitor(kernel, a).links())}
@@ -488,13 +513,32 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     handler = COMMANDS[args.command].handler
     assert handler is not None  # main runs the others itself
     config: Config = args.config_obj
-    kernel = await Kernel.open(
-        db_path(args, config), KernelSettings.of(config), direct=True, on_delete=(_unlink,)
-    )
+    target = db_path(args, config)
+    reads = COMMANDS[args.command].reads
+    only_reads = reads(args) if callable(reads) else bool(reads)
+    scratch = None
+    if only_reads and isinstance(target, Path) and not target.exists():
+        if reads != "scratch":
+            raise BadInput(
+                f"no state database at {target} (chosen by {db_origin(args, config)});"
+                f" {args.command} only reads, and creates none: check the path, or start"
+                " serve, which creates it"
+            )
+        import tempfile
+
+        scratch = tempfile.TemporaryDirectory(prefix="sessionwatch-")
+        target = Path(scratch.name) / "state.db"  # nothing adopted yet: an empty one
     try:
-        return await handler(kernel, args)
+        kernel = await Kernel.open(
+            target, KernelSettings.of(config), direct=True, on_delete=(_unlink,)
+        )
+        try:
+            return await handler(kernel, args)
+        finally:
+            await kernel.close()
     finally:
-        await kernel.close()
+        if scratch is not None:
+            scratch.cleanup()
 
 
 def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:
@@ -544,6 +588,7 @@ def _replay(args: argparse.Namespace) -> int:
     arg("--json", action="store_true", help="JSON instead of a table"),
     loop=True,
     roots=True,
+    reads="scratch",  # the native sessions are listed before any database exists
 )
 async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     found = await _monitor(kernel, a).find_catalog(

@@ -40,9 +40,7 @@ LISTEN_SHAPE = "must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
 _USERINFO = re.compile(r"://([^:/@?#]*):[^@/?#]*@")
 _QUERY_SECRET = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
 _DSN_SECRET = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_DSN = re.compile(
-    r"^\s*(?:[a-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S+)\s*)+$", re.IGNORECASE
-)
+_DSN = re.compile(r"^\s*(?:[a-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S+)\s*)+$", re.IGNORECASE)
 _DSN_KEYS = re.compile(r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|service)\s*=")
 
 

@@ -191,11 +191,29 @@ def test_serve_where_the_database_directory_cannot_be_made_says_so_in_one_line()
     assert "must be writable by this user" in err
 
 
-def test_a_declined_adoption_exits_1_with_its_reason(tmp_path: Path) -> None:
-    """The session is still adopted (its record is there), but without a link: JSON on
-    stdout as always, the reason on stderr, and an exit code that says so."""
+def test_adopting_a_path_that_does_not_exist_is_refused_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "claude"
     root.mkdir()
+    config = tmp_path / "c.toml"
+    config.write_text(f'[roots]\nclaude = "{root}"\n')
+    db = tmp_path / "s.db"
+    sw(db, "record", "--session", MAIN, "--kind", "goal_changed", "--actor", "human")
+    said = sw(db, "--config", str(config), "adopt", "--kind", "claude", "--session-key", CHILD,
+              "--path", str(root / "missing.jsonl"), code=2)  # fmt: skip
+    assert f"no such file: {root / 'missing.jsonl'}" in said
+    assert sw(db, "status", CHILD)["stateVersion"] == 0  # no session, no adopted event
+    assert sw(db, "links")["links"] == []
+
+
+def test_a_declined_adoption_exits_1_with_its_reason(tmp_path: Path) -> None:
+    """A file that exists but cannot be read now (a FIFO) is adopted without a link, as
+    OpenClaw's continuation does: the session is still adopted (its record is there), JSON
+    on stdout as always, the reason on stderr, and an exit code that says so."""
+    root = tmp_path / "claude"
+    root.mkdir()
+    os.mkfifo(root / "missing.jsonl")
     config = tmp_path / "c.toml"
     config.write_text(f'[roots]\nclaude = "{root}"\n')
     argv = ["--config", str(config), "adopt", "--kind", "claude", "--session-key", CHILD]
@@ -215,9 +233,10 @@ def test_a_declined_adoption_exits_1_with_its_reason(tmp_path: Path) -> None:
         check=False,
     )
     assert 1 == proc.returncode
-    assert {"link": None, "declined": f"cannot read {root / 'missing.jsonl'}: no such file"} == (
-        orjson.loads(proc.stdout)
-    )
+    assert {
+        "link": None,
+        "declined": f"cannot read {root / 'missing.jsonl'}: not a regular file (a FIFO)",
+    } == orjson.loads(proc.stdout)
     assert "adopted without a link: cannot read" in proc.stderr
 
 
@@ -298,3 +317,36 @@ def test_an_unknown_section_or_key_names_the_nearest_known_one(tmp_path: Path) -
         err = sw(tmp_path / "s.db", "--config", str(config), "config", code=2)
         assert said in err
     assert "did you mean" not in err  # nothing near: nothing guessed
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", MAIN],
+        ["sessions"],
+        ["links"],
+        ["notices", "--watcher", MAIN],
+        ["notices", "--watcher", MAIN, "--follow"],
+    ],
+)
+def test_a_command_that_only_reads_creates_no_database(tmp_path: Path, args: list[str]) -> None:
+    """A typo in --db is refused, naming the path and what chose it; nothing is left."""
+    typo = tmp_path / "stat-typo.db"
+    said = sw(typo, *args, code=2)
+    assert f"no state database at {typo} (chosen by --db)" in said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_catalog_lists_before_any_database_exists_and_makes_none(tmp_path: Path) -> None:
+    (tmp_path / "claude" / "p").mkdir(parents=True)
+    (tmp_path / "claude" / "p" / "s.jsonl").write_bytes(
+        b'{"type":"user","uuid":"u","message":{"role":"user","content":"hello"}}\n'
+    )
+    config = tmp_path / "c.toml"
+    config.write_text(f'[roots]\nclaude = "{tmp_path / "claude"}"\n')
+    found = sw(tmp_path / "none.db", "--config", str(config), "catalog", "--json")
+    assert [s["title"] for s in found["sessions"]] == ["hello"]
+    assert not (tmp_path / "none.db").exists()
+    sw(tmp_path / "new.db", "record", "--session", MAIN, "--kind", "goal_changed",
+       "--actor", "human")  # fmt: skip
+    assert (tmp_path / "new.db").exists()  # a command that writes creates it
