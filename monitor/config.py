@@ -1,11 +1,12 @@
 """The TOML configuration: every value has a default, so no file is needed to start.
 
 Each section is a typed model (a NamedTuple); a field's type, with its :class:`Rule` when
-it has one (``Annotated[float, POSITIVE]``), says what it accepts, and one decoder reads
+it has one (``Annotated[float, positive(DAY_S)]``), says what it accepts, and one decoder reads
 every section through them. An unknown key (with the nearest known one) or a value the model refuses
 stops start-up with a message naming the key.
 """
 
+import math
 import os
 import re
 import typing
@@ -66,15 +67,25 @@ _HTTP_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
 class Rule(NamedTuple):
     """What a setting accepts beyond its type: positive, one of ``choices``, or passing
     ``check`` (else ``says``, which follows ``[section] name``; ``{value}`` is the value).
-    A field declares it in its type: ``Annotated[float, POSITIVE]``."""
+    A field declares it in its type: ``Annotated[float, positive(DAY_S)]``."""
 
     positive: bool = False
     choices: tuple[str, ...] = ()
     check: Callable[[Any], bool] | None = None
     says: str = ""
+    most: float = float(2**63 - 1)  # a number's largest value (every number is finite)
 
 
-POSITIVE = Rule(positive=True)
+DAY_S = 86_400.0
+
+
+def positive(most: float) -> Rule:
+    """A positive number no larger than ``most``."""
+    return Rule(positive=True, most=most)
+
+
+def at_most(most: float) -> Rule:
+    return Rule(most=most)
 
 
 def _given(check: Callable[[str], bool]) -> Callable[[str], bool]:
@@ -93,16 +104,16 @@ class StoreConfig(NamedTuple):
 
 
 class MonitorConfig(NamedTuple):
-    interval_s: Annotated[float, POSITIVE] = 60.0
-    initial_delay_s: float = 15.0
-    adapter_budget_s: Annotated[float, POSITIVE] = 45.0
-    scan_cap_bytes: Annotated[int, POSITIVE] = 1_048_576
-    max_line_bytes: Annotated[int, POSITIVE] = 64 * 1_048_576
-    missing_threshold: Annotated[int, POSITIVE] = 3
-    own_text_limit: int = 10
-    replay_lookback: int = 50
-    node_pages: int = 4
-    export_concurrency: int = 4
+    interval_s: Annotated[float, positive(DAY_S)] = 60.0
+    initial_delay_s: Annotated[float, at_most(DAY_S)] = 15.0
+    adapter_budget_s: Annotated[float, positive(DAY_S)] = 45.0
+    scan_cap_bytes: Annotated[int, positive(2**30)] = 1_048_576
+    max_line_bytes: Annotated[int, positive(2**32)] = 64 * 1_048_576
+    missing_threshold: Annotated[int, positive(1000)] = 3
+    own_text_limit: Annotated[int, at_most(1000)] = 10
+    replay_lookback: Annotated[int, at_most(10_000)] = 50
+    node_pages: Annotated[int, at_most(1000)] = 4
+    export_concurrency: Annotated[int, at_most(64)] = 4
     watch_files: bool = True
 
 
@@ -160,7 +171,7 @@ class GatewayConfig(NamedTuple):
     hooks_url: Annotated[str, _HOOKS_URL] = ""
     hooks_token_file: str = ""  # a private file holding the gateway's hooks.token
     # how often an undelivered notice is sent again
-    retry_interval_s: Annotated[float, POSITIVE] = 30.0
+    retry_interval_s: Annotated[float, positive(DAY_S)] = 30.0
 
     @property
     def wakes(self) -> bool:
@@ -246,8 +257,12 @@ def _check_value(where: str, expected: Any, rule: Rule | None, value: Any) -> An
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f'{where} must be a list of strings, for example ["sidecar.lan"]')
         value = tuple(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number")
     if isinstance(value, int | float) and value < 0:
         raise ConfigError(f"{where} must not be negative")
+    if isinstance(value, int | float) and value > (rule or Rule()).most:
+        raise ConfigError(f"{where} must be at most {(rule or Rule()).most:,.0f}")
     if rule is None:
         return value
     if rule.positive and value <= 0:

@@ -350,3 +350,28 @@ def test_the_catalog_lists_before_any_database_exists_and_makes_none(tmp_path: P
     sw(tmp_path / "new.db", "record", "--session", MAIN, "--kind", "goal_changed",
        "--actor", "human")  # fmt: skip
     assert (tmp_path / "new.db").exists()  # a command that writes creates it
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("interval_s = nan", "[monitor] interval_s must be a finite number"),
+        ("interval_s = inf", "[monitor] interval_s must be a finite number"),
+        ("adapter_budget_s = nan", "[monitor] adapter_budget_s must be a finite number"),
+        ("interval_s = 864000", "[monitor] interval_s must be at most 86,400"),
+        ("scan_cap_bytes = 99999999999999999999", "[monitor] scan_cap_bytes must be at most"),
+        ("export_concurrency = 100000", "[monitor] export_concurrency must be at most 64"),
+    ],
+)
+@pytest.mark.parametrize("command", ["config", "tick", "doctor"])
+def test_numbers_must_be_finite_and_in_range(
+    tmp_path: Path, setting: str, says: str, command: str
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f"[monitor]\n{setting}\n")
+    said = sw(tmp_path / "s.db", "--config", str(config), command, code=2)
+    assert says in said
+    gateway = tmp_path / "g.toml"
+    gateway.write_text("[gateway]\nretry_interval_s = nan\n")
+    assert "must be a finite number" in sw(tmp_path / "s.db", "--config", str(gateway),
+                                            command, code=2)  # fmt: skip
