@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 import orjson
 
 from monitor.config import Config, is_pg_url, load_config, without_password
-from monitor.errors import BadInput, ConfigError, SessionwatchError
+from monitor.errors import BadInput, ConfigError, SessionwatchError, one_line
 from monitor.kernel.events import MAX_INT64, parse_actor, parse_kind
 from monitor.kernel.store.sqlite_conn import run_now
 from monitor.paths import expand_user
@@ -695,10 +695,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = _run_command(args)
     except BadInput as exc:
-        print(f"sessionwatch: {exc}", file=sys.stderr)
+        print(f"sessionwatch: {one_line(str(exc), 2000)}", file=sys.stderr)
         return 2
     except SessionwatchError as exc:
-        print(f"sessionwatch: {exc}", file=sys.stderr)
+        print(f"sessionwatch: {one_line(str(exc), 2000)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

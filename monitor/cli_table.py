@@ -4,9 +4,14 @@ Everything else it prints is JSON."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adapters.catalog import Catalog, CatalogEntry
 from monitor.clock import ago
+from monitor.errors import escaped
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def _size(entry: CatalogEntry) -> str:
@@ -25,6 +30,18 @@ def _home(path: str | None) -> str:
         return ""
     home = str(Path.home())
     return "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
+
+
+def shown(text: str) -> Text:
+    """Text from a transcript or a file name as a terminal should show it: control
+    characters escaped (``ESC[2J`` would clear the screen), never read as rich markup."""
+    from rich.text import Text
+
+    return Text(escaped(text))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
@@ -47,14 +64,18 @@ def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
     for e, kind in zip(catalog.entries, kinds, strict=True):
         table.add_row(
             e.short_id,
-            kind,
-            e.title or "",
-            _home(e.cwd),
+            shown(kind),
+            shown(e.title or ""),
+            shown(_home(e.cwd)),
             ago(e.updated_at, now_ms),
             _size(e),
-            e.session_key or "",
+            shown(e.session_key or ""),
         )
     console.print(table)
-    console.print(f"{len(catalog.entries)} sessions; {catalog.skipped} skipped (not adoptable)")
+    console.print(
+        f"{_plural(len(catalog.entries), 'session')}; {catalog.skipped} skipped (not adoptable)"
+    )
     for err in catalog.errors:
-        console.print(f"[yellow]skipped {err['path']}: {err['reason']}[/yellow]")
+        line = shown(f"skipped {err['path']}: {err['reason']}")
+        line.stylize("yellow")
+        console.print(line)

@@ -16,7 +16,7 @@ import orjson
 
 from adapters.claude_node import connection_reason
 from monitor.config import Config, is_pg_url, without_password
-from monitor.errors import NotPrivate, SessionwatchError
+from monitor.errors import NotPrivate, SessionwatchError, one_line
 from monitor.paths import expand_user
 from monitor.private import check_private_state, loose_state_files, read_secret, refuse_if_shared
 
@@ -30,7 +30,10 @@ class Finding:
     fix: str = ""
 
     def line(self) -> str:
-        return f"{self.level:<8} {self.what}" + (f"; fix: {self.fix}" if self.fix else "")
+        """One line: what, where, and the fix; whatever a server or a path said in it is
+        flattened and escaped (a web server's whole HTML page was ten lines)."""
+        fix = f"; fix: {one_line(self.fix, 200)}" if self.fix else ""
+        return f"{self.level:<8} {one_line(self.what)}{fix}"
 
 
 def ok(what: str) -> Finding:
@@ -70,10 +73,11 @@ async def _database(config: Config, db: Path | str) -> Finding:
                 check_private_state(db)
         kernel = await Kernel.open(db, KernelSettings.of(config), direct=True)
         await kernel.close()
-    except NotPrivate as exc:
-        return problem(str(exc), f"chmod 600 {db}*")
-    except SessionwatchError as exc:
-        return problem(f"the state database {shown}: {exc}", "see the message")
+    except NotPrivate as exc:  # its own "run: chmod ..." is the fix, said once
+        return problem(str(exc).split("; run: ")[0], f"chmod 600 {db}*")
+    except SessionwatchError as exc:  # said once: the message names the database already
+        said = str(exc) if shown in str(exc) else f"the state database {shown}: {exc}"
+        return problem(said, "see the message for the cause; serve would fail the same way")
     if loose:
         return note(
             f"the state database {shown} opens; an earlier sessionwatch made it readable by others",
@@ -162,8 +166,8 @@ async def _hooks(config: Config, http: aiohttp.ClientSession) -> list[Finding]:
 def _error_of(raw: bytes) -> str:
     try:
         parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw.decode("utf-8", "replace").strip()[:200]
+    except orjson.JSONDecodeError:  # not the gateway's JSON: a line of it says enough
+        return one_line(raw.decode("utf-8", "replace"), 80)
     return str(parsed.get("error", "")) if isinstance(parsed, dict) else ""
 
 

@@ -27,6 +27,7 @@ the HTTP API turn ``BadInput`` into exit code 2 / a 4xx answer and never show a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -93,3 +94,19 @@ def did_you_mean(given: str, known: Iterable[str]) -> str:
 
     found = difflib.get_close_matches(given, list(known), n=1)
     return f"; did you mean {found[0]}?" if found else ""
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_BREAKS = re.compile(r"\s*[\r\n]+\s*")
+
+
+def escaped(text: str) -> str:
+    """``text`` safe to print to a terminal: control characters as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` as one printable line of at most ``limit`` characters: line breaks become
+    spaces, other control characters ``\\xNN``, and what is over the limit an ellipsis."""
+    flat = escaped(_BREAKS.sub(" ", text.strip()))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

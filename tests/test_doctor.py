@@ -88,3 +88,41 @@ async def test_the_command_exits_1_on_a_problem(
     assert (0 if good else 1) == code
     out = capsys.readouterr().out
     assert ("PROBLEM" in out) is not good
+
+
+async def test_each_problem_is_one_line_whatever_the_server_answered(tmp_path: Path) -> None:
+    """A hooks URL that points at a plain web server: one line, not its HTML page; and a
+    database readable by others is said once, with its fix."""
+    from aiohttp import web
+
+    page = "<html>\n<head><title>It works</title></head>\n" + "<p>line</p>\n" * 8 + "</html>"
+
+    async def html(request: web.Request) -> web.Response:
+        return web.Response(status=405, text=page, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", html)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        token = tmp_path / "t"
+        token.write_text("x\n")
+        token.chmod(0o600)
+        gateway = GatewayConfig(
+            hooks_url=f"http://{host}:{port}/hooks", hooks_token_file=str(token)
+        )
+        db = tmp_path / "state.db"
+        db.write_bytes(b"")
+        db.chmod(0o644)
+        found = await doctor.run(make_config(tmp_path, gateway=gateway), db)
+    finally:
+        await runner.cleanup()
+    problems = lines(found, "PROBLEM")
+    assert all("\n" not in line for line in problems)
+    (hooks,) = [line for line in problems if "answered 405" in line]
+    assert len(hooks) < 300, hooks
+    (shared,) = [line for line in problems if "readable by others" in line]
+    assert shared.count(str(db)) == 2  # once in what, once in the fix
+    assert "see the message" not in shared

@@ -116,3 +116,32 @@ def test_the_table_shows_a_paired_nodes_kind_whole(capsys: pytest.CaptureFixture
     )
     print_catalog(Catalog(entries=[entry], skipped=0, errors=[]), 1000)
     assert "claude-node@laptop" in capsys.readouterr().out
+
+
+def test_the_table_escapes_control_characters_and_markup(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A hostile title reaches the terminal as text: ESC[2J would clear the screen, and
+    rich markup in it is not read as markup."""
+    from monitor.cli_table import print_catalog
+
+    entry = CatalogEntry(
+        catalog_id="claude:0123456789abcdef",
+        kind="claude",
+        native_id="t",
+        path="/p/s.jsonl",
+        cwd="/home/me/\x1b]0;pwned\x07proj",
+        title="\x1b[2Jclear [bold red]me[/bold red] \u009b31m",
+        updated_at=0,
+        size=10,
+    )
+    print_catalog(
+        Catalog(entries=[entry], skipped=0, errors=[{"path": "/x\x1b[2J", "reason": "bad"}]),
+        1000,
+        width=200,
+    )
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "\\x1b[2Jclear [bold red]me[/bold red] \\x9b31m" in out
+    assert "\\x1b]0;pwned\\x07pr" in out  # the directory column is cut to fit
+    assert "1 session; 0 skipped" in out
