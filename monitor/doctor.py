@@ -68,7 +68,19 @@ async def _database(config: Config, db: Path | str) -> Finding:
     try:
         if isinstance(db, Path):
             if not db.exists():
+                why = cannot_create(db)
+                if why:
+                    return problem(
+                        f"the state database {db} cannot be created: {why}",
+                        "point [store] path or --db at a writable directory",
+                    )
                 return note(f"the state database {db} does not exist yet", "serve creates it")
+            why = cannot_create(db.with_name(db.name + ".lock"))
+            if why:
+                return problem(
+                    f"serve cannot take its lock beside {db}: {why}",
+                    "make that directory writable, or move the database",
+                )
             if not loose:
                 check_private_state(db)
         kernel = await Kernel.open(db, KernelSettings.of(config), direct=True)
@@ -86,6 +98,23 @@ async def _database(config: Config, db: Path | str) -> Finding:
     return ok(f"the state database {shown} opens")
 
 
+def cannot_create(path: Path) -> str | None:
+    """Why ``serve`` could not create ``path`` (and its missing directories), or None: the
+    nearest directory that exists must be writable, on a file system mounted read-write."""
+    import os
+
+    existing = path.parent
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return f"{existing} is on a read-only file system"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
+
+
 def _api_token(config: Config) -> Finding:
     path = Path(expand_user(config.api.token_file))
     try:
@@ -93,6 +122,12 @@ def _api_token(config: Config) -> Finding:
     except SessionwatchError as exc:
         return problem(str(exc), f"chmod 600 {path}")
     if not path.exists():
+        why = cannot_create(path)
+        if why:
+            return problem(
+                f"the API token file {path} cannot be created: {why}",
+                "set [api] token_file to a writable place, or create the file (mode 600)",
+            )
         return note(f"the API token file {path} does not exist yet", "serve creates it")
     return ok(f"the API token file {path} is private")
 

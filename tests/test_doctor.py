@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +127,35 @@ async def test_each_problem_is_one_line_whatever_the_server_answered(tmp_path: P
     (shared,) = [line for line in problems if "readable by others" in line]
     assert shared.count(str(db)) == 2  # once in what, once in the fix
     assert "see the message" not in shared
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Any:
+    """A directory on a read-only mount (as root), else one without write permission."""
+    import os
+    import subprocess
+
+    path = tmp_path / "ro"
+    path.mkdir()
+    if os.geteuid() == 0:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)],
+                              capture_output=True, check=False)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.decode().strip()}")
+        yield path
+        subprocess.run(["umount", str(path)], check=False)
+        return
+    path.chmod(0o555)
+    yield path
+    path.chmod(0o755)
+
+
+async def test_doctor_finds_what_serve_could_not_create(tmp_path: Path, read_only_dir: Any) -> None:
+    """A state directory on a read-only mount, a token file in a read-only directory: a
+    problem each, where doctor used to say "serve creates it" and exit 0."""
+    config = make_config(tmp_path)
+    config = config._replace(api=config.api._replace(token_file=str(read_only_dir / "token")))
+    found = await doctor.run(config, read_only_dir / "state" / "state.db")
+    problems = lines(found, "PROBLEM")
+    assert any("state database" in p and "cannot be created" in p for p in problems), problems
+    assert any("API token file" in p and "cannot be created" in p for p in problems), problems
