@@ -635,10 +635,26 @@ def _check_utf8(argv: list[str]) -> None:
             raise BadInput(f"argument {i} is not valid UTF-8")
 
 
+def _say_fatal(message: str, argv: list[str]) -> None:
+    """The one line a failed command ends with, on stderr: as the log's JSON lines when
+    ``--log-format json`` was asked for (a fatal start-up error of ``serve`` included)."""
+    text = one_line(message, 2000)
+    wants_json = any(a == "--log-format=json" for a in argv) or any(
+        a == "--log-format" and b == "json" for a, b in zip(argv, argv[1:], strict=False)
+    )
+    if wants_json:
+        import time
+
+        line = {"ts": time.time(), "level": "ERROR", "logger": "sessionwatch", "message": text}
+        sys.stderr.write(orjson.dumps(line).decode() + "\n")
+    else:
+        print(f"sessionwatch: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
     try:
-        _check_utf8(sys.argv[1:] if argv is None else argv)
-        given = sys.argv[1:] if argv is None else argv
+        _check_utf8(given)
         args = build_parser(_command_of(given)).parse_args(given)
         try:
             args.config_obj = load_config(args.config)
@@ -695,10 +711,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = _run_command(args)
     except BadInput as exc:
-        print(f"sessionwatch: {one_line(str(exc), 2000)}", file=sys.stderr)
+        _say_fatal(str(exc), given)
         return 2
     except SessionwatchError as exc:
-        print(f"sessionwatch: {one_line(str(exc), 2000)}", file=sys.stderr)
+        _say_fatal(str(exc), given)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -375,3 +375,21 @@ def test_numbers_must_be_finite_and_in_range(
     gateway.write_text("[gateway]\nretry_interval_s = nan\n")
     assert "must be a finite number" in sw(tmp_path / "s.db", "--config", str(gateway),
                                             command, code=2)  # fmt: skip
+
+
+def test_log_format_json_says_a_fatal_start_up_error_as_json(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for fmt in (["--log-format", "json"], ["--log-format=json"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor", *fmt, "--db", str(blocker / "x.db"), "serve"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert done.returncode == 1
+        (line,) = done.stderr.splitlines()
+        said = orjson.loads(line)
+        assert (said["level"], said["logger"]) == ("ERROR", "sessionwatch")
+        assert str(blocker) in said["message"]
