@@ -298,10 +298,12 @@ def _section(cls: type[Any], section: str, raw: Any) -> Any:
         known = did_you_mean(unknown[0], declared)
         raise ConfigError(f"unknown key [{section}] {unknown[0]}{known}")
     values = {k: _check_value(f"[{section}] {k}", *declared[k], v) for k, v in raw.items()}
-    try:
-        return cls(**values)
-    except TypeError as exc:
-        raise ConfigError(f"[{section}] is incomplete: {exc}") from None
+    defaults = getattr(cls, "_field_defaults", {})
+    missing = [name for name in declared if name not in values and name not in defaults]
+    if missing:
+        keys = " and ".join(f"{name} = ..." for name in missing)
+        raise ConfigError(f"[{section}] needs {keys}")
+    return cls(**values)
 
 
 _SECTIONS: dict[str, type[Any]] = {

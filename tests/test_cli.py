@@ -393,3 +393,11 @@ def test_log_format_json_says_a_fatal_start_up_error_as_json(tmp_path: Path) -> 
         said = orjson.loads(line)
         assert (said["level"], said["logger"]) == ("ERROR", "sessionwatch")
         assert str(blocker) in said["message"]
+
+
+def test_a_node_without_its_token_file_names_the_missing_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[nodes.lap]\nurl = "http://127.0.0.1:9"\n')
+    said = sw(tmp_path / "s.db", "--config", str(config), "config", code=2)
+    assert "[nodes.lap] needs token_file = ..." in said
+    assert "__new__" not in said
