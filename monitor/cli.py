@@ -639,8 +639,8 @@ def _say_fatal(message: str, argv: list[str]) -> None:
     """The one line a failed command ends with, on stderr: as the log's JSON lines when
     ``--log-format json`` was asked for (a fatal start-up error of ``serve`` included)."""
     text = one_line(message, 2000)
-    wants_json = any(a == "--log-format=json" for a in argv) or any(
-        a == "--log-format" and b == "json" for a, b in zip(argv, argv[1:], strict=False)
+    wants_json = "--log-format=json" in argv or any(
+        argv[i : i + 2] == ["--log-format", "json"] for i in range(len(argv) - 1)
     )
     if wants_json:
         import time

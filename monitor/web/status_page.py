@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -43,7 +44,7 @@ from monitor.upstream.settle import TickHealth
 from monitor.web.common import token_matches
 from monitor.web.wake import HooksWaker, LastWake
 
-COOKIE = "sessionwatch_ui"
+COOKIE = "sessionwatch_ui"  # and the instance's own suffix: see StatusPage.cookie
 TICKET_TTL_S = 60.0
 SESSION_TTL_S = 12 * 3600.0
 TITLES_TTL_S = 300.0
@@ -194,7 +195,11 @@ class StatusPage:
         )
         self.env.filters["ago"] = ago
         self.env.filters["clock"] = _clock
+        # cookies ignore ports: two sidecars on one host would log each other out
+        instance = f"{sources.db}\n{sources.config().api.listen}".encode()
+        self.cookie = f"{COOKIE}_{hashlib.sha256(instance).hexdigest()[:12]}"
         self._titles: dict[str, str] = {}
+        self._titled: set[str] = set()  # the threads the last catalog read was asked for
         self._titles_at = -TITLES_TTL_S
         self._titles_task: asyncio.Task[None] | None = None
         self._nodes: tuple[tuple[str, str, str | None], ...] = ()
@@ -219,7 +224,7 @@ class StatusPage:
     # -- admission -------------------------------------------------------------------------
 
     def _admitted(self, request: web.Request) -> bool:
-        return self.admissions.admitted(request.cookies.get(COOKIE)) or token_matches(
+        return self.admissions.admitted(request.cookies.get(self.cookie)) or token_matches(
             request.headers.get("Authorization", ""), self.token
         )
 
@@ -235,7 +240,12 @@ class StatusPage:
             return self._html("login.html", status=403, reason="that link is spent or expired; run")
         answer = web.HTTPSeeOther("/", headers=SECURITY_HEADERS)
         answer.set_cookie(
-            COOKIE, cookie, max_age=int(SESSION_TTL_S), httponly=True, samesite="Strict", path="/"
+            self.cookie,
+            cookie,
+            max_age=int(SESSION_TTL_S),
+            httponly=True,
+            samesite="Strict",
+            path="/",
         )
         raise answer
 
@@ -367,7 +377,7 @@ class StatusPage:
             pending = await s.kernel.all_pending()
         except SessionwatchError as exc:
             return dataclasses.replace(base, error=str(exc))
-        self._refresh_titles()
+        self._refresh_titles({v.link.thread_id or "" for v in links} - {""})
         rows = []
         for view in sorted(links, key=lambda v: v.link.session_key):
             state, reason = shown_state(view, config.monitor.missing_threshold)
@@ -394,13 +404,16 @@ class StatusPage:
         )
         return dataclasses.replace(base, links=tuple(rows), watchers=watchers)
 
-    def _refresh_titles(self) -> None:
-        """Titles come from the catalog, which reads every session: at most every five
-        minutes, in the background; the page shows none until then."""
+    def _refresh_titles(self, threads: set[str]) -> None:
+        """Titles come from the catalog, which reads every session: in the background, at
+        once for a link the last read was not asked for (a new adoption has its title
+        within a second), else at most every five minutes."""
         running = self._titles_task is not None and not self._titles_task.done()
-        if running or time.monotonic() - self._titles_at < TITLES_TTL_S:
+        fresh = threads - self._titled
+        if running or (not fresh and time.monotonic() - self._titles_at < TITLES_TTL_S):
             return
         self._titles_at = time.monotonic()
+        self._titled = set(threads)  # asked once, whether or not the read succeeds
         self._titles_task = asyncio.ensure_future(self._load_titles())
 
     async def _load_titles(self) -> None:

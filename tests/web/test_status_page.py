@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -301,3 +302,55 @@ def test_a_link_reads_as_one_state_with_its_reason() -> None:
         found, why = shown_state(view, 3)  # type: ignore[arg-type]
         assert state == found, view
         assert reason in why
+
+
+class _Sources:
+    """What StatusPage reads at its start and for titles (the rest of PageSources unused)."""
+
+    def __init__(self, db: str, listen: str) -> None:
+        from types import SimpleNamespace
+
+        from monitor.config import ApiConfig, Config
+
+        self.db = db
+        self._config = Config(api=ApiConfig(listen=listen))
+        self.reads = 0
+        self.monitor = SimpleNamespace(catalog=self._catalog)
+        self.tick = SimpleNamespace(pulse=SimpleNamespace(beat=lambda news=False: None))
+
+    def config(self) -> Any:
+        return self._config
+
+    async def _catalog(self) -> Any:
+        from types import SimpleNamespace
+
+        self.reads += 1
+        entry = SimpleNamespace(native_id="t-new", title="fix the billing tests")
+        return SimpleNamespace(entries=[entry])
+
+
+async def test_two_sidecars_on_one_host_have_their_own_cookies_and_titles_come_at_once() -> None:
+    """Cookies ignore ports: each instance names its own. A link the last catalog read was
+    not asked for gets its title at once, not within five minutes."""
+    import asyncio
+
+    from monitor.web.status_page import StatusPage
+
+    first, second = (
+        _Sources("/a/state.db", "127.0.0.1:8765"),
+        _Sources("/b/state.db", "127.0.0.1:8799"),
+    )
+    pages = [StatusPage(s, "t", asyncio.Event()) for s in (first, second)]  # type: ignore[arg-type]
+    assert pages[0].cookie != pages[1].cookie
+    assert all(p.cookie.startswith("sessionwatch_ui_") for p in pages)
+    page = pages[0]
+    page._refresh_titles({"t-old"})
+    await asyncio.sleep(0)
+    assert page._titles_task is not None
+    await page._titles_task
+    page._refresh_titles({"t-old"})  # nothing new: within the five minutes, no read
+    assert first.reads == 1
+    page._refresh_titles({"t-old", "t-new"})  # just adopted
+    assert page._titles_task is not None
+    await page._titles_task
+    assert (first.reads, page._titles["t-new"]) == (2, "fix the billing tests")
