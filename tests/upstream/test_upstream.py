@@ -416,14 +416,13 @@ async def test_untrusted_baselines_decline_with_the_reason(
         codex["link"],
         codex["declined"],
     ) == (None, "a Codex sub-agent rollout is not adoptable")
-    gone = wire.adopted(
+    with pytest.raises(BadInput, match="no such file"):  # a mistyped path writes nothing
         await monitor.adopt(
             kind="claude",
             path=str(Path(roots.claude) / "nope.jsonl"),
             session_key="agent:main:adopted:z",
         )
-    )
-    assert gone["link"] is None and "no such file" in gone["declined"]
+    assert (wire.status(await monitor.kernel.status("agent:main:adopted:z")))["stateVersion"] == 0
     assert (wire.status(await monitor.kernel.status(KEY)))[
         "stateVersion"
     ] == 1  # adoption still recorded
