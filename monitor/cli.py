@@ -690,12 +690,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "open":
             from monitor.ui_open import open_link
 
-            url = open_link(args.config_obj, args.url)
+            url = open_link(args.config_obj, args.url, db_path(args, args.config_obj))
             print(url)
             if args.browser:
                 import webbrowser
 
-                webbrowser.open(url)
+                if not webbrowser.open(url):
+                    raise SessionwatchError("no browser could be opened here: open the link above")
             return 0
         if args.command in ("node", "serve"):
             import asyncio

@@ -28,6 +28,29 @@ class InstanceLock:
         for handle in self.handles:
             handle.close()
 
+    def say_serving(self, addresses: list[str]) -> None:
+        """Write where this ``serve`` answers into its lock file, after its pid: ``open``
+        reads it there (the configuration may have changed since, by a reload)."""
+        if not self.handles:
+            return
+        handle = self.handles[0]
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n" + "".join(f"{a}\n" for a in addresses))
+        handle.flush()
+
+
+def serving_addresses(db: Path) -> list[str]:
+    """The addresses the live ``serve`` of ``db`` answers on (from its lock file), or none
+    when no ``serve`` holds it."""
+    real = Path(os.path.realpath(db))
+    try:  # read, never locked: a lock taken here could refuse a serve starting meanwhile
+        lines = real.with_name(real.name + ".lock").read_text(encoding="utf-8").splitlines()
+        os.kill(int(lines[0]), 0)  # its pid lives: a serve runs, and its addresses are current
+    except (OSError, ValueError, IndexError):
+        return []
+    return lines[1:]
+
 
 def take_instance_lock(db: Path) -> InstanceLock:
     """One ``serve`` per database, whatever path names it: an exclusive lock on

@@ -30,6 +30,24 @@ def changed_sections(old: Config, new: Config) -> list[str]:
     return [name for name in Config._fields if getattr(old, name) != getattr(new, name)]
 
 
+def _level(name: str) -> int:
+    return int(logging.getLevelName(name.upper()))
+
+
+def _token_file_usable(config: Config) -> bool:
+    """The hooks token file as serve checks it at start (private, readable, not empty):
+    whether the configuration changed or not, a file that became unusable is said."""
+    from monitor.paths import expand_user
+    from monitor.private import read_secret
+
+    try:
+        read_secret(Path(expand_user(config.gateway.hooks_token_file)), "the hooks token file")
+    except SessionwatchError as exc:
+        log.error("%s; wakes fail until it is fixed (serve refuses it at start)", exc)
+        return False
+    return True
+
+
 def reload(
     current: Config,
     path: Path | str | None,
@@ -45,9 +63,14 @@ def reload(
         log.error("configuration not reloaded, the one in force stays: %s", exc)
         return current
     changed = changed_sections(current, new)
+    if waker is not None and new.gateway.wakes and not _token_file_usable(new):
+        changed = [s for s in changed if s != "gateway"]  # its token file said why
     if not changed:
-        log.info("configuration reloaded: nothing changed")
+        log.info("configuration reloaded: nothing changed in it")
         return current
+    louder = _level(new.log.level) < _level(current.log.level)
+    if "log" in changed and louder:  # first, so that what the reload did is said at all
+        logging.getLogger().setLevel(new.log.level.upper())
     wakes_live = waker is not None and new.gateway.wakes  # turning wakes on or off: restart
     applied = [s for s in changed if s in LIVE and (s != "gateway" or wakes_live)]
     restart = [s for s in changed if s not in applied]
@@ -66,7 +89,7 @@ def reload(
             "configuration: %s changed but apply only at a restart; the running values stay",
             ", ".join(restart),
         )
-    if "log" in applied:  # last, so that what the reload did is said at the old level
+    if "log" in applied and not louder:  # last: what the reload did is said at the old level
         logging.getLogger().setLevel(new.log.level.upper())
     # The sections that apply only at a restart keep their running values.
     kept = {s: getattr(current, s) for s in changed if s not in applied}

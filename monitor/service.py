@@ -209,8 +209,10 @@ async def running(
     """The whole service on one exit stack; None when stopped before the database opened.
     ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL."""
     async with AsyncExitStack() as stack:
+        lock = None
         if isinstance(db, Path):
-            stack.callback(take_instance_lock(db).close)
+            lock = take_instance_lock(db)
+            stack.callback(lock.close)
             check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
@@ -276,6 +278,8 @@ async def running(
             notices = asyncio.ensure_future(sidecar.watch_notices())
             stack.callback(notices.cancel)
         sidecar.addresses = await _start_api(stack, sidecar, token, config.api.listen)
+        if lock is not None:
+            lock.say_serving(sidecar.addresses)  # where `open` finds this serve
         yield sidecar
 
 

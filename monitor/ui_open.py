@@ -21,12 +21,20 @@ from monitor.private import read_secret
 TIMEOUT_S = 10.0
 
 
-def base_url(config: Config, given: str | None) -> str:
-    """Where ``serve`` answers: ``--url``, else what ``[api] listen`` says."""
+def base_url(config: Config, given: str | None, db: Path | str | None = None) -> str:
+    """Where ``serve`` answers: ``--url``, else the address the running ``serve`` of
+    ``db`` wrote into its lock file (it keeps its listener across a reload that changed
+    ``[api] listen``), else what ``[api] listen`` says."""
     if given:
         if not given.startswith(("http://", "https://")):
             raise BadInput(f"--url must start with http:// or https://, got {given!r}")
         return given.rstrip("/")
+    if isinstance(db, Path):
+        from monitor.private import serving_addresses
+
+        served = [a for a in serving_addresses(db) if a.startswith("http://")]
+        if served:
+            return served[0].rstrip("/")
     listen = config.api.listen
     if listen.startswith("unix:"):
         raise BadInput(
@@ -46,8 +54,8 @@ def base_url(config: Config, given: str | None) -> str:
     return f"http://{shown}:{port}"
 
 
-def open_link(config: Config, given: str | None) -> str:
-    base = base_url(config, given)
+def open_link(config: Config, given: str | None, db: Path | str | None = None) -> str:
+    base = base_url(config, given, db)
     token = read_secret(Path(expand_user(config.api.token_file)), "the API token file")
     request = urllib.request.Request(
         f"{base}/v1/ui/tickets",

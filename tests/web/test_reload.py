@@ -64,10 +64,46 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
         assert "roots, log changed and applied" in wait_for_line(log, "configuration reloaded")
         assert "api changed but apply only at a restart" in wait_for_line(log, "restart")
         assert ["a session in the second root"] == catalog()  # the same listener, new roots
+        opened = subprocess.run(
+            [*argv, str(config), "open"], cwd=REPO, capture_output=True, text=True, check=False
+        )  # the reload asked for port 1; open finds the port serve still listens on
+        assert opened.stdout.startswith(base + "/ui/login?ticket="), opened.stderr
+        write(second, level="info")  # back to info: said, at info
+        proc.send_signal(signal.SIGHUP)
+        assert "log changed and applied" in wait_for_line(log, "log changed")
         config.write_text("[roots\n")
         proc.send_signal(signal.SIGHUP)
         assert "not valid TOML" in wait_for_line(log, "configuration not reloaded")
         assert ["a session in the second root"] == catalog()  # the one in force stays
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    drain.wait(10)
+
+
+def test_a_hooks_token_file_made_public_is_said_at_reload(tmp_path: Path) -> None:
+    token = tmp_path / "hooks-token"
+    token.write_text("secret\n")
+    token.chmod(0o600)
+    config = tmp_path / "sw.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+        f'[monitor]\ninitial_delay_s = 3600\n[gateway]\nhooks_url = "http://127.0.0.1:9/hooks"\n'
+        f'hooks_token_file = "{token}"\n'
+    )
+    log = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config"]
+    proc = subprocess.Popen(
+        [*argv, str(config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        served_address(proc)
+        assert proc.stderr is not None
+        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+        token.chmod(0o644)
+        proc.send_signal(signal.SIGHUP)
+        line = wait_for_line(log, "hooks token file")
+        assert "readable by others" in line and "serve refuses it at start" in line
     finally:
         proc.terminate()
         proc.wait(30)
