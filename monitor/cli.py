@@ -61,7 +61,10 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        raise BadInput(f"{self.prog.removeprefix('sessionwatch').strip() or 'usage'}: {message}")
+        """One line: what is wrong, then the command's usage (flattened)."""
+        usage = " ".join(self.format_usage().split())
+        name = self.prog.removeprefix("sessionwatch").strip() or "usage"
+        raise BadInput(f"{name}: {message}; {usage}")
 
 
 def _non_negative(raw: str) -> int:
@@ -174,17 +177,17 @@ def parse_json_arg(name: str, raw: str | None) -> Any:
 @command(
     "record",
     "record one state event",
-    arg("--session", required=True),
-    arg("--kind", required=True),
-    arg("--actor", required=True),
-    arg("--agent"),
-    arg("--actor-id"),
-    arg("--run-id"),
-    arg("--session-id"),
-    arg("--summary"),
-    arg("--dedupe-key"),
-    arg("--payload"),
-    arg("--occurred-at", type=_non_negative),
+    arg("--session", required=True, help="the session key the event is about"),
+    arg("--kind", required=True, help="the event kind: human_direct_message, goal_changed, ..."),
+    arg("--actor", required=True, help="who acted: human, agent or system"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--actor-id", help="the acting session's key (an agent's own events wake no one)"),
+    arg("--run-id", help="the run the event belongs to"),
+    arg("--session-id", help="the gateway's session id"),
+    arg("--summary", help="one of the kind's summary templates (never free text)"),
+    arg("--dedupe-key", help="a second event with this key is the first one again"),
+    arg("--payload", help='JSON: {"channel": ...}, {"turns": N}, {"outcome": ...}'),
+    arg("--occurred-at", type=_non_negative, help="when, in ms since the epoch (default now)"),
 )
 async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     from monitor.kernel.signal_log import NewEvent
@@ -210,9 +213,9 @@ async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "spawn",
     "record child_spawned, seeding the parent's cursor",
-    arg("--parent", required=True),
-    arg("--child", required=True),
-    arg("--run-id", required=True),
+    arg("--parent", required=True, help="the session that spawned (it watches the child)"),
+    arg("--child", required=True, help="the spawned session's key"),
+    arg("--run-id", required=True, help="the child's run id (one spawn per run)"),
 )
 async def _spawn(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     result = await kernel.spawn(parent=a.parent, child=a.child, run_id=a.run_id)
@@ -222,10 +225,10 @@ async def _spawn(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "watch",
     "register a watcher on a target",
-    arg("--watcher", required=True),
-    arg("--target", required=True),
-    arg("--store-path"),
-    arg("--ambient", action="store_true"),
+    arg("--watcher", required=True, help="the session told when the target changes"),
+    arg("--target", required=True, help="the session watched"),
+    arg("--store-path", help="the watcher's session store (default: the gateway's own)"),
+    arg("--ambient", action="store_true", help="a group's ambient watch: queued, never woken"),
 )
 async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     watched = await kernel.watch(
@@ -242,9 +245,9 @@ async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "notices",
     "a watcher's pending notices",
-    arg("--watcher", required=True),
-    arg("--store-path"),
-    arg("--drain", action="store_true"),
+    arg("--watcher", required=True, help="whose notices"),
+    arg("--store-path", help="the watcher's session store (default: the gateway's own)"),
+    arg("--drain", action="store_true", help="acknowledge what is returned (else a peek)"),
     arg("--follow", action="store_true", help="print each notice as it opens"),
     reads=lambda a: not a.drain,
 )
@@ -282,9 +285,9 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
 @command(
     "status",
     "session_status, with changesSince on ask",
-    arg("key"),
-    arg("--agent"),
-    arg("--changes-since", type=_non_negative),
+    arg("key", help="the session key"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--changes-since", type=_non_negative, help="the events after this sequence"),
     reads=True,
 )
 async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
@@ -294,7 +297,7 @@ async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "sessions",
     "state versions of sessions",
-    arg("keys", nargs="*"),
+    arg("keys", nargs="*", help="session keys (default: every session with a head)"),
     reads=True,
 )
 async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
@@ -304,7 +307,7 @@ async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "reset",
     "a session was reset: drop its cursors",
-    arg("key"),
+    arg("key", help="the session key"),
 )
 async def _reset(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     await kernel.reset(a.key)
@@ -314,8 +317,8 @@ async def _reset(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "delete",
     "a session was deleted: drop everything of it",
-    arg("key"),
-    arg("--agent"),
+    arg("key", help="the session key"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
 )
 async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     from monitor.kernel.keys import normalize_key, parse_agent_key
@@ -341,11 +344,11 @@ async def _prune(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "session",
     "create or update a known gateway session",
-    arg("key"),
-    arg("--agent"),
-    arg("--session-id"),
-    arg("--store-path"),
-    arg("--run", choices=["active", "idle"]),
+    arg("key", help="the session key"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--session-id", help="the gateway's session id"),
+    arg("--store-path", help="the session's store (default: the gateway's own)"),
+    arg("--run", choices=["active", "idle"], help="whether a run is active (its ticks wait)"),
 )
 async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     run_active = None if a.run is None else a.run == "active"
@@ -368,14 +371,14 @@ def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
 @command(
     "adopt",
     "adopt a native session (catalog id, or kind and path)",
-    arg("catalog_id", nargs="?", metavar="CATALOG_ID"),
-    arg("--kind"),
-    arg("--path"),
+    arg("catalog_id", nargs="?", metavar="CATALOG_ID", help="from the catalog, or its short id"),
+    arg("--kind", help="with --path: claude, codex, pi, opencode or claude-node"),
+    arg("--path", help="with --kind: the transcript (or OpenCode database) to adopt"),
     arg("--thread", help="the native session id (OpenCode, claude-node)"),
     arg("--node", help="the paired node's name (claude-node)"),
-    arg("--session-key", required=True),
-    arg("--agent"),
-    arg("--session-id"),
+    arg("--session-key", required=True, help="the gateway session it becomes"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--session-id", help="the gateway's session id (default: the native one)"),
     loop=True,
     roots=True,
 )
@@ -396,9 +399,9 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
 @command(
     "own-message",
     "remember an OpenClaw-side message (self-echo)",
-    arg("key"),
-    arg("text"),
-    arg("--agent"),
+    arg("key", help="the session the gateway sent the message into"),
+    arg("text", help="the message (only its hash is kept)"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
 )
 async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     from adapters.base import own_text_hash
@@ -474,19 +477,19 @@ declare(
     "node",
     "serve this machine's Claude transcripts to a paired sidecar",
     arg("--listen", default="127.0.0.1:8766", help="HOST:PORT"),
-    arg("--token-file", required=True, type=Path),
+    arg("--token-file", required=True, type=Path, help="the node's bearer token (made 0600)"),
     roots=True,
 )
 
 declare(
     "replay",
     "replay a native file through the classifier",
-    arg("--adapter", required=True),
-    arg("file"),
+    arg("--adapter", required=True, choices=_Kinds(), help="the file's format"),
+    arg("file", help="the transcript (a Codex .jsonl.zst too), or the OpenCode database"),
     arg("--session", help="the session id (OpenCode)"),
-    arg("--own-text", action="append", default=[]),
-    arg("--scan-cap", type=_non_negative),
-    arg("--max-line-bytes", type=_non_negative),
+    arg("--own-text", action="append", default=[], help="a gateway-sent text (self-echo); repeat"),
+    arg("--scan-cap", type=_non_negative, help="bytes read per tick (default [monitor])"),
+    arg("--max-line-bytes", type=_non_negative, help="the longest line read (default [monitor])"),
 )
 
 
@@ -495,7 +498,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="sessionwatch", description=__doc__.splitlines()[0].replace("``", ""))
     p.add_argument("--db", help="state database: a SQLite file or a postgresql:// URL")
     p.add_argument("--config", type=Path, help="TOML configuration ($SESSIONWATCH_CONFIG)")
-    p.add_argument("--log-format", choices=["plain", "json"], default="plain")
+    p.add_argument(
+        "--log-format",
+        choices=["plain", "json"],
+        default="plain",
+        help="serve and node: the log as text lines or one JSON object a line",
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, declared in COMMANDS.items():
         # only the command this run names: argparse's parsers cost about a millisecond
@@ -580,11 +588,11 @@ def _replay(args: argparse.Namespace) -> int:
 @command(
     "catalog",
     "list the native sessions (local and on paired nodes)",
-    arg("--kind", choices=_Kinds()),
+    arg("--kind", choices=_Kinds(), help="only this kind"),
     arg("--cwd", help="only sessions in this directory or below it"),
     arg("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date"),
     arg("--search", help="rank by a fuzzy match of title, prompt and directory"),
-    arg("--limit", type=_positive),
+    arg("--limit", type=_positive, help="at most this many"),
     arg("--json", action="store_true", help="JSON instead of a table"),
     loop=True,
     roots=True,

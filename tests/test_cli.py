@@ -401,3 +401,15 @@ def test_a_node_without_its_token_file_names_the_missing_key(tmp_path: Path) -> 
     said = sw(tmp_path / "s.db", "--config", str(config), "config", code=2)
     assert "[nodes.lap] needs token_file = ..." in said
     assert "__new__" not in said
+
+
+def test_every_option_says_what_it_means_and_a_usage_error_shows_the_usage(
+    tmp_path: Path,
+) -> None:
+    from monitor.cli import COMMANDS
+
+    for name, declared in COMMANDS.items():
+        for flags, options in declared.arguments:
+            assert options.get("help"), f"{name} {flags[0]} has no help"
+    said = sw(tmp_path / "s.db", "record", "--session", MAIN, "--text", "x", code=2)
+    assert "usage: sessionwatch record [-h] --session SESSION --kind KIND" in said
