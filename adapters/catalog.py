@@ -30,7 +30,8 @@ class CatalogEntry:
     size: int
     size_unit: Literal["bytes", "messages"] = "bytes"
     prompt: str | None = None  # the first human prompt, for search; never in the answer
-    session_key: str | None = None  # where the session is already adopted
+    session_key: str | None = None  # where the session is already adopted (the first key)
+    also_keys: tuple[str, ...] = ()  # the other keys linked to it, when there are several
     node: str | None = None  # the paired node it lives on
     score: float | None = None  # the search's score, best first
 
@@ -50,6 +51,7 @@ class CatalogEntry:
             "updatedAt": self.updated_at,
             "size": self.size,
             "sessionKey": self.session_key,
+            "sessionKeys": [self.session_key, *self.also_keys] if self.session_key else [],
             "node": self.node,
             "score": None if self.score is None else round(self.score, 1),
         }

@@ -729,6 +729,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if result or args.command != "catalog":  # the catalog's table was printed already
         sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+    for warning in result.get("warnings", []) if args.command == "adopt" else []:
+        print(f"sessionwatch: note: {one_line(warning, 2000)}", file=sys.stderr)
     declined = result.get("declined") if args.command == "adopt" else None
     if declined:  # adopted without a link: say why, and do not exit as if all went well
         print(f"sessionwatch: adopted without a link: {declined}", file=sys.stderr)

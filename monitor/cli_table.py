@@ -69,7 +69,7 @@ def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
             shown(_home(e.cwd)),
             ago(e.updated_at, now_ms),
             _size(e),
-            shown(e.session_key or ""),
+            shown(", ".join(k for k in (e.session_key, *e.also_keys) if k)),
         )
     console.print(table)
     console.print(

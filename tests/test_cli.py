@@ -413,3 +413,43 @@ def test_every_option_says_what_it_means_and_a_usage_error_shows_the_usage(
             assert options.get("help"), f"{name} {flags[0]} has no help"
     said = sw(tmp_path / "s.db", "record", "--session", MAIN, "--text", "x", code=2)
     assert "usage: sessionwatch record [-h] --session SESSION --kind KIND" in said
+
+
+def test_readopting_a_key_and_adopting_a_linked_source_are_said(tmp_path: Path) -> None:
+    """Re-adopting a key onto another file, or adopting a file already linked to another
+    key, is allowed, and said: in the answer's warnings and as a note on stderr; the
+    catalog lists every key of a source."""
+    root = tmp_path / "claude" / "p"
+    root.mkdir(parents=True)
+    for name in ("a", "b"):
+        (root / f"{name}.jsonl").write_bytes(
+            b'{"type":"user","uuid":"u","message":{"role":"user","content":"' + name.encode()
+            + b'"}}\n'
+        )  # fmt: skip
+    config = tmp_path / "c.toml"
+    config.write_text(f'[roots]\nclaude = "{tmp_path / "claude"}"\n')
+    base = [
+        sys.executable,
+        "-m",
+        "monitor",
+        "--db",
+        str(tmp_path / "s.db"),
+        "--config",
+        str(config),
+    ]
+
+    def adopt(name: str, key: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, "adopt", "--kind", "claude", "--path", str(root / f"{name}.jsonl"),
+                               "--session-key", key], capture_output=True, text=True, check=False)  # fmt: skip
+
+    assert adopt("a", CHILD).stderr == ""
+    moved = adopt("b", CHILD)
+    assert orjson.loads(moved.stdout)["warnings"] == [
+        f"{CHILD} was linked to {root / 'a.jsonl'}; it now follows this source"
+    ]
+    assert "note: " in moved.stderr and moved.returncode == 0
+    shared = adopt("b", "agent:main:subagent:other")
+    assert f"this source is also linked to {CHILD}" in shared.stderr
+    found = sw(tmp_path / "s.db", "--config", str(config), "catalog", "--json")
+    (b,) = [s for s in found["sessions"] if s["path"].endswith("b.jsonl")]
+    assert b["sessionKeys"] == ["agent:main:subagent:child", "agent:main:subagent:other"]

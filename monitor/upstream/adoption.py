@@ -10,7 +10,7 @@ baseline that cannot be trusted declines the link; the adoption itself still suc
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from adapters.base import Adapter, Marker
 from adapters.registry import LOCAL_HOST, entry, host_id_for
@@ -22,8 +22,11 @@ from monitor.kernel.keys import normalize_key, resolve_agent
 from monitor.kernel.sessions import read_session, write_session_row
 from monitor.kernel.signal_log import make_draft
 from monitor.paths import expand_user
-from monitor.upstream.links import UpstreamLink, upsert_link
+from monitor.upstream.links import UpstreamLink, keys_linked_to, read_link, upsert_link
 from monitor.upstream.session_catalog import SessionCatalog
+
+if TYPE_CHECKING:
+    from monitor.kernel.store.protocol import Conn
 
 
 def check_kind(kind: str) -> str:
@@ -37,6 +40,9 @@ class Adopted(NamedTuple):
 
     link: UpstreamLink | None
     declined: str | None
+    # what a person should know: the key moved from another source, the source is linked
+    # to other keys too
+    warnings: tuple[str, ...] = ()
 
 
 class Adoption:
@@ -95,8 +101,11 @@ class Adoption:
             dedupe_key=f"adopted:{key}",
         )
 
+        warnings: list[str] = []
+
         def run(record: Recorder) -> UpstreamLink | None:
             conn, now = record.conn, record.now
+            warnings[:] = [] if declined is not None else _warnings(conn, key, agent, ref)
             known = read_session(conn, key, agent)
             # A session without an id takes the given one, else the native session id; an
             # existing session keeps its id.
@@ -120,7 +129,7 @@ class Adoption:
         link = await self.kernel.commit(run)
         if self._changed:
             self._changed()
-        return Adopted(link, declined)
+        return Adopted(link, declined, tuple(warnings))
 
     async def adopt_catalog(
         self,
@@ -199,3 +208,20 @@ def _expanded(path: str) -> str:
         return expand_user(path)
     except BadInput as exc:
         raise OutsideRoots(str(exc)) from None
+
+
+def _warnings(conn: Conn, key: str, agent: str, ref: Marker) -> list[str]:
+    """What an adoption of ``ref`` under ``key`` changes beyond itself: the key's link to
+    another source is replaced; the source stays linked to other keys too."""
+    said = []
+    before = read_link(conn, key, agent)
+    if before is not None and before.ref != ref:
+        said.append(f"{key} was linked to {_shown(before.ref)}; it now follows this source")
+    others = [k for k in keys_linked_to(conn, ref) if k != key]
+    if others:
+        said.append(f"this source is also linked to {', '.join(sorted(others))}")
+    return said
+
+
+def _shown(ref: Marker) -> str:
+    return str(ref.get("filePath") or ref.get("dbPath") or ref.get("threadId") or ref)

@@ -97,6 +97,16 @@ def read_link(conn: Conn, key: str, agent_id: str) -> UpstreamLink | None:
     return UpstreamLink.from_row(row) if row else None
 
 
+def keys_linked_to(conn: Conn, ref: dict[str, Any]) -> list[str]:
+    """The session keys whose link follows ``ref`` (compared as upsert_link writes it)."""
+    ref_json = orjson.dumps(ref, option=orjson.OPT_SORT_KEYS).decode()
+    rows = conn.execute(
+        "SELECT session_key FROM session_upstream_links WHERE upstream_ref_json = ?",
+        (ref_json,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def upsert_link(
     conn: Conn,
     *,

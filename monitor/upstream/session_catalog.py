@@ -134,13 +134,18 @@ class SessionCatalog:
         found = Catalog()
         for part in await asyncio.gather(*(self.adapters[k].catalog() for k in kinds)):
             found.extend(part)
-        adopted: dict[str, str] = {}
+        adopted: dict[str, list[str]] = {}
         for link in await self.kernel.read(links.all_links):
             adapter = self.adapters.get(link.kind or "")
             if adapter is not None:
-                adopted[catalog_id(link.kind or "", adapter.catalog_key(link.ref))] = (
-                    link.session_key
-                )
-        found.entries = [replace(e, session_key=adopted.get(e.catalog_id)) for e in found.entries]
+                key = catalog_id(link.kind or "", adapter.catalog_key(link.ref))
+                adopted.setdefault(key, []).append(link.session_key)
+        found.entries = [
+            _with_keys(e, sorted(adopted.get(e.catalog_id, []))) for e in found.entries
+        ]
         found.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
         return select(found, cwd=cwd, since_ms=since_ms, search=search, limit=limit)
+
+
+def _with_keys(entry: CatalogEntry, keys: list[str]) -> CatalogEntry:
+    return replace(entry, session_key=keys[0] if keys else None, also_keys=tuple(keys[1:]))

@@ -354,6 +354,7 @@ class CatalogSession(Answer):
     updated_at: int | None
     size: int | None
     session_key: str | None
+    session_keys: list[str]  # every key linked to it (sessionKey is the first)
     node: str | None
     score: float | None
 
@@ -400,6 +401,7 @@ class UiTicket(Answer):
 class Adopted(Answer):
     link: dict[str, Any] | None
     declined: str | None
+    warnings: list[str]  # the key moved from another source; the source has other keys
 
 
 # -- decoding ----------------------------------------------------------------------------

@@ -168,7 +168,7 @@ def adopted(result: Adopted) -> Json:
             "createdAt": result.link.created_at,
             "updatedAt": result.link.updated_at,
         }
-    return {"link": made, "declined": result.declined}
+    return {"link": made, "declined": result.declined, "warnings": list(result.warnings)}
 
 
 def link_result(result: LinkResult) -> Json:
