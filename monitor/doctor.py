@@ -18,7 +18,13 @@ from adapters.claude_node import connection_reason
 from monitor.config import Config, is_pg_url, without_password
 from monitor.errors import NotPrivate, SessionwatchError, one_line
 from monitor.paths import expand_user
-from monitor.private import check_private_state, loose_state_files, read_secret, refuse_if_shared
+from monitor.private import (
+    SHORT_TOKEN,
+    check_private_state,
+    loose_state_files,
+    read_secret,
+    refuse_if_shared,
+)
 
 TIMEOUT_S = 5.0
 
@@ -129,6 +135,17 @@ def _api_token(config: Config) -> Finding:
                 "set [api] token_file to a writable place, or create the file (mode 600)",
             )
         return note(f"the API token file {path} does not exist yet", "serve creates it")
+    try:
+        length = len(path.read_text(encoding="utf-8").strip())
+    except OSError as exc:
+        return problem(
+            f"cannot read the API token file {path}: {exc.strerror}", f"chmod 600 {path}"
+        )
+    if length < SHORT_TOKEN:
+        return problem(
+            f"the API token in {path} is {length} long, easy to guess",
+            f"remove {path}: serve makes a new one of 43 characters",
+        )
     return ok(f"the API token file {path} is private")
 
 

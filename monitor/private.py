@@ -17,6 +17,8 @@ from monitor.paths import make_private_dirs
 
 log = logging.getLogger(__name__)
 
+SHORT_TOKEN = 16  # an API token shorter than this is said to be weak
+
 
 class InstanceLock:
     """The locks :func:`take_instance_lock` holds; ``close`` lets them go."""
@@ -195,6 +197,14 @@ def load_token(path: Path) -> str:
         raise ConfigError(f"cannot read the API token file {path}: {exc.strerror}") from None
     if not token:
         raise ConfigError(f"the API token file {path} is empty")
+    if len(token) < SHORT_TOKEN:
+        log.warning(
+            "the API token in %s is %d long, easy to guess; use at least %d characters"
+            " (remove the file and serve makes a new one of 43)",
+            path,
+            len(token),
+            SHORT_TOKEN,
+        )
     return token
 
 

@@ -80,3 +80,21 @@ def test_the_repository_stands_on_its_own() -> None:
         text = (REPO / name).read_text(errors="replace")
         found += [f"{name}: {c}" for c in cited if c in text]
     assert [] == found
+
+
+def test_the_api_reference_quotes_the_limits_the_server_enforces() -> None:
+    """docs/api.md quotes the answer to an occurredAt past its limit, word for word."""
+    import orjson
+
+    from monitor.errors import BadInput
+    from monitor.web import models
+
+    event = {"sessionKey": "agent:main:x", "kind": "goal_changed", "actorType": "human"}
+    try:
+        models.decode(models.EventIn, orjson.dumps({**event, "occurredAt": 2**63 - 1}))
+    except BadInput as exc:
+        said = str(exc).replace("`", "")
+    else:
+        raise AssertionError("an occurredAt past the limit was accepted")
+    text = (REPO / "docs" / "api.md").read_text()
+    assert said in text.replace("`", ""), said

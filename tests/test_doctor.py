@@ -159,3 +159,13 @@ async def test_doctor_finds_what_serve_could_not_create(tmp_path: Path, read_onl
     problems = lines(found, "PROBLEM")
     assert any("state database" in p and "cannot be created" in p for p in problems), problems
     assert any("API token file" in p and "cannot be created" in p for p in problems), problems
+
+
+async def test_a_short_api_token_is_a_problem_not_private(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    token = Path(config.api.token_file)
+    token.write_text("x\n")
+    token.chmod(0o600)
+    found = await doctor.run(config, tmp_path / "state.db")
+    (line,) = [f.line() for f in found if "API token" in f.what]
+    assert line.startswith("PROBLEM") and "is 1 long, easy to guess" in line

@@ -25,7 +25,7 @@ from monitor.kernel.notices import Notice
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.upstream import UpstreamMonitor
 from monitor.web import models, wire
-from monitor.web.common import MAX_BODY, make_guard, unavailable
+from monitor.web.common import MAX_BODY, QUERY_PARAMS, make_guard, unavailable
 from monitor.web.models import (
     AgentQuery,
     CatalogQuery,
@@ -44,7 +44,7 @@ from monitor.web.models import (
     given,
     whole,
 )
-from monitor.web.openapi import document_bytes
+from monitor.web.openapi import declared_query_params, document_bytes
 from monitor.web.status_page import PageSources, StatusPage
 
 log = logging.getLogger(__name__)
@@ -324,6 +324,7 @@ def build_app(
         ],
         client_max_size=MAX_BODY,
     )
+    app[QUERY_PARAMS] = declared_query_params()
     app[KERNEL] = kernel
     app[MONITOR] = monitor
     app[METRICS] = metrics

@@ -117,6 +117,26 @@ def implied_hosts(host: str, extra: tuple[str, ...] = ()) -> frozenset[str]:
     return frozenset(names)
 
 
+# (method, route) -> the query parameters its document declares: a parameter it does not
+# declare is refused, as an unknown body field is (set by the app that has a document)
+QUERY_PARAMS: web.AppKey[dict[tuple[str, str], frozenset[str]]] = web.AppKey("query_params")
+
+
+def _unknown_query(request: web.Request) -> str | None:
+    declared = request.app.get(QUERY_PARAMS)
+    if declared is None or not request.query:
+        return None
+    route = request.match_info.route.resource
+    known = declared.get((request.method, route.canonical)) if route is not None else None
+    if known is None:  # not a route of the document (the status page's own)
+        return None
+    unknown = sorted(set(request.query) - known)
+    if not unknown:
+        return None
+    takes = ", ".join(sorted(known)) or "none"
+    return f"unknown query parameter {unknown[0]!r} (this route takes: {takes})"
+
+
 def make_guard(
     token: web.AppKey[str],
     open_paths: frozenset[str] = frozenset(),
@@ -142,6 +162,9 @@ def make_guard(
                 f"this sidecar does not answer to the host {host_name(request.host)!r};"
                 " add it to [api] allowed_hosts to allow it",
             )
+        unknown = _unknown_query(request)
+        if unknown:
+            return error(400, "bad_request", unknown)
         opened = request.path in open_paths or request.path.startswith(open_prefixes)
         if not opened and not token_matches(
             request.headers.get("Authorization", ""), request.app[token]

@@ -480,8 +480,9 @@ def decode(model: type[T], raw: bytes) -> T:
 
 
 def convert_query(model: type[T], query: dict[str, str]) -> T:
-    """Query parameters as ``model`` (strings converted); unknown ones are ignored. A number
-    is digits only: ``1e3`` or ``1.0`` is not read as 1000 or 1."""
+    """Query parameters as ``model`` (strings converted; an unknown one was refused before,
+    by the guard, against the document). A number is digits only: ``1e3`` or ``1.0`` is not
+    read as 1000 or 1."""
     known = {k: v for k, v in query.items() if k in _query_names(model)}
     for name in _integer_names(model):
         raw = known.get(name)

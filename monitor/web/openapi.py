@@ -327,3 +327,14 @@ def document_bytes() -> bytes:
 
 if __name__ == "__main__":
     sys.stdout.buffer.write(document_bytes())
+
+
+def declared_query_params() -> dict[tuple[str, str], frozenset[str]]:
+    """Each route's query parameters, by (method, path), as the document declares them."""
+    return {
+        (method.upper(), path): frozenset(
+            p["name"] for p in op.get("parameters", []) if p.get("in") == "query"
+        )
+        for path, ops in document()["paths"].items()
+        for method, op in ops.items()
+    }

@@ -302,3 +302,17 @@ async def test_a_number_in_a_query_is_digits_only(client: Client, raw: str) -> N
     status, answer = await client.call("GET", f"/v1/sessions/{CHILD}/status?changesSince={raw}")
     assert 400 == status
     assert "changesSince must be a whole number written in digits" in answer["error"]["message"]
+
+
+async def test_an_unknown_query_parameter_is_refused_as_an_unknown_body_field_is(
+    client: Client,
+) -> None:
+    status, answer = await client.call("GET", "/v1/sessions/agent:main:x/status?changesSinc=1")
+    assert status == 400
+    assert answer["error"]["message"] == (
+        "unknown query parameter 'changesSinc' (this route takes: agentId, changesSince)"
+    )
+    status, answer = await client.call("GET", "/v1/links?verbose=1")
+    assert (status, answer["error"]["code"]) == (400, "bad_request")
+    status, _ = await client.call("GET", "/v1/sessions/agent:main:x/status?changesSince=0")
+    assert status == 200
