@@ -439,8 +439,9 @@ def test_readopting_a_key_and_adopting_a_linked_source_are_said(tmp_path: Path) 
     ]
 
     def adopt(name: str, key: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, "adopt", "--kind", "claude", "--path", str(root / f"{name}.jsonl"),
-                               "--session-key", key], capture_output=True, text=True, check=False)  # fmt: skip
+        path = str(root / f"{name}.jsonl")
+        argv = [*base, "adopt", "--kind", "claude", "--path", path, "--session-key", key]
+        return subprocess.run(argv, capture_output=True, text=True, check=False)
 
     assert adopt("a", CHILD).stderr == ""
     moved = adopt("b", CHILD)
