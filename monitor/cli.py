@@ -36,11 +36,17 @@ Handler = Callable[["Kernel", argparse.Namespace], Awaitable[dict[str, Any]]]
 
 
 def db_path(args: argparse.Namespace, config: Config) -> Path | str:
-    """``--db``, else ``$SESSIONWATCH_DB``, else ``[store] url``, else ``[store] path``: a
-    SQLite file, or a ``postgresql://`` URL (kept as it is)."""
-    chosen = str(
-        args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url or config.store.path
-    )
+    """``--db``, else ``$SESSIONWATCH_DB``, else ``[store] url``, else ``[store] path``,
+    else OpenClaw's own state database when an install is found next to this user, else the
+    default path: a SQLite file, or a ``postgresql://`` URL (kept as it is)."""
+    chosen = args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url
+    if not chosen and config.store.path == Config().store.path:
+        from monitor.openclaw import locate  # next to OpenClaw, its database is the store
+
+        install = locate()
+        if install.db.is_file():
+            return install.db
+    chosen = str(chosen or config.store.path)
     if is_pg_url(chosen):
         return chosen
     return Path(expand_user(chosen))
@@ -162,6 +168,11 @@ def db_origin(args: argparse.Namespace, config: Config) -> str:
         return "[store] url"
     if config.store.path != Config().store.path:
         return "[store] path"
+    from monitor.openclaw import locate
+
+    install = locate()
+    if install.db.is_file():
+        return f"OpenClaw's state directory {install.state_dir} ({install.found_by})"
     return "the default [store] path"
 
 
@@ -686,6 +697,18 @@ def main(argv: list[str] | None = None) -> int:
             shown["store"]["effective"] = (
                 without_password(target) if is_pg_url(target) else str(target)
             )
+            shown["store"]["from"] = db_origin(args, args.config_obj)
+            from monitor.openclaw import found_hooks
+
+            hooks = found_hooks(args.config_obj)
+            if args.config_obj.gateway.hooks_url:
+                shown["gateway"]["from"] = "[gateway] hooks_url"
+            elif hooks is not None:
+                shown["gateway"]["from"] = str(hooks.install.config_path)
+                try:  # the URL, never the token
+                    shown["gateway"]["hooks_url"] = hooks.current()[0]
+                except SessionwatchError as exc:
+                    shown["gateway"]["problem"] = one_line(str(exc))
             sys.stdout.buffer.write(orjson.dumps(shown) + b"\n")
             return 0
         if args.command == "doctor":

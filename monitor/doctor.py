@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -58,7 +59,7 @@ async def run(config: Config, db: Path | str) -> list[Finding]:
     """Every check, in the order a reader would fix them."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
         found = [await _database(config, db), _api_token(config), *_roots(config)]
-        found += await _hooks(config, http)
+        found += await _hooks(config, http, db)
         found += await asyncio.gather(
             *(_node(name, n.url, n.token_file, http) for name, n in config.nodes.items())
         )
@@ -167,21 +168,115 @@ def _roots(config: Config) -> list[Finding]:
     return found
 
 
-async def _hooks(config: Config, http: aiohttp.ClientSession) -> list[Finding]:
+async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) -> list[Finding]:
+    from monitor.openclaw import found_hooks
+
     gateway = config.gateway
-    if not gateway.wakes:
-        return [
-            note(
-                "no [gateway] hooks_url: notices are not pushed to a gateway",
-                "set [gateway] hooks_url and hooks_token_file next to an OpenClaw gateway",
-            )
-        ]
-    token_file = Path(expand_user(gateway.hooks_token_file))
+    settings: list[Finding] = []
+    if gateway.wakes:
+        token_file: Path | str = Path(expand_user(gateway.hooks_token_file))
+        try:
+            token = read_secret(Path(token_file), "the hooks token file")
+        except SessionwatchError as exc:
+            return [problem(str(exc), "put the gateway's hooks.token in it, mode 600")]
+        base = gateway.hooks_url
+    else:
+        hooks = found_hooks(config)
+        if hooks is None:
+            return [
+                note(
+                    "no [gateway] hooks_url and no OpenClaw configuration found: notices are"
+                    " not pushed to a gateway",
+                    "run next to OpenClaw (its state directory), or set [gateway] hooks_url"
+                    " and hooks_token_file",
+                )
+            ]
+        path = hooks.install.config_path
+        settings = _openclaw_settings(hooks, watcher_agents(db))
+        try:
+            base, token = hooks.current()
+        except SessionwatchError as exc:
+            return [*settings, problem(str(exc), f"edit {path}, then restart the gateway")]
+        token_file = f"OpenClaw's hooks.token ({path})"
+    found = await _probe_hooks(base, token, token_file, http)
+    return [*settings, *found]
+
+
+def _openclaw_settings(hooks: Any, watchers: set[str]) -> list[Finding]:
+    """OpenClaw's own hooks settings that would refuse the sidecar's wakes, by their names,
+    each with the snippet that fixes it."""
+    from monitor.openclaw import read_config, section
+
+    path = hooks.install.config_path
     try:
-        token = read_secret(token_file, "the hooks token file")
+        h = section(read_config(path), "hooks")
     except SessionwatchError as exc:
-        return [problem(str(exc), "put the gateway's hooks.token in it, mode 600")]
-    url = gateway.hooks_url.rstrip("/") + "/wake"
+        return [problem(str(exc), f"fix {path}")]
+    found = []
+    if h.get("enabled") is not True:
+        found.append(problem(
+            f"OpenClaw's hooks are off (hooks.enabled in {path})",
+            '"hooks": {"enabled": true, "token": "<a long random string>"}, then restart the'
+            " gateway",
+        ))  # fmt: skip
+        return found
+    if h.get("allowRequestSessionKey") is not True:
+        found.append(problem(
+            f"OpenClaw's hooks.allowRequestSessionKey is off in {path}: only main sessions"
+            " can be woken, through their agent",
+            '"hooks": {"allowRequestSessionKey": true, "allowedSessionKeyPrefixes":'
+            ' ["agent:", "hook:"]}',
+        ))  # fmt: skip
+    prefixes = h.get("allowedSessionKeyPrefixes")
+    if isinstance(prefixes, list) and not any(
+        isinstance(p, str) and "agent:main:main".startswith(p) for p in prefixes
+    ):
+        found.append(problem(
+            f"OpenClaw's hooks.allowedSessionKeyPrefixes in {path} leaves out the watchers'"
+            f" keys (agent:...): {prefixes}",
+            '"allowedSessionKeyPrefixes": [' + ", ".join(
+                f'"{p}"' for p in [*prefixes, "agent:"] if isinstance(p, str)
+            ) + "]",
+        ))  # fmt: skip
+    allowed = h.get("allowedAgentIds")
+    left_out = sorted(watchers - set(allowed)) if isinstance(allowed, list) else []
+    if isinstance(allowed, list) and "*" not in allowed and left_out:
+        found.append(problem(
+            f"OpenClaw's hooks.allowedAgentIds in {path} leaves out the watchers' agent"
+            f" {', '.join(left_out)}: {allowed}",
+            '"allowedAgentIds": [' + ", ".join(f'"{a}"' for a in [*allowed, *left_out]) + "]",
+        ))  # fmt: skip
+    return found
+
+
+def watcher_agents(db: Path | str) -> set[str]:
+    """The agents of the sessions that watch others in ``db`` (read-only), and main."""
+    import sqlite3
+
+    from monitor.kernel.keys import parse_agent_key
+
+    agents = {"main"}
+    if not isinstance(db, Path) or not db.is_file():
+        return agents
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT DISTINCT watcher_session_key FROM session_watch_cursors")
+            for (key,) in rows:
+                parsed = parse_agent_key(str(key))
+                if parsed is not None:
+                    agents.add(parsed.agent_id)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        pass  # the database check says why
+    return agents
+
+
+async def _probe_hooks(
+    base: str, token: str, token_file: Path | str, http: aiohttp.ClientSession
+) -> list[Finding]:
+    url = base.rstrip("/") + "/wake"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     try:
         async with http.post(url, data=b"{}", headers=headers) as resp:

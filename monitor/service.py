@@ -216,7 +216,7 @@ async def running(
             check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
-        waker = _hooks_waker(config, metrics)
+        waker = _hooks_waker(config, metrics, db)
         if waker:
             stack.push_async_callback(waker.close)
         paths_changed = asyncio.Event()
@@ -283,10 +283,12 @@ async def running(
         yield sidecar
 
 
-def _hooks_waker(config: Config, metrics: Metrics) -> HooksWaker | None:
+def _hooks_waker(config: Config, metrics: Metrics, db: Path | str) -> HooksWaker | None:
+    """The waker of ``[gateway]``, else of the gateway's own configuration next to it (said
+    once at start, the token never), else none."""
     gateway = config.gateway
     if not gateway.wakes:
-        return None
+        return _openclaw_waker(config, metrics, db)
     token_file = Path(expand_user(gateway.hooks_token_file))
     read_secret(token_file, "the hooks token file")  # a missing or shared file stops start-up
     return HooksWaker(
@@ -295,6 +297,29 @@ def _hooks_waker(config: Config, metrics: Metrics) -> HooksWaker | None:
         main_key=config.session.main_key,
         retry_s=gateway.retry_interval_s,
         metrics=metrics,
+    )
+
+
+def _openclaw_waker(config: Config, metrics: Metrics, db: Path | str) -> HooksWaker | None:
+    from monitor.openclaw import found_hooks
+
+    hooks = found_hooks(config)
+    if hooks is None:
+        return None
+    state = hooks.install.state_dir
+    try:
+        url, _ = hooks.current()
+    except SessionwatchError as exc:
+        log.warning("next to OpenClaw at %s, but no wakes: %s", state, exc)
+        return None
+    log.info("next to OpenClaw at %s: state %s, hooks %s", state, db, url)
+    return HooksWaker(
+        url,
+        Path(),
+        main_key=config.session.main_key,
+        retry_s=config.gateway.retry_interval_s,
+        metrics=metrics,
+        credentials=hooks.current,
     )
 
 

@@ -169,3 +169,26 @@ async def test_a_short_api_token_is_a_problem_not_private(tmp_path: Path) -> Non
     found = await doctor.run(config, tmp_path / "state.db")
     (line,) = [f.line() for f in found if "API token" in f.what]
     assert line.startswith("PROBLEM") and "is 1 long, easy to guess" in line
+
+
+async def test_doctor_names_openclaws_own_settings_that_refuse_the_wakes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "oc"
+    state.mkdir()
+    (state / "openclaw.json").write_text(
+        '{hooks: {enabled: true, token: "t0123456789abcdef", allowRequestSessionKey: false,'
+        ' allowedSessionKeyPrefixes: ["hook:"], allowedAgentIds: ["ops"]}}'
+    )
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+    found = await doctor.run(make_config(tmp_path), tmp_path / "state.db")
+    problems = "\n".join(lines(found, "PROBLEM"))
+    assert "hooks.allowRequestSessionKey is off" in problems
+    assert '"allowRequestSessionKey": true' in problems
+    assert "hooks.allowedSessionKeyPrefixes in" in problems and '"hook:", "agent:"' in problems
+    assert "hooks.allowedAgentIds in" in problems and '"ops", "main"' in problems
+    (state / "openclaw.json").write_text("{hooks: {enabled: false}}")
+    found = await doctor.run(make_config(tmp_path), tmp_path / "state.db")
+    assert any(
+        "OpenClaw's hooks are off (hooks.enabled" in line for line in lines(found, "PROBLEM")
+    )

@@ -93,9 +93,14 @@ class HooksWaker:
         main_key: str = "main",
         retry_s: float = 30.0,
         metrics: Metrics | None = None,
+        credentials: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
+        """``credentials``: the hooks URL and token as the gateway's own configuration says
+        at each call (:class:`monitor.openclaw.Hooks`), instead of ``hooks_url`` and the
+        token file."""
         self.url = hooks_url.rstrip("/") + "/wake"
         self.token_file = token_file
+        self.credentials = credentials
         self.main_key = main_key
         self.retry_s = retry_s
         self.metrics = metrics
@@ -237,7 +242,11 @@ class HooksWaker:
 
     async def _post(self, body: dict[str, Any]) -> Answer:
         try:
-            token = read_secret(self.token_file, "the hooks token file")
+            if self.credentials is not None:
+                base, token = self.credentials()
+                self.url = base.rstrip("/") + "/wake"
+            else:
+                token = read_secret(self.token_file, "the hooks token file")
         except ConfigError as exc:
             return Answer("unauthorized", str(exc))
         if self._session is None:
@@ -273,7 +282,7 @@ class HooksWaker:
                 "401",
                 "the gateway refused the hooks token (401): check %s against the gateway's"
                 " hooks.token; notices stay pending (%s)",
-                self.token_file,
+                "OpenClaw's configuration" if self.credentials else self.token_file,
                 answer.error or "401",
             )
         elif answer.result == "throttled":

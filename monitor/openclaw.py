@@ -1,0 +1,240 @@
+"""What the sidecar finds in an OpenClaw install's own files, so that ``serve`` next to a
+gateway needs no configuration: the state database, the hooks URL and the hook token.
+
+The paths follow the gateway's own rules (its ``src/config/paths.ts`` and
+``src/infra/home-dir.ts``, read in its npm package):
+
+- the home is ``$OPENCLAW_HOME`` (``~`` expanded against ``$HOME``), else ``$HOME``;
+- the state directory is ``$OPENCLAW_STATE_DIR``, else ``~/.openclaw-<profile>`` for a
+  named ``$OPENCLAW_PROFILE``, else ``~/.openclaw``, else the legacy ``~/.clawdbot`` when
+  only that exists;
+- the configuration is ``$OPENCLAW_CONFIG_PATH``, else ``openclaw.json`` (or the legacy
+  ``clawdbot.json``) in the state directory; the state database is
+  ``<state dir>/state/openclaw.sqlite``;
+- the gateway's port is ``$OPENCLAW_GATEWAY_PORT``, else ``gateway.port``, else one derived
+  from the profile's name, else 18789; the hooks are at ``hooks.path`` (``/hooks``) and need
+  ``hooks.enabled`` and ``hooks.token``.
+
+The configuration is JSON5 (read with the ``json5`` package) and may refer to environment
+variables as ``${VAR}`` (``$${VAR}`` is a literal), substituted as the gateway does. A value
+that is a secret reference the sidecar cannot resolve is said in one line, naming the key
+to set. The token is read again whenever the file changes, so a rotated token or a new port
+applies at the next wake without a restart; it is never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from monitor.errors import ConfigError
+
+DEFAULT_PORT = 18789
+DEFAULT_HOOKS_PATH = "/hooks"
+_PROFILE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
+_ENV_TOKEN = re.compile(r"\$(\$?)\{([A-Z_][A-Z0-9_]*)\}")
+
+
+class Install(NamedTuple):
+    """Where an OpenClaw install keeps its files (they may not exist)."""
+
+    state_dir: Path
+    config_path: Path
+    db: Path
+    found_by: str  # what chose the state directory: $OPENCLAW_STATE_DIR, a profile, ...
+
+
+def _home(env: os._Environ[str] | dict[str, str]) -> Path:
+    explicit = (env.get("OPENCLAW_HOME") or "").strip()
+    os_home = (env.get("HOME") or "").strip() or str(Path.home())
+    if explicit:
+        if explicit == "~" or explicit.startswith("~/"):
+            return Path(os_home + explicit[1:]).resolve()
+        return Path(explicit).resolve()
+    return Path(os_home).resolve()
+
+
+def _user_path(raw: str, home: Path) -> Path:
+    raw = raw.strip()
+    if raw == "~" or raw.startswith("~/"):
+        return Path(str(home) + raw[1:]).resolve()
+    return Path(raw).resolve()
+
+
+def _profile(env: os._Environ[str] | dict[str, str]) -> str | None:
+    name = (env.get("OPENCLAW_PROFILE") or "").strip()
+    if not name or name.lower() == "default" or not _PROFILE.match(name):
+        return None
+    return name
+
+
+def locate(env: os._Environ[str] | dict[str, str] | None = None) -> Install:
+    """The install the gateway would use with this environment."""
+    env = os.environ if env is None else env
+    home = _home(env)
+    override = (env.get("OPENCLAW_STATE_DIR") or "").strip()
+    profile = _profile(env)
+    if override:
+        state, found_by = _user_path(override, home), "$OPENCLAW_STATE_DIR"
+    elif profile:
+        state, found_by = home / f".openclaw-{profile}", f"$OPENCLAW_PROFILE ({profile})"
+    else:
+        state, found_by = home / ".openclaw", "the default"
+        if not state.exists() and (home / ".clawdbot").exists():
+            state = home / ".clawdbot"
+    config_override = (env.get("OPENCLAW_CONFIG_PATH") or "").strip()
+    if config_override:
+        config = _user_path(config_override, home)
+    else:
+        config = state / "openclaw.json"
+        if not config.exists() and (state / "clawdbot.json").exists():
+            config = state / "clawdbot.json"
+    return Install(state, config, state / "state" / "openclaw.sqlite", found_by)
+
+
+def substitute(value: Any, env: os._Environ[str] | dict[str, str], where: str = "") -> Any:
+    """``${VAR}`` in every string of ``value``, as the gateway substitutes them: a missing
+    or empty variable is an error naming it and the key; ``$${VAR}`` stays literal."""
+    if isinstance(value, str):
+
+        def one(match: re.Match[str]) -> str:
+            if match.group(1):
+                return "${" + match.group(2) + "}"
+            found = env.get(match.group(2), "")
+            if not found:
+                raise ConfigError(
+                    f"OpenClaw's {where or 'configuration'} refers to ${{{match.group(2)}}},"
+                    " which is not set in the sidecar's environment: set it there too"
+                )
+            return found
+
+        return _ENV_TOKEN.sub(one, value)
+    if isinstance(value, list):
+        return [substitute(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: substitute(v, env, f"{where}.{k}" if where else k) for k, v in value.items()}
+    return value
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The configuration as written (JSON5), variables not yet substituted. Raises
+    ConfigError naming the file."""
+    import json5  # only next to an OpenClaw install
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read OpenClaw's configuration {path}: {exc.strerror}") from None
+    try:
+        parsed = json5.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"OpenClaw's configuration {path} is not JSON5: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"OpenClaw's configuration {path} is not an object")
+    return parsed
+
+
+def section(config: dict[str, Any], name: str) -> dict[str, Any]:
+    found = config.get(name)
+    return found if isinstance(found, dict) else {}
+
+
+def gateway_port(config: dict[str, Any], env: os._Environ[str] | dict[str, str]) -> int:
+    raw = (env.get("OPENCLAW_GATEWAY_PORT") or "").strip()
+    match = re.fullmatch(r"(?:\[[^\]]+\]:|[^:]+:)?(\d+)", raw) if raw else None
+    if match and 0 < int(match.group(1)) < 65536:
+        return int(match.group(1))
+    port = section(config, "gateway").get("port")
+    if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+        return port
+    profile = _profile(env)
+    if not profile:
+        return DEFAULT_PORT
+    digest = 2166136261  # the gateway's FNV-1a of the profile's name
+    for byte in profile.encode():
+        digest = ((digest ^ byte) * 16777619) & 0xFFFFFFFF
+    return 20000 + digest % 40000
+
+
+def _host(config: dict[str, Any]) -> str:
+    """Where the gateway listens, as a local client reaches it."""
+    gateway = section(config, "gateway")
+    bind = gateway.get("bind")
+    custom = gateway.get("customBindHost")
+    if bind == "custom" and isinstance(custom, str) and custom.strip() not in ("", "0.0.0.0"):
+        host = custom.strip()
+        return f"[{host}]" if ":" in host else host
+    return "127.0.0.1"  # loopback, lan (all interfaces) and auto all answer on loopback
+
+
+def hooks_path(config: dict[str, Any]) -> str:
+    raw = section(config, "hooks").get("path")
+    path = raw.strip() if isinstance(raw, str) and raw.strip() else DEFAULT_HOOKS_PATH
+    path = path if path.startswith("/") else "/" + path
+    return path.rstrip("/") or DEFAULT_HOOKS_PATH
+
+
+def hooks_url(config: dict[str, Any], env: os._Environ[str] | dict[str, str]) -> str:
+    return f"http://{_host(config)}:{gateway_port(config, env)}{hooks_path(config)}"
+
+
+def hooks_token(config: dict[str, Any], env: os._Environ[str] | dict[str, str], path: Path) -> str:
+    """``hooks.token``, its variables substituted; a secret reference resolved when it is
+    one the sidecar can resolve (an environment variable), else a ConfigError naming the
+    key to set."""
+    raw = section(config, "hooks").get("token")
+    if isinstance(raw, dict):  # a secret reference: {"source": "env", "id": "VAR"}, ...
+        source, ident = raw.get("source"), raw.get("id")
+        if source == "env" and isinstance(ident, str) and env.get(ident):
+            return env[ident].strip()
+        raise ConfigError(
+            f"hooks.token in {path} is a secret reference ({source or 'unknown source'}) the"
+            " sidecar cannot resolve: set [gateway] hooks_token_file to a private file"
+            " holding the token"
+        )
+    token = substitute(raw, env, "hooks.token") if isinstance(raw, str) else ""
+    if not token.strip():
+        raise ConfigError(f"hooks.token is not set in {path}: set it (hooks need a token)")
+    return str(token).strip()
+
+
+class Hooks:
+    """The gateway's hooks as its configuration says now: the URL and the token, read
+    again when the file changes (a rotated token, a new port apply at the next wake)."""
+
+    def __init__(self, install: Install, env: os._Environ[str] | dict[str, str] | None = None):
+        self.install = install
+        self.env = os.environ if env is None else env
+        self._seen: tuple[int, int, int] | None = None
+        self._url = ""
+        self._token = ""
+
+    def current(self) -> tuple[str, str]:
+        """(hooks URL, token); raises ConfigError with the reason when they cannot be had."""
+        path = self.install.config_path
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read OpenClaw's configuration {path}: {exc.strerror}"
+            ) from None
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if seen != self._seen:
+            config = read_config(path)
+            if section(config, "hooks").get("enabled") is not True:
+                raise ConfigError(f"OpenClaw's hooks are off in {path}: set hooks.enabled true")
+            self._url = hooks_url(config, self.env)
+            self._token = hooks_token(config, self.env, path)
+            self._seen = seen
+        return self._url, self._token
+
+
+def found_hooks(config: Any) -> Hooks | None:
+    """The gateway's hooks from its own configuration, when the sidecar's ``[gateway]``
+    names none and an OpenClaw configuration is there to read; None otherwise."""
+    if config.gateway.hooks_url:
+        return None
+    install = locate()
+    return Hooks(install) if install.config_path.is_file() else None

@@ -1,0 +1,157 @@
+"""Next to OpenClaw with no configuration of its own: the sidecar finds the gateway's state
+database, its hooks URL and its hook token in OpenClaw's files, by the gateway's own rules
+(its environment variables, profiles, JSON5 with ${VAR}), and follows a rotated token."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from monitor import openclaw
+from monitor.errors import ConfigError
+from tests.conftest import REPO, served_address, until
+from tests.hooks_gateway import TOKEN, running_hooks_gateway
+
+MAIN = "agent:main:main"
+CHILD = "agent:main:subagent:zero"
+
+
+def test_the_install_follows_the_gateways_variables(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".openclaw").mkdir(parents=True)
+    plain = openclaw.locate({"HOME": str(home)})
+    assert (plain.state_dir, plain.config_path, plain.db) == (
+        home / ".openclaw",
+        home / ".openclaw" / "openclaw.json",
+        home / ".openclaw" / "state" / "openclaw.sqlite",
+    )
+    moved = openclaw.locate({"HOME": str(home), "OPENCLAW_STATE_DIR": "~/elsewhere"})
+    assert (moved.state_dir, moved.found_by) == (home / "elsewhere", "$OPENCLAW_STATE_DIR")
+    profiled = openclaw.locate({"HOME": str(home), "OPENCLAW_PROFILE": "work"})
+    assert profiled.state_dir == home / ".openclaw-work"
+    other_home = openclaw.locate({"HOME": str(home), "OPENCLAW_HOME": str(tmp_path / "oc")})
+    assert other_home.state_dir == tmp_path / "oc" / ".openclaw"
+    config = openclaw.locate({"HOME": str(home), "OPENCLAW_CONFIG_PATH": "~/cfg.json5"})
+    assert config.config_path == home / "cfg.json5"
+    legacy_home = tmp_path / "legacy"
+    (legacy_home / ".clawdbot").mkdir(parents=True)
+    assert openclaw.locate({"HOME": str(legacy_home)}).state_dir == legacy_home / ".clawdbot"
+
+
+def test_json5_variables_ports_and_secret_references(tmp_path: Path) -> None:
+    path = tmp_path / "openclaw.json"
+    path.write_text(
+        "{\n  // the gateway's own file: JSON5, comments and trailing commas\n"
+        '  gateway: {port: 19001, bind: "loopback",},\n'
+        '  hooks: {enabled: true, path: "hooks/", token: "${HOOK_TOKEN}-$${LITERAL}"},\n}\n'
+    )
+    config = openclaw.read_config(path)
+    env = {"HOOK_TOKEN": "abc"}
+    assert openclaw.hooks_url(config, env) == "http://127.0.0.1:19001/hooks"
+    assert openclaw.hooks_token(config, env, path) == "abc-${LITERAL}"
+    with pytest.raises(ConfigError, match=r"\$\{HOOK_TOKEN\}, which is not set"):
+        openclaw.hooks_token(config, {}, path)
+    assert openclaw.gateway_port({}, {"OPENCLAW_GATEWAY_PORT": "127.0.0.1:18800"}) == 18800
+    assert openclaw.gateway_port({}, {}) == 18789
+    assert 20000 <= openclaw.gateway_port({}, {"OPENCLAW_PROFILE": "work"}) < 60000
+    ref = {"hooks": {"enabled": True, "token": {"source": "file", "provider": "x", "id": "/t"}}}
+    with pytest.raises(ConfigError, match=r"hooks\.token in .* is a secret reference"):
+        openclaw.hooks_token(ref, {}, path)
+    by_env = {"hooks": {"token": {"source": "env", "provider": "default", "id": "T"}}}
+    assert openclaw.hooks_token(by_env, {"T": "from-env"}, path) == "from-env"
+
+
+def an_openclaw_install(state: Path, port: int, token: str = TOKEN) -> None:
+    """The files an OpenClaw install keeps: its configuration and its state database."""
+    (state / "state").mkdir(parents=True, exist_ok=True)
+    db = state / "state" / "openclaw.sqlite"
+    if not db.exists():
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE gateway_kv (key TEXT PRIMARY KEY, value TEXT)")  # its own
+        conn.close()
+        db.chmod(0o600)
+    (state / "openclaw.json").write_text(
+        "{\n  // written by the gateway's onboarding\n"
+        f"  gateway: {{port: {port}}},\n"
+        f'  hooks: {{enabled: true, token: "{token}", allowRequestSessionKey: true,\n'
+        '          allowedSessionKeyPrefixes: ["agent:", "hook:"]},\n}\n'
+    )
+
+
+def sw(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("moved", [False, True])
+async def test_serve_with_no_configuration_uses_openclaws_files(
+    tmp_path: Path, moved: bool
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    own = tmp_path / "sw.toml"  # only where to listen: nothing of the store or the gateway
+    own.write_text('[api]\nlisten = "127.0.0.1:0"\n')
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "SESSIONWATCH_CONFIG": str(own),
+    }
+    state = home / ".openclaw"
+    if moved:
+        state = tmp_path / "gateway-state"
+        env["OPENCLAW_STATE_DIR"] = str(state)
+    async with running_hooks_gateway() as gw:
+        port = int(gw.url.rsplit(":", 1)[1].split("/")[0])
+        an_openclaw_install(state, port)
+
+        def run(*args: str) -> asyncio.Future[subprocess.CompletedProcess[str]]:
+            return asyncio.ensure_future(asyncio.to_thread(sw, env, *args))  # the loop serves
+
+        shown = orjson.loads((await run("config")).stdout)
+        assert shown["store"]["effective"] == str(state / "state" / "openclaw.sqlite")
+        assert shown["store"]["from"].startswith(f"OpenClaw's state directory {state}")
+        assert shown["gateway"]["hooks_url"] == f"http://127.0.0.1:{port}/hooks"
+        assert TOKEN not in orjson.dumps(shown).decode()
+        doctor = (await run("doctor")).stdout
+        assert "accept the token in OpenClaw's hooks.token" in doctor, doctor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "serve"],
+            cwd=REPO,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        said: list[str] = []
+        try:
+            await asyncio.to_thread(served_address, proc, said)
+            start = [line for line in said if "next to OpenClaw at" in line]
+            assert len(start) == 1 and f"hooks http://127.0.0.1:{port}/hooks" in start[0]
+            assert TOKEN not in "".join(said)
+            spawn = ["spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r"]
+            assert (await run(*spawn)).returncode == 0
+            record = ["record", "--session", CHILD, "--kind", "human_direct_message"]
+            assert (await run(*record, "--actor", "human")).returncode == 0
+            await until("the gateway woken", lambda: len(gw.wakes) == 1)
+            # the gateway's token is rotated: the next wake carries the new one, no restart
+            an_openclaw_install(state, port, token="rotated-" + TOKEN)
+            assert (await run("notices", "--watcher", MAIN, "--drain")).returncode == 0
+            assert (await run(*record, "--actor", "human", "--dedupe-key", "b")).returncode == 0
+            await until("a refusal of the old token", lambda: gw.calls >= 2)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    assert len(gw.wakes) == 1  # the stand-in knows only the old token: the new one was sent
