@@ -253,6 +253,7 @@ def watcher_agents(db: Path | str) -> set[str]:
     """The agents of the sessions that watch others in ``db`` (read-only), and main."""
     import sqlite3
 
+    from monitor.kernel.cursors import watcher_keys
     from monitor.kernel.keys import parse_agent_key
 
     agents = {"main"}
@@ -261,8 +262,7 @@ def watcher_agents(db: Path | str) -> set[str]:
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
-            rows = conn.execute("SELECT DISTINCT watcher_session_key FROM session_watch_cursors")
-            for (key,) in rows:
+            for key in watcher_keys(conn):
                 parsed = parse_agent_key(str(key))
                 if parsed is not None:
                     agents.add(parsed.agent_id)

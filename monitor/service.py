@@ -36,7 +36,13 @@ from monitor.kernel.feed import POLL_S
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
 from monitor.metrics import Metrics
 from monitor.paths import expand_user
-from monitor.private import check_private_state, load_token, read_secret, take_instance_lock
+from monitor.private import (
+    check_private_state,
+    load_token,
+    read_secret,
+    refuse_if_not_ours,
+    take_instance_lock,
+)
 from monitor.retry import Backoff
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
@@ -211,6 +217,7 @@ async def running(
     async with AsyncExitStack() as stack:
         lock = None
         if isinstance(db, Path):
+            refuse_if_not_ours(db, "the state database")  # before its lock: says whose it is
             lock = take_instance_lock(db)
             stack.callback(lock.close)
             check_private_state(db, ours=made_by_sessionwatch)

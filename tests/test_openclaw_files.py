@@ -155,3 +155,33 @@ async def test_serve_with_no_configuration_uses_openclaws_files(
             proc.terminate()
             proc.wait(30)
     assert len(gw.wakes) == 1  # the stand-in knows only the old token: the new one was sent
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the sidecar as another user")
+def test_a_state_database_another_user_owns_says_whose_user_to_run_as(tmp_path: Path) -> None:
+    """The gateway's database, 0600 and owned by the gateway's user (root here): the sidecar
+    run as another user (nobody) says to run it as the owner, for serve and for a command."""
+    import shutil
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv is not installed")
+    shared = Path(f"/tmp/sessionwatch-owner-{os.getpid()}")
+    shared.mkdir(mode=0o755)
+    try:
+        db = shared / "openclaw.sqlite"
+        sqlite3.connect(db).close()
+        db.chmod(0o600)
+        home = shared / "home"
+        home.mkdir(mode=0o777)
+        for command in (["serve"], ["status", MAIN]):
+            done = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                 sys.executable, "-m", "monitor", "--db", str(db), *command],
+                cwd=REPO, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.returncode != 0, command
+            assert "belongs to root (uid 0), and this sidecar runs as" in done.stderr, done.stderr
+            assert "run the sidecar as root (uid 0)" in done.stderr
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO
 
-UNITS = ("sessionwatch.service", "sessionwatch-node.service")
+UNITS = ("sessionwatch.service", "sessionwatch-node.service", "sessionwatch-openclaw.service")
 SCRIPT = Path(sys.executable).with_name("sessionwatch")
 
 

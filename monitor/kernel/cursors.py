@@ -378,6 +378,13 @@ def migrate_store_paths(conn: "Conn", legacy: str, resolve: Callable[[str], str]
     return moved
 
 
+def watcher_keys(conn: "Conn") -> set[str]:
+    """Every session that watches another."""
+    return {
+        r[0] for r in conn.execute("SELECT DISTINCT watcher_session_key FROM session_watch_cursors")
+    }
+
+
 def watched_targets(conn: "Conn") -> set[str]:
     """Every session some watcher watches."""
     return {

@@ -20,10 +20,17 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from monitor.clock import Clock, now_ms
-from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
+from monitor.errors import (
+    ConfigError,
+    SessionwatchError,
+    StoreError,
+    StoreLocked,
+    StoreUnavailable,
+)
 from monitor.kernel.store.sqlite_schema import made_by_sessionwatch as _only_ours
 from monitor.kernel.store.sqlite_schema import migrate, refuse_newer
 from monitor.paths import expand_user, make_private_dirs
+from monitor.private import refuse_if_not_ours
 
 T = TypeVar("T")
 
@@ -171,6 +178,10 @@ def open_path(path: Path | str) -> tuple[Path, bool]:
         raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
     if not stat.S_ISREG(mode):
         raise StoreError(f"cannot open the state database {db_path}: it is not a regular file")
+    try:
+        refuse_if_not_ours(db_path, "the state database")
+    except ConfigError as exc:
+        raise StoreError(str(exc)) from None
     return db_path, False
 
 
