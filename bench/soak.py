@@ -216,7 +216,7 @@ def report(samples: list[dict[str, float]], args: argparse.Namespace) -> None:
     flat = True
     for name, bound in BOUNDS.items():
         slope = slope_per_hour(times, [s[name] for s in steady])
-        ok = abs(slope) < bound
+        ok = slope < bound  # a leak grows; a count that falls back after a peak is not one
         flat &= ok
         print(
             f"  {name}: start {first[name]:.1f}, end {last[name]:.1f}, slope {slope:+.2f}/h"
