@@ -334,24 +334,47 @@ class ClaudeCode:
 
 
 class Sidecar:
-    """``sessionwatch serve`` on the gateway's database, waking it through its hooks."""
+    """``sessionwatch serve`` on the gateway's database, waking it through its hooks.
 
-    def __init__(self, work: Path, gateway: Gateway, *, claude_root: Path, hooks_token: str):
+    ``zero``: with no configuration of its store, its gateway or its roots at all, in the
+    gateway's own environment (its HOME and OPENCLAW_* variables), as a user runs it next
+    to OpenClaw: it finds the database, the hooks and the token in OpenClaw's files. Its
+    configuration file says only where its API listens."""
+
+    def __init__(
+        self,
+        work: Path,
+        gateway: Gateway,
+        *,
+        claude_root: Path,
+        hooks_token: str,
+        zero: bool = False,
+    ):
         self.work = work
         self.gateway = gateway
+        self.zero = zero
         self.port = free_port()
         self.config = work / "sessionwatch.toml"
         self.hooks_token_file = work / "hooks-token"
         self.set_hooks_token(hooks_token)
-        self.config.write_text(
-            f'[roots]\nclaude = "{claude_root}"\n'
-            f'[api]\nlisten = "127.0.0.1:{self.port}"\ntoken_file = "{work / "token"}"\n'
-            f'[gateway]\nhooks_url = "{gateway.base}/hooks"\n'
-            f'hooks_token_file = "{self.hooks_token_file}"\nretry_interval_s = 1\n'
-            "[monitor]\ninitial_delay_s = 1\n"
-        )
+        api = f'[api]\nlisten = "127.0.0.1:{self.port}"\ntoken_file = "{work / "token"}"\n'
+        if zero:
+            self.config.write_text(f"{api}[monitor]\ninitial_delay_s = 1\n")
+        else:
+            self.config.write_text(
+                f'[roots]\nclaude = "{claude_root}"\n{api}'
+                f'[gateway]\nhooks_url = "{gateway.base}/hooks"\n'
+                f'hooks_token_file = "{self.hooks_token_file}"\nretry_interval_s = 1\n'
+                "[monitor]\ninitial_delay_s = 1\n"
+            )
         self.log = work / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def env(self) -> dict[str, str] | None:
+        """The gateway's environment for a ``zero`` sidecar (else this process's)."""
+        if not self.zero:
+            return None
+        return {**self.gateway.env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
     def set_hooks_token(self, token: str) -> None:
         self.hooks_token_file.write_text(token + "\n")
@@ -361,25 +384,24 @@ class Sidecar:
         self.proc = subprocess.Popen(
             [*self.base_argv(), "serve"],
             cwd=REPO,
+            env=self.env(),
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
         )
         wait_for("serve to listen", lambda: "serving" in self.log_text(), 60)
 
     def base_argv(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "monitor",
-            "--db",
-            str(self.gateway.db),
-            "--config",
-            str(self.config),
-        ]
+        db = [] if self.zero else ["--db", str(self.gateway.db)]
+        return [sys.executable, "-m", "monitor", *db, "--config", str(self.config)]
 
     def cli(self, *args: str) -> Any:
         proc = subprocess.run(
-            [*self.base_argv(), *args], cwd=REPO, capture_output=True, timeout=60, check=False
+            [*self.base_argv(), *args],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            timeout=60,
+            check=False,
         )
         assert proc.returncode == 0, proc.stderr.decode()
         return orjson.loads(proc.stdout)

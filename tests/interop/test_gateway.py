@@ -93,13 +93,19 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogRig]:
             subprocess.run(["runuser", "-u", user, "--", "mkdir", "-p", str(project)], check=True)
             claude = ClaudeCode(gateway, project)
             thread = claude.prompt("fix the failing billing tests")
-            sidecar = Sidecar(
+            sidecar = Sidecar(  # no configuration: it finds the gateway's files
                 work,
                 gateway,
                 claude_root=gateway.home / ".claude" / "projects",
                 hooks_token=gateway.hooks_token,
+                zero=True,
             )
             sidecar.start()
+            found = sidecar.cli("config")
+            assert found["store"]["effective"] == str(gateway.db), found
+            assert found["gateway"]["hooks_url"] == f"{gateway.base}/hooks", found
+            assert gateway.hooks_token not in sidecar.log_text()
+            assert "next to OpenClaw at" in sidecar.log_text()
             listed = gateway.call("sessions.catalog.list", {"catalogId": "claude"})
             (host,) = listed["catalogs"][0]["hosts"]
             assert "gateway:local" == host["hostId"]
@@ -210,13 +216,13 @@ class ScratchRig:
     model: MockModelProcess
     work: Path
 
-    def sidecar(self, name: str, hooks_token: str | None = None) -> Sidecar:
+    def sidecar(self, name: str, hooks_token: str | None = None, zero: bool = False) -> Sidecar:
         work = self.work / name
         work.mkdir(mode=0o700)
         claude = work / "claude"
         claude.mkdir()
         token = self.gateway.hooks_token if hooks_token is None else hooks_token
-        sidecar = Sidecar(work, self.gateway, claude_root=claude, hooks_token=token)
+        sidecar = Sidecar(work, self.gateway, claude_root=claude, hooks_token=token, zero=zero)
         sidecar.start()
         return sidecar
 
@@ -364,5 +370,42 @@ def test_two_processes_write_one_file_with_no_lock_error_and_nothing_lost(
         assert 200 == len(events_since(sidecar, target, 0))
         no_lock_errors(sidecar.log_text(), scratch.gateway.log_text())
         assert scratch.gateway.ready()
+    finally:
+        sidecar.stop()
+
+
+def test_with_its_state_dir_moved_and_its_hook_token_rotated_no_restart(
+    scratch: ScratchRig,
+) -> None:
+    """The gateway runs with OPENCLAW_STATE_DIR (and its config path) moved; the sidecar,
+    with no configuration, finds them through the same variables. Then the hook token is
+    rotated in openclaw.json: the gateway takes it without a restart, and so does the
+    sidecar at its next wake."""
+    import secrets as random
+
+    sidecar = scratch.sidecar("zero", zero=True)
+    target = "agent:main:dashboard:zero"
+    try:
+        assert sidecar.cli("config")["store"]["effective"] == str(scratch.gateway.db)
+        sidecar.cli("watch", "--watcher", MAIN, "--target", target)
+        seen = state_version(sidecar, target)
+        before = len(scratch.model.requests())
+        scratch.human_turn(sidecar, target)
+        delivered_once(scratch.model, before, notice_text(target, seen))
+        old = scratch.gateway.hooks_token
+        scratch.gateway.hooks_token = "hooks-" + random.token_hex(16)
+        scratch.gateway.write_config()  # the operator rotates hooks.token
+        wait_for(
+            "the gateway to take the rotated token",
+            lambda: scratch.gateway.hook_wake({})[0] == 400 or None,
+            60,
+        )
+        assert scratch.gateway.hook_wake({}, token=old)[0] == 401
+        seen = state_version(sidecar, target)
+        before = len(scratch.model.requests())
+        scratch.human_turn(sidecar, target)
+        delivered_once(scratch.model, before, notice_text(target, seen))
+        assert scratch.gateway.hooks_token not in sidecar.log_text()
+        no_lock_errors(sidecar.log_text(), scratch.gateway.log_text())
     finally:
         sidecar.stop()
