@@ -189,6 +189,8 @@ class Store:
     ) -> None:
         self._writer = writer
         self._inline = inline
+        self._small_waiting = 0  # small writes letting the loop run once before they choose
+        self._queued = 0  # writes handed to the writer thread and not yet done
         self._bulk: BulkReader | None = bulk  # larger reads, on its own thread
         self._reader: sqlite3.Connection | None = reader  # inline point reads
         self._reader_lock = threading.Lock()
@@ -233,14 +235,27 @@ class Store:
 
     async def write(self, fn: Callable[[sqlite3.Connection], T], *, small: bool = False) -> T:
         """Run ``fn`` as one write (a savepoint in a group transaction) on the writer thread;
-        a ``small`` one runs inline when the writer connection is free (see
-        :meth:`WriterConn.try_inline`)."""
-        if small and not self._writer.closing:
-            with translated(self.on_error):
-                ran, value = self._inline.try_inline(fn)
-            if ran:
-                return value  # type: ignore[return-value]  # ran: fn's own value
-        result: T = await self._writer.submit(fn, self.write_timeout)
+        a ``small`` one runs inline when it is alone: no other small write arrived while it
+        let the loop run once, and the writer connection is free (see
+        :meth:`WriterConn.try_inline`). Under load the others arrive meanwhile, and every
+        one of them joins the writer's group commit, which serves many far better than one
+        commit each on the loop (50 clients: half the throughput, before)."""
+        if small and not self._writer.closing and not self._small_waiting and not self._queued:
+            self._small_waiting += 1
+            try:
+                await asyncio.sleep(0)  # the requests ready now reach their writes
+            finally:
+                self._small_waiting -= 1
+            if not self._small_waiting and not self._queued:
+                with translated(self.on_error):
+                    ran, value = self._inline.try_inline(fn)
+                if ran:
+                    return value  # type: ignore[return-value]  # ran: fn's own value
+        self._queued += 1
+        try:
+            result: T = await self._writer.submit(fn, self.write_timeout)
+        finally:
+            self._queued -= 1
         return result
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
