@@ -6,7 +6,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from monitor.errors import BadInput
+from monitor.errors import BadInput, ConfigError
 
 
 def expand_user(path: str | Path) -> str:
@@ -35,3 +35,27 @@ def make_private_dirs(directory: Path) -> None:
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile by another: theirs
             path.mkdir(mode=0o700)
+
+
+def refuse_if_not_ours(path: Path, what: str) -> None:
+    """A file of another user's that this one cannot read and write (the gateway's state
+    database, when the gateway runs as its own user) is refused, saying who must run it."""
+    try:
+        owner = path.stat().st_uid
+    except OSError:
+        return
+    if owner != os.getuid() and not os.access(path, os.R_OK | os.W_OK):
+        raise ConfigError(
+            f"{what} {path} belongs to {_user(owner)}, and this sidecar runs as"
+            f" {_user(os.getuid())}: run the sidecar as {_user(owner)} (the gateway's user,"
+            " in that user's systemd unit)"
+        )
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"

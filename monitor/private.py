@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from monitor.errors import AlreadyRunning, ConfigError, NotPrivate
-from monitor.paths import make_private_dirs
+from monitor.paths import make_private_dirs, refuse_if_not_ours
 
 log = logging.getLogger(__name__)
 
@@ -148,30 +148,6 @@ def loose_state_files(db: Path) -> list[Path]:
         if stat.S_ISREG(mode) and mode & 0o077:
             loose.append(path)
     return loose
-
-
-def refuse_if_not_ours(path: Path, what: str) -> None:
-    """A file of another user's that this one cannot read and write (the gateway's state
-    database, when the gateway runs as its own user) is refused, saying who must run it."""
-    try:
-        owner = path.stat().st_uid
-    except OSError:
-        return
-    if owner != os.getuid() and not os.access(path, os.R_OK | os.W_OK):
-        raise ConfigError(
-            f"{what} {path} belongs to {_user(owner)}, and this sidecar runs as"
-            f" {_user(os.getuid())}: run the sidecar as {_user(owner)} (the gateway's user,"
-            " in that user's systemd unit)"
-        )
-
-
-def _user(uid: int) -> str:
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
 
 
 def check_private_state(db: Path, *, ours: Callable[[Path], bool] | None = None) -> None:

@@ -35,12 +35,11 @@ from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.feed import POLL_S
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
 from monitor.metrics import Metrics
-from monitor.paths import expand_user
+from monitor.paths import expand_user, refuse_if_not_ours
 from monitor.private import (
     check_private_state,
     load_token,
     read_secret,
-    refuse_if_not_ours,
     take_instance_lock,
 )
 from monitor.retry import Backoff

@@ -29,8 +29,7 @@ from monitor.errors import (
 )
 from monitor.kernel.store.sqlite_schema import made_by_sessionwatch as _only_ours
 from monitor.kernel.store.sqlite_schema import migrate, refuse_newer
-from monitor.paths import expand_user, make_private_dirs
-from monitor.private import refuse_if_not_ours
+from monitor.paths import expand_user, make_private_dirs, refuse_if_not_ours
 
 T = TypeVar("T")
 
