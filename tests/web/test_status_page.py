@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import REPO, run_ok, served_address, user_line
@@ -182,19 +183,38 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
         expect(watcher.locator(".wake")).to_contain_text("last wake failed", timeout=15_000)
         expect(watcher.locator(".wake")).to_contain_text("refused")  # connection refused
 
-        healthy_row.locator(".open-timeline").click()
-        timeline = page.locator("#timeline")
-        expect(timeline).to_be_visible()
-        expect(timeline.locator(".event.kind-human_direct_message")).to_have_count(1)
-        assert "and run them again" not in timeline.inner_text()  # never message content
-
+        events = serve.cli("status", "agent:main:healthy", "--changes-since", "0")
+        sequences = [e["sequence"] for e in orjson.loads(events)["stateChanges"]["events"]]
         ARTEFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTEFACTS / "status-page.png"), full_page=True)
         phone = browser.new_page(viewport={"width": 390, "height": 844})
         phone.context.add_cookies(page.context.cookies())
         phone.goto(f"{serve.base}/")
         expect(phone.locator('tr[data-key="agent:main:healthy"]')).to_be_visible()
         phone.screenshot(path=str(ARTEFACTS / "status-page-phone.png"), full_page=True)
+        for view in (page, phone):  # a desktop and a phone: the timeline comes into view
+            view.set_viewport_size({"width": 1280, "height": 700} if view is page else
+                                   {"width": 390, "height": 844})  # fmt: skip
+            row = view.locator('tr[data-key="agent:main:healthy"]')
+            row.locator(".open-timeline").click()
+            timeline = view.locator("#timeline")
+            expect(timeline).to_be_visible()
+            expect(timeline).to_be_in_viewport()
+            expect(timeline.locator(".close-timeline")).to_be_focused()
+            turn = timeline.locator(".event.kind-human_direct_message")
+            expect(turn).to_have_count(1)
+            expect(turn.locator(".seq")).to_have_text(f"#{sequences[-1]}")  # as notices quote
+            assert "human human" not in timeline.inner_text()
+            assert "and run them again" not in timeline.inner_text()  # never message content
+            view.screenshot(path=str(ARTEFACTS / f"timeline-{view.viewport_size['width']}.png"))
+            view.keyboard.press("Escape")
+            expect(timeline).to_be_hidden()
+            expect(row.locator(".open-timeline")).to_be_focused()  # focus back where it was
+            row.locator(".open-timeline").click()
+            expect(timeline).to_be_visible()
+            view.go_back()  # Back closes it, and stays on the page
+            expect(timeline).to_be_hidden()
+            assert view.url.startswith(f"{serve.base}/")
+        page.screenshot(path=str(ARTEFACTS / "status-page.png"), full_page=True)
         browser.close()
     assert [] == errors  # no script error, no CSP violation
     print(f"the appended turn was on the page {shown_after:.2f} s after the append")

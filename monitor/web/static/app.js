@@ -39,17 +39,55 @@
     }
   }
 
+  let opener = null; // the link that opened the timeline: focus goes back to it
+
+  function hide() {
+    openKey = null;
+    timeline.hidden = true;
+    if (opener !== null) {
+      opener.focus();
+      opener = null;
+    }
+  }
+
+  // Closing: the button, Escape, or Back (opening pushed a history entry for it).
+  function close() {
+    if (history.state && history.state.timeline) {
+      history.back(); // popstate hides it
+    } else {
+      hide();
+    }
+  }
+
   document.addEventListener("click", async function (event) {
     const link = event.target.closest(".open-timeline");
     if (link) {
       event.preventDefault();
-      openKey = link.dataset.key;
-      if (await fetchInto("/ui/sessions/" + encodeURIComponent(openKey), timeline)) {
+      const key = link.dataset.key;
+      if (await fetchInto("/ui/sessions/" + encodeURIComponent(key), timeline)) {
+        if (openKey === null) {
+          history.pushState({ timeline: key }, "", "#timeline");
+        }
+        openKey = key;
+        opener = link;
         timeline.hidden = false;
+        timeline.scrollIntoView({ block: "start" }); // it opens below the links
+        timeline.querySelector(".close-timeline").focus();
       }
     } else if (event.target.closest(".close-timeline")) {
-      openKey = null;
-      timeline.hidden = true;
+      close();
+    }
+  });
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && openKey !== null) {
+      close();
+    }
+  });
+
+  window.addEventListener("popstate", function () {
+    if (openKey !== null) {
+      hide();
     }
   });
 
