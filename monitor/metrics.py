@@ -43,11 +43,22 @@ class Metrics:
         )
         self.ticks = Counter("sessionwatch_ticks_total", "Monitor ticks run", registry=r)
         self.tick_seconds = Histogram(
-            "sessionwatch_tick_duration_seconds", "Duration of monitor ticks", registry=r
+            "sessionwatch_tick_duration_seconds",
+            "Duration of monitor ticks",
+            # up to minutes: a tick over the adapter budget (45 s) must be visible
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 45, 60, 120, 300),
+            registry=r,
         )
         self.outcomes = Counter(
             "sessionwatch_link_outcomes_total",
             "Tick outcomes, by adapter and outcome",
+            ["adapter", "outcome"],
+            registry=r,
+        )
+        self.links_now = Gauge(
+            "sessionwatch_links",
+            "Watched links by adapter and the outcome of their last check (quiet, activity,"
+            " missing, inconclusive, blocked, skipped), set at each tick",
             ["adapter", "outcome"],
             registry=r,
         )

@@ -143,10 +143,17 @@ class Sidecar:
         self.metrics.ticks.inc()
         self.metrics.tick_seconds.observe(duration)
         self.tick_health.ran(int(time.time() * 1000), duration, results)
+        counted: dict[tuple[str, str], int] = {}
         for r in results:
             self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
+            label = (r.adapter or "none", r.outcome)
+            counted[label] = counted.get(label, 0) + 1
             if r.outcome == "activity" and not r.unsettled:  # a change; states say themselves
                 log.info("%s: %d turns recorded %s", r.session_key, r.turns, r.reason or "")
+        if only is None:  # a whole tick: the links as they stand now
+            self.metrics.links_now.clear()
+            for (adapter, outcome), n in counted.items():
+                self.metrics.links_now.labels(adapter, outcome).set(n)
         if rearm and any(r.outcome == "missing" for r in results):
             self._paths_changed.set()
         return not any(r.unsettled for r in results)
