@@ -193,6 +193,8 @@ async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) ->
             ]
         path = hooks.install.config_path
         settings = _openclaw_settings(hooks, watcher_agents(db))
+        if any("hooks are off" in f.what for f in settings):
+            return settings  # said once, with its snippet
         try:
             base, token = hooks.current()
         except SessionwatchError as exc:
