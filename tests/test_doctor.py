@@ -189,6 +189,5 @@ async def test_doctor_names_openclaws_own_settings_that_refuse_the_wakes(
     assert "hooks.allowedAgentIds in" in problems and '"ops", "main"' in problems
     (state / "openclaw.json").write_text("{hooks: {enabled: false}}")
     found = await doctor.run(make_config(tmp_path), tmp_path / "state.db")
-    assert any(
-        "OpenClaw's hooks are off (hooks.enabled" in line for line in lines(found, "PROBLEM")
-    )
+    off = [line for line in lines(found, "PROBLEM") if "hooks are off" in line]
+    assert len(off) == 1 and "OpenClaw's hooks are off (hooks.enabled" in off[0], off
