@@ -311,6 +311,38 @@ def allow_event_inserts(conn: Any) -> None:
         conn.execute("DROP FUNCTION refuse()")
 
 
+SLOW = (  # a module each, seconds to minutes
+    "tests/test_upgrade.py",
+    "tests/upstream/test_crash_loop.py",
+    "tests/web/test_api_fuzz.py",
+    "tests/web/test_contract.py",
+    "tests/test_drift_report.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs (pyproject's markers); the rest are ``quick``."""
+    for item in items:
+        path = Path(str(item.fspath)).relative_to(REPO).as_posix()
+        marks = []
+        if path.startswith("tests/interop/"):
+            marks.append("interop")
+        if path.startswith("tests/harnesses/"):
+            marks.append("harness")
+        if path in SLOW:
+            marks.append("slow")
+        code = getattr(getattr(item, "obj", None), "__code__", None)
+        if code is not None and "skip_without_browser" in code.co_names:
+            marks.append("browser")
+        callspec = getattr(item, "callspec", None)
+        if "pg_server" in getattr(item, "fixturenames", ()) or (
+            callspec is not None and callspec.params.get("store_target") == "postgresql"
+        ):
+            marks.append("postgres")
+        for mark in marks or ["quick"]:
+            item.add_marker(mark)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Say, at the end of a run that had PostgreSQL tests, whether that half ran, and if
     not, why."""

@@ -236,6 +236,7 @@ def test_a_declined_adoption_exits_1_with_its_reason(tmp_path: Path) -> None:
     assert {
         "link": None,
         "declined": f"cannot read {root / 'missing.jsonl'}: not a regular file (a FIFO)",
+        "warnings": [],
     } == orjson.loads(proc.stdout)
     assert "adopted without a link: cannot read" in proc.stderr
 

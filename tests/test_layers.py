@@ -78,14 +78,14 @@ def test_no_import_cycle_anywhere() -> None:
 
 
 def test_adapters_import_only_the_errors_of_monitor() -> None:
-    for path in sorted((ROOT / "adapters").glob("*.py")):
+    for path in sorted((ROOT / "adapters").rglob("*.py")):
         wrong = {m for m in _imports(path) if m.startswith("monitor") and m != "monitor.errors"}
         assert not wrong, f"{path.name} imports {sorted(wrong)}"
 
 
 def test_no_package_imports_a_higher_one() -> None:
     for package, higher in FORBIDDEN.items():
-        paths = sorted((ROOT / package).glob("*.py"))
+        paths = sorted((ROOT / package).rglob("*.py"))
         assert paths, package
         for path in paths:
             wrong = {m for m in _imports(path) if m.startswith(higher)}
