@@ -38,7 +38,7 @@ from adapters.claude import ClaudeState
 from adapters.jsonl import Cutoff, classify_records, remembered, reread_from
 from adapters.jsonl_format import format_of
 from adapters.tailer import open_regular
-from monitor.errors import BadInput, Declined, NotFound, Unreachable
+from monitor.errors import BadInput, Declined, NotFound, Unreachable, connection_reason
 
 log = logging.getLogger(__name__)
 
@@ -210,18 +210,6 @@ class ClaudeNodeAdapter:
         except NodeError as exc:
             return Outcome(status="inconclusive", reason=str(exc))
         return _classified(probe, anchor, tail, items)
-
-
-def connection_reason(exc: BaseException) -> str:
-    """A failed call in plain words: ``cannot connect to 127.0.0.1:9 (Connection refused)``
-    rather than aiohttp's ``Cannot connect to host 127.0.0.1:9 ssl:default [...]``."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        err = exc.os_error  # its strerror is asyncio's "Connect call failed (...)"
-        cause = os.strerror(err.errno) if err.errno else str(err)
-        return f"cannot connect to {exc.host}:{exc.port} ({cause})"
-    if isinstance(exc, TimeoutError):
-        return "no answer in time"
-    return str(exc) or type(exc).__name__
 
 
 class Gone(NodeError):

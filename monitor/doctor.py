@@ -15,9 +15,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from adapters.claude_node import connection_reason
 from monitor.config import Config, is_pg_url, without_password
-from monitor.errors import NotPrivate, SessionwatchError, one_line
+from monitor.errors import NotPrivate, SessionwatchError, connection_reason, one_line
 from monitor.paths import expand_user
 from monitor.private import (
     SHORT_TOKEN,

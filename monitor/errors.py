@@ -9,6 +9,7 @@
     │   └── OutsideRoots         a path outside the configured roots: never read (403)
     ├── Declined                 a source cannot be linked (its baseline cannot be trusted)
     ├── StoreError               the state database failed or cannot be used (503)
+    │   ├── StoreUnavailable     it refuses every write for now (unreachable, full, read-only)
     │   ├── StoreLocked          another process held the write lock past the wait bound
     │   ├── SchemaTooNew         the database was written by a newer sessionwatch
     │   ├── NotPrivate           a database or token file others can read
@@ -110,3 +111,20 @@ def one_line(text: str, limit: int = 300) -> str:
     spaces, other control characters ``\\xNN``, and what is over the limit an ellipsis."""
     flat = escaped(_BREAKS.sub(" ", text.strip()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def connection_reason(exc: BaseException) -> str:
+    """A failed outbound call in plain words: ``cannot connect to 127.0.0.1:9 (Connection
+    refused)`` rather than aiohttp's ``Cannot connect to host 127.0.0.1:9 ssl:default
+    [...]``. For the wake calls, doctor and the paired nodes alike."""
+    import os
+
+    import aiohttp  # only once a call has failed: the errors sit under one-shot commands
+
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = exc.os_error  # its strerror is asyncio's "Connect call failed (...)"
+        cause = os.strerror(err.errno) if err.errno else str(err)
+        return f"cannot connect to {exc.host}:{exc.port} ({cause})"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__

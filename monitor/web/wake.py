@@ -36,9 +36,8 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from adapters.claude_node import connection_reason
 from monitor.config import GatewayConfig
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, connection_reason
 from monitor.kernel.cursors import WatchCursor
 from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.metrics import Metrics

@@ -103,7 +103,7 @@ async def test_a_notice_the_gateway_opened_is_never_woken_by_the_sidecar(
         await sidecar.kernel.watch(watcher=MAIN, target=PEER)
         gateway_records(db, MAIN, OTHER)
         await until("the gateway's notice", lambda: _pending_count(sidecar, 1))
-        await asyncio.sleep(1.0)  # the sidecar checks the file every 0.25 s
+        await asyncio.sleep(1.0)  # the sidecar looks at the store's changes every 0.2 s (POLL_S)
         await human_turn(db, PEER)  # ours: woken
         await until("our wake", lambda: bool(hooks_gateway.wakes))
         await asyncio.sleep(0.5)
