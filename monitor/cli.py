@@ -700,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
             shown["store"]["from"] = db_origin(args, args.config_obj)
             from monitor.openclaw import found_hooks
 
-            hooks = found_hooks(args.config_obj)
+            hooks = found_hooks(args.config_obj, target)
             if args.config_obj.gateway.hooks_url:
                 shown["gateway"]["from"] = "[gateway] hooks_url"
             elif hooks is not None:

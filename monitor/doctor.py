@@ -180,14 +180,14 @@ async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) ->
             return [problem(str(exc), "put the gateway's hooks.token in it, mode 600")]
         base = gateway.hooks_url
     else:
-        hooks = found_hooks(config)
+        hooks = found_hooks(config, db)
         if hooks is None:
             return [
                 note(
-                    "no [gateway] hooks_url and no OpenClaw configuration found: notices are"
-                    " not pushed to a gateway",
-                    "run next to OpenClaw (its state directory), or set [gateway] hooks_url"
-                    " and hooks_token_file",
+                    "no [gateway] hooks_url, and the store is not an OpenClaw install's own"
+                    " state database: notices are not pushed to a gateway",
+                    "run next to OpenClaw on its database, or set [gateway] hooks_url and"
+                    " hooks_token_file",
                 )
             ]
         path = hooks.install.config_path

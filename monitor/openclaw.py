@@ -231,10 +231,21 @@ class Hooks:
         return self._url, self._token
 
 
-def found_hooks(config: Any) -> Hooks | None:
+def found_hooks(config: Any, db: Path | str) -> Hooks | None:
     """The gateway's hooks from its own configuration, when the sidecar's ``[gateway]``
-    names none and an OpenClaw configuration is there to read; None otherwise."""
-    if config.gateway.hooks_url:
+    names none, an OpenClaw configuration is there to read, and the store is that install's
+    own state database: notices of another database (a scratch one, say) are not the
+    gateway's to be woken for. None otherwise."""
+    if config.gateway.hooks_url or not isinstance(db, Path):
         return None
     install = locate()
-    return Hooks(install) if install.config_path.is_file() else None
+    if not install.config_path.is_file() or not _same_file(db, install.db):
+        return None
+    return Hooks(install)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -316,7 +316,7 @@ def _hooks_waker(config: Config, metrics: Metrics, db: Path | str) -> HooksWaker
 def _openclaw_waker(config: Config, metrics: Metrics, db: Path | str) -> HooksWaker | None:
     from monitor.openclaw import found_hooks
 
-    hooks = found_hooks(config)
+    hooks = found_hooks(config, db)
     if hooks is None:
         return None
     state = hooks.install.state_dir

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -181,13 +182,17 @@ async def test_doctor_names_openclaws_own_settings_that_refuse_the_wakes(
         ' allowedSessionKeyPrefixes: ["hook:"], allowedAgentIds: ["ops"]}}'
     )
     monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
-    found = await doctor.run(make_config(tmp_path), tmp_path / "state.db")
+    db = state / "state" / "openclaw.sqlite"  # the install's own database: its hooks apply
+    db.parent.mkdir()
+    sqlite3.connect(db).close()
+    db.chmod(0o600)
+    found = await doctor.run(make_config(tmp_path), db)
     problems = "\n".join(lines(found, "PROBLEM"))
     assert "hooks.allowRequestSessionKey is off" in problems
     assert '"allowRequestSessionKey": true' in problems
     assert "hooks.allowedSessionKeyPrefixes in" in problems and '"hook:", "agent:"' in problems
     assert "hooks.allowedAgentIds in" in problems and '"ops", "main"' in problems
     (state / "openclaw.json").write_text("{hooks: {enabled: false}}")
-    found = await doctor.run(make_config(tmp_path), tmp_path / "state.db")
+    found = await doctor.run(make_config(tmp_path), db)
     off = [line for line in lines(found, "PROBLEM") if "hooks are off" in line]
     assert len(off) == 1 and "OpenClaw's hooks are off (hooks.enabled" in off[0], off

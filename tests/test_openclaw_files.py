@@ -185,3 +185,18 @@ def test_a_state_database_another_user_owns_says_whose_user_to_run_as(tmp_path: 
             assert "run the sidecar as root (uid 0)" in done.stderr
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_store_that_is_not_the_installs_own_is_not_the_gateways_to_wake_for(
+    tmp_path: Path,
+) -> None:
+    """Next to an OpenClaw install, a sidecar on another database (the README's scratch
+    walkthrough, say) must not wake the gateway for notices the gateway never knew."""
+    home = tmp_path / "home"
+    an_openclaw_install(home / ".openclaw", 9)
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    scratch = orjson.loads(sw({**env, "SESSIONWATCH_DB": str(tmp_path / "s.db")}, "config").stdout)
+    assert scratch["store"]["from"] == "$SESSIONWATCH_DB"
+    assert "from" not in scratch["gateway"] and scratch["gateway"]["hooks_url"] == ""
+    own = orjson.loads(sw(env, "config").stdout)
+    assert own["gateway"]["hooks_url"] == "http://127.0.0.1:9/hooks"
