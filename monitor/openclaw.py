@@ -249,3 +249,117 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+class GatewayTranscripts:
+    """The gateway's own recent user texts of a session, read-only from its agent database
+    (``<state>/agents/<agent>/agent/openclaw-agent.sqlite``), as the gateway decides
+    self-echo itself (``readRecentUserAssistantTextForSession``): the session's current
+    window, its visible messages newest first, a user message's ``upstreamUserText`` when
+    it has one (none when it is a delivery mirror), else its first text. A prompt the
+    gateway sent into a session it drives is then not a person typing there.
+
+    Read only when the agent database changed since (one ``stat`` per agent and tick)."""
+
+    LIMIT = 10
+    SCAN = 250  # visible events read, newest first, to find the last ten user texts
+
+    def __init__(self, install: Install) -> None:
+        self.install = install
+        self._cache: dict[tuple[str, str], tuple[tuple[int, int, int], list[str]]] = {}
+
+    def recent(self, agent_id: str, session_key: str) -> list[str]:
+        path = self.install.state_dir / "agents" / agent_id / "agent" / "openclaw-agent.sqlite"
+        try:
+            wal = Path(f"{path}-wal")
+            st, wst = path.stat(), (wal.stat() if wal.exists() else None)
+        except OSError:
+            return []
+        seen = (st.st_mtime_ns, st.st_size, wst.st_mtime_ns + wst.st_size if wst else 0)
+        cached = self._cache.get((agent_id, session_key))
+        if cached is not None and cached[0] == seen:
+            return cached[1]
+        texts = _read_user_texts(path, session_key, self.LIMIT, self.SCAN)
+        self._cache[(agent_id, session_key)] = (seen, texts)
+        return texts
+
+
+def _read_user_texts(path: Path, session_key: str, limit: int, scan: int) -> list[str]:
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return []
+    try:
+        row = conn.execute(
+            "SELECT current_session_id FROM session_nodes WHERE session_key = ?", (session_key,)
+        ).fetchone()
+        if row is None:
+            return []
+        rows = (
+            conn.execute(
+                "SELECT e.event_json, e.event_zstd FROM session_transcript_active_events a"
+                " JOIN transcript_events e ON e.session_id = a.session_id AND e.seq = a.event_seq"
+                " WHERE a.session_id = ? AND a.message_position IS NOT NULL"
+                " ORDER BY a.active_position DESC LIMIT ?",
+                (row[0], scan),
+            ).fetchall()
+            or conn.execute(  # not projected yet: the window's events as written
+                "SELECT event_json, event_zstd FROM transcript_events WHERE session_id = ?"
+                " ORDER BY seq DESC LIMIT ?",
+                (row[0], scan),
+            ).fetchall()
+        )
+    except sqlite3.Error:  # another schema, a locked file: no texts, the API's own remain
+        return []
+    finally:
+        conn.close()
+    texts: list[str] = []
+    for raw, packed in rows:
+        text = _user_text(raw, packed)
+        if text:
+            texts.append(text)
+            if len(texts) >= limit:
+                break
+    return texts[::-1]
+
+
+def _user_text(raw: str | None, packed: bytes | None) -> str | None:
+    import orjson
+
+    try:
+        if raw is None and packed is not None:
+            import zstandard
+
+            raw = zstandard.ZstdDecompressor().decompress(packed).decode("utf-8")
+        event = orjson.loads(raw or "null")
+    except Exception:  # one unreadable event is not the others' loss
+        return None
+    message = event.get("message") if isinstance(event, dict) else None
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return None
+    meta = message.get("__openclaw")
+    meta = meta if isinstance(meta, dict) else {}
+    upstream = meta.get("upstreamUserText")
+    if isinstance(upstream, str):
+        return upstream.strip() or None
+    if meta.get("mirrorOrigin"):
+        return None
+    content = message.get("content")
+    if isinstance(content, str):
+        return content.strip() or None
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text")
+                return text.strip() or None if isinstance(text, str) else None
+    return None
+
+
+def gateway_transcripts(db: object) -> GatewayTranscripts | None:
+    """The gateway's transcripts when ``db`` is an OpenClaw install's own state database."""
+    if not isinstance(db, Path):
+        return None
+    install = locate()
+    return GatewayTranscripts(install) if _same_file(db, install.db) else None

@@ -200,3 +200,59 @@ def test_a_store_that_is_not_the_installs_own_is_not_the_gateways_to_wake_for(
     assert "from" not in scratch["gateway"] and scratch["gateway"]["hooks_url"] == ""
     own = orjson.loads(sw(env, "config").stdout)
     assert own["gateway"]["hooks_url"] == "http://127.0.0.1:9/hooks"
+
+
+def test_the_gateways_recent_user_texts_are_read_as_it_reads_them(tmp_path: Path) -> None:
+    """From the agent database's tables the gateway writes (the columns read here, as in
+    OpenClaw 2026.9.6): the visible messages newest first, upstreamUserText preferred, a
+    delivery mirror left out, zstd-packed events read, the last ten in order."""
+    import zstandard
+
+    state = tmp_path / "state"
+    path = state / "agents" / "main" / "agent" / "openclaw-agent.sqlite"
+    path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE session_nodes (session_key TEXT PRIMARY KEY, current_session_id TEXT);"
+        "CREATE TABLE transcript_events (session_id TEXT, seq INTEGER, event_json TEXT,"
+        " event_zstd BLOB, PRIMARY KEY (session_id, seq));"
+        "CREATE TABLE session_transcript_active_events (session_id TEXT, active_position"
+        " INTEGER, event_seq INTEGER, message_position INTEGER);"
+    )
+    conn.execute("INSERT INTO session_nodes VALUES ('agent:main:x', 's1')")
+
+    def user(text: str, **meta: object) -> dict[str, object]:
+        message: dict[str, object] = {"role": "user", "content": [{"type": "text", "text": text}]}
+        if meta:
+            message["__openclaw"] = meta
+        return {"type": "message", "message": message}
+
+    events = [
+        {"type": "session"},
+        user("a plain prompt"),
+        user("what the channel showed", upstreamUserText="what the gateway sent"),
+        user("a mirrored delivery", mirrorOrigin="telegram"),
+        {"type": "message", "message": {"role": "assistant", "content": "ok"}},
+        user("packed"),
+    ] + [user(f"later {i}") for i in range(8)]
+    for seq, event in enumerate(events):
+        raw = orjson.dumps(event)
+        packed = seq == 5
+        conn.execute(
+            "INSERT INTO transcript_events VALUES ('s1', ?, ?, ?)",
+            (seq, None if packed else raw.decode(),
+             zstandard.ZstdCompressor().compress(raw) if packed else None),
+        )  # fmt: skip
+        conn.execute(
+            "INSERT INTO session_transcript_active_events VALUES ('s1', ?, ?, ?)",
+            (seq, seq, seq if event["type"] == "message" else None),
+        )
+    conn.commit()
+    conn.close()
+    reader = openclaw.GatewayTranscripts(openclaw.locate({"OPENCLAW_STATE_DIR": str(state)}))
+    texts = reader.recent("main", "agent:main:x")
+    # eleven user texts but the mirror: the last ten, the upstream text in place of the shown
+    assert texts == ["what the gateway sent", "packed", *[f"later {i}" for i in range(8)]]
+    assert "a mirrored delivery" not in texts and "what the channel showed" not in texts
+    assert reader.recent("main", "agent:main:unknown") == []
+    assert reader.recent("ops", "agent:ops:x") == []  # no database for that agent

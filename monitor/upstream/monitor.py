@@ -63,7 +63,17 @@ class UpstreamMonitor:
     ) -> None:
         self.kernel = kernel
         self.adapters = adapters
-        self.ticker = Ticker(kernel, adapters, settings, metrics, holds_shared)
+        from monitor.openclaw import gateway_transcripts
+
+        transcripts = gateway_transcripts(kernel.store.path)  # next to OpenClaw, on its store
+        self.ticker = Ticker(
+            kernel,
+            adapters,
+            settings,
+            metrics,
+            holds_shared,
+            gateway_texts=transcripts.recent if transcripts else None,
+        )
         self.sessions = SessionCatalog(kernel, adapters)
         self.adoption = Adoption(
             kernel, adapters, self.sessions, on_links_changed, host=settings.host

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from adapters.base import Adapter, Outcome, Probe
+from adapters.base import Adapter, Outcome, Probe, own_text_hash
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
@@ -81,9 +81,14 @@ class Ticker:
         settings: TickSettings,
         metrics: Metrics | None = None,
         holds_shared: Callable[[], bool] = lambda: True,
+        gateway_texts: Callable[[str, str], list[str]] | None = None,
     ) -> None:
         """``holds_shared``: whether this sidecar ticks the links without a host (OpenCode
-        databases, paired nodes) now: on a shared store, while it holds their lease."""
+        databases, paired nodes) now: on a shared store, while it holds their lease.
+        ``gateway_texts(agent, key)``: the gateway's own recent user texts of a session, read
+        from its store next to OpenClaw; each counts as the gateway's (self-echo), as the
+        messages a gateway pushes through the API do."""
+        self.gateway_texts = gateway_texts
         self.kernel = kernel
         self.adapters = adapters
         self.settings = settings
@@ -108,6 +113,14 @@ class Ticker:
         """One pass over the watched links (or the ``only`` keys among them)."""
         async with self._lock:
             return await self._tick(only)
+
+    def _gateways_own(self, link: UpstreamLink) -> list[tuple[int, str]]:
+        """The gateway's recent user texts of the link's session, as own-message hashes; ids
+        below zero are in no table, so a match consumes nothing that is stored."""
+        if self.gateway_texts is None:
+            return []
+        texts = self.gateway_texts(link.agent_id, link.session_key)
+        return [(-1 - i, own_text_hash(t)) for i, t in enumerate(texts)]
 
     def _load(self, conn: Conn) -> Snapshot:
         return Snapshot(
@@ -141,7 +154,7 @@ class Ticker:
                 session_key=link.session_key,
                 ref=link.ref,
                 marker=link.marker,
-                own=tuple(snapshot.own.get(link.key, ())),
+                own=(*snapshot.own.get(link.key, ()), *self._gateways_own(link)),
                 last_scanned_at=link.last_scanned_at,
             )
             assert link.kind is not None  # foreign links were skipped

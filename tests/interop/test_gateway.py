@@ -409,3 +409,57 @@ def test_with_its_state_dir_moved_and_its_hook_token_rotated_no_restart(
         no_lock_errors(sidecar.log_text(), scratch.gateway.log_text())
     finally:
         sidecar.stop()
+
+
+def test_a_prompt_the_gateway_sent_into_a_session_is_its_own_not_a_person(
+    scratch: ScratchRig,
+) -> None:
+    """Self-echo from the gateway's own transcript: the gateway runs a turn in a session
+    (its ``agent`` method, as when it drives an adopted session), and the same text then
+    appears in the session's native transcript; the sidecar, next to OpenClaw with no
+    configuration, reads the gateway's last user texts from its agent database and does
+    not count that one as a person typing. A person's prompt after it is counted once."""
+    import json
+
+    from monitor.openclaw import GatewayTranscripts, locate
+
+    sidecar = scratch.sidecar("echo", zero=True)
+    key = "agent:main:dashboard:echo"
+    sent = "the gateway drives this session"
+    try:
+        scratch.gateway.call("sessions.create", {"key": key, "agentId": "main"})
+        project = scratch.gateway.home / ".claude" / "projects" / "-echo"
+        project.mkdir(parents=True, exist_ok=True)
+        transcript = project / "echo.jsonl"
+
+        def line(text: str, uuid: str) -> bytes:
+            record = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
+            return json.dumps(record).encode() + b"\n"
+
+        transcript.write_bytes(line("before adoption", "u0"))
+        sidecar.cli("adopt", "--kind", "claude", "--path", str(transcript), "--session-key", key,
+                    "--session-id", "echo")  # fmt: skip
+        sidecar.cli("watch", "--watcher", MAIN, "--target", key)
+        scratch.gateway.call("agent", {"sessionKey": key, "message": sent, "idempotencyKey": "e1"})
+        reader = GatewayTranscripts(locate(scratch.gateway.env()))
+        wait_for("the gateway's transcript", lambda: sent in reader.recent("main", key) or None, 90)
+        with transcript.open("ab") as f:
+            f.write(line(sent, "u1"))  # the gateway's prompt, as its harness writes it
+        sidecar.cli("tick")
+        ours = [
+            e
+            for e in events_since(sidecar, key, 0)
+            if e.get("summary") == "human message via claude"
+        ]
+        assert ours == [], ours  # the gateway's own words: no person typed them
+        with transcript.open("ab") as f:
+            f.write(line("and a person types this", "u2"))
+        sidecar.cli("tick")
+        ours = [
+            e
+            for e in events_since(sidecar, key, 0)
+            if e.get("summary") == "human message via claude"
+        ]
+        assert len(ours) == 1, ours
+    finally:
+        sidecar.stop()
