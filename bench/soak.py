@@ -94,10 +94,9 @@ async def watch_page(http: aiohttp.ClientSession, base: str, seen: list[int]) ->
 
 
 async def drive(
-    base: str, token: str, transcript: Path, args: argparse.Namespace, pid: int
+    base: str, token: str, tmp: Path, transcript: Path, args: argparse.Namespace, pid: int
 ) -> list[dict[str, float]]:
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    tmp = transcript.parent.parent.parent
     key = "agent:main:subagent:soak"
     event = {"sessionKey": key, "kind": "human_direct_message", "actorType": "human"}
     samples: list[dict[str, float]] = []
@@ -196,7 +195,7 @@ def main() -> None:
                 raise RuntimeError("serve exited: " + (tmp / "serve.log").read_text())
         try:
             token = (tmp / "token").read_text().strip()
-            samples = asyncio.run(drive(base, token, transcript, args, proc.pid))
+            samples = asyncio.run(drive(base, token, tmp, transcript, args, proc.pid))
         finally:
             proc.terminate()
             proc.wait()

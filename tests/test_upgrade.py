@@ -109,6 +109,19 @@ async def test_an_upgrade_from_each_earlier_release_keeps_and_wakes_what_it_left
     await asyncio.gather(*(upgrade(commit, tmp_path / commit) for commit in RELEASES))
 
 
+def sessionwatch(db: Path, home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``sessionwatch --db DB ARGV`` with ``home`` as its HOME and no other environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    )
+
+
 def test_a_database_another_program_made_keeps_its_refusal(tmp_path: Path) -> None:
     """Only a file sessionwatch made is brought to 0600: a gateway's database readable by
     others (it holds tables of the gateway's own) is still refused, and left as it was."""
@@ -117,15 +130,7 @@ def test_a_database_another_program_made_keeps_its_refusal(tmp_path: Path) -> No
     conn.execute("CREATE TABLE gateway_own (id INTEGER)")
     conn.close()
     db.chmod(0o644)
-    done = subprocess.run(
-        [sys.executable, "-m", "monitor", "--db", str(db), "serve"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-    )
+    done = sessionwatch(db, tmp_path, "serve")
     assert done.returncode != 0
     assert "readable by others (mode 0644); run: chmod 600" in done.stderr
     assert db.stat().st_mode & 0o777 == 0o644
@@ -144,15 +149,7 @@ def test_a_newer_schema_is_refused_naming_both_versions_and_nothing_is_written(
     image = db.read_bytes()
     for argv in (["status", ADOPTED], ["record", "--session", ADOPTED, "--kind", "goal_changed",
                  "--actor", "human"], ["serve"]):  # fmt: skip
-        done = subprocess.run(
-            [sys.executable, "-m", "monitor", "--db", str(db), *argv],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        )
+        done = sessionwatch(db, tmp_path, *argv)
         assert done.returncode != 0, argv
         assert "schema version 99" in done.stderr and "(4)" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr

@@ -169,15 +169,19 @@ def seed_cursor(
     )
 
 
-def mark_opened(conn: "Conn", watcher: str, target: str, notified: int) -> None:
+def mark_opened(conn: "Conn", watcher: str, target: str, notified: int) -> bool:
     """Record that this process opened the notice of ``watcher`` on ``target`` frozen at
-    ``notified`` (one row per cursor: a newer notice replaces the older mark)."""
-    conn.execute(
+    ``notified`` (one row per cursor: a newer notice replaces the older mark). True when the
+    mark changed: a notice this sidecar had not marked as its own before."""
+    row = conn.execute(
         "INSERT INTO sessionwatch_opened_notices (watcher_session_key, target_session_key,"
         " notified_sequence) VALUES (?, ?, ?) ON CONFLICT (watcher_session_key,"
-        " target_session_key) DO UPDATE SET notified_sequence = excluded.notified_sequence",
+        " target_session_key) DO UPDATE SET notified_sequence = excluded.notified_sequence"
+        " WHERE sessionwatch_opened_notices.notified_sequence <> excluded.notified_sequence"
+        " RETURNING notified_sequence",
         (watcher, target, notified),
-    )
+    ).fetchone()
+    return row is not None
 
 
 def advance_watchers(
@@ -200,34 +204,20 @@ def advance_watchers(
         f" RETURNING {_NOTICE_COLUMNS}",
         (sequence, sequence, now, target, actor_id, sequence),
     ).fetchall()
-    opened: list[Notice] = []
-    for c in map(WatchCursor.from_row, rows):
-        if c.notified == sequence:
-            mark_opened(conn, c.watcher, c.target, c.notified)
-            opened.append(c.notice())
-        elif take_over(conn, c):
-            opened.append(c.notice())
-    return opened
+    # A notice that opens now (notified == sequence) is a new mark. One already pending
+    # that this sidecar did not open (the gateway did, or an earlier sidecar that did not
+    # mark) is marked too, and so becomes this sidecar's to wake: a change on its pair
+    # reaches the gateway, and no pair stays behind a frozen notice nobody wakes. Either
+    # way the mark changed; a notice already marked as ours is not opened again.
+    return [
+        c.notice()
+        for c in map(WatchCursor.from_row, rows)
+        if mark_opened(conn, c.watcher, c.target, c.notified)
+    ]
 
 
-def take_over(conn: "Conn", c: WatchCursor) -> bool:
-    """A change on a pair whose pending notice this sidecar did not open (the gateway did,
-    or an earlier sidecar that did not mark): the notice becomes ours, so that the change
-    reaches the gateway through a wake; no pair stays behind a frozen notice that nobody
-    wakes. True when it was not ours already."""
-    row = conn.execute(
-        "INSERT INTO sessionwatch_opened_notices (watcher_session_key, target_session_key,"
-        " notified_sequence) VALUES (?, ?, ?) ON CONFLICT (watcher_session_key,"
-        " target_session_key) DO UPDATE SET notified_sequence = excluded.notified_sequence"
-        " WHERE sessionwatch_opened_notices.notified_sequence <> excluded.notified_sequence"
-        " RETURNING notified_sequence",
-        (c.watcher, c.target, c.notified),
-    ).fetchone()
-    return row is not None
-
-
-_OPENED_HERE = (
-    " AND EXISTS (SELECT 1 FROM sessionwatch_opened_notices o"
+_MARKED = (  # the pending notice of cursor ``c`` carries this sidecar's mark
+    "EXISTS (SELECT 1 FROM sessionwatch_opened_notices o"
     " WHERE o.watcher_session_key = c.watcher_session_key"
     " AND o.target_session_key = c.target_session_key"
     " AND o.notified_sequence = c.notified_sequence)"
@@ -256,7 +246,7 @@ def list_pending(
             sql += " AND watcher_store_path = ?"
             params.append(store_path or "")
     if opened_here:
-        sql += _OPENED_HERE
+        sql += " AND " + _MARKED
     rows = conn.execute(sql + " ORDER BY watcher_session_key, target_session_key", params)
     return [WatchCursor.from_row(row) for row in rows]
 
@@ -312,11 +302,7 @@ def undecided_legacy(conn: "Conn") -> int:
         return 0
     row = conn.execute(
         "SELECT count(*) FROM session_watch_cursors c WHERE material_sequence >"
-        " last_seen_sequence AND notified_sequence > last_seen_sequence AND NOT EXISTS"
-        " (SELECT 1 FROM sessionwatch_opened_notices o"
-        " WHERE o.watcher_session_key = c.watcher_session_key"
-        " AND o.target_session_key = c.target_session_key"
-        " AND o.notified_sequence = c.notified_sequence)"
+        " last_seen_sequence AND notified_sequence > last_seen_sequence AND NOT " + _MARKED
     ).fetchone()
     left = min(int(counted), int(row[0]) if row else 0)
     if left == 0:

@@ -121,17 +121,8 @@ class Harness:
         the session id (Claude Code's; the others answer "started")."""
         import time
 
-        argv = [str(MODULES / ".bin" / BINARIES[self.kind]), *self._argv(text), *extra]
         start = time.monotonic()
-        proc = subprocess.run(
-            argv,
-            cwd=self.project,
-            env=self.env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
+        proc = self._exec(*self._argv(text), *extra)
         self.runs.append(time.monotonic() - start)
         out = proc.stdout.decode("utf-8", "replace")
         assert proc.returncode == 0, f"{self.kind}: {out[-2000:]}{proc.stderr.decode()[-2000:]}"
@@ -144,7 +135,11 @@ class Harness:
 
     def run(self, *args: str) -> None:
         """Run the harness's binary with ``args`` as a person would, in its project."""
-        proc = subprocess.run(
+        proc = self._exec(*args)
+        assert proc.returncode == 0, f"{self.kind} {args}: {proc.stderr.decode()[-2000:]}"
+
+    def _exec(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
             [str(MODULES / ".bin" / BINARIES[self.kind]), *args],
             cwd=self.project,
             env=self.env(),
@@ -153,7 +148,6 @@ class Harness:
             timeout=TIMEOUT_S,
             check=False,
         )
-        assert proc.returncode == 0, f"{self.kind} {args}: {proc.stderr.decode()[-2000:]}"
 
     def _argv(self, text: str) -> list[str]:
         again = self.session is not None
