@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 Marker = dict[str, Any]  # where a check resumes; the adapter's own
 Ref = dict[str, Any]  # which source a link names (a file, a database and a thread, a node)
-Status = Literal["activity", "quiet", "missing", "blocked", "inconclusive"]
+CheckStatus = Literal["activity", "quiet", "missing", "blocked", "inconclusive"]
 
 
 def normalize_text(text: str) -> str:
@@ -240,7 +240,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
-    status: Status
+    status: CheckStatus
     marker: Marker | None = None
     turns: list[Turn] = field(default_factory=list)
     dedupe_id: str | None = None

@@ -396,6 +396,6 @@ FORMAT = JsonlFormat[ClaudeState](
 
 
 def build(settings: Settings) -> Adapter:
-    from adapters.jsonl_check import JsonlAdapter
+    from adapters.jsonl_adapter import JsonlAdapter
 
     return JsonlAdapter(FORMAT, settings)

@@ -35,8 +35,8 @@ from adapters.base import (
 )
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.claude import ClaudeState
-from adapters.jsonl import Cutoff, classify_records, remembered, reread_from
 from adapters.jsonl_format import format_of
+from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from
 from adapters.tailer import open_regular
 from monitor.errors import BadInput, Declined, NotFound, Unreachable, connection_reason
 

@@ -512,6 +512,6 @@ FORMAT = JsonlFormat[CodexState](
 
 
 def build(settings: Settings) -> Adapter:
-    from adapters.jsonl_check import JsonlAdapter
+    from adapters.jsonl_adapter import JsonlAdapter
 
     return JsonlAdapter(FORMAT, settings)

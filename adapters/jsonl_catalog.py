@@ -18,8 +18,8 @@ import orjson
 
 from adapters import zst
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
-from adapters.jsonl import first_prompt
 from adapters.jsonl_format import JsonlFormat
+from adapters.jsonl_scan import first_prompt
 from adapters.tailer import open_regular
 
 TITLE_CHARS = 200

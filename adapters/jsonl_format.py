@@ -1,5 +1,5 @@
 """What a JSONL format declares: :class:`JsonlFormat`. Each format's module (``claude``,
-``codex``, ``pi``) declares its own ``FORMAT``; the plumbing (:mod:`adapters.jsonl`, the
+``codex``, ``pi``) declares its own ``FORMAT``; the plumbing (:mod:`adapters.jsonl_scan`, the
 tailer) imports none of them, and finds one by its registered name (:func:`format_of`).
 """
 

@@ -185,6 +185,6 @@ FORMAT = JsonlFormat[PiState](
 
 
 def build(settings: Settings) -> Adapter:
-    from adapters.jsonl_check import JsonlAdapter
+    from adapters.jsonl_adapter import JsonlAdapter
 
     return JsonlAdapter(FORMAT, settings)

@@ -4,7 +4,7 @@ Codex's rollout compression (``[features] local_thread_store_compression``) rewr
 rollout idle for 7 days as ``rollout-….jsonl.zst`` and deletes the plain file; resuming the
 session writes the plain file back and appends to it. The catalog lists compressed rollouts,
 ``replay`` reads them, ``adopt`` takes one, and a link whose file is compressed is idle,
-never missing (:mod:`adapters.jsonl_check`).
+never missing (:mod:`adapters.jsonl_adapter`).
 
 Decompression is python-zstandard's streaming reader (the ``zstandard`` package, the
 binding of the reference C library that pip installs as a wheel), so memory stays bounded

@@ -36,7 +36,7 @@ from monitor.kernel.events import ActorType, EventKind  # noqa: E402
 from monitor.kernel.signal_log import make_draft, record_event  # noqa: E402
 from monitor.kernel.store.pg_schema import migrate  # noqa: E402
 from monitor.kernel.store.postgres import PgConn  # noqa: E402
-from tests.conftest import served_address  # noqa: E402
+from tests.helpers import served_address  # noqa: E402
 from tests.pg_cluster import Cluster, fresh_database  # noqa: E402
 
 TARGET = "agent:main:subagent:target"

@@ -183,7 +183,7 @@ class SessionConfig(NamedTuple):
     scope: Annotated[str, Rule(choices=("global", "per-sender"))] = "per-sender"
     group_scope: Annotated[str, Rule(choices=("per-group", "shared"))] = "per-group"
     notify_on_create: bool = True
-    store_path: str = ""  # template with {agentId}; see monitor.kernel.store_paths
+    store_path: str = ""  # template with {agentId}; see monitor.kernel.watcher_stores
 
 
 class LogConfig(NamedTuple):

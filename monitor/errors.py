@@ -20,7 +20,8 @@
 
 Inside the adapters, ``NodeError``, ``SourceBusy`` (a read of the same source is still
 running) and ``NotRegularFile`` (an ``OSError``) never leave the tick: each becomes an
-outcome with its reason (or, for a baseline, a ``Declined``).
+outcome with its reason (or, for a baseline, a ``Declined``). Inside delivery, the hooks
+transport's ``CallFailed`` never leaves the hooks client: it is a failed wake, with its reason.
 
 Third-party exceptions are translated at the boundary (``raise ... from exc``); the CLI and
 the HTTP API turn ``BadInput`` into exit code 2 / a 4xx answer and never show a traceback.

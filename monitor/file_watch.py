@@ -3,14 +3,13 @@
 The tick stays the source of truth; this only makes it early. The watch covers the
 directories of the watched links' files (an OpenCode link names its database's WAL), and is
 re-armed only when those directories change: a link change here (an adoption, a watch) or in
-another process (the store's ``version()``, checked every ``REARM_S``) that keeps them only
-updates which session keys a path wakes.
+another process (a change the kernel's change hub heard) that keeps them only updates which
+session keys a path wakes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,15 +18,15 @@ from typing import TYPE_CHECKING
 from watchfiles import awatch
 
 from monitor.errors import SessionwatchError
+from monitor.kernel.changes import KEEPALIVE_S
 
 if TYPE_CHECKING:
-    from monitor.kernel.store.protocol import StateStore
+    from monitor.kernel.changes import ChangeHub
     from monitor.upstream import UpstreamMonitor
 
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 300
-REARM_S = 0.5  # how often the database is checked for links another process changed
 PAUSE_S = 10.0  # file watching waits this long after the database failed
 
 
@@ -37,7 +36,7 @@ class FileWatch:
     def __init__(
         self,
         monitor: UpstreamMonitor,
-        store: StateStore,
+        changes: ChangeHub,
         paths_changed: asyncio.Event,
         stopping: asyncio.Event,
         *,
@@ -46,11 +45,11 @@ class FileWatch:
         """``paths_changed``: set when which files are watched may have changed; ``tick``:
         the service's tick of some keys (``rearm=False`` for the catch-up check)."""
         self.monitor = monitor
-        self.store = store
+        self.changes = changes
         self.stopping = stopping
         self.tick = tick
         self._paths_changed = paths_changed
-        self._data_version: int | None = None
+        self._seen = 0  # the change hub's count at the last look at the links
 
     async def run(self) -> None:
         """Wake an early check of the links whose files changed; the tick stays the truth.
@@ -58,6 +57,7 @@ class FileWatch:
         The watch is re-armed only when the set of directories changes; a link change that
         keeps the directories only updates which keys a path wakes.
         """
+        self._seen = self.changes.mark()
         while not self.stopping.is_set():
             files = await self._watched_files_or_none()
             if files is None:
@@ -83,21 +83,23 @@ class FileWatch:
 
     async def _links_may_have_changed(self) -> None:
         """Until a link changed here, or the database changed under another process (an
-        adoption or a watch from the CLI, a gateway sharing the file): the store's ``version()``
-        is checked every ``REARM_S``."""
-        while not self.stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._paths_changed.wait(), REARM_S)
-            if self._paths_changed.is_set():
-                break
-            try:
-                version = self.store.version()
-            except SessionwatchError:
-                continue
-            if version != self._data_version:
-                self._data_version = version
-                break
+        adoption or a watch from the CLI, a gateway sharing the file), as the change hub
+        hears it."""
+        here = asyncio.ensure_future(self._paths_changed.wait())
+        there = asyncio.ensure_future(self._changed_elsewhere())
+        try:
+            await asyncio.wait({here, there}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            here.cancel()
+            there.cancel()
         self._paths_changed.clear()
+
+    async def _changed_elsewhere(self) -> None:
+        while True:
+            now = await self.changes.after(self._seen, KEEPALIVE_S)
+            if now != self._seen:
+                self._seen = now
+                return
 
     async def _watched_files_or_none(self) -> dict[str, set[str]] | None:
         try:

@@ -18,8 +18,8 @@ from monitor.config import Config, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError
 
 if TYPE_CHECKING:
+    from monitor.delivery.hooks import HooksClient
     from monitor.upstream import UpstreamMonitor
-    from monitor.web.wake import HooksWaker
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def reload(
     current: Config,
     path: Path | str | None,
     monitor: UpstreamMonitor,
-    waker: HooksWaker | None,
+    waker: HooksClient | None,
 ) -> Config:
     """The configuration in force after a reload (the new one, or ``current`` when the
     file is refused). Says what changed, what applied and what needs a restart."""

@@ -26,9 +26,14 @@ class Backoff:
     def reset(self) -> None:
         self.delay = self.first
 
+    def next(self) -> float:
+        """The next delay, for a caller that waits on its own timers."""
+        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
+        return delay
+
     async def wait(self, stopping: asyncio.Event | None = None) -> bool:
         """Sleep the next delay, or less when ``stopping`` is set; True when it is."""
-        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
+        delay = self.next()
         if stopping is None:
             await asyncio.sleep(delay)
             return False

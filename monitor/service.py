@@ -18,10 +18,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 from adapters.claude_node import SERVED_KIND
+from monitor.clock import now_ms
 from monitor.config import Config, is_pg_url, without_password
+from monitor.delivery.hooks import HooksClient
+from monitor.delivery.ledger import Delivery
+from monitor.delivery.timers import LoopTimers
 from monitor.doctor import node_reachable
 from monitor.errors import (
     ConfigError,
@@ -32,7 +35,8 @@ from monitor.errors import (
 )
 from monitor.file_watch import FileWatch
 from monitor.kernel import Kernel, KernelSettings
-from monitor.kernel.feed import POLL_S
+from monitor.kernel.store import open_store
+from monitor.kernel.store.protocol import StateStore
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
 from monitor.metrics import Metrics
 from monitor.paths import expand_user, refuse_if_not_ours
@@ -47,13 +51,12 @@ from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
 from monitor.upstream.monitor import root_paths
-from monitor.upstream.settle import TickHealth
+from monitor.upstream.tick_health import TickHealth
 from monitor.web.api import build_app
 from monitor.web.common import start_site
 from monitor.web.node import build_node_app
 from monitor.web.openapi import VERSION
 from monitor.web.status_page import PageSources
-from monitor.web.wake import HooksWaker
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +82,13 @@ class Sidecar:
         self.metrics = metrics
         self.stopping = stopping or asyncio.Event()
         self.addresses: list[str] = []
-        self.waker: HooksWaker | None = None
+        self.waker: HooksClient | None = None
+        self.delivery: Delivery | None = None
         self.db_display = ""  # the store, as the status page names it (no password)
         self._paths_changed = paths_changed
         self._skip_logged = False
         self.files = FileWatch(
-            monitor, kernel.store, paths_changed, self.stopping, tick=self.run_tick
+            monitor, kernel.changes, paths_changed, self.stopping, tick=self.run_tick
         )
         self.tick_health = TickHealth(
             interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
@@ -158,22 +162,6 @@ class Sidecar:
             self._paths_changed.set()
         return not any(r.unsettled for r in results)
 
-    async def watch_notices(self) -> None:
-        """Wake the watchers of notices another process opened (a CLI command, another
-        sidecar on a shared store): the store's change counter is checked every
-        ``POLL_S``; each notice is woken once, whichever process opened it."""
-        seen: int | None = None
-        while not self.stopping.is_set():
-            await self.kernel.store.changed(POLL_S)
-            try:
-                version = self.kernel.store.version()
-                if version == seen:
-                    continue
-                seen = version
-                self.kernel.deliver(await self.kernel.pending())
-            except SessionwatchError as exc:
-                log.debug("notices not checked: %s", exc)
-
 
 async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
     page = PageSources(
@@ -191,18 +179,15 @@ async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen
     return await start_site(stack, app, listen, "[api] listen", allowed)
 
 
-async def open_kernel(
-    db: Path | str,
-    settings: KernelSettings,
-    stopping: asyncio.Event | None,
-    **wiring: Any,
-) -> Kernel | None:
+async def open_state(
+    db: Path | str, stopping: asyncio.Event | None, metrics: Metrics
+) -> StateStore | None:
     """Open the state database, waiting while another process holds it locked: retried with
-    backoff, said once in the log, until it opens (the kernel) or ``stopping`` is set (None)."""
+    backoff, said once in the log, until it opens (the store) or ``stopping`` is set (None)."""
     backoff = Backoff(0.5, 5.0)
     while True:
         try:
-            return await Kernel.open(db, settings, **wiring)
+            return await open_store(db, clock=now_ms, on_error=metrics.db_errors.inc)
         except (StoreLocked, StoreError) as exc:
             if isinstance(exc, SchemaTooNew) or not (
                 isinstance(exc, StoreLocked) or isinstance(db, str)
@@ -229,25 +214,27 @@ async def running(
             check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
-        waker = _hooks_waker(config, metrics, db)
+        timers = LoopTimers()
+        waker = _hooks_client(config, metrics, db, timers)
         if waker:
             stack.push_async_callback(waker.close)
         paths_changed = asyncio.Event()
-        kernel = await open_kernel(
-            db,
+        store = await open_state(db, stopping, metrics)
+        if store is None:
+            yield None
+            return
+        delivery = Delivery(store, waker, timers=timers, metrics=metrics) if waker else None
+        kernel = await Kernel.on_store(
+            store,
             KernelSettings.of(config),
-            stopping,
-            wake=waker,
             metrics=metrics,
+            on_notices=delivery.deliver if delivery else None,
             on_delete=(delete_links,),
             on_watches_changed=paths_changed.set,
         )
-        if kernel is None:
-            yield None
-            return
         stack.push_async_callback(kernel.close)
-        if waker:
-            waker.attach(kernel.delivery)
+        if delivery is not None:
+            stack.push_async_callback(delivery.close)
         leases = await _host_leases(kernel, config, metrics)
         if leases is not None:
             stack.push_async_callback(leases.release)  # after the tick in flight finished
@@ -262,7 +249,7 @@ async def running(
         sidecar = Sidecar(
             kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
         )
-        sidecar.waker = waker
+        sidecar.waker, sidecar.delivery = waker, delivery
         if waker is not None:
             waker.on_outcome = lambda: sidecar.tick_health.pulse.beat(news=True)
         sidecar.db_display = without_password(db) if is_pg_url(db) else str(db)
@@ -287,8 +274,8 @@ async def running(
         if config.monitor.watch_files:
             task = asyncio.ensure_future(sidecar.files.run())
             stack.callback(task.cancel)
-        if waker is not None:  # notices other processes opened wake their watchers too
-            notices = asyncio.ensure_future(sidecar.watch_notices())
+        if delivery is not None:  # notices other processes opened wake their watchers too
+            notices = asyncio.ensure_future(delivery.follow(kernel.changes, sidecar.stopping))
             stack.callback(notices.cancel)
         sidecar.addresses = await _start_api(stack, sidecar, token, config.api.listen)
         if lock is not None:
@@ -296,24 +283,29 @@ async def running(
         yield sidecar
 
 
-def _hooks_waker(config: Config, metrics: Metrics, db: Path | str) -> HooksWaker | None:
-    """The waker of ``[gateway]``, else of the gateway's own configuration next to it (said
-    once at start, the token never), else none."""
+def _hooks_client(
+    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers
+) -> HooksClient | None:
+    """The hooks client of ``[gateway]``, else of the gateway's own configuration next to it
+    (said once at start, the token never), else none."""
     gateway = config.gateway
     if not gateway.wakes:
-        return _openclaw_waker(config, metrics, db)
+        return _openclaw_client(config, metrics, db, timers)
     token_file = Path(expand_user(gateway.hooks_token_file))
     read_secret(token_file, "the hooks token file")  # a missing or shared file stops start-up
-    return HooksWaker(
+    return HooksClient(
         gateway.hooks_url,
         token_file,
+        timers=timers,
         main_key=config.session.main_key,
         retry_s=gateway.retry_interval_s,
         metrics=metrics,
     )
 
 
-def _openclaw_waker(config: Config, metrics: Metrics, db: Path | str) -> HooksWaker | None:
+def _openclaw_client(
+    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers
+) -> HooksClient | None:
     from monitor.openclaw import found_hooks
 
     hooks = found_hooks(config, db)
@@ -326,9 +318,10 @@ def _openclaw_waker(config: Config, metrics: Metrics, db: Path | str) -> HooksWa
         log.warning("next to OpenClaw at %s, but no wakes: %s", state, exc)
         return None
     log.info("next to OpenClaw at %s: state %s, hooks %s", state, db, url)
-    return HooksWaker(
+    return HooksClient(
         url,
         Path(),
+        timers=timers,
         main_key=config.session.main_key,
         retry_s=config.gateway.retry_interval_s,
         metrics=metrics,

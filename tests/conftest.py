@@ -1,44 +1,33 @@
-"""Shared test helpers: a manual clock and kernels over real SQLite files in a temp dir."""
+"""Fixtures: a manual clock, kernels over real SQLite files in a temp dir (and PostgreSQL
+databases on a throwaway cluster), a sidecar on loopback; and the suite's markers. What
+tests share that is not a fixture is in tests/helpers.py."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
-import re
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 
-from monitor.config import ApiConfig, Config, HostConfig, MonitorConfig, RootsConfig
-from monitor.kernel import Kernel, KernelSettings, NewEvent
-from monitor.kernel.events import ActorType, EventKind
-from monitor.kernel.signal_log import Recorded
-from monitor.service import Sidecar, running
-from tests.contract import check_answer
+from monitor.config import RootsConfig
+from monitor.kernel import Kernel, KernelSettings
+from monitor.service import running
+from tests.helpers import (
+    REPO,
+    Client,
+    KernelFactory,
+    ManualClock,
+    PgServer,
+    WakeLog,
+    kernel_waking,
+    make_config,
+    pg_database,
+)
 from tests.hooks_gateway import hooks_gateway  # noqa: F401  (a fixture for every test)
-
-T0 = 1_790_000_000_000
-REPO = Path(__file__).resolve().parent.parent  # the repository's root
-
-
-class ManualClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 @pytest.fixture
@@ -60,13 +49,6 @@ def roots(tmp_path: Path) -> RootsConfig:
 def db_path(tmp_path: Path) -> Path:
     """The SQLite file. A test that asks for it reads the file itself: SQLite only."""
     return tmp_path / "state.db"
-
-
-@dataclass
-class PgServer:
-    url: str | None  # the admin URL of a server, or None with the reason
-    reason: str = ""
-    cluster: Any = None  # the throwaway cluster the suite started (None for an outside one)
 
 
 @pytest.fixture(scope="session")
@@ -104,17 +86,7 @@ def pg_server() -> Iterator[PgServer]:
         cluster.destroy()
 
 
-_databases = itertools.count(1)
 _PG_SAID: list[str] = []  # what the end of the run says of the PostgreSQL half
-
-
-def pg_database(server: PgServer) -> str:
-    """A fresh, empty database on the suite's server (skips when there is none)."""
-    if server.url is None:
-        pytest.skip(f"PostgreSQL half skipped: {server.reason}")
-    from tests.pg_cluster import fresh_database
-
-    return fresh_database(server.url, f"t{os.getpid()}_{next(_databases)}")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -129,16 +101,18 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
     return pg_database(server)
 
 
-KernelFactory = Callable[..., Any]
-
-
 @pytest.fixture
 async def open_kernel(store_target: Path | str, clock: ManualClock) -> AsyncIterator[KernelFactory]:
     opened: list[Kernel] = []
 
     async def factory(**kwargs: Any) -> Kernel:
+        """``wake``: a :class:`WakeLog` that the kernel's delivery sends to."""
         settings = kwargs.pop("settings", KernelSettings())
-        kernel = await Kernel.open(store_target, settings, clock=clock, **kwargs)
+        wakes: WakeLog | None = kwargs.pop("wake", None)
+        if wakes is None:
+            kernel = await Kernel.open(store_target, settings, clock=clock, **kwargs)
+        else:
+            kernel = await kernel_waking(store_target, clock, wakes, settings=settings, **kwargs)
         opened.append(kernel)
         return kernel
 
@@ -153,162 +127,12 @@ async def kernel(open_kernel: KernelFactory) -> Kernel:
     return k
 
 
-async def human(kernel: Kernel, key: str, **kw: Any) -> Recorded:
-    """Record a human turn on ``key``."""
-    return await kernel.record(
-        NewEvent(
-            session_key=key, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN, **kw
-        )
-    )
-
-
-async def texts(kernel: Kernel, watcher: str, *, drain: bool = False, **kw: Any) -> list[str]:
-    return [n.text for n in await kernel.notices(watcher=watcher, drain=drain, **kw)]
-
-
-def user_line(text: str, uuid: str = "u") -> bytes:
-    """A Claude Code transcript line: a prompt a person typed."""
-    record = {"type": "user", "uuid": uuid, "message": {"role": "user", "content": text}}
-    return orjson.dumps(record) + b"\n"
-
-
-def notice(target: str, since: int) -> str:
-    return (
-        f'Session "{target}" changed (other actor). Reconcile before acting: '
-        f'session_status sessionKey "{target}" changesSince {since}.'
-    )
-
-
-async def until(
-    what: str, check: Callable[[], Awaitable[bool] | bool], timeout: float = 20
-) -> None:
-    """Wait until ``check()`` (or the awaitable it gives) is true; fail naming ``what``."""
-
-    async def loop() -> None:
-        while True:
-            result = check()
-            if isinstance(result, Awaitable):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.05)
-
-    try:
-        await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
-def run_ok(argv: list[str]) -> str:
-    """Run a command from the repository's root and return what it printed; it must
-    succeed (its error output is the failure's message)."""
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def served_address(proc: subprocess.Popen[str], said: list[str] | None = None) -> str:
-    """The http:// address a ``serve`` or ``node`` process names in its start-up line; the
-    lines read on the way are kept in ``said`` when given."""
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if said is not None:
-            said.append(line)
-        match = re.search(r"serving .* on (http://\S+)", line)
-        if match:
-            return match.group(1)
-    raise AssertionError("the process exited without naming its address")
-
-
-# -- a sidecar on loopback, called with aiohttp's client ---------------------------------
-
-
-@dataclass
-class Client:
-    base: str
-    token: str
-    http: aiohttp.ClientSession
-    sidecar: Sidecar
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        token: str | None = None,
-        raw: bytes | None = None,
-        content_type: str = "application/json",
-    ) -> tuple[int, Any]:
-        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
-        data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
-        if data is not None:
-            headers["Content-Type"] = content_type
-        async with self.http.request(method, self.base + path, data=data, headers=headers) as r:
-            text = await r.read()
-            try:
-                answer = orjson.loads(text)
-            except orjson.JSONDecodeError:
-                return r.status, text.decode()
-        check_answer(method, path, r.status, answer)
-        return r.status, answer
-
-
-def make_config(tmp_path: Path, **extra: Any) -> Config:
-    """A sidecar's configuration under ``tmp_path``; its host id is ``local`` (explicit,
-    so that it also starts on a shared PostgreSQL store)."""
-    root = tmp_path / "claude"
-    root.mkdir(exist_ok=True)
-    extra.setdefault("host", HostConfig(id="local"))
-    return Config(
-        roots=RootsConfig(claude=str(root), codex=str(tmp_path / "codex"), pi=str(tmp_path / "pi")),
-        api=ApiConfig(listen="127.0.0.1:0", token_file=str(tmp_path / "token")),
-        monitor=MonitorConfig(initial_delay_s=3600, interval_s=3600, watch_files=True),
-        **extra,
-    )
-
-
 @pytest.fixture
 async def client(tmp_path: Path, store_target: Path | str) -> AsyncIterator[Client]:
     config = make_config(tmp_path)
     async with running(config, store_target) as sidecar, aiohttp.ClientSession() as http:
         token = (tmp_path / "token").read_text().strip()
         yield Client(sidecar.addresses[0], token, http, sidecar)
-
-
-def refuse_event_inserts(conn: Any, only: str | None = None) -> None:
-    """Make every insert into the signal log fail, on either store, with a trigger (every
-    write failing alike: the whole store refusing, as a full disk would); with ``only``,
-    just the inserts of that session (one write's own failure, a constraint)."""
-    import sqlite3
-
-    if isinstance(conn, sqlite3.Connection):
-        when = f" WHEN NEW.session_key = '{only}'" if only else ""
-        conn.execute(
-            f"CREATE TRIGGER refuse BEFORE INSERT ON session_state_events{when}"
-            " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
-        )
-        return
-    check = f"IF NEW.session_key = '{only}' THEN " if only else ""
-    end = " END IF;" if only else ""
-    conn.execute(
-        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql"
-        f" AS $$ BEGIN {check}RAISE EXCEPTION 'disk full';{end} RETURN NEW; END $$"
-    )
-    conn.execute(
-        "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
-        " FOR EACH ROW EXECUTE FUNCTION refuse()"
-    )
-
-
-def allow_event_inserts(conn: Any) -> None:
-    import sqlite3
-
-    if isinstance(conn, sqlite3.Connection):
-        conn.execute("DROP TRIGGER refuse")
-    else:
-        conn.execute("DROP TRIGGER refuse ON session_state_events")
-        conn.execute("DROP FUNCTION refuse()")
 
 
 SLOW = (  # a module each, seconds to minutes

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from monitor.config import GatewayConfig
+from monitor.delivery.hooks import CallFailed, Reply
 
 TOKEN = "hook-secret-0123456789abcdef"
 
@@ -34,26 +35,39 @@ class HooksGateway:
     def texts(self) -> list[str]:
         return [w["text"] for w in self.wakes]
 
-    async def wake(self, request: web.Request) -> web.Response:
+    def answer(self, authorization: str | None, raw: bytes) -> tuple[int, Any, dict[str, str]]:
+        """The gateway's answer to one call: status, JSON body (or text), headers."""
         self.calls += 1
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return web.Response(status=401, text="Unauthorized")
+        if authorization != f"Bearer {TOKEN}":
+            return 401, "Unauthorized", {}
         if self.status == 429:
-            return web.Response(status=429, headers={"Retry-After": self.retry_after})
+            return 429, "", {"Retry-After": self.retry_after}
         if self.status is not None:
-            return web.json_response({"ok": False, "error": "unavailable"}, status=self.status)
-        body = orjson.loads(await request.read())
+            return self.status, {"ok": False, "error": "unavailable"}, {}
+        body = orjson.loads(raw)
         if not isinstance(body.get("text"), str) or not body["text"].strip():
-            return web.json_response({"ok": False, "error": "text required"}, status=400)
+            return 400, {"ok": False, "error": "text required"}, {}
         if "sessionKey" in body and not self.allow_keys:
             error = (
                 "sessionKey is disabled for externally supplied hook payload values;"
                 " set hooks.allowRequestSessionKey=true to enable"
             )
-            return web.json_response({"ok": False, "error": error}, status=400)
+            return 400, {"ok": False, "error": error}, {}
         self.wakes.append(body)
         self.woken.set()
-        return web.json_response({"ok": True, "mode": "now", "eventOutcome": "queued"})
+        return 200, {"ok": True, "mode": "now", "eventOutcome": "queued"}, {}
+
+    async def wake(self, request: web.Request) -> web.Response:
+        status, body, headers = self.answer(
+            request.headers.get("Authorization"), await request.read()
+        )
+        if isinstance(body, str):
+            return web.Response(status=status, text=body, headers=headers)
+        return web.json_response(body, status=status, headers=headers)
+
+    def transport(self) -> MockTransport:
+        """This gateway in process, as the hooks client's transport: no socket at all."""
+        return MockTransport(self)
 
     def config(self, tmp_path: Path, **extra: Any) -> GatewayConfig:
         """The sidecar's ``[gateway]`` for this gateway, its token in a private file."""
@@ -62,6 +76,31 @@ class HooksGateway:
             token_file.write_text(TOKEN + "\n")
             token_file.chmod(0o600)
         return GatewayConfig(hooks_url=self.url, hooks_token_file=str(token_file), **extra)
+
+
+class MockTransport:
+    """A :class:`monitor.delivery.hooks.Transport` answered by a :class:`HooksGateway` in
+    process (httpx's ``MockTransport``, for the hooks client); ``down`` makes every call go
+    unanswered, as a refused connection would."""
+
+    def __init__(self, gateway: HooksGateway) -> None:
+        self.gateway = gateway
+        self.down = False
+        self.closed = False
+        self.before: Callable[[], Awaitable[None]] | None = None  # runs before an answer
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        if self.before is not None:
+            await self.before()
+        if self.down:
+            self.gateway.calls += 1
+            raise CallFailed("connection refused")
+        status, answer, extra = self.gateway.answer(headers.get("Authorization"), body)
+        raw = answer.encode() if isinstance(answer, str) else orjson.dumps(answer)
+        return Reply(status, raw, extra.get("Retry-After"))
+
+    async def close(self) -> None:
+        self.closed = True
 
 
 @contextlib.asynccontextmanager

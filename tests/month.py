@@ -20,21 +20,22 @@ import asyncio
 import sqlite3
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from monitor.clock import DAY_MS
 from monitor.config import Config, RootsConfig
+from monitor.delivery.ledger import Delivery
 from monitor.kernel import Kernel
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import CURSOR_IDLE_MS, MAX_ROWS, RETENTION_MS
 from monitor.kernel.signal_log import make_draft
+from monitor.kernel.store import open_store
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases
 from monitor.web.status_page import SESSION_TTL_S, TICKET_TTL_S, Admissions
-from tests.conftest import T0, ManualClock, user_line
+from tests.helpers import T0, ManualClock, ManualTimers, user_line
 
 MAIN = "agent:main:main"
 CHILDREN_PER_DAY = 40
@@ -56,25 +57,25 @@ class Report:
     shared_held: bool = False
 
 
-class Timers:
-    """The wake coalescer's ``schedule``: trailing wakes fire when the clock passes them."""
+class MonthSender:
+    """The gateway's side of delivery: it records the time of each wake pass (the calls of
+    one pass share the manual clock's instant) and leaves the notices to the drains."""
+
+    retry_s = 30.0
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
-        self.due: list[tuple[int, Callable[[], None]]] = []
+        self.times: list[int] = []
 
-    def __call__(self, delay_s: float, fn: Callable[[], None]) -> None:
-        self.due.append((self.clock.now + int(delay_s * 1000), fn))
+    async def wake(self, watcher: str, text: str) -> None:
+        if not self.times or self.times[-1] != self.clock.now:
+            self.times.append(self.clock.now)
 
-    def advance(self, ms: int) -> None:
-        """Move the clock on, firing each timer at its own time on the way."""
-        end = self.clock.now + ms
-        while self.due and min(t[0] for t in self.due) <= end:
-            first = min(self.due, key=lambda t: t[0])
-            self.due.remove(first)
-            self.clock.now = max(self.clock.now, first[0])
-            first[1]()
-        self.clock.now = end
+    def quiet_s(self) -> float:
+        return 0.0
+
+    def say_once(self, reason: str, message: str, *args: object) -> None:
+        pass
 
 
 def _size(db: Path) -> int:
@@ -113,11 +114,12 @@ async def simulate(work: Path, days: int = 35) -> Report:
     db = work / "state.db"
     root = work / "claude"
     root.mkdir(parents=True, exist_ok=True)
-    woken: list[int] = []
-    kernel = await Kernel.open(db, clock=clock, wake=lambda watcher: woken.append(clock.now))
-    timers = Timers(clock)
-    assert kernel.delivery.waker is not None
-    kernel.delivery.waker._schedule = timers
+    sender = MonthSender(clock)
+    woken = sender.times
+    timers = ManualTimers(clock)
+    store = await open_store(db, clock=clock)
+    delivery = Delivery(store, sender, timers=timers)
+    kernel = await Kernel.on_store(store, on_notices=delivery.deliver)
     config = Config(roots=RootsConfig(claude=str(root)))
     monitor = UpstreamMonitor.from_config(kernel, config)
     admissions = Admissions(clock=lambda: clock.now / 1000)
@@ -131,12 +133,12 @@ async def simulate(work: Path, days: int = 35) -> Report:
             report.turns[key] = 0
         leases: HostLeases | None = None
         for day in range(days):
-            timers.advance(T0 + day * DAY_MS + 9 * 3600_000 - clock.now)  # 09:00 of the day
+            await timers.advance(T0 + day * DAY_MS + 9 * 3600_000 - clock.now)  # 09:00 of the day
             start = len(woken)
             children = [f"agent:main:subagent:d{day}-c{i}" for i in range(CHILDREN_PER_DAY)]
             for i, child in enumerate(children):
                 await kernel.spawn(parent=MAIN, child=child, run_id=f"d{day}-r{i}")
-            timers.advance(60_000)
+            await timers.advance(60_000)
             await _events(kernel, children, 1000 if day < 30 else 5000, clock.now)
             if day == 10:
                 files["deleted"].unlink()
@@ -148,16 +150,16 @@ async def simulate(work: Path, days: int = 35) -> Report:
                 if path.exists():
                     with path.open("ab") as f:
                         f.write(user_line(f"day {day}", f"{name}-{day + 1}"))
-            timers.advance(60_000)
+            await timers.advance(60_000)
             for result in await monitor.tick():
                 if result.outcome == "activity":
                     report.turns[result.session_key] += result.turns
                 if result.reason == "upstream_missing recorded":
                     report.missing_recorded += 1
-            timers.advance(21_000)  # past the wake window: the trailing wake fires
+            await timers.advance(21_000)  # past the wake window: the trailing wake fires
             report.wakes_per_day.append(len(woken) - start)
             # a sidecar that crashed without releasing its lease; the next one takes it over
-            timers.advance(60_000)
+            await timers.advance(60_000)
             leases = HostLeases(kernel, "laptop", ttl_ms=30_000)
             await leases.start()
             for _ in range(3):
@@ -172,7 +174,7 @@ async def simulate(work: Path, days: int = 35) -> Report:
                 # reopens one fresh notice, which the next drain takes
                 while await kernel.notices(watcher=MAIN, drain=True):
                     pass
-            timers.advance(3600_000)  # an hour on: the tick loop's retention runs
+            await timers.advance(3600_000)  # an hour on: the tick loop's retention runs
             await kernel.maybe_prune()
             if day % 7 == 6 or day == days - 1:
                 report.weeks.append(
@@ -209,11 +211,12 @@ async def simulate(work: Path, days: int = 35) -> Report:
         }
         clock.advance(int(max(TICKET_TTL_S, SESSION_TTL_S) * 1000) + 1)
         admissions.issue()  # expires what is due
-        waker = kernel.delivery.waker
+        await delivery.settled()
+        coalescer = delivery.coalescer
         report.memory = {
-            "delivered notices remembered": len(kernel.delivery._delivered),
-            "coalescer watchers": len(waker._last_fired) + len(waker._latest),
-            "trailing wakes": len(waker._trailing),
+            "coalescer watchers": len(coalescer._last_fired) + len(coalescer._latest),
+            "trailing wakes": len(coalescer._trailing),
+            "passes and retries": len(delivery._running) + len(delivery._retries),
             "created-session queues": len(kernel.created_notices._pending),
             "status-page tickets and cookies": len(admissions.tickets) + len(admissions.sessions),
         }
@@ -221,6 +224,7 @@ async def simulate(work: Path, days: int = 35) -> Report:
         report.shared_held = leases is not None and leases.holds_shared()
         report.wake_times = woken
     finally:
+        await delivery.close()
         await kernel.close()
     return report
 

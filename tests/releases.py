@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 # commit -> what it was. The first release; the last before the hooks wake (schema 3, no
 # mark on the notices a sidecar opened); the hooks release; the last before issue 28.

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import notice
+from tests.helpers import notice
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import REPO, served_address
+from tests.helpers import REPO, served_address
 
 DOC = REPO / "docs" / "gateway-integration.md"
 

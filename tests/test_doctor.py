@@ -12,7 +12,7 @@ import pytest
 from monitor import doctor
 from monitor.cli import main
 from monitor.config import GatewayConfig, NodeConfig
-from tests.conftest import make_config
+from tests.helpers import make_config
 from tests.hooks_gateway import HooksGateway
 
 

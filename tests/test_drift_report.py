@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_a_drift_report_that_checked_nothing_does_not_pass(tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 including those inside functions).
 
 From the bottom: ``adapters`` import nothing of ``monitor`` but its errors; the kernel imports
-no adapter, no upstream monitor and no web code; the upstream monitor imports no web code;
-nothing below the service imports the service or the CLI.
+no adapter, no delivery, no upstream monitor and no web code; delivery imports no adapter,
+no upstream monitor and no web code; the upstream monitor imports no web code; nothing
+below the service imports the service or the CLI.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROOT = REPO
 TOP = ("monitor.service", "monitor.file_watch", "monitor.cli", "monitor.__main__")
 FORBIDDEN = {
-    "monitor/kernel": ("adapters", "monitor.upstream", "monitor.web", *TOP),
+    "monitor/kernel": ("adapters", "monitor.delivery", "monitor.upstream", "monitor.web", *TOP),
+    "monitor/delivery": ("adapters", "monitor.upstream", "monitor.web", *TOP),
     "monitor/upstream": ("monitor.web", *TOP),
     "monitor/web": TOP,
+    "monitor/cli": ("monitor.__main__",),  # the top: it runs the service
 }
 
 
@@ -90,6 +93,17 @@ def test_no_package_imports_a_higher_one() -> None:
         for path in paths:
             wrong = {m for m in _imports(path) if m.startswith(higher)}
             assert not wrong, f"{package}/{path.name} imports {sorted(wrong)}"
+
+
+def test_every_subpackage_has_its_floor() -> None:
+    """A new package under monitor/ is placed among the layers, not left out of them."""
+    packages = {
+        p.parent.relative_to(ROOT).as_posix()
+        for p in (ROOT / "monitor").rglob("__init__.py")
+        if p.parent != ROOT / "monitor"
+    }
+    unplaced = {p for p in packages if not any(p.startswith(floor) for floor in FORBIDDEN)}
+    assert not unplaced, f"not in FORBIDDEN: {sorted(unplaced)}"
 
 
 def test_the_shared_modules_import_no_package() -> None:

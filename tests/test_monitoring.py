@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from monitor.metrics import Metrics
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 DIR = REPO / "docs" / "monitoring"
 NAMES = re.compile(r"\bsessionwatch_[a-z_]+")

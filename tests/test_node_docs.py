@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO, served_address
+from tests.helpers import REPO, served_address
 from tests.test_cli import sw
 
 GUIDE = REPO / "docs" / "operator-guide.md"

@@ -16,7 +16,7 @@ import pytest
 
 from monitor import openclaw
 from monitor.errors import ConfigError
-from tests.conftest import REPO, served_address, until
+from tests.helpers import REPO, served_address, until
 from tests.hooks_gateway import TOKEN, running_hooks_gateway
 
 MAIN = "agent:main:main"

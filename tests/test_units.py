@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 UNITS = ("sessionwatch.service", "sessionwatch-node.service", "sessionwatch-openclaw.service")
 SCRIPT = Path(sys.executable).with_name("sessionwatch")

@@ -17,10 +17,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from monitor.kernel import Kernel, NewEvent
+from monitor.kernel import NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.notices import notice_text
-from tests.conftest import REPO, ManualClock, served_address, until
+from tests.helpers import REPO, ManualClock, WakeLog, kernel_waking, served_address, until
 from tests.hooks_gateway import HooksGateway, running_hooks_gateway
 from tests.releases import ADOPTED, CHILD, MAIN, RELEASES, THIRD, database, transcript
 
@@ -166,16 +166,16 @@ async def test_notices_left_on_a_database_the_gateway_shares_are_counted_not_wok
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE gateway_own (id INTEGER)")  # the gateway's own table
     conn.close()
-    woken: list[str] = []
-    kernel = await Kernel.open(db, clock=ManualClock(), wake=woken.append)
+    wakes = WakeLog()
+    kernel = await kernel_waking(db, ManualClock(), wakes)
     try:
         assert len(await kernel.sweep()) == 2
-        await kernel.delivery.settled()
-        assert (woken, kernel.undecided_notices) == ([], 2)
+        await wakes.settled()
+        assert (wakes.woken, kernel.undecided_notices) == ([], 2)
         human = NewEvent(CHILD, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN)
         await kernel.record(human)
-        await kernel.delivery.settled()
-        assert woken == [MAIN]
+        await wakes.settled()
+        assert wakes.woken == [MAIN]
         await kernel.sweep()
         assert kernel.undecided_notices == 1
     finally:

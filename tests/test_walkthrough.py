@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 README = REPO / "README.md"
 

@@ -12,11 +12,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from monitor.kernel.kernel import Kernel, KernelSettings
+    from monitor.kernel.kernel import Kernel
+    from monitor.kernel.settings import KernelSettings
     from monitor.kernel.signal_log import NewEvent
 
 __all__ = ["Kernel", "KernelSettings", "NewEvent"]
-_HOMES = {"Kernel": "kernel", "KernelSettings": "kernel", "NewEvent": "signal_log"}
+_HOMES = {"Kernel": "kernel", "KernelSettings": "settings", "NewEvent": "signal_log"}
 
 
 def __getattr__(name: str) -> object:

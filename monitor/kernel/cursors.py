@@ -254,18 +254,28 @@ def list_pending(
 def acknowledge(conn: "Conn", cursors: list[WatchCursor], now: int) -> list[Notice]:
     """Ack on drain (or on a wake the gateway accepted): ``last_seen := notified``; work that
     arrived after the freeze reopens exactly one fresh notice (``notified := material``),
-    returned. A cursor that moved since it was read is left alone (compare-and-set)."""
+    returned. A cursor that moved since it was read is left alone (compare-and-set). The
+    work is the row's, not the cursor's as read: a wake is acknowledged after its call, and
+    a turn recorded meanwhile must reopen its notice, never leave it unfrozen."""
     reopened: list[Notice] = []
     for c in cursors:
         seen = c.notified if c.notified > c.last_seen else c.material
-        changed = conn.execute(
-            "UPDATE session_watch_cursors SET last_seen_sequence = ?, notified_sequence = ?,"
-            " updated_at = ? WHERE watcher_session_key = ? AND target_session_key = ?"
-            " AND last_seen_sequence = ?",
-            (seen, max(c.material, seen), now, c.watcher, c.target, c.last_seen),
-        ).rowcount
-        if changed and c.material > seen:
-            mark_opened(conn, c.watcher, c.target, c.material)
+        row = conn.execute(
+            "UPDATE session_watch_cursors SET last_seen_sequence = ?, updated_at = ?"
+            " WHERE watcher_session_key = ? AND target_session_key = ?"
+            " AND last_seen_sequence = ? RETURNING material_sequence",
+            (seen, now, c.watcher, c.target, c.last_seen),
+        ).fetchone()
+        if row is None:
+            continue
+        material = max(int(row[0]), c.material)
+        conn.execute(
+            "UPDATE session_watch_cursors SET notified_sequence = ?"
+            " WHERE watcher_session_key = ? AND target_session_key = ?",
+            (max(material, seen), c.watcher, c.target),
+        )
+        if material > seen:
+            mark_opened(conn, c.watcher, c.target, material)
             reopened.append(
                 Notice(
                     watcher=c.watcher,

@@ -18,9 +18,9 @@ from monitor.kernel.sessions import SessionRow
 from monitor.kernel.signal_log import make_draft, record_event
 
 if TYPE_CHECKING:
-    from monitor.kernel.kernel import KernelSettings
     from monitor.kernel.notices import CreatedNotices
     from monitor.kernel.policy import WatchPolicy
+    from monitor.kernel.settings import KernelSettings
     from monitor.kernel.store.protocol import Conn, StateStore
 
 

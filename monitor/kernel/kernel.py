@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from monitor.clock import Clock, now_ms
-from monitor.config import Config
 from monitor.errors import BadInput, SessionwatchError
 from monitor.kernel import cursors, retention, sessions
-from monitor.kernel.delivery import Delivery
+from monitor.kernel.changes import ChangeHub
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.gateway_sessions import GatewaySessions
 from monitor.kernel.keys import (
@@ -30,9 +29,9 @@ from monitor.kernel.notices import (
     PROVENANCE_EXPLICIT,
     CreatedNotices,
     Notice,
-    WakeCallback,
 )
 from monitor.kernel.policy import WatchPolicy
+from monitor.kernel.settings import KernelSettings
 from monitor.kernel.signal_log import (
     EventDraft,
     NewEvent,
@@ -42,17 +41,20 @@ from monitor.kernel.signal_log import (
     record_event,
 )
 from monitor.kernel.store import open_store
-from monitor.kernel.store_paths import LEGACY_DEFAULT, StorePathRule
 from monitor.kernel.views import Views
+from monitor.kernel.watcher_stores import LEGACY_DEFAULT, StorePathRule
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
+    from monitor.kernel.sessions import SessionRow
     from monitor.kernel.store.protocol import Conn, StateStore
     from monitor.metrics import Metrics
 
 log = LazyLogger(__name__)
 
 T = TypeVar("T")
+NoticesOpened = Callable[[list[Notice]], None]
+
 if TYPE_CHECKING:
     # Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the
     # kernel's transaction: how ``delete`` reaches tables the kernel does not own.
@@ -74,48 +76,32 @@ class Recorder:
         return result
 
 
-class KernelSettings(NamedTuple):
-    """The ``[session]`` settings the kernel obeys."""
-
-    main_key: str = "main"
-    group_scope: str = "per-group"
-    notify_on_create: bool = True
-    store_path_template: str = ""  # ``[session] store_path``; see monitor.kernel.store_paths
-    own_text_limit: int = 10  # own messages remembered per session for self-echo
-
-    @classmethod
-    def of(cls, config: Config) -> KernelSettings:
-        session = config.session
-        return cls(
-            main_key=session.main_key,
-            group_scope=session.group_scope,
-            notify_on_create=session.notify_on_create,
-            store_path_template=session.store_path,
-            own_text_limit=config.monitor.own_text_limit,
-        )
-
-
-class Kernel:
-    """Signal log, cursors, notices and reconciliation over one state database."""
+class Kernel(Views):
+    """Signal log, cursors, notices and reconciliation over one state database; its
+    read-only answers are :class:`Views`'."""
 
     def __init__(
         self,
         store: StateStore,
         settings: KernelSettings,
         *,
-        wake: WakeCallback | None = None,
+        on_notices: NoticesOpened | None = None,
         metrics: Metrics | None = None,
         on_delete: Sequence[ScopeDeleter] = (),
         on_watches_changed: Callable[[], None] | None = None,
     ) -> None:
-        """``on_watches_changed``: called after a commit that may have changed which sessions
-        are watched (a watch, a spawn, an ambient watch, a reset or a deletion); the service
-        re-arms file watching with it, whoever asked."""
+        """``on_notices``: called after a commit with the notices it opened or reopened, and
+        with those a sidecar opened that the sweep found (the service's delivery, which
+        wakes whom they concern). ``on_watches_changed``: called after a commit that may
+        have changed which sessions are watched (a watch, a spawn, an ambient watch, a reset
+        or a deletion); the service re-arms file watching with it, whoever asked."""
         self.store = store
         self.settings = settings
         self.clock: Clock = store.clock
         self.created_notices = CreatedNotices()
+        self.changes = ChangeHub(store)  # the one watcher of the store's changes
         self.metrics = metrics
+        self._on_notices = on_notices
         self._on_delete = tuple(on_delete)
         self._watches_changed = on_watches_changed
         self._next_prune_at = 0
@@ -126,19 +112,7 @@ class Kernel:
             group_scope=settings.group_scope,
             rule=StorePathRule.for_database(store.path, settings.store_path_template),
         )
-        self.delivery = Delivery(store, self.policy, wake=wake, metrics=metrics)
-        known = GatewaySessions(store, settings, self.policy, self.created_notices)
-        self.upsert_session, self.remember_own_message = known.upsert, known.remember_own_message
-        views = Views(store)  # the answers that only read
-        self.status, self.state_versions = views.status, views.state_versions
-        self.activity, self.recent_events = views.activity, views.recent_events
-        self.fingerprint, self.pending, self.all_pending = (
-            views.fingerprint,
-            views.pending,
-            views.all_pending,
-        )
-        self.observe = self.delivery.observe  # after a commit: count, and wake whom it concerns
-        self.deliver = self.delivery.deliver  # notices another process opened
+        self._gateway_sessions = GatewaySessions(store, settings, self.policy, self.created_notices)
 
     @classmethod
     async def open(
@@ -147,9 +121,9 @@ class Kernel:
         settings: KernelSettings | None = None,
         *,
         clock: Clock = now_ms,
-        wake: WakeCallback | None = None,
         direct: bool = False,
         metrics: Metrics | None = None,
+        on_notices: NoticesOpened | None = None,
         on_delete: Sequence[ScopeDeleter] = (),
         on_watches_changed: Callable[[], None] | None = None,
     ) -> Kernel:
@@ -158,10 +132,33 @@ class Kernel:
         store = await open_store(
             path, clock=clock, direct=direct, on_error=metrics.db_errors.inc if metrics else None
         )
+        return await cls.on_store(
+            store,
+            settings,
+            metrics=metrics,
+            on_notices=on_notices,
+            on_delete=on_delete,
+            on_watches_changed=on_watches_changed,
+        )
+
+    @classmethod
+    async def on_store(
+        cls,
+        store: StateStore,
+        settings: KernelSettings | None = None,
+        *,
+        metrics: Metrics | None = None,
+        on_notices: NoticesOpened | None = None,
+        on_delete: Sequence[ScopeDeleter] = (),
+        on_watches_changed: Callable[[], None] | None = None,
+    ) -> Kernel:
+        """The kernel over a store already open (which it closes from now on, also when
+        this fails): the service opens the store first, for the delivery it hands
+        ``on_notices``."""
         kernel = cls(
             store,
             settings or KernelSettings(),
-            wake=wake,
+            on_notices=on_notices,
             metrics=metrics,
             on_delete=on_delete,
             on_watches_changed=on_watches_changed,
@@ -186,6 +183,7 @@ class Kernel:
         return cursors.migrate_store_paths(conn, LEGACY_DEFAULT, self.policy.default_store_path)
 
     async def close(self) -> None:
+        await self.changes.close()
         await self.store.close()
 
     # -- transactions of the layers above ----------------------------------------------
@@ -202,10 +200,22 @@ class Kernel:
             return fn(recorder)
 
         result = await self.store.write(run)
-        self.observe(recorders[0].recorded if recorders else [])
+        self._observe(recorders[0].recorded if recorders else [])
         if recorders and recorders[0].recorded:
             await self._maybe_prune(now)
         return result
+
+    def _observe(self, recorded: list[Recorded]) -> None:
+        """After a commit: count what was recorded, and hand on the notices it opened."""
+        fresh = [r for r in recorded if not r.duplicate]
+        if self.metrics:
+            for r in fresh:
+                self.metrics.recorded(r.event.kind, len(r.notices))
+        self._opened([n for r in fresh for n in r.notices])
+
+    def _opened(self, notices: list[Notice]) -> None:
+        if notices and self._on_notices is not None:
+            self._on_notices(notices)
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on a read snapshot."""
@@ -229,7 +239,7 @@ class Kernel:
             path = self.policy.default_store_path(watcher)
             draft = draft._replace(watcher_store_path=path)
         result = await self.store.write(lambda conn: record_event(conn, draft, now), small=True)
-        self.observe([result])
+        self._observe([result])
         if watcher is not None and not result.duplicate:
             self._changed()
         await self._maybe_prune(now)
@@ -318,7 +328,7 @@ class Kernel:
         notices = await (self.store.write(run) if drain else self.store.peek(run))
         if drain and self.metrics:
             self.metrics.notices_drained.inc(len(notices))
-        self.deliver(reopened)
+        self._opened(reopened)
         return notices
 
     async def sweep(self) -> list[Notice]:
@@ -332,8 +342,38 @@ class Kernel:
             return every, ours, cursors.undecided_legacy(conn)
 
         pending, ours, self.undecided_notices = await self.store.write(run)
-        self.deliver(ours)
+        self._opened(ours)
         return pending
+
+    # -- the gateway's sessions ----------------------------------------------------------
+
+    async def upsert_session(
+        self,
+        key: str,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        store_path: str | None = None,
+        run_active: bool | None = None,
+    ) -> SessionRow:
+        """Create or update what the sidecar knows of a gateway session (see
+        :meth:`GatewaySessions.upsert`)."""
+        return await self._gateway_sessions.upsert(
+            key,
+            agent_id=agent_id,
+            session_id=session_id,
+            store_path=store_path,
+            run_active=run_active,
+        )
+
+    async def remember_own_message(
+        self, key: str, digest: str, *, agent_id: str | None = None, limit: int | None = None
+    ) -> int:
+        """Remember an OpenClaw-side user message for self-echo, by its hash (see
+        :meth:`GatewaySessions.remember_own_message`)."""
+        return await self._gateway_sessions.remember_own_message(
+            key, digest, agent_id=agent_id, limit=limit
+        )
 
     # -- lifecycle of sessions ---------------------------------------------------------
 

@@ -7,14 +7,14 @@ from monitor.errors import BadInput
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import is_group_key, is_subagent_key, main_key_for, parse_agent_key
 from monitor.kernel.notices import Notice
-from monitor.kernel.store_paths import StorePathRule
+from monitor.kernel.watcher_stores import StorePathRule
 
 MAX_STORE_PATH = 4096
 
 
 class WatchPolicy:
     """``main_key`` and ``group_scope`` as configured (``[session]``); store paths by
-    ``rule`` (see :mod:`monitor.kernel.store_paths`)."""
+    ``rule`` (see :mod:`monitor.kernel.watcher_stores`)."""
 
     def __init__(self, *, main_key: str, group_scope: str, rule: StorePathRule) -> None:
         self.main_key = main_key

@@ -27,11 +27,10 @@ if TYPE_CHECKING:
 
 
 class Views:
-    """Read-only answers over one store (the :class:`~monitor.kernel.kernel.Kernel`
-    offers each as its own method)."""
+    """The kernel's read-only answers over its store: the half of
+    :class:`~monitor.kernel.kernel.Kernel` that writes nothing (it is their class)."""
 
-    def __init__(self, store: StateStore) -> None:
-        self.store = store
+    store: StateStore
 
     async def status(
         self, key: str, *, agent_id: str | None = None, changes_since: int | None = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from adapters.base import Adapter, NodeAddress, Settings
 from adapters.catalog import Catalog
@@ -23,7 +22,7 @@ from monitor.kernel.keys import normalize_key, session_scope
 from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import links
-from monitor.upstream.adoption import Adoption
+from monitor.upstream.adoption import Adopted, Adoption
 from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.settle import LinkResult
 from monitor.upstream.tick import Ticker, TickSettings
@@ -78,11 +77,6 @@ class UpstreamMonitor:
         self.adoption = Adoption(
             kernel, adapters, self.sessions, on_links_changed, host=settings.host
         )
-        # the parts' own typed entry points
-        self.adopt = self.adoption.adopt
-        self.adopt_source = self.adoption.adopt_source
-        self.adopt_catalog = self.adoption.adopt_catalog
-        self.find_catalog = self.sessions.find
 
     @classmethod
     def from_config(
@@ -124,8 +118,78 @@ class UpstreamMonitor:
 
     # -- the catalog -------------------------------------------------------------------
 
-    async def catalog(self, kind: str | None = None, **filters: Any) -> Catalog:
-        return await self.sessions.find(kind, **filters)
+    async def catalog(
+        self,
+        kind: str | None = None,
+        *,
+        cwd: str | None = None,
+        since: str | None = None,
+        search: str | None = None,
+        limit: int | None = None,
+    ) -> Catalog:
+        """The native sessions every adapter lists, merged, filtered and ranked (see
+        :meth:`SessionCatalog.find`)."""
+        return await self.sessions.find(kind, cwd=cwd, since=since, search=search, limit=limit)
+
+    # -- adoption ----------------------------------------------------------------------
+
+    async def adopt(
+        self,
+        *,
+        kind: str,
+        path: str,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        thread: str | None = None,
+    ) -> Adopted:
+        """Adopt a native source by kind and path (see :meth:`Adoption.adopt`)."""
+        return await self.adoption.adopt(
+            kind=kind,
+            path=path,
+            session_key=session_key,
+            agent_id=agent_id,
+            session_id=session_id,
+            thread=thread,
+        )
+
+    async def adopt_catalog(
+        self,
+        catalog_id: str,
+        *,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Adopted:
+        """Adopt what a catalog entry names (see :meth:`Adoption.adopt_catalog`)."""
+        return await self.adoption.adopt_catalog(
+            catalog_id, session_key=session_key, agent_id=agent_id, session_id=session_id
+        )
+
+    async def adopt_source(
+        self,
+        *,
+        session_key: str,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        catalog_id: str | None = None,
+        kind: str | None = None,
+        path: str | None = None,
+        node: str | None = None,
+        thread: str | None = None,
+    ) -> Adopted:
+        """Adopt by catalog id, or by kind and path, or by node and thread (see
+        :meth:`Adoption.adopt_source`)."""
+        return await self.adoption.adopt_source(
+            session_key=session_key,
+            agent_id=agent_id,
+            session_id=session_id,
+            catalog_id=catalog_id,
+            kind=kind,
+            path=path,
+            node=node,
+            thread=thread,
+        )
 
     # -- links -------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, Outcome, Probe, own_text_hash
@@ -69,6 +69,41 @@ def _waiting(link: UpstreamLink, refused: str, kind: str | None) -> LinkResult:
         adapter=kind,
         unsettled=True,
     )
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    """What a tick does: the links it checks, per kind, and the ones it skips."""
+
+    results: list[LinkResult] = field(default_factory=list)  # the skipped ones', so far
+    skipped: list[tuple[UpstreamLink, str]] = field(default_factory=list)  # reasons to note
+    batches: dict[str, list[tuple[UpstreamLink, Probe]]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StoreTakes:
+    """Whether the store takes one tick's writes. Once it refuses (locked, down, failing
+    every write), the links after it do not wait for it too; one link's own failed write is
+    that link's, and a second with none settled between is the store's."""
+
+    refused: str | None = None  # the store's refusal
+    failed: str | None = None  # one link's own failed write, with none settled since
+    wrote: bool = False  # something was written: a refusal said earlier has ended
+
+    def settled(self, result: LinkResult, *, store_wide: bool) -> None:
+        if not result.unsettled:
+            self.failed, self.wrote = None, True
+        elif store_wide or self.failed is not None:
+            self.refused = result.reason  # locked, down, or failing every write
+        else:
+            self.failed = result.reason  # this link's own; the next ones go on
+
+    def bookkept(self, refusal: str | None) -> None:
+        """A bookkeeping write's end: the store's refusal, or None when it was written."""
+        if refusal is None:
+            self.wrote = True
+        else:
+            self.refused = refusal
 
 
 class Ticker:
@@ -132,10 +167,14 @@ class Ticker:
 
     async def _tick(self, only: set[str] | None) -> list[LinkResult]:
         snapshot = await self.kernel.read(self._load)
+        plan = self._plan(snapshot, only)
+        checked = await asyncio.gather(*(self._check(k, w) for k, w in plan.batches.items()))
+        return await self._settle_checked(snapshot, plan, checked)
+
+    def _plan(self, snapshot: Snapshot, only: set[str] | None) -> Plan:
+        """Which links this tick checks, per kind, and which it skips, and why."""
         agents_per_key = Counter(link.session_key for link in snapshot.links)
-        results: list[LinkResult] = []
-        skipped: list[tuple[UpstreamLink, str]] = []
-        batches: dict[str, list[tuple[UpstreamLink, Probe]]] = defaultdict(list)
+        plan = Plan()
         shared = self.holds_shared()
         for link in snapshot.links:
             if only is not None and link.session_key not in only:
@@ -144,11 +183,11 @@ class Ticker:
                 continue  # another host's file, or shared links another sidecar ticks
             skip = self._skip_reason(link, agents_per_key, snapshot.sessions)
             if skip:
-                results.append(
+                plan.results.append(
                     LinkResult(session_key=link.session_key, outcome="skipped", reason=skip)
                 )
                 if not link.foreign and snapshot.stateful.get(link.key) != skip:
-                    skipped.append((link, skip))
+                    plan.skipped.append((link, skip))
                 continue
             probe = Probe(
                 session_key=link.session_key,
@@ -158,12 +197,20 @@ class Ticker:
                 last_scanned_at=link.last_scanned_at,
             )
             assert link.kind is not None  # foreign links were skipped
-            batches[link.kind].append((link, probe))
-        checked = await asyncio.gather(*(self._check(k, w) for k, w in batches.items()))
+            plan.batches.setdefault(link.kind, []).append((link, probe))
+        return plan
+
+    async def _settle_checked(
+        self,
+        snapshot: Snapshot,
+        plan: Plan,
+        checked: list[tuple[str, list[tuple[UpstreamLink, Probe]], list[Outcome]]],
+    ) -> list[LinkResult]:
+        """Settle what the checks found, link by link; stamp the quiet ones and note the
+        skips in one transaction each; say a refusing store once."""
+        results = plan.results
         idle: list[UpstreamLink] = []
-        refused: str | None = None  # once the store refuses, the rest do not wait for it too
-        failed: str | None = None  # one link's own failed write, with none settled since
-        wrote = False
+        store = StoreTakes()
         for kind, works, outcomes in checked:
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
@@ -172,41 +219,35 @@ class Ticker:
                     results.append(
                         LinkResult(session_key=link.session_key, outcome="quiet", adapter=kind)
                     )
-                elif refused is not None:
-                    results.append(_waiting(link, refused, kind))
+                elif store.refused is not None:
+                    results.append(_waiting(link, store.refused, kind))
                 else:
                     result, store_wide = await self._settle(link, outcome)
-                    if not result.unsettled:
-                        failed = None
-                    elif store_wide or failed is not None:
-                        refused = result.reason  # locked, down, or failing every write
-                    else:
-                        failed = result.reason  # this link's own; the next ones go on
-                    wrote = wrote or not result.unsettled
+                    store.settled(result, store_wide=store_wide)
                     results.append(replace(result, adapter=kind))
+        skipped = plan.skipped
         for what, pending, write in (
             ("stamp the scan time of quiet links", idle, lambda c, now: links.touch(c, idle, now)),
             ("note why links were skipped", skipped, lambda c, now: links.note_skips(c, skipped)),
         ):
-            if pending and refused is None:
-                refused = await self._quietly(what, write)
-                wrote = wrote or refused is None
-        self._say_refused(refused, sum(r.unsettled for r in results), wrote)
+            if pending and store.refused is None:
+                store.bookkept(await self._quietly(what, write))
+        self._say_refused(store, sum(r.unsettled for r in results))
         return results
 
-    def _say_refused(self, refused: str | None, waiting: int, wrote: bool) -> None:
+    def _say_refused(self, store: StoreTakes, waiting: int) -> None:
         """A store that refuses the tick's writes (locked by another process, failing) is
         said once, with how many links wait, and its end once: not at every tick."""
-        if refused is not None:
+        if store.refused is not None:
             if self._store_refused is None:
                 log.warning(
                     "the tick's writes wait: %s. %d link(s) with news keep their markers and"
                     " are read again once the state database takes writes (said once)",
-                    refused,
+                    store.refused,
                     waiting,
                 )
-            self._store_refused = refused
-        elif self._store_refused is not None and wrote:
+            self._store_refused = store.refused
+        elif self._store_refused is not None and store.wrote:
             log.warning("the state database takes the tick's writes again")
             self._store_refused = None
 

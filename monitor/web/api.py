@@ -20,7 +20,8 @@ from aiohttp import web
 from adapters.base import own_text_hash
 from monitor.errors import NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
-from monitor.kernel.feed import KEEPALIVE_S, POLL_S, NoticeFeed
+from monitor.kernel.changes import KEEPALIVE_S
+from monitor.kernel.feed import NoticeFeed
 from monitor.kernel.notices import Notice
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.upstream import UpstreamMonitor
@@ -238,25 +239,26 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
     peeks; draining stays an explicit call (see :mod:`monitor.kernel.feed`)."""
     await _pending(request, drain=False)  # a bad key or query is a 400 before the stream
     kernel, stopping = request.app[KERNEL], request.app[STREAMS]
-    feed = NoticeFeed(kernel.store.version)
+    feed = NoticeFeed()
     loop = asyncio.get_running_loop()
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    quiet = 0.0
+    seen = kernel.changes.mark()
+    changed, written = True, loop.time()
     try:
         while not stopping.is_set():
-            if feed.changed():
+            if changed:
                 for notice in feed.fresh(await _pending(request, drain=False)):
                     await response.write(b"event: notice\ndata: " + orjson.dumps(notice) + b"\n\n")
-                    quiet = 0.0
-            if quiet >= KEEPALIVE_S:
+                    written = loop.time()
+            if loop.time() - written >= KEEPALIVE_S:
                 await response.write(b": keep-alive\n\n")
-                quiet = 0.0
-            started = loop.time()
-            await kernel.store.changed(POLL_S)  # at once on PostgreSQL; SQLite is polled
-            quiet += loop.time() - started
+                written = loop.time()
+            wait = KEEPALIVE_S - (loop.time() - written)
+            now = await kernel.changes.after(seen, wait, unless=stopping)
+            changed, seen = now != seen, now
     except (ConnectionResetError, SessionwatchError):
         pass  # the client went away, or the database did: the stream ends
     return response

@@ -33,16 +33,16 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from monitor.clock import ago
 from monitor.config import Config, is_pg_url, without_password
+from monitor.delivery.hooks import HooksClient, LastWake
 from monitor.errors import SessionwatchError
 from monitor.kernel import Kernel
-from monitor.kernel.feed import KEEPALIVE_S, POLL_S
+from monitor.kernel.changes import KEEPALIVE_S, POLL_S
 from monitor.kernel.signal_log import Activity
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.links import LinkView
 from monitor.upstream.monitor import root_paths
-from monitor.upstream.settle import TickHealth
+from monitor.upstream.tick_health import TickHealth
 from monitor.web.common import token_matches
-from monitor.web.wake import HooksWaker, LastWake
 
 COOKIE = "sessionwatch_ui"  # and the instance's own suffix: see StatusPage.cookie
 TICKET_TTL_S = 60.0
@@ -73,7 +73,7 @@ class PageSources:
     monitor: UpstreamMonitor
     tick: TickHealth
     config: Callable[[], Config]
-    waker: Callable[[], HooksWaker | None]
+    waker: Callable[[], HooksClient | None]
     db: str
     version: str
     node_check: Callable[[str, str, str], Awaitable[str | None]] | None = None
@@ -294,25 +294,24 @@ class StatusPage:
         comment every 15 s otherwise."""
         if not self._admitted(request):
             return self._refuse()
-        store, pulse = self.sources.kernel.store, self.sources.tick.pulse
+        changes, pulse = self.sources.kernel.changes, self.sources.tick.pulse
         response = web.StreamResponse(
             headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
         )
         await response.prepare(request)
         loop = asyncio.get_running_loop()
         try:
-            seen_version, seen_pulse, seen_news = store.version(), pulse.count, pulse.news
+            seen_changes, seen_pulse, seen_news = changes.mark(), pulse.count, pulse.news
             shown = await self._fingerprint()
             sent = quiet_since = loop.time()
             changed = tick_due = False
             await response.write(b"retry: 2000\n\n")
             while not self.stopping.is_set():
-                if store.shared:  # PostgreSQL says when another sidecar wrote
-                    await _either(store.changed(POLL_S), pulse.after(seen_pulse, POLL_S))
-                else:  # SQLite says no one: look every POLL_S
-                    await pulse.after(seen_pulse, POLL_S)
-                if store.version() != seen_version:
-                    seen_version = store.version()
+                heard = await _first(
+                    changes.after(seen_changes, POLL_S), pulse.after(seen_pulse, POLL_S)
+                )
+                if heard is not None and heard != seen_changes:
+                    seen_changes = heard
                     now = await self._fingerprint()
                     changed, shown = changed or now != shown, now
                 if pulse.news != seen_news:  # a wake's outcome, a failed tick: at once
@@ -444,15 +443,17 @@ class StatusPage:
                 await self._titles_task
 
 
-async def _either(*waits: Awaitable[Any]) -> None:
-    """Until the first of ``waits`` returns; the others are cancelled."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
+async def _first(changed: Awaitable[int], ticked: Awaitable[Any]) -> int | None:
+    """Until the first of the two returns (the other is cancelled): the change hub's count
+    when it was the first, else None."""
+    first, second = asyncio.ensure_future(changed), asyncio.ensure_future(ticked)
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((first, second), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
+        for task in (first, second):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(first, second, return_exceptions=True)
+    return first.result() if first.done() and not first.cancelled() else None
 
 
 def _clock(ms: int | None) -> str:

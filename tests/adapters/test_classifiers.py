@@ -15,7 +15,7 @@ from adapters.base import Settings
 from adapters.jsonl_format import format_of
 from adapters.registry import entry
 from monitor.errors import Declined
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SAMPLES = REPO / "sample_transcripts"
 CASES = sorted(p.name.removesuffix(".expected.json") for p in SAMPLES.glob("*.expected.json"))

@@ -19,7 +19,7 @@ from adapters.base import Probe
 from adapters.claude_node import ClaudeNodeAdapter
 from monitor.errors import Declined
 from monitor.web.node import build_node_app
-from tests.conftest import served_address
+from tests.helpers import served_address
 
 THREAD = "0b9c-41f2"
 

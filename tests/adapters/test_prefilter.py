@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.base import OwnPool
-from adapters.jsonl import scan
 from adapters.jsonl_format import JsonlFormat, format_of
+from adapters.jsonl_scan import scan
 from adapters.tailer import split_lines
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SAMPLES = REPO / "sample_transcripts"
 TOKENS = [

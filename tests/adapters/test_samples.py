@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SAMPLES = REPO / "sample_transcripts"
 CASES = sorted(p.name.removesuffix(".expected.json") for p in SAMPLES.glob("*.expected.json"))

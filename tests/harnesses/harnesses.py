@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.interop import MODULES, NODE
 from tests.interop.gateway_rig import MockModelProcess
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.harnesses.harnesses import (
     KINDS,
     MAIN,
@@ -25,6 +24,7 @@ from tests.harnesses.harnesses import (
     replay_summary,
     why_not_runnable,
 )
+from tests.helpers import REPO
 from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess
 
@@ -77,7 +77,7 @@ def test_a_prompt_typed_into_opencode_is_recorded_early_not_at_the_tick(
     seconds of the real OpenCode writing it."""
     import time
 
-    from tests.conftest import served_address
+    from tests.helpers import served_address
     from tests.interop.gateway_rig import wait_for
 
     skip_unless_runnable(why_not_runnable("opencode"))

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.interop import CLAUDE, NODE, OPENCLAW
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ import asyncio
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.web import wire
-from tests.conftest import KernelFactory, notice
+from tests.helpers import KernelFactory, notice
 
 MAIN = "agent:main:main"
 TARGETS = ["agent:main:subagent:t1", "agent:main:subagent:t2"]

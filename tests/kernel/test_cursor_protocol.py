@@ -23,7 +23,7 @@ from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import CURSOR_IDLE_MS, RETENTION_MS
 from monitor.web import wire
-from tests.conftest import T0, ManualClock, notice
+from tests.helpers import T0, ManualClock, notice
 
 SESSIONS = ["agent:main:main", "agent:main:subagent:a", "agent:ops:main"]
 KINDS = [EventKind.HUMAN_DIRECT_MESSAGE, EventKind.GOAL_CHANGED, EventKind.RUN_COMPLETED]

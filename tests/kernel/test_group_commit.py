@@ -21,7 +21,7 @@ from monitor.kernel.store.batch import PendingWrite
 from monitor.kernel.store.postgres import PgStore
 from monitor.kernel.store.sqlite import Store, run_group
 from monitor.kernel.store.sqlite_conn import configure
-from tests.conftest import PgServer, pg_database
+from tests.helpers import PgServer, pg_database
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn

@@ -9,7 +9,7 @@ import pytest
 from monitor.kernel import Kernel, KernelSettings, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.web import wire
-from tests.conftest import KernelFactory, ManualClock, human, notice, texts
+from tests.helpers import KernelFactory, ManualClock, WakeLog, human, notice, texts
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
@@ -233,48 +233,36 @@ async def test_sweep_self_heals_a_lost_freeze(kernel: Kernel) -> None:
     assert await texts(kernel, MAIN) == []
 
 
-class WakeLog:
-    def __init__(self) -> None:
-        self.woken: list[str] = []
-        self.timers: list[tuple[float, object]] = []
-
-    def __call__(self, watcher: str) -> None:
-        self.woken.append(watcher)
-
-
 async def test_main_watchers_woken_and_coalesced_nested_only_queued(
     open_kernel: KernelFactory, clock: ManualClock
 ) -> None:
     """Main sessions wake at once and at most once per 20 s; sub-agent watchers never."""
     wakes = WakeLog()
     kernel: Kernel = await open_kernel(wake=wakes)
-    assert kernel.delivery.waker is not None
-    scheduled: list[tuple[float, object]] = []
-    kernel.delivery.waker._schedule = lambda delay, fn: scheduled.append((delay, fn))
+    assert wakes.timers is not None
     nested = "agent:main:subagent:manager"
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     await kernel.spawn(parent=nested, child="agent:main:subagent:leaf", run_id="r2")
     await human(kernel, CHILD)
     await human(kernel, "agent:main:subagent:leaf")
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert wakes.woken == [MAIN]
     await kernel.notices(watcher=MAIN, drain=True)
     clock.advance(5_000)
     await human(kernel, CHILD)  # inside the window: one trailing wake is scheduled
     await kernel.notices(watcher=MAIN, drain=True)
     await human(kernel, CHILD)
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert wakes.woken == [MAIN]
-    assert [delay for delay, _ in scheduled] == [15.0]
-    clock.advance(15_000)
-    scheduled[0][1]()  # type: ignore[operator]
-    await kernel.delivery.settled()
+    assert wakes.timers.delays_ms == [15_000]
+    await wakes.timers.advance(15_000)
+    await wakes.settled()
     assert wakes.woken == [MAIN, MAIN]
     clock.advance(21_000)
     await kernel.notices(watcher=MAIN, drain=True)
     await kernel.notices(watcher=MAIN, drain=True)
     await human(kernel, CHILD)
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert wakes.woken == [MAIN, MAIN, MAIN]
 
 
@@ -286,13 +274,13 @@ async def test_ambient_group_watch_is_queue_only_and_promoted_by_explicit(
     assert await kernel.watch(watcher=MAIN, target=GROUP, ambient=True)
     result = await human(kernel, GROUP)
     assert [notice(GROUP, 0)] == [n.text for n in result.notices]
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert wakes.woken == []
     await kernel.notices(watcher=MAIN, drain=True)
     assert await kernel.watch(watcher=MAIN, target=GROUP)  # explicit: promoted
     assert await kernel.watch(watcher=MAIN, target=GROUP, ambient=True)  # never downgraded
     await human(kernel, GROUP)
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert wakes.woken == [MAIN]
 
 
@@ -337,6 +325,11 @@ async def test_session_created_notice_is_batched_and_switchable(
     assert quiet.created_notices.drain(MAIN) is None
 
 
+async def ours(kernel: Kernel, watcher: str) -> list[str]:
+    """The targets of ``watcher``'s notices that a sidecar opened (what it wakes for)."""
+    return [n.target for n in await kernel.pending() if n.watcher == watcher]
+
+
 async def test_created_summary_is_capped_at_8_kib(kernel: Kernel) -> None:
     for i in range(400):
         kernel.created_notices.add(MAIN, f"agent:main:subagent:{i:040d}")
@@ -358,7 +351,7 @@ async def test_a_group_turn_makes_main_an_ambient_watcher_once(
     third = await human(kernel, GROUP)
     assert [notice(GROUP, first.event.sequence)] == [n.text for n in second.notices]
     assert () == third.notices  # coalesced into the pending one
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert [] == wakes.woken
     assert [notice(GROUP, 1)] == await texts(kernel, MAIN)
 
@@ -385,7 +378,7 @@ async def test_a_change_on_a_pair_the_gateway_froze_reaches_the_gateway_once(
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     await human(kernel, CHILD)
     await kernel.notices(watcher=MAIN, drain=True)
-    await kernel.delivery.settled()
+    await wakes.settled()
     wakes.woken.clear()
     clock.advance(21_000)  # past the wake window
 
@@ -403,12 +396,12 @@ async def test_a_change_on_a_pair_the_gateway_froze_reaches_the_gateway_once(
 
     await kernel.store.write(the_gateway_opens_one)
     await kernel.sweep()
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert [] == wakes.woken  # the gateway's own: left to it
-    assert [] == [c.target for c in await kernel.delivery.undelivered(MAIN)]
+    assert [] == await ours(kernel, MAIN)
     taken = await human(kernel, CHILD)
     assert [notice(CHILD, 2)] == [n.text for n in taken.notices]
     await human(kernel, CHILD)  # the same pending notice: not again
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert [MAIN] == wakes.woken
-    assert [CHILD] == [c.target for c in await kernel.delivery.undelivered(MAIN)]
+    assert [CHILD] == await ours(kernel, MAIN)

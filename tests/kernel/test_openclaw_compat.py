@@ -16,11 +16,10 @@ import pytest
 
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel, KernelSettings
-from monitor.kernel.store_paths import StorePathRule
+from monitor.kernel.watcher_stores import StorePathRule
 from monitor.upstream import UpstreamMonitor
 from monitor.web import wire
-from tests.conftest import ManualClock, human, notice
-from tests.kernel.test_notices import WakeLog
+from tests.helpers import ManualClock, WakeLog, human, notice
 from tests.opencode_db import OpenCodeDB
 
 MAIN = "agent:main:main"
@@ -462,7 +461,7 @@ async def test_explicit_coordinator_watchers_are_woken_ambient_and_subagent_ones
     assert await kernel.watch(watcher=MAIN, target=peer, ambient=True)
     await human(kernel, KEY)
     await human(kernel, peer)
-    await kernel.delivery.settled()
+    await wakes.settled()
     assert [coordinator] == wakes.woken
 
 

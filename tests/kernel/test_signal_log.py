@@ -15,7 +15,7 @@ from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import MAX_ROWS
 from monitor.web import wire
-from tests.conftest import KernelFactory, ManualClock, human
+from tests.helpers import KernelFactory, ManualClock, human
 
 CHILD = "agent:main:subagent:child"
 

@@ -14,7 +14,7 @@ import pytest
 from monitor.clock import now_ms
 from monitor.errors import BadInput, StoreError
 from monitor.kernel.store import open_store
-from tests.conftest import PgServer, pg_database
+from tests.helpers import PgServer, pg_database
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn, StateStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
-from tests.conftest import KernelFactory
+from tests.helpers import KernelFactory
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:c1"

@@ -58,6 +58,6 @@ FORMAT = JsonlFormat[LinesState](
 
 
 def build(settings: Settings) -> Adapter:
-    from adapters.jsonl_check import JsonlAdapter
+    from adapters.jsonl_adapter import JsonlAdapter
 
     return JsonlAdapter(FORMAT, settings)

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import Client
+from tests.helpers import Client
 from tests.test_cli import sw
 
 WATCHER = "agent:main:main"

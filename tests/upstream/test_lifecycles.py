@@ -14,7 +14,7 @@ from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
 from monitor.web import wire
-from tests.conftest import REPO, notice
+from tests.helpers import REPO, notice
 
 KEY = "agent:main:adopted:codex"
 MAIN = "agent:main:main"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from monitor.service import running
-from tests.conftest import make_config, user_line
+from tests.helpers import make_config, user_line
 
 MAIN = "agent:main:main"
 

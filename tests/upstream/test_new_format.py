@@ -24,7 +24,7 @@ from monitor.metrics import Metrics
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.tick import TickSettings
 from monitor.web import wire
-from tests.conftest import REPO, run_ok, served_address
+from tests.helpers import REPO, run_ok, served_address
 from tests.interop.gateway_rig import wait_for
 
 KEY = "agent:main:adopted:fake"
@@ -73,7 +73,7 @@ async def test_the_fake_format_is_adopted_ticked_and_reported(
     kinds = [e["kind"] for e in status["stateChanges"]["events"]]
     assert ["adopted", "human_direct_message"] == kinds
     assert 1 == len(await fake_monitor.kernel.notices(watcher=MAIN))
-    (entry,) = (await fake_monitor.find_catalog("fake")).entries
+    (entry,) = (await fake_monitor.catalog("fake")).entries
     assert (KEY, "before adoption") == (entry.session_key, entry.title)
 
 

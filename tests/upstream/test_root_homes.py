@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from adapters.registry import roots_with_origin
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 HOMES = {
     "CODEX_HOME": "codex-home",

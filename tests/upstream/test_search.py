@@ -101,7 +101,7 @@ def test_a_short_word_of_a_title_is_no_match_for_a_longer_query_word(query: str)
 
 
 def test_the_table_shows_a_paired_nodes_kind_whole(capsys: pytest.CaptureFixture[str]) -> None:
-    from monitor.cli_table import print_catalog
+    from monitor.cli.table import print_catalog
 
     entry = CatalogEntry(
         catalog_id="claude-node:0123456789abcdef",
@@ -123,7 +123,7 @@ def test_the_table_escapes_control_characters_and_markup(
 ) -> None:
     """A hostile title reaches the terminal as text: ESC[2J would clear the screen, and
     rich markup in it is not read as markup."""
-    from monitor.cli_table import print_catalog
+    from monitor.cli.table import print_catalog
 
     entry = CatalogEntry(
         catalog_id="claude:0123456789abcdef",

@@ -17,7 +17,7 @@ from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor
 from monitor.web import wire
-from tests.conftest import REPO, allow_event_inserts, notice, refuse_event_inserts, user_line
+from tests.helpers import REPO, allow_event_inserts, notice, refuse_event_inserts, user_line
 
 KEY = "agent:main:adopted:x"
 MAIN = "agent:main:main"

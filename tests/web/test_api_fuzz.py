@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor.service import running
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 KEYS = ["agent:main:main", "agent:main:subagent:c1", "global", "agent:x", "", "%00", "a" * 300]
 PATHS = [

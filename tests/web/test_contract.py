@@ -25,7 +25,7 @@ from schemathesis.checks import (
 )
 
 from monitor.web.openapi import document_bytes
-from tests.conftest import REPO, Client, served_address
+from tests.helpers import REPO, Client, served_address
 
 DOCS = REPO / "docs" / "openapi.json"
 EXAMPLES = 15  # per route and generation mode: bounded, so CI stays fast

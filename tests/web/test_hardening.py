@@ -23,7 +23,7 @@ from monitor.kernel import Kernel
 from monitor.kernel.store.sqlite import Store
 from monitor.service import running
 from monitor.web import wire
-from tests.conftest import Client, make_config, until, user_line
+from tests.helpers import Client, make_config, until, user_line
 
 CHILD = "agent:main:subagent:c1"
 EVENT = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}

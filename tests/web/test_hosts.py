@@ -19,7 +19,7 @@ from monitor.errors import AlreadyRunning, ConfigError, StoreError
 from monitor.service import Sidecar, running
 from monitor.upstream.host_leases import SHARED
 from monitor.web import wire
-from tests.conftest import Client, PgServer, make_config, notice, pg_database, user_line
+from tests.helpers import Client, PgServer, make_config, notice, pg_database, user_line
 from tests.hooks_gateway import HooksGateway
 
 MAIN = "agent:main:main"

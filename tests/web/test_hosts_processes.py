@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import PgServer, notice, pg_database, served_address
+from tests.helpers import PgServer, notice, pg_database, served_address
 from tests.opencode_db import OpenCodeDB
 from tests.test_cli import sw
 from tests.web.test_stream import follow_hears_a_record

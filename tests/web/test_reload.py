@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import REPO, served_address, user_line
+from tests.helpers import REPO, served_address, user_line
 
 
 def wait_for_line(log: Path, text: str, timeout: float = 20) -> str:

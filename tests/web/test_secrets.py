@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.conftest import REPO, PgServer, pg_database, served_address
+from tests.helpers import REPO, PgServer, pg_database, served_address
 from tests.hooks_gateway import TOKEN as HOOK_TOKEN
 from tests.hooks_gateway import HooksGateway
 

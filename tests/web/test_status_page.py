@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import REPO, run_ok, served_address, user_line
+from tests.helpers import REPO, run_ok, served_address, user_line
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTEFACTS = REPO / "test-artefacts"

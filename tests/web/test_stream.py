@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from monitor.web import api
-from tests.conftest import REPO, Client, notice
+from tests.helpers import REPO, Client, notice
 from tests.test_cli import sw
 from tests.web.test_api import MAIN
 

@@ -41,7 +41,8 @@ from adapters.base import (
     non_negative_int,
     text_hash,
 )
-from adapters.jsonl import (
+from adapters.jsonl_format import JsonlFormat
+from adapters.jsonl_scan import (
     Cutoff,
     ScanResult,
     parse_line,
@@ -49,7 +50,6 @@ from adapters.jsonl import (
     reread_from,
     scan,
 )
-from adapters.jsonl_format import JsonlFormat
 from adapters.tailer import (
     NotRegularFile,
     TailRead,

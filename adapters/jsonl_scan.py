@@ -1,8 +1,8 @@
-"""The JSONL adapters (Claude, Codex, Pi): one tailer, three classifiers.
+"""Scanning JSONL lines (Claude, Codex, Pi): one scanner, three classifiers.
 
 A :class:`JsonlFormat` names a format's classifier, its cheap pre-filter, its per-file state
 and the newest version we tested it on; :func:`scan` classifies complete lines (what both the
-monitor and ``sessionwatch replay`` run), and :mod:`adapters.jsonl_check` tails linked files.
+monitor and ``sessionwatch replay`` run), and :mod:`adapters.jsonl_adapter` tails linked files.
 
 Lines are parsed by orjson; only a line orjson refuses goes to :func:`parse_line`'s tolerant
 fallback (a lone surrogate escape, invalid UTF-8 read with replacement characters, or, for

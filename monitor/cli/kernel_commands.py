@@ -1,0 +1,321 @@
+"""The commands run on the kernel: each answers one JSON object, printed on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import orjson
+
+from monitor.cli.declare import Kinds, arg, command, non_negative, parse_json_arg, positive
+from monitor.errors import BadInput, one_line
+from monitor.kernel.events import parse_actor, parse_kind
+from monitor.web import wire
+
+if TYPE_CHECKING:
+    from monitor.kernel import Kernel
+    from monitor.upstream import UpstreamMonitor
+
+
+def printed(answer: dict[str, Any]) -> int:
+    """The answer as one JSON line on stdout: the end of most commands (exit 0)."""
+    sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+    return 0
+
+
+def _adopted(answer: dict[str, Any]) -> int:
+    """The adoption, its notes on stderr, and exit 1 when it was adopted without a link."""
+    printed(answer)
+    for warning in answer.get("warnings", []):
+        print(f"sessionwatch: note: {one_line(warning, 2000)}", file=sys.stderr)
+    declined = answer.get("declined")
+    if declined:  # adopted without a link: say why, and do not exit as if all went well
+        print(f"sessionwatch: adopted without a link: {declined}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@command(
+    "record",
+    "record one state event",
+    arg("--session", required=True, help="the session key the event is about"),
+    arg("--kind", required=True, help="the event kind: human_direct_message, goal_changed, ..."),
+    arg("--actor", required=True, help="who acted: human, agent or system"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--actor-id", help="the acting session's key (an agent's own events wake no one)"),
+    arg("--run-id", help="the run the event belongs to"),
+    arg("--session-id", help="the gateway's session id"),
+    arg("--summary", help="one of the kind's summary templates (never free text)"),
+    arg("--dedupe-key", help="a second event with this key is the first one again"),
+    arg("--payload", help='JSON: {"channel": ...}, {"turns": N}, {"outcome": ...}'),
+    arg("--occurred-at", type=non_negative, help="when, in ms since the epoch (default now)"),
+)
+async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    from monitor.kernel.signal_log import NewEvent
+
+    result = await kernel.record(
+        NewEvent(
+            session_key=a.session,
+            kind=parse_kind(a.kind),
+            actor_type=parse_actor(a.actor),
+            agent_id=a.agent,
+            actor_id=a.actor_id,
+            run_id=a.run_id,
+            session_id=a.session_id,
+            summary=a.summary,
+            dedupe_key=a.dedupe_key,
+            payload=parse_json_arg("--payload", a.payload),
+            occurred_at=a.occurred_at,
+        )
+    )
+    return wire.event_record(result.event, duplicate=result.duplicate)
+
+
+@command(
+    "spawn",
+    "record child_spawned, seeding the parent's cursor",
+    arg("--parent", required=True, help="the session that spawned (it watches the child)"),
+    arg("--child", required=True, help="the spawned session's key"),
+    arg("--run-id", required=True, help="the child's run id (one spawn per run)"),
+)
+async def _spawn(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    result = await kernel.spawn(parent=a.parent, child=a.child, run_id=a.run_id)
+    return wire.event_record(result.event, duplicate=result.duplicate)
+
+
+@command(
+    "watch",
+    "register a watcher on a target",
+    arg("--watcher", required=True, help="the session told when the target changes"),
+    arg("--target", required=True, help="the session watched"),
+    arg("--store-path", help="the watcher's session store (default: the gateway's own)"),
+    arg("--ambient", action="store_true", help="a group's ambient watch: queued, never woken"),
+)
+async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    watched = await kernel.watch(
+        watcher=a.watcher, target=a.target, store_path=a.store_path, ambient=a.ambient
+    )
+    if watched:
+        return {"watched": True}
+    return {
+        "watched": False,
+        "reason": kernel.why_not_watched(a.watcher, a.target, ambient=a.ambient),
+    }
+
+
+@command(
+    "notices",
+    "a watcher's pending notices",
+    arg("--watcher", required=True, help="whose notices"),
+    arg("--store-path", help="the watcher's session store (default: the gateway's own)"),
+    arg("--drain", action="store_true", help="acknowledge what is returned (else a peek)"),
+    arg("--follow", action="store_true", help="print each notice as it opens"),
+    reads=lambda a: not a.drain,
+)
+async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    if a.follow:
+        if a.drain:
+            raise BadInput("notices: --follow peeks; drain with a separate --drain call")
+        await _follow(kernel, a)
+    notices = await kernel.notices(watcher=a.watcher, store_path=a.store_path, drain=a.drain)
+    return {"notices": [n.as_json() for n in notices]}
+
+
+async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
+    """Each notice as it opens, as a JSON line, until interrupted or until the reader of a
+    pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see
+    monitor.kernel.feed)."""
+    import select
+
+    from monitor.kernel.changes import POLL_S
+    from monitor.kernel.feed import NoticeFeed
+
+    feed = NoticeFeed()
+    reader_gone = select.poll()
+    reader_gone.register(sys.stdout.fileno(), select.POLLERR)
+    seen, changed = kernel.changes.mark(), True
+    while True:
+        if reader_gone.poll(0):
+            raise SystemExit(0)
+        if changed:
+            pending = await kernel.notices(watcher=a.watcher, store_path=a.store_path)
+            for notice in feed.fresh([n.as_json() for n in pending]):
+                sys.stdout.buffer.write(orjson.dumps(notice) + b"\n")
+            sys.stdout.flush()
+        now = await kernel.changes.after(seen, POLL_S)  # and look at the pipe again
+        changed, seen = now != seen, now
+
+
+@command(
+    "status",
+    "session_status, with changesSince on ask",
+    arg("key", help="the session key"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--changes-since", type=non_negative, help="the events after this sequence"),
+    reads=True,
+)
+async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return wire.status(await kernel.status(a.key, agent_id=a.agent, changes_since=a.changes_since))
+
+
+@command(
+    "sessions",
+    "state versions of sessions",
+    arg("keys", nargs="*", help="session keys (default: every session with a head)"),
+    reads=True,
+)
+async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return {"sessions": wire.state_versions(await kernel.state_versions(a.keys))}
+
+
+@command(
+    "reset",
+    "a session was reset: drop its cursors",
+    arg("key", help="the session key"),
+)
+async def _reset(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    await kernel.reset(a.key)
+    return {"ok": True}
+
+
+@command(
+    "delete",
+    "a session was deleted: drop everything of it",
+    arg("key", help="the session key"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+)
+async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    from monitor.kernel.keys import normalize_key, parse_agent_key
+
+    if parse_agent_key(normalize_key(a.key)) is None and not a.agent:
+        raise BadInput(
+            f'"{a.key}" is a bare key, a session of every agent: name one with --agent'
+            " (the API refuses bare keys the same way)"
+        )
+    await kernel.delete(a.key, agent_id=a.agent)
+    return {"ok": True}
+
+
+@command(
+    "prune",
+    "run retention now",
+    arg("--now", type=non_negative, help="the clock, in ms since the epoch"),
+)
+async def _prune(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return wire.pruned(await kernel.prune(a.now))
+
+
+@command(
+    "session",
+    "create or update a known gateway session",
+    arg("key", help="the session key"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--session-id", help="the gateway's session id"),
+    arg("--store-path", help="the session's store (default: the gateway's own)"),
+    arg("--run", choices=["active", "idle"], help="whether a run is active (its ticks wait)"),
+)
+async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    run_active = None if a.run is None else a.run == "active"
+    row = await kernel.upsert_session(
+        a.key,
+        agent_id=a.agent,
+        session_id=a.session_id,
+        store_path=a.store_path,
+        run_active=run_active,
+    )
+    return wire.session_info(row)
+
+
+def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
+    from monitor.upstream import UpstreamMonitor
+
+    return UpstreamMonitor.from_config(kernel, a.config_obj)
+
+
+@command(
+    "adopt",
+    "adopt a native session (catalog id, or kind and path)",
+    arg("catalog_id", nargs="?", metavar="CATALOG_ID", help="from the catalog, or its short id"),
+    arg("--kind", help="with --path: claude, codex, pi, opencode or claude-node"),
+    arg("--path", help="with --kind: the transcript (or OpenCode database) to adopt"),
+    arg("--thread", help="the native session id (OpenCode, claude-node)"),
+    arg("--node", help="the paired node's name (claude-node)"),
+    arg("--session-key", required=True, help="the gateway session it becomes"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+    arg("--session-id", help="the gateway's session id (default: the native one)"),
+    done=lambda answer, a: _adopted(answer),
+    loop=True,
+    roots=True,
+)
+async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    adopted = await _monitor(kernel, a).adopt_source(
+        session_key=a.session_key,
+        agent_id=a.agent,
+        session_id=a.session_id,
+        catalog_id=a.catalog_id,
+        kind=a.kind,
+        path=a.path,
+        node=a.node,
+        thread=a.thread,
+    )
+    return wire.adopted(adopted)
+
+
+@command(
+    "own-message",
+    "remember an OpenClaw-side message (self-echo)",
+    arg("key", help="the session the gateway sent the message into"),
+    arg("text", help="the message (only its hash is kept)"),
+    arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
+)
+async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    from adapters.base import own_text_hash
+
+    await kernel.remember_own_message(a.key, own_text_hash(a.text), agent_id=a.agent)
+    return {"ok": True}
+
+
+@command(
+    "links",
+    "the upstream links and their state",
+    reads=True,
+)
+async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return {"links": wire.links(await _monitor(kernel, a).links())}
+
+
+@command(
+    "tick",
+    "run one monitor tick now",
+    loop=True,
+    roots=True,
+)
+async def _tick(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    return {"outcomes": [wire.link_result(r) for r in await _monitor(kernel, a).tick()]}
+
+
+@command(
+    "catalog",
+    "list the native sessions (local and on paired nodes)",
+    arg("--kind", choices=Kinds(), help="only this kind"),
+    arg("--cwd", help="only sessions in this directory or below it"),
+    arg("--since", help="only sessions updated since: 30m, 6h, 2d, 1w or a date"),
+    arg("--search", help="rank by a fuzzy match of title, prompt and directory"),
+    arg("--limit", type=positive, help="at most this many"),
+    arg("--json", action="store_true", help="JSON instead of a table"),
+    done=lambda answer, a: printed(answer) if a.json else 0,  # else the table is printed
+    loop=True,
+    roots=True,
+    reads="scratch",  # the native sessions are listed before any database exists
+)
+async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+    found = await _monitor(kernel, a).catalog(
+        a.kind, cwd=a.cwd, since=a.since, search=a.search, limit=a.limit
+    )
+    if a.json:
+        return found.as_json()
+    from monitor.cli.table import print_catalog
+
+    print_catalog(found, kernel.clock())
+    return {}

@@ -1,0 +1,310 @@
+"""The gateway's hooks API as a client: ``POST {hooks_url}/wake``, one notice per call.
+
+The wake is the delivery. A gateway keeps its pending notices in memory, so a notice that a
+sidecar process opened reaches the running agent only as the text of a wake, byte for byte::
+
+    {"text": <notice>, "mode": "now", "agentId": <watcher's agent>, "sessionKey": <watcher>}
+
+with ``Authorization: Bearer <hooks token>``. A ``200`` (``queued`` or ``coalesced``) is
+accepted; what each answer means for the notice is :class:`monitor.delivery.ledger.Delivery`'s.
+
+- 5xx, a timeout, a refused connection: three tries, then ``failed``.
+- 401: said once, naming the token file; no call at all for ``retry_s``, so the gateway's
+  lockout (20 failures a minute) is never reached.
+- 429: no call until its ``Retry-After`` has passed.
+- 400: said once with the gateway's own error. Where it refuses caller-chosen session keys,
+  a main session is woken through its agent's main session (no ``sessionKey``); any other
+  watcher is not the client's to wake (``None``).
+
+The HTTP transport and the timers are given from outside (:class:`Transport`, as httpx's
+``MockTransport`` is; :class:`monitor.delivery.timers.Timers`), so a test answers as the
+gateway would, on a manual clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from monitor.config import GatewayConfig
+from monitor.errors import ConfigError, connection_reason
+from monitor.kernel.keys import main_key_for, parse_agent_key
+from monitor.paths import expand_user
+from monitor.private import read_secret
+from monitor.retry import Backoff
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from monitor.delivery.timers import Timers
+    from monitor.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 5.0
+ATTEMPTS = 3
+BACKOFF_S = 0.5
+KEYS_SETTING = (
+    'hooks.allowRequestSessionKey: true, with "agent:" (and "hook:") in'
+    " hooks.allowedSessionKeyPrefixes"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the gateway answered to one call."""
+
+    status: int
+    body: bytes = b""
+    retry_after: str | None = None
+
+
+class CallFailed(Exception):
+    """No answer: refused, reset, timed out. ``str()`` is the reason, in words."""
+
+
+class Transport(Protocol):
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        """One POST; raises :class:`CallFailed` when no answer came."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class AiohttpTransport:
+    """The real one: one aiohttp session, made at the first call."""
+
+    def __init__(self, timeout_s: float = TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        import aiohttp
+
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self._timeout_s)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+        try:
+            async with self._session.post(url, data=body, headers=dict(headers)) as resp:
+                return Reply(resp.status, await resp.read(), resp.headers.get("Retry-After"))
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise CallFailed(connection_reason(exc)) from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAnswer:
+    """One wake call's outcome: ``result`` is the metric label."""
+
+    result: str  # accepted | refused | unauthorized | throttled | failed
+    error: str = ""
+    retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LastWake:
+    """The outcome of the last wake call for one watcher (the status page shows it)."""
+
+    result: str  # as WakeAnswer.result
+    error: str
+    at_ms: int
+
+
+class HooksClient:
+    def __init__(
+        self,
+        hooks_url: str,
+        token_file: Path,
+        *,
+        timers: Timers,
+        transport: Transport | None = None,
+        main_key: str = "main",
+        retry_s: float = 30.0,
+        metrics: Metrics | None = None,
+        credentials: Callable[[], tuple[str, str]] | None = None,
+    ) -> None:
+        """``credentials``: the hooks URL and token as the gateway's own configuration says
+        at each call (:class:`monitor.openclaw.Hooks`), instead of ``hooks_url`` and the
+        token file."""
+        self.url = hooks_url.rstrip("/") + "/wake"
+        self.token_file = token_file
+        self.credentials = credentials
+        self.main_key = main_key
+        self.retry_s = retry_s
+        self.metrics = metrics
+        self.timers = timers
+        self.transport: Transport = transport or AiohttpTransport()
+        self.keys_refused = False  # the gateway refuses caller-chosen session keys
+        self.last: dict[str, LastWake] = {}  # per watcher
+        self.on_outcome: Callable[[], None] | None = None  # a watcher's outcome changed
+        self._quiet_until_ms = 0  # no call before this: after a 401 or a 429
+        self._said: set[str] = set()
+
+    def reconfigure(self, gateway: GatewayConfig) -> None:
+        """A reloaded ``[gateway]``: the next call goes to the new URL with the new token,
+        and every reason may be said again (a gateway setting may have changed too)."""
+        self.url = gateway.hooks_url.rstrip("/") + "/wake"
+        self.token_file = Path(expand_user(gateway.hooks_token_file))
+        self.retry_s = gateway.retry_interval_s
+        self.keys_refused = False
+        self._quiet_until_ms = 0
+        self._said.clear()
+
+    def quiet_s(self) -> float:
+        """How long no call may go (after a 401 or a 429); 0 when calls may go."""
+        return max(0, self._quiet_until_ms - self.timers.now_ms()) / 1000
+
+    async def wake(self, watcher: str, text: str) -> WakeAnswer | None:
+        """One notice in one wake call; None when the gateway refuses caller-chosen keys and
+        ``watcher`` is no main session (its notice stays pending, for its own drains)."""
+        key = parse_agent_key(watcher)
+        body: dict[str, Any] = {"text": text, "mode": "now"}
+        if key is not None:
+            body["agentId"] = key.agent_id
+        is_main = key is not None and watcher == main_key_for(key.agent_id, self.main_key)
+        if self.keys_refused and not is_main:
+            return None
+        if not self.keys_refused:
+            body["sessionKey"] = watcher
+        answer = await self._post(body)
+        if answer.result == "refused" and _refuses_keys(answer.error):
+            if not self.keys_refused:  # two passes in flight may both hear it
+                self._keys_refused_said(answer.error)
+            self._count(answer)
+            if not is_main:
+                return None
+            del body["sessionKey"]
+            answer = await self._post(body)
+        self._explain(answer)
+        before = self.last.get(watcher)
+        self.last[watcher] = LastWake(answer.result, answer.error, self.timers.now_ms())
+        news = before is None or (before.result, before.error) != (answer.result, answer.error)
+        if news and self.on_outcome is not None:
+            self.on_outcome()  # a status page shows a new outcome at once
+        return self._count(answer)
+
+    def _keys_refused_said(self, error: str) -> None:
+        self.keys_refused = True
+        log.warning(
+            "the gateway refuses caller-chosen session keys (%s): main sessions are woken"
+            " through their agent's main session, other watchers' notices stay pending;"
+            " set %s to wake each watcher's own session",
+            error,
+            KEYS_SETTING,
+        )
+
+    async def _post(self, body: dict[str, Any]) -> WakeAnswer:
+        try:
+            if self.credentials is not None:
+                base, token = self.credentials()
+                self.url = base.rstrip("/") + "/wake"
+            else:
+                token = read_secret(self.token_file, "the hooks token file")
+        except ConfigError as exc:
+            return WakeAnswer("unauthorized", str(exc))
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+        error = ""
+        backoff = Backoff(BACKOFF_S, BACKOFF_S * 2 ** (ATTEMPTS - 2))
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                answer = _answer(await self.transport.post(self.url, orjson.dumps(body), headers))
+                if answer.result != "failed":
+                    return answer
+                error = answer.error
+            except CallFailed as exc:
+                error = str(exc)
+            if attempt < ATTEMPTS:
+                await self.timers.sleep(backoff.next())
+        return WakeAnswer("failed", error)
+
+    def _explain(self, answer: WakeAnswer) -> None:
+        """Each reason once in the log (until the gateway accepts a wake again)."""
+        if answer.result == "accepted":
+            if self._said - {"keys"}:
+                log.info("the gateway accepts wakes again")
+            self._said &= {"keys"}
+            return
+        now = self.timers.now_ms()
+        if answer.result == "unauthorized":
+            self._quiet_until_ms = now + int(self.retry_s * 1000)
+            self.say_once(
+                "401",
+                "the gateway refused the hooks token (401): check %s against the gateway's"
+                " hooks.token; notices stay pending (%s)",
+                "OpenClaw's configuration" if self.credentials else self.token_file,
+                answer.error or "401",
+            )
+        elif answer.result == "throttled":
+            self._quiet_until_ms = now + int(answer.retry_after_s * 1000)
+            self.say_once(
+                "429",
+                "the gateway throttles wakes (429); waiting %.0f s as it asked",
+                answer.retry_after_s,
+            )
+        elif answer.result == "refused":
+            self.say_once(
+                f"400 {answer.error}",
+                "the gateway refused a wake (400): %s; the notice stays pending",
+                answer.error,
+            )
+        else:
+            self.say_once(
+                "down",
+                "the gateway at %s did not take a wake (%s); notices stay pending and are"
+                " sent again every %.0f s",
+                self.url,
+                answer.error,
+                self.retry_s,
+            )
+
+    def say_once(self, reason: str, message: str, *args: object) -> None:
+        """``message`` in the log, unless ``reason`` was said since wakes last went
+        through."""
+        if reason not in self._said:
+            self._said.add(reason)
+            log.warning(message, *args)
+
+    def _count(self, answer: WakeAnswer) -> WakeAnswer:
+        if self.metrics:
+            self.metrics.wakes.labels(answer.result).inc()
+        return answer
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+
+def _refuses_keys(error: str) -> bool:
+    """The gateway's 400 for a caller-chosen key it does not allow (not for ``mode``)."""
+    return error.startswith("sessionKey") and "mode" not in error
+
+
+def _answer(reply: Reply) -> WakeAnswer:
+    error = ""
+    with contextlib.suppress(orjson.JSONDecodeError):
+        parsed = orjson.loads(reply.body)
+        if isinstance(parsed, dict):
+            error = str(parsed.get("error") or "")
+    status = reply.status
+    error = error or reply.body.decode("utf-8", "replace").strip()[:200] or str(status)
+    if 200 <= status < 300:
+        return WakeAnswer("accepted")
+    if status == 401:
+        return WakeAnswer("unauthorized", error)
+    if status == 429:
+        try:
+            wait = float(reply.retry_after or "60")
+        except ValueError:
+            wait = 60.0
+        return WakeAnswer("throttled", error, retry_after_s=max(wait, 1.0))
+    if 400 <= status < 500:
+        return WakeAnswer("refused", f"{status} {error}" if status != 400 else error)
+    return WakeAnswer("failed", f"{status} {error}")

@@ -1,0 +1,43 @@
+"""The time delivery runs on, given from outside: the clock, the timers and the waits of the
+coalescer, the passes and the hooks client. The running service uses the event loop's;
+a test moves a manual one, so that no wake test sleeps for real."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+from monitor.clock import Clock, now_ms
+
+
+class Handle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Timers(Protocol):
+    def now_ms(self) -> int:
+        """Milliseconds since the epoch."""
+        ...
+
+    def call_later(self, delay_s: float, fn: Callable[[], None]) -> Handle:
+        """Run ``fn`` once ``delay_s`` has passed."""
+        ...
+
+    async def sleep(self, delay_s: float) -> None: ...
+
+
+class LoopTimers:
+    """The event loop's timers, on ``clock`` (the store's, which a simulation may move)."""
+
+    def __init__(self, clock: Clock = now_ms) -> None:
+        self._clock = clock
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    def call_later(self, delay_s: float, fn: Callable[[], None]) -> Handle:
+        return asyncio.get_running_loop().call_later(delay_s, fn)
+
+    async def sleep(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)

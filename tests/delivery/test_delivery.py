@@ -1,0 +1,352 @@
+"""Wake delivery: what a wake carries, what an accepted one acknowledges, what each refusal
+leaves behind, and when wakes go. The gateway is a stand-in that answers as OpenClaw's does
+(tests/interop runs the real one), reached in process through the hooks client's transport,
+on a manual clock: nothing here waits for real. One test runs it all over loopback HTTP in
+a running sidecar."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.config import Config, GatewayConfig, parse_config
+from monitor.delivery.hooks import HooksClient
+from monitor.delivery.ledger import Delivery
+from monitor.errors import ConfigError, NotPrivate, StoreError
+from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.store import open_store
+from monitor.kernel.store.protocol import StateStore
+from monitor.metrics import Metrics
+from monitor.service import Sidecar, running
+from tests.helpers import ManualClock, ManualTimers, make_config, notice, settle_loop, until
+from tests.hooks_gateway import TOKEN, HooksGateway, MockTransport
+
+MAIN = "agent:main:main"
+PEER = "agent:main:dashboard:peer"
+OTHER = "agent:main:dashboard:other"
+COORDINATOR = "agent:main:dashboard:coordinator"
+RETRY_S = 30.0
+
+
+class RefusingStore:
+    """The store, but its next ``refusals`` writes fail as a locked database would."""
+
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+        self.refusals = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def write(self, fn: Any, **kw: Any) -> Any:
+        if self.refusals:
+            self.refusals -= 1
+            raise StoreError("database is locked")
+        return await self._store.write(fn, **kw)
+
+
+@dataclass
+class Rig:
+    kernel: Kernel
+    delivery: Delivery
+    client: HooksClient
+    gateway: HooksGateway
+    transport: MockTransport
+    timers: ManualTimers
+    store: RefusingStore
+    metrics: Metrics
+    token_file: Path
+
+    async def settled(self) -> None:
+        await settle_loop()
+        await self.delivery.settled()
+
+    async def human(self, key: str) -> None:
+        turn = NewEvent(
+            session_key=key, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN
+        )
+        await self.kernel.record(turn)
+        await self.settled()
+
+    async def pending(self, watcher: str = MAIN) -> list[str]:
+        return [n.text for n in await self.kernel.notices(watcher=watcher)]
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels or None) or 0.0
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Rig]:
+    timers = ManualTimers(clock)
+    gateway = HooksGateway()
+    transport = gateway.transport()
+    token_file = tmp_path / "hooks-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    metrics = Metrics()
+    client = HooksClient(
+        "http://gateway.invalid/hooks",
+        token_file,
+        timers=timers,
+        transport=transport,
+        retry_s=RETRY_S,
+        metrics=metrics,
+    )
+    store = RefusingStore(await open_store(tmp_path / "state.db", clock=clock))
+    delivery = Delivery(store, client, timers=timers, metrics=metrics)  # type: ignore[arg-type]
+    kernel = await Kernel.on_store(store._store, on_notices=delivery.deliver, metrics=metrics)
+    yield Rig(kernel, delivery, client, gateway, transport, timers, store, metrics, token_file)
+    await delivery.close()
+    await kernel.close()
+
+
+async def test_a_wake_carries_each_notice_and_acknowledges_it(rig: Rig) -> None:
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+    await rig.human(PEER)
+    assert [notice(PEER, 0)] == rig.gateway.texts  # at once
+    await rig.human(OTHER)
+    assert [notice(PEER, 0)] == rig.gateway.texts  # inside the window: one trailing wake
+    assert [20_000] == rig.timers.delays_ms
+    await rig.timers.advance(20_000)
+    await rig.settled()
+    assert [notice(PEER, 0), notice(OTHER, 0)] == rig.gateway.texts
+    assert {("now", "main", MAIN)} == {
+        (w["mode"], w["agentId"], w["sessionKey"]) for w in rig.gateway.wakes
+    }
+    assert [] == await rig.pending()
+    assert 2 == rig.sample("sessionwatch_notices_delivered_by_wake_total")
+
+
+async def test_a_notice_asked_for_twice_is_sent_once(rig: Rig) -> None:
+    """The database is the memory of what was delivered: the sweep, another process's
+    change and this process's commit may all ask for one notice; it goes once."""
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.human(PEER)
+    rig.delivery.deliver(await rig.kernel.pending())  # as the change hub would
+    await rig.kernel.sweep()
+    await rig.timers.advance(60_000)
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+
+
+async def test_a_notice_the_gateway_opened_is_never_woken_by_the_sidecar(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """The gateway delivers its own notices from its own queue."""
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    gateway_records(tmp_path / "state.db", MAIN, OTHER)
+    rig.delivery.deliver(await rig.kernel.pending())  # another process's change, heard
+    await rig.settled()
+    assert [] == rig.gateway.texts
+    await rig.human(PEER)  # ours: woken
+    await rig.timers.advance(60_000)
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert [notice(OTHER, 0)] == await rig.pending()  # the gateway's, left to it
+
+
+def gateway_records(db: Path, watcher: str, target: str) -> None:
+    """What OpenClaw's own recording does to the shared file: an event, its head, and the
+    watcher's cursor frozen at it, with no mark of a sidecar."""
+    conn = sqlite3.connect(db)
+    with conn:
+        seq = conn.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary) VALUES (?, 'main', 'human_direct_message', 'human', 1,"
+            " 'human message via unknown') RETURNING sequence",
+            (target,),
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE session_watch_cursors SET notified_sequence = ?, material_sequence = ?"
+            " WHERE watcher_session_key = ? AND target_session_key = ?",
+            (seq, seq, watcher, target),
+        )
+    conn.close()
+
+
+async def test_a_refused_token_is_said_once_and_calls_wait_out_the_interval(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.token_file.write_text("wrong\n")
+    caplog.set_level(logging.WARNING)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.human(PEER)
+    assert 1 == rig.gateway.calls
+    for _ in range(10):  # ten minutes: one call per interval, never a storm
+        await rig.timers.advance(60_000)
+        await rig.settled()
+    assert rig.gateway.calls <= 21
+    said = [r.getMessage() for r in caplog.records if "401" in r.getMessage()]
+    assert 1 == len(said)
+    assert str(rig.token_file) in said[0]
+    assert [notice(PEER, 0)] == await rig.pending()
+    rig.token_file.write_text(TOKEN + "\n")  # the operator fixes the file
+    await rig.timers.advance(int(RETRY_S * 1000))
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert [] == await rig.pending()
+    assert 1 <= rig.sample("sessionwatch_wake_calls_total", result="unauthorized")
+
+
+async def test_a_throttled_wake_waits_for_retry_after(rig: Rig) -> None:
+    rig.gateway.status = 429
+    rig.gateway.retry_after = "90"  # longer than the retry interval: the gateway's wins
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.human(PEER)
+    assert 1 == rig.gateway.calls
+    rig.gateway.status = None
+    await rig.timers.advance(89_000)
+    await rig.settled()
+    assert 1 == rig.gateway.calls  # still waiting, as the gateway asked
+    await rig.timers.advance(1_000)
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert 1 == rig.sample("sessionwatch_wake_calls_total", result="throttled")
+
+
+async def test_a_gateway_that_is_down_gets_the_notice_once_it_is_back(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.transport.down = True
+    caplog.set_level(logging.WARNING)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.record(
+        NewEvent(session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN)
+    )
+    await settle_loop()
+    assert 1 == rig.gateway.calls
+    await rig.timers.advance(500)  # three tries, half a second and then a second apart
+    assert 2 == rig.gateway.calls
+    await rig.timers.advance(1_000)
+    await rig.settled()
+    assert 3 == rig.gateway.calls
+    assert [int(RETRY_S * 1000)] == rig.timers.delays_ms  # then the interval
+    await rig.timers.advance(int(RETRY_S * 1000) + 1_500)
+    await rig.settled()
+    assert 6 == rig.gateway.calls
+    assert 1 == sum("did not take a wake" in r.getMessage() for r in caplog.records)
+    assert "connection refused" in caplog.text
+    assert [notice(PEER, 0)] == await rig.pending()
+    rig.transport.down = False
+    await rig.timers.advance(int(RETRY_S * 1000))
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert [] == await rig.pending()
+    assert 2 == rig.sample("sessionwatch_wake_calls_total", result="failed")
+
+
+async def test_caller_chosen_keys_refused_main_through_its_agent_others_stay_pending(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.gateway.allow_keys = False
+    caplog.set_level(logging.WARNING)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=COORDINATOR, target=PEER)
+    await rig.human(PEER)
+    assert [{"text": notice(PEER, 0), "mode": "now", "agentId": "main"}] == rig.gateway.wakes
+    assert [] == await rig.pending()
+    assert [notice(PEER, 0)] == await rig.pending(COORDINATOR)
+    said = [r.getMessage() for r in caplog.records if "allowRequestSessionKey" in r.getMessage()]
+    assert 1 == len(said)
+
+
+async def test_an_acknowledgement_the_store_refused_is_retried_never_the_wake(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway has the notice once it accepted the wake: when the store then refuses the
+    acknowledgement, the acknowledgement is retried, and the wake is not sent again."""
+    caplog.set_level(logging.WARNING)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    rig.store.refusals = 1
+    await rig.human(PEER)
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert [notice(PEER, 0)] == await rig.pending()
+    assert "could not acknowledge" in caplog.text
+    await rig.timers.advance(int(RETRY_S * 1000))
+    await rig.settled()
+    assert [] == await rig.pending()
+    assert [notice(PEER, 0)] == rig.gateway.texts  # sent once
+
+
+async def test_work_during_a_wake_reopens_one_notice_that_is_woken_too(rig: Rig) -> None:
+    """A change after the notice froze and before the gateway's answer: the acknowledgement
+    reopens one fresh notice, woken once the window ends."""
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+
+    async def another_turn() -> None:
+        rig.transport.before = None
+        turn = NewEvent(
+            session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN
+        )
+        await rig.kernel.record(turn)  # not settled: this runs inside the wake's pass
+
+    rig.transport.before = another_turn
+    await rig.human(PEER)
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert [notice(PEER, 1)] == await rig.pending()  # frozen where the wake's notice was
+    await rig.timers.advance(20_000)
+    await rig.settled()
+    assert [notice(PEER, 0), notice(PEER, 1)] == rig.gateway.texts
+    assert [] == await rig.pending()
+
+
+async def test_a_running_sidecar_wakes_over_http(
+    tmp_path: Path, hooks_gateway: HooksGateway
+) -> None:
+    """The whole loop in ``serve``: another process records a turn, the change is heard,
+    the stand-in gets the notice over loopback HTTP, and the notice is acknowledged."""
+    db = tmp_path / "state.db"
+    config = make_config(tmp_path, gateway=hooks_gateway.config(tmp_path))
+    async with running(config, db) as sidecar:
+        assert sidecar is not None
+        await sidecar.kernel.watch(watcher=MAIN, target=PEER)
+        other = await Kernel.open(db)
+        try:
+            await other.record(
+                NewEvent(
+                    session_key=PEER,
+                    kind=EventKind.HUMAN_DIRECT_MESSAGE,
+                    actor_type=ActorType.HUMAN,
+                )
+            )
+        finally:
+            await other.close()
+        await until("the wake", lambda: bool(hooks_gateway.wakes))
+        assert [notice(PEER, 0)] == hooks_gateway.texts
+        await until("the acknowledgement", lambda: _empty(sidecar))
+
+
+async def _empty(sidecar: Sidecar) -> bool:
+    return not await sidecar.kernel.notices(watcher=MAIN)
+
+
+def test_wake_url_is_refused_naming_the_new_keys() -> None:
+    with pytest.raises(ConfigError, match=r"hooks_url.*hooks_token_file"):
+        parse_config({"gateway": {"wake_url": "http://127.0.0.1:1/wake"}})
+
+
+def test_hooks_url_needs_its_token_file() -> None:
+    with pytest.raises(ConfigError, match="go together"):
+        parse_config({"gateway": {"hooks_url": "http://127.0.0.1:1/hooks"}})
+    with pytest.raises(ConfigError, match="http:// or https://"):
+        parse_config({"gateway": {"hooks_url": "127.0.0.1:1", "hooks_token_file": "/x"}})
+
+
+async def test_a_hooks_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    token = tmp_path / "hooks-token"
+    token.write_text("secret\n")
+    token.chmod(0o644)
+    gateway = GatewayConfig(hooks_url="http://127.0.0.1:1/hooks", hooks_token_file=str(token))
+    config: Config = make_config(tmp_path, gateway=gateway)
+    with pytest.raises(NotPrivate, match="chmod 600"):
+        async with running(config, tmp_path / "state.db"):
+            pass

@@ -1,0 +1,57 @@
+"""The change hub: one watcher of the store per process, however many wait on it, and no
+change lost between a waiter's read and its wait. On both stores, with the change made by
+another process's kernel, as a CLI command or another sidecar makes it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from monitor.kernel import Kernel
+from tests.helpers import KernelFactory, human, until
+
+KEY = "agent:main:subagent:c1"
+
+
+async def test_every_waiter_hears_a_change_another_process_made_from_one_watcher(
+    open_kernel: KernelFactory,
+) -> None:
+    kernel: Kernel = await open_kernel()
+    other: Kernel = await open_kernel()
+    hub = kernel.changes
+    seen = hub.mark()
+    waiters = [asyncio.ensure_future(hub.after(seen, 30)) for _ in range(50)]
+    await asyncio.sleep(0)
+    await human(other, KEY)
+    heard = await asyncio.wait_for(asyncio.gather(*waiters), 30)
+    assert all(count > seen for count in heard)
+    assert [hub._task] == [t for t in asyncio.all_tasks() if t is hub._task]  # one watcher
+
+
+async def test_a_change_between_the_mark_and_the_wait_is_not_lost(
+    open_kernel: KernelFactory,
+) -> None:
+    kernel: Kernel = await open_kernel()
+    other: Kernel = await open_kernel()
+    seen = kernel.changes.mark()  # before reading what the change would alter
+    await human(other, KEY)  # the change lands before anyone waits
+    await until("the change heard", lambda: kernel.changes.mark() != seen)
+    assert await kernel.changes.after(seen, 30) > seen  # returns at once
+
+
+async def test_a_stop_ends_a_wait_at_once(open_kernel: KernelFactory) -> None:
+    kernel: Kernel = await open_kernel()
+    stopping = asyncio.Event()
+    seen = kernel.changes.mark()
+    wait = asyncio.ensure_future(kernel.changes.after(seen, 3600, unless=stopping))
+    await asyncio.sleep(0)
+    stopping.set()
+    assert seen == await asyncio.wait_for(wait, 30)
+
+
+async def test_the_watcher_ends_with_the_kernel(open_kernel: KernelFactory) -> None:
+    kernel: Kernel = await open_kernel()
+    kernel.changes.mark()
+    task = kernel.changes._task
+    assert task is not None
+    await kernel.close()
+    assert task.done()
