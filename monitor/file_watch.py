@@ -50,6 +50,7 @@ class FileWatch:
         self.tick = tick
         self._paths_changed = paths_changed
         self._seen = 0  # the change hub's count at the last look at the links
+        self._checks: set[asyncio.Task[bool]] = set()
 
     async def run(self) -> None:
         """Wake an early check of the links whose files changed; the tick stays the truth.
@@ -68,8 +69,10 @@ class FileWatch:
                 continue
             stop = asyncio.Event()
             refresher = asyncio.ensure_future(self._refresh(files, dirs, stop))
-            # Whatever changed before the watch was armed is caught by one check now.
-            await self.tick(set().union(*files.values()), rearm=False)
+            # Whatever changed before the watch was armed is caught by one check, which runs
+            # once it is armed (awatch arms on its first step, before it first waits): so
+            # nothing written at the start falls between the check and the watch.
+            self._check_soon(set().union(*files.values()))
             try:
                 async for changes in awatch(
                     *dirs, stop_event=stop, debounce=DEBOUNCE_MS, recursive=False
@@ -122,8 +125,23 @@ class FileWatch:
             if _dirs_of(fresh) != dirs:
                 stop.set()
                 return
+            fresh_keys = set().union(*fresh.values()) - set().union(*files.values())
             files.clear()
             files.update(fresh)
+            if fresh_keys:  # written to before the map named them: one check catches up
+                self._check_soon(fresh_keys)
+
+    def _check_soon(self, keys: set[str]) -> None:
+        """One early check of ``keys``, in the background (it is never cancelled: the
+        service waits for the tick in flight when it stops)."""
+        task = asyncio.ensure_future(self.tick(keys, rearm=False))
+        self._checks.add(task)
+        task.add_done_callback(self._checked)
+
+    def _checked(self, task: asyncio.Task[bool]) -> None:
+        self._checks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("an early check failed", exc_info=task.exception())
 
 
 def _dirs_of(files: dict[str, set[str]]) -> list[str]:

@@ -75,7 +75,6 @@ def test_a_prompt_typed_into_opencode_is_recorded_early_not_at_the_tick(
     """A change to OpenCode's database (its ``-wal``) wakes an early check, as an append to
     a transcript does: ``serve`` here ticks only hourly, and the prompt is recorded within
     seconds of the real OpenCode writing it."""
-    import time
 
     from tests.helpers import served_address
     from tests.interop.gateway_rig import wait_for
@@ -96,9 +95,9 @@ def test_a_prompt_typed_into_opencode_is_recorded_early_not_at_the_tick(
     argv = [sys.executable, "-m", "monitor", "--db", str(sw.db), "--config", str(sw.config)]
     proc = subprocess.Popen([*argv, "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
-        served_address(proc)
-        time.sleep(1.0)  # serve arms the watch on the database's directory
-        harness.prompt(PROMPTS[1])
+        served_address(proc)  # no wait for the watch: a write before it is armed is caught
+        harness.prompt(PROMPTS[1])  # by the check serve runs once it is
+
         wait_for("the early check", lambda: sw.human_turns(key) == 1, 20)
     finally:
         proc.terminate()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -190,7 +189,6 @@ def test_a_new_jsonl_format_is_a_module_a_registry_line_and_a_roots_entry(
     )
     try:
         served_address(serve)
-        time.sleep(1.0)  # serve arms its watch on the root
         with source.open("a") as f:
             f.write('{"role": "model", "id": "m1", "text": "done"}\n')
             f.write('{"role": "person", "id": "p2", "text": "and the docs"}\n')

@@ -239,7 +239,6 @@ async def test_end_to_end_a_typed_prompt_wakes_the_gateway(
             {"kind": "claude", "path": str(transcript), "sessionKey": KEY, "sessionId": "s1"},
         )
         await c.call("POST", "/v1/watches", {"watcher": MAIN, "target": KEY})
-        await asyncio.sleep(0.5)  # let the file watcher pick up the new link
         with transcript.open("ab") as f:
             f.write(b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}\n')
         await asyncio.wait_for(hooks_gateway.woken.wait(), 30)

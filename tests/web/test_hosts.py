@@ -19,7 +19,7 @@ from monitor.errors import AlreadyRunning, ConfigError, StoreError
 from monitor.service import Sidecar, running
 from monitor.upstream.host_leases import SHARED
 from monitor.web import wire
-from tests.helpers import Client, PgServer, make_config, notice, pg_database, user_line
+from tests.helpers import Client, PgServer, make_config, notice, pg_database, until, user_line
 from tests.hooks_gateway import HooksGateway
 
 MAIN = "agent:main:main"
@@ -61,6 +61,11 @@ async def test_a_shared_store_needs_an_explicit_unique_host_id(pg_url: str, tmp_
         await start(stack, host_config(tmp_path, "b"), pg_url, http)  # another id is fine
 
 
+async def _acknowledged(client: Client) -> bool:
+    _, peeked = await client.call("GET", f"/v1/watchers/{MAIN}/notices")
+    return not peeked["notices"]
+
+
 async def _next_notice(response: aiohttp.ClientResponse) -> Any:
     async def first() -> Any:
         event = None
@@ -99,7 +104,10 @@ async def test_a_notice_opened_on_one_sidecar_reaches_the_other(
         assert [expected] == peeked["notices"]
         gateway.status = None
         await asyncio.wait_for(gateway.woken.wait(), 20)
-        await asyncio.sleep(1.5)  # time for B to see the notice and decline to wake again
+        await until("the acknowledgement", lambda: _acknowledged(a))
+        for sidecar in (a.sidecar, b.sidecar):  # whatever either had in flight has ended
+            assert sidecar.delivery is not None
+            await sidecar.delivery.settled()
         assert [notice(CHILD, 1)] == gateway.texts
 
 

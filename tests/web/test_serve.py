@@ -53,7 +53,8 @@ def test_serve_detects_an_appended_prompt_long_before_the_interval(tmp_path: Pat
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(1.5)  # let the watcher start; the scheduled tick is an hour away
+        # No wait for serve to start: an append before its watch is armed is caught by the
+        # check it runs once armed; one after, by the watch (the tick is an hour away).
         with transcript.open("ab") as f:
             f.write(
                 orjson.dumps(
