@@ -167,6 +167,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(mark)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a worker process (pytest-xdist): hand what the PostgreSQL half did to the main one."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and _PG_SAID:
+        output["pg_said"] = _PG_SAID[-1]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    said = getattr(node, "workeroutput", {}).get("pg_said")
+    if said:
+        _PG_SAID.append(said)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Say, at the end of a run that had PostgreSQL tests, whether that half ran, and if
     not, why."""

@@ -16,14 +16,15 @@ itself, the same way.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
 from monitor.lazylog import LazyLogger
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # asyncio at run time only where someone waits: one-shot commands never
+    import asyncio
+
     from monitor.kernel.store.protocol import StateStore
 
 log = LazyLogger(__name__)
@@ -48,6 +49,8 @@ class ChangeHub:
         this call is heard (the first call starts the watching). Take it before reading
         what the change would alter, so that nothing falls between the read and the wait."""
         if self._task is None and self._inline is None:
+            import asyncio
+
             baseline = self._look(None)
             try:
                 loop = asyncio.get_running_loop()
@@ -68,6 +71,8 @@ class ChangeHub:
             await self._store.changed(timeout)  # on the calling thread: it never suspends
             self._heard(self._inline, self._look(self._inline))
             return self._count
+        import asyncio
+
         assert self._moved is not None
         waits = [asyncio.ensure_future(self._moved.wait())]
         if unless is not None:
@@ -101,6 +106,8 @@ class ChangeHub:
         if self._inline is not None:
             self._inline = now
             return
+        import asyncio
+
         moved, self._moved = self._moved, asyncio.Event()
         assert moved is not None
         moved.set()
@@ -112,6 +119,8 @@ class ChangeHub:
         self._closed = True
         task, self._task = self._task, None
         if task is not None:
+            import asyncio
+
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
