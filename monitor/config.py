@@ -38,11 +38,13 @@ def listen_is_valid(listen: str) -> bool:
 LISTEN_SHAPE = "must be HOST:PORT (port 0-65535, [ADDR] for IPv6) or unix:PATH"
 
 
-_USERINFO = re.compile(r"://([^:/@?#]*):[^@/?#]*@")
-_QUERY_SECRET = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
-_DSN_SECRET = re.compile(r"\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_DSN = re.compile(r"^\s*(?:[a-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S+)\s*)+$", re.IGNORECASE)
-_DSN_KEYS = re.compile(r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|service)\s*=")
+# Patterns, not compiled objects: ``re`` compiles each at its first use and caches it, so a
+# one-shot command that never needs one does not pay for it at start-up.
+_USERINFO = r"://([^:/@?#]*):[^@/?#]*@"
+_QUERY_SECRET = r"(?i)([?&](?:ssl)?password=)[^&#]*"
+_DSN_SECRET = r"(?i)\b((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)"
+_DSN = r"(?i)^\s*(?:[a-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S+)\s*)+$"
+_DSN_KEYS = r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|service)\s*="
 
 
 def without_password(target: str) -> str:
@@ -50,18 +52,18 @@ def without_password(target: str) -> str:
     the ``@`` of a URL, ``password=`` and ``sslpassword=`` in its query, and the same keys
     of a libpq ``key=value`` string (quoted values included)."""
     if "://" in target:
-        return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"://\1:***@", target))
-    return _DSN_SECRET.sub(r"\1***", target)
+        return re.sub(_QUERY_SECRET, r"\1***", re.sub(_USERINFO, r"://\1:***@", target))
+    return re.sub(_DSN_SECRET, r"\1***", target)
 
 
 def is_libpq_dsn(target: str) -> bool:
     """``host=... dbname=...``: libpq's ``key=value`` form, which names a PostgreSQL
     database, never a SQLite file."""
-    return bool(_DSN.match(target)) and bool(_DSN_KEYS.search(" " + target))
+    return bool(re.match(_DSN, target)) and bool(re.search(_DSN_KEYS, " " + target))
 
 
-_HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_HTTP_URL = re.compile(r"^https?://[^/\s]+(/\S*)?$")
+_HOST_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_HTTP_URL = r"^https?://[^/\s]+(/\S*)?$"
 
 
 class Rule(NamedTuple):
@@ -147,12 +149,12 @@ class RootsConfig:
 
 _LISTEN = Rule(check=listen_is_valid, says=LISTEN_SHAPE + ", got {value!r}")
 _HOOKS_URL = Rule(
-    check=_given(lambda url: bool(_HTTP_URL.match(url))),
+    check=_given(lambda url: bool(re.match(_HTTP_URL, url))),
     says="must be an http:// or https:// URL, the gateway's hooks base"
     " (for example http://127.0.0.1:18789/hooks)",
 )
 _HOST = Rule(
-    check=_given(lambda value: bool(_HOST_ID.match(value))),
+    check=_given(lambda value: bool(re.match(_HOST_ID, value))),
     says="must be letters, digits, '.', '_' or '-' (at most 64)",
 )
 

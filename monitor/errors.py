@@ -98,19 +98,19 @@ def did_you_mean(given: str, known: Iterable[str]) -> str:
     return f"; did you mean {found[0]}?" if found else ""
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_BREAKS = re.compile(r"\s*[\r\n]+\s*")
+_CONTROL = r"[\x00-\x1f\x7f-\x9f]"  # compiled at first use (re caches it), not at start-up
+_BREAKS = r"\s*[\r\n]+\s*"
 
 
 def escaped(text: str) -> str:
     """``text`` safe to print to a terminal: control characters as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return re.sub(_CONTROL, lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def one_line(text: str, limit: int = 300) -> str:
     """``text`` as one printable line of at most ``limit`` characters: line breaks become
     spaces, other control characters ``\\xNN``, and what is over the limit an ellipsis."""
-    flat = escaped(_BREAKS.sub(" ", text.strip()))
+    flat = escaped(re.sub(_BREAKS, " ", text.strip()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -44,7 +44,7 @@ DELTA_PAYLOAD_FIELDS = ("outcome", "channel", "turns")
 CATALOG_ID = "catalogId"
 HOST_ID = "hostId"
 RUN_FAILED_OUTCOMES = {"error": "failed", "timeout": "timed out", "cancelled": "cancelled"}
-_TOKEN = re.compile(r"^[a-z0-9][a-z0-9._:/@+-]{0,63}$")
+_TOKEN = r"^[a-z0-9][a-z0-9._:/@+-]{0,63}$"  # compiled at first use (re caches it)
 _MAX_TURNS = 1_000_000
 MAX_INT64 = 2**63 - 1  # SQLite's integers
 
@@ -65,7 +65,7 @@ def parse_actor(raw: str) -> ActorType:
 
 
 def _token(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not _TOKEN.match(value.strip().lower()):
+    if not isinstance(value, str) or not re.match(_TOKEN, value.strip().lower()):
         raise BadInput(
             f"payload.{name} must be a short identifier (letters, digits, ._:/@+-; at most 64)"
         )
