@@ -37,15 +37,13 @@ from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.claude import ClaudeState
 from adapters.jsonl_format import format_of
 from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from
+from adapters.registry import NODE_SERVES
 from adapters.tailer import open_regular
 from monitor.errors import BadInput, Declined, NotFound, Unreachable, connection_reason
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 10.0
-
-
-SERVED_KIND = "claude"  # the format a node serves: its items are classified as Claude's
 
 
 def _token(node: NodeAddress) -> str:
@@ -226,7 +224,7 @@ def _classified(
     probe: Probe, anchor: str | None, tail: int, items: list[dict[str, Any]]
 ) -> Outcome:
     marker = probe.marker
-    fmt = format_of(SERVED_KIND)
+    fmt = format_of(NODE_SERVES)
     state = ClaudeState.from_marker(marker)
     own = OwnPool(probe.own)
     result = classify_records(fmt, [(None, i) for i in items], state, own, Cutoff.of(marker))

@@ -19,6 +19,9 @@ from monitor.errors import BadInput, did_you_mean
 
 LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
 GATEWAY_HOST_PREFIX = "gateway:"
+# The format a paired node serves (``sessionwatch node``): its items are classified as this
+# format's, from the root of this kind on the node's machine.
+NODE_SERVES = "claude"
 NODE_HOST_PREFIX = "node:"
 
 Form = Literal["file", "database", "node"]

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from adapters.claude_node import SERVED_KIND
+from adapters.registry import NODE_SERVES
 from monitor.clock import now_ms
 from monitor.config import Config, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient
@@ -372,7 +372,7 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
 async def serve_node(config: Config, listen: str, token_file: Path) -> None:
     """``sessionwatch node``: serve the Claude root read-only until SIGINT/SIGTERM."""
     token = load_token(Path(expand_user(token_file)))
-    served = root_paths(config.roots)[SERVED_KIND]
+    served = root_paths(config.roots)[NODE_SERVES]
     app = build_node_app(served, token)
     async with AsyncExitStack() as stack:
         stopping = asyncio.Event()

@@ -25,9 +25,8 @@ import orjson
 from aiohttp import web
 
 from adapters.base import Adapter, Settings
-from adapters.claude_node import SERVED_KIND
 from adapters.jsonl_format import format_of
-from adapters.registry import entry
+from adapters.registry import NODE_SERVES, entry
 from monitor.errors import BadInput, ItemGone, NotFound
 from monitor.web.common import error, json_response, make_guard
 
@@ -37,7 +36,7 @@ _THREAD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ROOT = web.AppKey("root", Path)
 NODE_TOKEN = web.AppKey("node_token", str)
 SERVED = web.AppKey("served", Adapter)
-_PREFILTER = format_of(SERVED_KIND).prefilter
+_PREFILTER = format_of(NODE_SERVES).prefilter
 
 
 def find_thread(root: Path, thread_id: str) -> Path:
@@ -214,7 +213,7 @@ def build_node_app(root: Path, token: str) -> web.Application:
     app = web.Application(middlewares=[make_guard(NODE_TOKEN)])
     app[ROOT] = root
     app[NODE_TOKEN] = token
-    app[SERVED] = entry(SERVED_KIND).build(Settings(roots={SERVED_KIND: str(root)}))
+    app[SERVED] = entry(NODE_SERVES).build(Settings(roots={NODE_SERVES: str(root)}))
     app.router.add_get("/v1/threads", list_threads)
     app.router.add_get("/v1/threads/{thread}/items", thread_items)
     return app
