@@ -72,26 +72,29 @@ class Sidecar:
         metrics: Metrics,
         *,
         paths_changed: asyncio.Event,
+        tick_health: TickHealth,
+        waker: HooksClient | None = None,
+        delivery: Delivery | None = None,
+        db_display: str = "",
         stopping: asyncio.Event | None = None,
     ) -> None:
         """``paths_changed``: set by the kernel (a watch from anywhere) and the monitor (an
-        adoption): which files are watched may have changed."""
+        adoption): which files are watched may have changed. ``db_display``: the store, as
+        the status page names it (no password)."""
         self.kernel = kernel
         self.monitor = monitor
         self.config = config
         self.metrics = metrics
         self.stopping = stopping or asyncio.Event()
-        self.addresses: list[str] = []
-        self.waker: HooksClient | None = None
-        self.delivery: Delivery | None = None
-        self.db_display = ""  # the store, as the status page names it (no password)
+        self.addresses: list[str] = []  # where the API listens, once it does
+        self.waker = waker
+        self.delivery = delivery
+        self.db_display = db_display
+        self.tick_health = tick_health
         self._paths_changed = paths_changed
         self._skip_logged = False
         self.files = FileWatch(
             monitor, kernel.changes, paths_changed, self.stopping, tick=self.run_tick
-        )
-        self.tick_health = TickHealth(
-            interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
         )
 
     def links_may_have_changed(self) -> None:
@@ -215,7 +218,10 @@ async def running(
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
         timers = LoopTimers()
-        waker = _hooks_client(config, metrics, db, timers)
+        tick_health = TickHealth(
+            interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
+        )
+        waker = _hooks_client(config, metrics, db, timers, tick_health)
         if waker:
             stack.push_async_callback(waker.close)
         paths_changed = asyncio.Event()
@@ -247,12 +253,17 @@ async def running(
         )
         stack.push_async_callback(monitor.tick_done)  # after the tick loop and API stopped
         sidecar = Sidecar(
-            kernel, monitor, config, metrics, paths_changed=paths_changed, stopping=stopping
+            kernel,
+            monitor,
+            config,
+            metrics,
+            paths_changed=paths_changed,
+            tick_health=tick_health,
+            waker=waker,
+            delivery=delivery,
+            db_display=without_password(db) if is_pg_url(db) else str(db),
+            stopping=stopping,
         )
-        sidecar.waker, sidecar.delivery = waker, delivery
-        if waker is not None:
-            waker.on_outcome = lambda: sidecar.tick_health.pulse.beat(news=True)
-        sidecar.db_display = without_password(db) if is_pg_url(db) else str(db)
         if leases is not None:
             keeper = asyncio.ensure_future(leases.keep(sidecar.stopping))
             stack.callback(keeper.cancel)
@@ -284,19 +295,20 @@ async def running(
 
 
 def _hooks_client(
-    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers
+    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers, tick: TickHealth
 ) -> HooksClient | None:
     """The hooks client of ``[gateway]``, else of the gateway's own configuration next to it
     (said once at start, the token never), else none."""
     gateway = config.gateway
     if not gateway.wakes:
-        return _openclaw_client(config, metrics, db, timers)
+        return _openclaw_client(config, metrics, db, timers, tick)
     token_file = Path(expand_user(gateway.hooks_token_file))
     read_secret(token_file, "the hooks token file")  # a missing or shared file stops start-up
     return HooksClient(
         gateway.hooks_url,
         token_file,
         timers=timers,
+        on_outcome=tick.news,
         main_key=config.session.main_key,
         retry_s=gateway.retry_interval_s,
         metrics=metrics,
@@ -304,7 +316,7 @@ def _hooks_client(
 
 
 def _openclaw_client(
-    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers
+    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers, tick: TickHealth
 ) -> HooksClient | None:
     from monitor.openclaw import found_hooks
 
@@ -322,6 +334,7 @@ def _openclaw_client(
         url,
         Path(),
         timers=timers,
+        on_outcome=tick.news,
         main_key=config.session.main_key,
         retry_s=config.gateway.retry_interval_s,
         metrics=metrics,

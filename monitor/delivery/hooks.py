@@ -131,10 +131,12 @@ class HooksClient:
         retry_s: float = 30.0,
         metrics: Metrics | None = None,
         credentials: Callable[[], tuple[str, str]] | None = None,
+        on_outcome: Callable[[], None] | None = None,
     ) -> None:
         """``credentials``: the hooks URL and token as the gateway's own configuration says
         at each call (:class:`monitor.openclaw.Hooks`), instead of ``hooks_url`` and the
-        token file."""
+        token file. ``on_outcome``: called when a watcher's last outcome changed (a status
+        page shows it at once)."""
         self.url = hooks_url.rstrip("/") + "/wake"
         self.token_file = token_file
         self.credentials = credentials
@@ -145,7 +147,7 @@ class HooksClient:
         self.transport: Transport = transport or AiohttpTransport()
         self.keys_refused = False  # the gateway refuses caller-chosen session keys
         self.last: dict[str, LastWake] = {}  # per watcher
-        self.on_outcome: Callable[[], None] | None = None  # a watcher's outcome changed
+        self.on_outcome = on_outcome
         self._quiet_until_ms = 0  # no call before this: after a 401 or a 429
         self._said: set[str] = set()
 

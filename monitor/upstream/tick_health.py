@@ -58,3 +58,7 @@ class TickHealth:
     def refused(self, reason: str) -> None:
         self.failed = reason
         self.pulse.beat(news=True)
+
+    def news(self) -> None:
+        """Something the status page shows changed (a wake's outcome): a beat shown at once."""
+        self.pulse.beat(news=True)
