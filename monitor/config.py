@@ -58,7 +58,9 @@ def without_password(target: str) -> str:
 
 def is_libpq_dsn(target: str) -> bool:
     """``host=... dbname=...``: libpq's ``key=value`` form, which names a PostgreSQL
-    database, never a SQLite file."""
+    database, never a SQLite file. A path with no ``=`` is not one (and costs no regex)."""
+    if "=" not in target:
+        return False
     return bool(re.match(_DSN, target)) and bool(re.search(_DSN_KEYS, " " + target))
 
 

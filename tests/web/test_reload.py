@@ -15,10 +15,16 @@ from pathlib import Path
 from tests.helpers import REPO, served_address, user_line
 
 
-def wait_for_line(log: Path, text: str, timeout: float = 20) -> str:
+def lines_of(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def wait_for_line(log: Path, text: str, timeout: float = 20, *, after: int = 0) -> str:
+    """The last line with ``text`` among those after the first ``after`` lines: what a
+    reload said, not what an earlier one did."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        lines = [line for line in log.read_text().splitlines() if text in line]
+        lines = [line for line in log.read_text().splitlines()[after:] if text in line]
         if lines:
             return lines[-1]
         time.sleep(0.05)
@@ -60,20 +66,27 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
 
         assert [] == catalog()
         write(second, listen="127.0.0.1:1", level="warning")
+        said = lines_of(log)
         proc.send_signal(signal.SIGHUP)
-        assert "roots, log changed and applied" in wait_for_line(log, "configuration reloaded")
-        assert "api changed but apply only at a restart" in wait_for_line(log, "restart")
+        reloaded = wait_for_line(log, "configuration reloaded", after=said)
+        assert "roots, log changed and applied" in reloaded
+        assert "api changed but apply only at a restart" in wait_for_line(
+            log, "restart", after=said
+        )
         assert ["a session in the second root"] == catalog()  # the same listener, new roots
         opened = subprocess.run(
             [*argv, str(config), "open"], cwd=REPO, capture_output=True, text=True, check=False
         )  # the reload asked for port 1; open finds the port serve still listens on
         assert opened.stdout.startswith(base + "/ui/login?ticket="), opened.stderr
         write(second, level="info")  # back to info: said, at info
+        said = lines_of(log)
         proc.send_signal(signal.SIGHUP)
-        assert "log changed and applied" in wait_for_line(log, "log changed")
+        assert "log changed and applied" in wait_for_line(log, "log changed", after=said)
         config.write_text("[roots\n")
+        said = lines_of(log)
         proc.send_signal(signal.SIGHUP)
-        assert "not valid TOML" in wait_for_line(log, "configuration not reloaded")
+        not_reloaded = wait_for_line(log, "configuration not reloaded", after=said)
+        assert "not valid TOML" in not_reloaded
         assert ["a session in the second root"] == catalog()  # the one in force stays
     finally:
         proc.terminate()
