@@ -44,6 +44,9 @@ class FileWatch:
     ) -> None:
         """``paths_changed``: set when which files are watched may have changed; ``tick``:
         the service's tick of some keys (``rearm=False`` for the catch-up check)."""
+        # watchfiles says "N changes detected" at INFO for every append to a watched file:
+        # the log would grow with writes, not with changes of state
+        logging.getLogger("watchfiles").setLevel(logging.WARNING)
         self.monitor = monitor
         self.changes = changes
         self.stopping = stopping

@@ -160,6 +160,3 @@ def _setup_logging(fmt: str, level: str = "info") -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
-    # watchfiles says "N changes detected" at INFO for every append to a watched file: the
-    # log would grow with writes, not with changes of state
-    logging.getLogger("watchfiles").setLevel(logging.WARNING)
