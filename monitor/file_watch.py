@@ -91,21 +91,12 @@ class FileWatch:
         """Until a link changed here, or the database changed under another process (an
         adoption or a watch from the CLI, a gateway sharing the file), as the change hub
         hears it."""
-        here = asyncio.ensure_future(self._paths_changed.wait())
-        there = asyncio.ensure_future(self._changed_elsewhere())
-        try:
-            await asyncio.wait({here, there}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            here.cancel()
-            there.cancel()
-        self._paths_changed.clear()
-
-    async def _changed_elsewhere(self) -> None:
-        while True:
-            now = await self.changes.after(self._seen, KEEPALIVE_S)
+        while not self.stopping.is_set() and not self._paths_changed.is_set():
+            now = await self.changes.after(self._seen, KEEPALIVE_S, unless=self._paths_changed)
             if now != self._seen:
                 self._seen = now
-                return
+                break
+        self._paths_changed.clear()
 
     async def _watched_files_or_none(self) -> dict[str, set[str]] | None:
         try:

@@ -286,7 +286,9 @@ async def running(
             task = asyncio.ensure_future(sidecar.files.run())
             stack.callback(task.cancel)
         if delivery is not None:  # notices other processes opened wake their watchers too
-            notices = asyncio.ensure_future(delivery.follow(kernel.changes, sidecar.stopping))
+            notices = asyncio.ensure_future(
+                delivery.follow(kernel.changes, kernel.pending, sidecar.stopping)
+            )
             stack.callback(notices.cancel)
         sidecar.addresses = await _start_api(stack, sidecar, token, config.api.listen)
         if lock is not None:

@@ -26,16 +26,14 @@ from typing import Any
 
 from monitor.clock import DAY_MS
 from monitor.config import Config, RootsConfig
-from monitor.delivery.ledger import Delivery
 from monitor.kernel import Kernel
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import CURSOR_IDLE_MS, MAX_ROWS, RETENTION_MS
 from monitor.kernel.signal_log import make_draft
-from monitor.kernel.store import open_store
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases
 from monitor.web.status_page import SESSION_TTL_S, TICKET_TTL_S, Admissions
-from tests.helpers import T0, ManualClock, ManualTimers, user_line
+from tests.helpers import T0, ManualClock, WakeLog, kernel_waking, user_line
 
 MAIN = "agent:main:main"
 CHILDREN_PER_DAY = 40
@@ -57,25 +55,18 @@ class Report:
     shared_held: bool = False
 
 
-class MonthSender:
+class MonthSender(WakeLog):
     """The gateway's side of delivery: it records the time of each wake pass (the calls of
     one pass share the manual clock's instant) and leaves the notices to the drains."""
 
-    retry_s = 30.0
-
     def __init__(self, clock: ManualClock) -> None:
+        super().__init__()
         self.clock = clock
         self.times: list[int] = []
 
     async def wake(self, watcher: str, text: str) -> None:
         if not self.times or self.times[-1] != self.clock.now:
             self.times.append(self.clock.now)
-
-    def quiet_s(self) -> float:
-        return 0.0
-
-    def say_once(self, reason: str, message: str, *args: object) -> None:
-        pass
 
 
 def _size(db: Path) -> int:
@@ -116,10 +107,9 @@ async def simulate(work: Path, days: int = 35) -> Report:
     root.mkdir(parents=True, exist_ok=True)
     sender = MonthSender(clock)
     woken = sender.times
-    timers = ManualTimers(clock)
-    store = await open_store(db, clock=clock)
-    delivery = Delivery(store, sender, timers=timers)
-    kernel = await Kernel.on_store(store, on_notices=delivery.deliver)
+    kernel = await kernel_waking(db, clock, sender)
+    timers, delivery = sender.timers, sender.delivery
+    assert timers is not None
     config = Config(roots=RootsConfig(claude=str(root)))
     monitor = UpstreamMonitor.from_config(kernel, config)
     admissions = Admissions(clock=lambda: clock.now / 1000)

@@ -18,6 +18,7 @@ never sent again.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from monitor.delivery import claims
@@ -82,24 +83,28 @@ class Delivery:
             if WatchPolicy.wakes(notice):
                 self.coalescer.request(notice.watcher, notice.text)
 
-    async def follow(self, changes: ChangeHub, stopping: asyncio.Event) -> None:
+    async def follow(
+        self,
+        changes: ChangeHub,
+        pending: Callable[[], Awaitable[list[Notice]]],
+        stopping: asyncio.Event,
+    ) -> None:
         """Deliver the notices other processes open (a CLI command, another sidecar on a
-        shared store): at each change the hub hears, what a sidecar opened and is pending
-        is handed to :meth:`deliver`; what was delivered already is no longer pending."""
+        shared store): at each change the hub hears, what ``pending`` says a sidecar opened
+        and is pending (the kernel's) is handed to :meth:`deliver`; what was delivered
+        already is no longer pending."""
         seen = changes.mark()
         while not stopping.is_set():
-            now = await changes.after(seen, KEEPALIVE_S)
+            now = await changes.after(seen, KEEPALIVE_S, unless=stopping)
             if now == seen:
                 continue
             seen = now
             try:
-                pending = await self.store.peek(
-                    lambda conn: [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
-                )
+                opened = await pending()
             except SessionwatchError as exc:
                 log.debug("notices not checked: %s", exc)
                 continue
-            self.deliver(pending)
+            self.deliver(opened)
 
     # -- passes --------------------------------------------------------------------------
 
