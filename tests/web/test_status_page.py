@@ -206,6 +206,10 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
             assert "human human" not in timeline.inner_text()
             assert "and run them again" not in timeline.inner_text()  # never message content
             view.screenshot(path=str(ARTEFACTS / f"timeline-{view.viewport_size['width']}.png"))
+            if view is phone:  # a live refresh while it is open replaces the table's links
+                with healthy.open("ab") as f:
+                    f.write(user_line("and once more", "healthy-third"))
+                expect(row.locator(".hour")).to_have_text("2", timeout=15_000)
             view.keyboard.press("Escape")
             expect(timeline).to_be_hidden()
             expect(row.locator(".open-timeline")).to_be_focused()  # focus back where it was

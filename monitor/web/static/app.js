@@ -39,14 +39,16 @@
     }
   }
 
-  let opener = null; // the link that opened the timeline: focus goes back to it
-
+  // Focus goes back to the link that opened the timeline: found again by its key, since a
+  // live refresh while the timeline was open replaced the table and that link with it.
   function hide() {
+    const key = openKey;
     openKey = null;
     timeline.hidden = true;
-    if (opener !== null) {
+    const links = document.querySelectorAll(".open-timeline");
+    const opener = Array.from(links).find((link) => link.dataset.key === key);
+    if (opener !== undefined) {
       opener.focus();
-      opener = null;
     }
   }
 
@@ -69,7 +71,6 @@
           history.pushState({ timeline: key }, "", "#timeline");
         }
         openKey = key;
-        opener = link;
         timeline.hidden = false;
         timeline.scrollIntoView({ block: "start" }); // it opens below the links
         timeline.querySelector(".close-timeline").focus();
