@@ -210,6 +210,7 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
                 with healthy.open("ab") as f:
                     f.write(user_line("and once more", "healthy-third"))
                 expect(row.locator(".hour")).to_have_text("2", timeout=15_000)
+                expect(timeline.locator(".close-timeline")).to_be_focused()  # kept through it
             view.keyboard.press("Escape")
             expect(timeline).to_be_hidden()
             expect(row.locator(".open-timeline")).to_be_focused()  # focus back where it was

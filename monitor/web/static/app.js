@@ -13,6 +13,16 @@
     badge.textContent = state;
   }
 
+  // The element of class `cls` (and `key`, for a session's link) under `root`.
+  function find(root, cls, key) {
+    const all = Array.from(root.getElementsByClassName(cls));
+    return all.find((element) => element.dataset.key === key);
+  }
+
+  const FOCUSABLE = ["open-timeline", "close-timeline"];
+
+  // A fragment swapped in replaces the elements it had: what had focus in it (a session's
+  // link, the timeline's close button) gets it back in the new one.
   async function fetchInto(url, target) {
     const answer = await fetch(url, { credentials: "same-origin", cache: "no-store" });
     if (answer.status === 401) {
@@ -20,7 +30,15 @@
       return false;
     }
     if (answer.ok) {
-      target.innerHTML = await answer.text();
+      const html = await answer.text();
+      const had = document.activeElement;
+      const cls = FOCUSABLE.find((c) => target.contains(had) && had.classList.contains(c));
+      const key = cls === undefined ? undefined : had.dataset.key;
+      target.innerHTML = html;
+      const again = cls === undefined ? undefined : find(target, cls, key);
+      if (again !== undefined) {
+        again.focus();
+      }
     }
     return answer.ok;
   }
@@ -45,8 +63,7 @@
     const key = openKey;
     openKey = null;
     timeline.hidden = true;
-    const links = document.querySelectorAll(".open-timeline");
-    const opener = Array.from(links).find((link) => link.dataset.key === key);
+    const opener = find(live, "open-timeline", key);
     if (opener !== undefined) {
       opener.focus();
     }
