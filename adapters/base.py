@@ -263,10 +263,12 @@ class Source:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NodeAddress:
-    """A paired node: its base URL and the file holding its token (read on use)."""
+    """A paired node: its base URL, the file holding its token (read on use), and for an
+    ``https`` node the SHA-256 fingerprint of its certificate (hex), which is pinned."""
 
     url: str
     token_file: str
+    fingerprint: str | None = None
 
 
 DEFAULT_SCAN_CAP = 1_048_576

@@ -23,7 +23,7 @@ import functools
 import logging
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from adapters import zst
@@ -191,11 +191,11 @@ def check_file(
         if read.status in ("rotated", "truncated"):
             return _reread(fmt, probe, read, settings, held)
         if read.status == "idle" or (read.status == "waiting" and not resume):
-            return _idle(marker, read)
+            return idle(marker, read)
         if read.status in ("long", "waiting"):
             return _hold(real, offset, resume, read, marker, settings, held)
         lines = read.lines if not resume else _join(real, offset, resume, read, held)
-        lines, read = _up_to_a_long_line(real, lines, read, settings.max_line)
+        lines, read = up_to_a_long_line(real, lines, read, settings.max_line)
         if not lines:
             reason = f"a line longer than max_line_bytes ({settings.max_line}) starts at {read.end}"
             return Outcome(status="blocked", blocked_offset=read.end, reason=reason)
@@ -203,7 +203,7 @@ def check_file(
         own = OwnPool(probe.own)
         result = scan(fmt, lines, state, own, Cutoff.of(marker))
     except FileNotFoundError:
-        kept = _kept_elsewhere(fmt, real, settings.root)
+        kept = kept_elsewhere(fmt, real, settings.root)
         if kept:  # compressed or archived by the harness: idle, not gone
             return Outcome(status="quiet", marker=marker, reason=kept)
         return Outcome(status="missing", reason="no such file")
@@ -211,10 +211,10 @@ def check_file(
         return Outcome(status="inconclusive", reason=str(exc))
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
-    return _settled(fmt, probe, read, lines, result, state, own)
+    return settled(fmt, probe, read, lines, result, state, own)
 
 
-def _kept_elsewhere(fmt: JsonlFormat[Any], real: str, root: str) -> str | None:
+def kept_elsewhere(fmt: JsonlFormat[Any], real: str, root: str) -> str | None:
     """Why a file gone from its path is not gone: the harness compressed it beside itself
     (followed when it is written back) or moved it to its archive. None: really gone."""
     if fmt.compressed and os.path.isfile(zst.compressed_sibling(real)):
@@ -223,7 +223,7 @@ def _kept_elsewhere(fmt: JsonlFormat[Any], real: str, root: str) -> str | None:
     return fmt.moved(real, root)
 
 
-def _up_to_a_long_line(
+def up_to_a_long_line(
     path: str, lines: list[tuple[int, bytes]], read: TailRead, max_line: int
 ) -> tuple[list[tuple[int, bytes]], TailRead]:
     """The lines before the first longer than ``max_line`` (its newline came within this
@@ -239,7 +239,7 @@ def _up_to_a_long_line(
     return lines, read
 
 
-def _idle(marker: Marker, read: TailRead) -> Outcome:
+def idle(marker: Marker, read: TailRead) -> Outcome:
     moved = read.ino is not None and marker.get("ino") != read.ino  # the same bytes, anew
     if "reread" in marker or (read.head and not marker.get("head")) or moved:
         done = {k: v for k, v in marker.items() if k != "reread"}
@@ -250,11 +250,11 @@ def _idle(marker: Marker, read: TailRead) -> Outcome:
     return Outcome(status="quiet", marker=marker)
 
 
-def _settled(
+def settled(
     fmt: JsonlFormat[Any],
     probe: Probe,
     read: TailRead,
-    lines: list[tuple[int, bytes]],
+    lines: Sequence[tuple[int, bytes | None]],
     result: ScanResult,
     state: Any,
     own: OwnPool,
@@ -313,27 +313,27 @@ def _log_drift(key: str, kind: str, old: Drift, found: ScanResult) -> None:
         log.warning("%s: %s line at offset %d is not JSON; skipped", key, kind, offset)
 
 
-def _reread(
-    fmt: JsonlFormat[Any], probe: Probe, read: TailRead, settings: TailSettings, held: HeldLines
-) -> Outcome:
+def reread_marker(probe: Probe, reason: str, where: str) -> Marker:
+    """The marker that reads a rotated or truncated file (``where``, as the log names it)
+    again from its start, counting the change; said once, in the log."""
     marker = probe.marker
-    reason = read.status
     carried = reread_from(marker, probe.last_scanned_at, reason)
     changes = dict(marker.get("changes") or {})
     changes[reason] = non_negative_int(changes.get(reason)) + 1
     log.warning(
         "%s: %s was %s; re-reading it for what was written after %d",
         probe.session_key,
-        probe.ref.get("filePath"),
+        where,
         reason,
         carried["reread"]["after"],
     )
-    fresh: Marker = {
-        "offset": 0,
-        **carried,
-        "drift": marker.get("drift"),
-        "changes": changes,
-    }
+    return {"offset": 0, **carried, "drift": marker.get("drift"), "changes": changes}
+
+
+def _reread(
+    fmt: JsonlFormat[Any], probe: Probe, read: TailRead, settings: TailSettings, held: HeldLines
+) -> Outcome:
+    fresh = reread_marker(probe, read.status, str(probe.ref.get("filePath")))
     return check_file(fmt, dataclasses.replace(probe, marker=fresh), settings, held, None)
 
 

@@ -139,18 +139,40 @@ def _note(result: ScanResult, fmt: JsonlFormat[Any], verdict: Verdict) -> None:
         drift.unclassified += 1
 
 
+def selected(
+    fmt: JsonlFormat[Any], lines: list[tuple[int, bytes]]
+) -> list[tuple[int, bytes | None]]:
+    """What :func:`scan` would read of ``lines``: every line the pre-filter lets through,
+    and (as None) every line it does not that is not even shaped like a record. The rest
+    cannot matter. A paired node sends this much, and :func:`scan` takes it as it is."""
+    prefilter = fmt.prefilter
+    if prefilter is None:
+        return list(lines)
+    out: list[tuple[int, bytes | None]] = []
+    for offset, line in lines:
+        if prefilter(line):
+            out.append((offset, line))
+        elif not (line[:1] == b"{" and line[-1:] == b"}"):
+            out.append((offset, None))
+    return out
+
+
 def scan(
     fmt: JsonlFormat[Any],
-    lines: list[tuple[int, bytes]],
+    lines: list[tuple[int, bytes]] | list[tuple[int, bytes | None]],
     state: Any,
     own: OwnPool,
     cutoff: Cutoff | None = None,
 ) -> ScanResult:
-    """Classify complete lines in order; updates ``state`` and consumes from ``own``."""
+    """Classify complete lines in order; updates ``state`` and consumes from ``own``. A
+    line given as None was judged invalid where it was read (see :func:`selected`)."""
     result = ScanResult()
     prefilter = fmt.prefilter
     records: list[tuple[int | None, dict[str, Any]]] = []
     for offset, line in lines:
+        if line is None:
+            _invalid(result, offset)
+            continue
         if prefilter is not None and not prefilter(line):
             if not (line[:1] == b"{" and line[-1:] == b"}"):
                 _invalid(result, offset)

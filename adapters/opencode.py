@@ -18,7 +18,7 @@ import logging
 import os
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -37,7 +37,7 @@ from adapters.base import (
     text_hash,
 )
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
-from monitor.errors import BadInput, Declined, OutsideRoots
+from monitor.errors import BadInput, Declined, OutsideRoots, Unreachable
 
 log = logging.getLogger(__name__)
 
@@ -272,18 +272,97 @@ def export_user_messages(conn: sqlite3.Connection, session_id: str) -> list[User
     return [UserMessage(id=m, parts=parts[m]) for m in users]
 
 
-def baseline_session(db_path: str, session_id: str) -> Marker:
-    conn = open_readonly(db_path)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Export:
+    """What a check reads of one session: its user messages with their parts, its newest
+    message of any role, and the OpenCode version that wrote it."""
+
+    messages: list[UserMessage]
+    newest: str | None
+    version: str | None
+
+
+class QueryFailed(Exception):
+    """The database could not be read; ``drift``: OpenCode's schema is not the one known."""
+
+    def __init__(self, reason: str, *, drift: bool = False) -> None:
+        super().__init__(reason)
+        self.drift = drift
+
+
+def _failed(exc: OSError | sqlite3.Error) -> QueryFailed:
+    drift = isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(SCHEMA_DRIFT)
+    return QueryFailed(str(exc), drift=drift)
+
+
+def read_signals(db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
+    """Raises FileNotFoundError (no database) or :class:`QueryFailed`."""
     try:
-        signals = session_signals(conn, [session_id])
-        if session_id not in signals:
-            raise Declined(f"no OpenCode session {session_id} in {db_path}")
-        parent, seq = signals[session_id]
-        if parent:
-            raise Declined(CHILD_SESSION)
-        messages = export_user_messages(conn, session_id)
-    finally:
-        conn.close()
+        conn = open_readonly(db)
+        try:
+            return session_signals(conn, ids)
+        finally:
+            conn.close()
+    except FileNotFoundError:
+        raise
+    except (OSError, sqlite3.Error) as exc:
+        raise _failed(exc) from None
+
+
+def read_export(db: str, session_id: str) -> Export:
+    """Raises FileNotFoundError (no database) or :class:`QueryFailed`."""
+    try:
+        conn = open_readonly(db)
+        try:
+            return Export(
+                messages=export_user_messages(conn, session_id),
+                newest=newest_message(conn, session_id),
+                version=session_version(conn, session_id),
+            )
+        finally:
+            conn.close()
+    except FileNotFoundError:
+        raise
+    except (OSError, sqlite3.Error) as exc:
+        raise _failed(exc) from None
+
+
+class LocalSessions:
+    """Sessions in a database on this machine, read in a thread (short read-only queries)."""
+
+    def __init__(self, default_db: str) -> None:
+        self.default_db = default_db  # for refs without ``dbPath`` (OpenClaw writes ``{threadId}``)
+
+    def where(self, ref: Ref) -> str:
+        return str(ref.get("dbPath") or self.default_db)
+
+    async def signals(self, where: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
+        return await asyncio.to_thread(read_signals, where, ids)
+
+    async def export(self, where: str, session_id: str) -> Export:
+        return await asyncio.to_thread(read_export, where, session_id)
+
+
+class Sessions(Protocol):
+    """Where an OpenCode adapter reads sessions: a local database, or one on a paired node.
+    Both raise FileNotFoundError (no database), :class:`QueryFailed`, or
+    :class:`~monitor.errors.Unreachable` (a node that did not answer)."""
+
+    def where(self, ref: Ref) -> str: ...
+
+    async def signals(self, where: str, ids: list[str]) -> dict[str, tuple[Any, int]]: ...
+
+    async def export(self, where: str, session_id: str) -> Export: ...
+
+
+async def baseline_session(sessions: Sessions, where: str, session_id: str) -> Marker:
+    signals = await sessions.signals(where, [session_id])
+    if session_id not in signals:
+        raise Declined(f"no OpenCode session {session_id} in {where}")
+    parent, seq = signals[session_id]
+    if parent:
+        raise Declined(CHILD_SESSION)
+    messages = (await sessions.export(where, session_id)).messages
     return {"seq": seq, "lastHumanMessageId": messages[-1].id if messages else None}
 
 
@@ -298,21 +377,20 @@ class OpenCodeAdapter:
         concurrency: int = EXPORT_CONCURRENCY,
         lookback: int = REPLAY_LOOKBACK,
         default_db: str = "",
+        sessions: Sessions | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.lookback = lookback
-        self.default_db = default_db  # for refs without ``dbPath`` (OpenClaw writes ``{threadId}``)
+        self.default_db = default_db
+        self.sessions: Sessions = sessions if sessions is not None else LocalSessions(default_db)
         self.exports = 0  # how many sessions were exported (observability, tests)
 
     async def baseline(self, ref: Ref) -> Marker:
-        db, thread = self._db_of(ref), str(ref.get("threadId", ""))
+        where, thread = self.sessions.where(ref), str(ref.get("threadId", ""))
         try:
-            return await asyncio.to_thread(baseline_session, db, thread)
-        except (OSError, sqlite3.Error) as exc:
-            raise Declined(f"cannot read the OpenCode database {db}: {exc}") from None
-
-    def _db_of(self, ref: dict[str, Any]) -> str:
-        return str(ref.get("dbPath") or self.default_db)
+            return await baseline_session(self.sessions, where, thread)
+        except (OSError, QueryFailed, Unreachable) as exc:
+            raise Declined(f"cannot read the OpenCode database {where}: {exc}") from None
 
     def resolve(self, path: str, thread: str | None) -> Source:
         """The configured database (no other), and a session id in it."""
@@ -327,11 +405,11 @@ class OpenCodeAdapter:
         return await asyncio.to_thread(scan_sessions, self.default_db)
 
     def catalog_key(self, ref: Ref) -> str:
-        return f"{os.path.realpath(self._db_of(ref))}\n{ref.get('threadId', '')}"
+        return f"{os.path.realpath(self.sessions.where(ref))}\n{ref.get('threadId', '')}"
 
     def watched_paths(self, ref: Ref) -> list[str]:
         """OpenCode commits to its ``-wal`` (and the database itself at a checkpoint)."""
-        db = self._db_of(ref)
+        db = self.sessions.where(ref)
         return [db, f"{db}-wal"] if db else []
 
     def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
@@ -342,7 +420,7 @@ class OpenCodeAdapter:
     async def check(self, probes: list[Probe]) -> list[Outcome]:
         by_db: dict[str, list[int]] = {}
         for i, probe in enumerate(probes):
-            by_db.setdefault(self._db_of(probe.ref), []).append(i)
+            by_db.setdefault(self.sessions.where(probe.ref), []).append(i)
         outcomes: list[Outcome] = [Outcome(status="inconclusive")] * len(probes)
         gate = asyncio.Semaphore(self.concurrency)
         for db, indexes in by_db.items():
@@ -359,14 +437,14 @@ class OpenCodeAdapter:
     ) -> None:
         ids = [str(p.ref.get("threadId", "")) for p in probes]
         try:
-            signals = await asyncio.to_thread(self._signals, db, ids)
+            signals = await self.sessions.signals(db, ids)
         except FileNotFoundError:
             for i in indexes:
                 outcomes[i] = Outcome(status="missing", reason="no such database")
             return
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, QueryFailed, Unreachable) as exc:
             reason = f"query failed: {exc}"
-            if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(SCHEMA_DRIFT):
+            if isinstance(exc, QueryFailed) and exc.drift:
                 # OpenCode migrated its own schema past what this reader knows: format drift,
                 # never a missing session; the links wait, their markers kept
                 reason = f"format drift: OpenCode's schema changed ({exc}); tested {TESTED_VERSION}"
@@ -388,34 +466,25 @@ class OpenCodeAdapter:
                 outcomes[i] = Outcome(status="quiet", marker=marker, reason="sequence regressed")
             else:
                 async with gate:
-                    outcomes[i] = await asyncio.to_thread(self._export, db, thread, seq, probe)
+                    outcomes[i] = await self._export(db, thread, seq, probe)
 
         await asyncio.gather(*(one(i, p, t) for i, p, t in zip(indexes, probes, ids, strict=True)))
 
-    def _signals(self, db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
-        conn = open_readonly(db)
-        try:
-            return session_signals(conn, ids)
-        finally:
-            conn.close()
-
-    def _export(self, db: str, thread: str, seq: int, probe: Probe) -> Outcome:
+    async def _export(self, db: str, thread: str, seq: int, probe: Probe) -> Outcome:
         self.exports += 1
         try:
-            conn = open_readonly(db)
-            try:
-                messages = export_user_messages(conn, thread)
-                newest = newest_message(conn, thread)
-                version = session_version(conn, thread)
-            finally:
-                conn.close()
-        except (OSError, sqlite3.Error) as exc:
+            export = await self.sessions.export(db, thread)
+        except (OSError, QueryFailed, Unreachable) as exc:
             return Outcome(status="inconclusive", reason=f"export failed: {exc}")
-        found = part_drift(messages, version)
+        return self._classified(export, seq, probe)
+
+    def _classified(self, export: Export, seq: int, probe: Probe) -> Outcome:
+        messages = export.messages
+        found = part_drift(messages, export.version)
         after = probe.marker.get("lastHumanMessageId")
         own = OwnPool(probe.own)
         result = classify_user_messages(
-            messages, after if isinstance(after, str) else None, own, self.lookback, newest
+            messages, after if isinstance(after, str) else None, own, self.lookback, export.newest
         )
         # A half-written message keeps the sequence where it was, so the next tick looks again.
         marker = {

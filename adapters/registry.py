@@ -19,10 +19,10 @@ from monitor.errors import BadInput, did_you_mean
 
 LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
 GATEWAY_HOST_PREFIX = "gateway:"
-# The format a paired node serves (``sessionwatch node``): its items are classified as this
-# format's, from the root of this kind on the node's machine.
-NODE_SERVES = "claude"
 NODE_HOST_PREFIX = "node:"
+# The format a node serves by OpenClaw's item protocol (``/v1/threads``); the others it
+# serves as its tailer's reads (a file form) or its database's rows (a database form).
+ITEMS_SERVES = "claude"
 
 Form = Literal["file", "database", "node"]
 
@@ -34,7 +34,9 @@ class Entry:
 
     ``form``: what an adoption names: a ``file`` path, a ``database`` path and a session id
     (``thread``), or a paired ``node`` and a thread. A ``node`` source's host is
-    ``node:<nodeId>`` from its ref, any other's is this machine."""
+    ``node:<nodeId>`` from its ref, any other's is this machine; ``serves`` names the local
+    format whose sources the node reads for it (from that format's root on the node's
+    machine) and whose classifier the sidecar runs on what the node sends."""
 
     name: str
     module: str
@@ -46,6 +48,7 @@ class Entry:
     # the harness's own variables that move its sessions, first that is set wins: each
     # (variable, the root below its value), before ``root_default``
     root_env: tuple[tuple[str, str], ...] = ()
+    serves: str | None = None  # a node form: the local format it reads on the node
 
     @property
     def remote(self) -> bool:
@@ -56,7 +59,11 @@ class Entry:
         return self.form != "file"
 
     def build(self, settings: Settings) -> Adapter:
-        built: Adapter = importlib.import_module(self.module).build(settings)
+        module = importlib.import_module(self.module)
+        if self.serves is not None:  # one module may read several formats on a node
+            node_built: Adapter = module.build(settings, self.name, self.serves)
+            return node_built
+        built: Adapter = module.build(settings)
         return built
 
 
@@ -127,8 +134,44 @@ register(
         upstream_kind="claude-cli",
         catalog_id="claude",
         form="node",
+        serves="claude",
     )
 )
+register(
+    Entry(
+        name="codex-node",
+        module="adapters.jsonl_node",
+        upstream_kind="codex-rollout",
+        catalog_id="codex",
+        form="node",
+        serves="codex",
+    )
+)
+register(
+    Entry(
+        name="pi-node",
+        module="adapters.jsonl_node",
+        upstream_kind="pi-cli",
+        catalog_id="pi",
+        form="node",
+        serves="pi",
+    )
+)
+register(
+    Entry(
+        name="opencode-node",
+        module="adapters.opencode_node",
+        upstream_kind="opencode-cli",
+        catalog_id="opencode",
+        form="node",
+        serves="opencode",
+    )
+)
+
+
+def node_kinds() -> dict[str, str]:
+    """Each node form's name, and the local format a node serves for it."""
+    return {e.name: e.serves for e in _ENTRIES.values() if e.serves}
 
 
 def root_keys() -> dict[str, Entry]:

@@ -209,6 +209,64 @@ class HostConfig(NamedTuple):
 class NodeConfig(NamedTuple):
     url: str
     token_file: str
+    # the SHA-256 of the node's certificate (an https url needs one): pinned, no CA asked
+    fingerprint: str = ""
+
+
+PIN_PREFIX = "sha256:"
+
+
+def parse_pin(raw: str, where: str) -> str:
+    """A certificate pin: ``sha256:`` and 64 hex digits (colons between pairs allowed), as
+    lowercase hex."""
+    text = raw.strip().lower().removeprefix(PIN_PREFIX).replace(":", "")
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise ConfigError(
+            f"{where} must be the node's certificate fingerprint, sha256: and 64 hex digits"
+            " (the node logs it at start)"
+        )
+    return text
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost``, or an address of this machine's loopback (``127.0.0.0/8``, ``::1``)."""
+    import ipaddress  # only where a node or a listener is checked
+
+    name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _node(name: str, raw: Any) -> NodeConfig:
+    """A ``[nodes.NAME]`` section: plain http only to loopback (an SSH forward), https only
+    with the node's certificate pinned."""
+    from urllib.parse import urlsplit
+
+    node: NodeConfig = _section(NodeConfig, f"nodes.{name}", raw)
+    where = f"[nodes.{name}]"
+    parts = urlsplit(node.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where} url must be http://HOST:PORT or https://HOST:PORT")
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise ConfigError(
+            f"{where} url {node.url} is plain http to another machine: the token and the"
+            " sessions' metadata would cross the network in clear. Start the node with --tls"
+            " and use https:// with its fingerprint, or forward its port over SSH and use"
+            " http://127.0.0.1:PORT"
+        )
+    if parts.scheme == "https" and not node.fingerprint:
+        raise ConfigError(
+            f"{where} url is https but no fingerprint is pinned: set {where} fingerprint to"
+            " the sha256: the node logs at start"
+        )
+    if node.fingerprint:
+        pin = parse_pin(node.fingerprint, f"{where} fingerprint")
+        node = node._replace(fingerprint=PIN_PREFIX + pin)
+    return node
 
 
 _REPLACED = {
@@ -350,7 +408,7 @@ def parse_config(raw: dict[str, Any]) -> Config:
     nodes = raw.get("nodes", {})
     if not isinstance(nodes, dict):
         raise ConfigError("[nodes] must be a table of tables")
-    values["nodes"] = {n: _section(NodeConfig, f"nodes.{n}", t) for n, t in nodes.items()}
+    values["nodes"] = {n: _node(n, t) for n, t in nodes.items()}
     return Config(**values)
 
 

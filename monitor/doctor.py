@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from monitor.config import Config, is_pg_url, without_password
+from monitor.config import Config, NodeConfig, is_pg_url, without_password
 from monitor.errors import NotPrivate, SessionwatchError, connection_reason, one_line
 from monitor.paths import expand_user
 from monitor.private import (
@@ -59,9 +59,7 @@ async def run(config: Config, db: Path | str) -> list[Finding]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
         found = [await _database(config, db), _api_token(config), *_roots(config)]
         found += await _hooks(config, http, db)
-        found += await asyncio.gather(
-            *(_node(name, n.url, n.token_file, http) for name, n in config.nodes.items())
-        )
+        found += await asyncio.gather(*(_node(name, n, http) for name, n in config.nodes.items()))
     return found
 
 
@@ -319,26 +317,38 @@ def _error_of(raw: bytes) -> str:
     return str(parsed.get("error", "")) if isinstance(parsed, dict) else ""
 
 
-async def _node(name: str, url: str, token_file: str, http: aiohttp.ClientSession) -> Finding:
-    path = Path(expand_user(token_file))
+async def _node(name: str, node: NodeConfig, http: aiohttp.ClientSession) -> Finding:
+    """The node answers, with the token we hold, through the pinned certificate; and what
+    it serves."""
+    from adapters import node_client
+    from monitor.upstream.monitor import node_address
+
+    url = node.url
+    path = Path(expand_user(node.token_file))
     try:
-        token = read_secret(path, f"the token file of node {name}")
+        read_secret(path, f"the token file of node {name}")
     except SessionwatchError as exc:
         return problem(str(exc), "copy the node's token there, mode 600")
-    target = url.rstrip("/") + "/v1/threads"
     try:
-        async with http.get(target, headers={"Authorization": f"Bearer {token}"}) as resp:
-            status = resp.status
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        answer = await node_client.call(http, {name: node_address(node)}, name, "/v1/catalog")
+    except node_client.Answered as exc:
+        if exc.status == 401:
+            return problem(
+                f"node {name} refused the token in {path} (401)", "copy the node's token"
+            )
+        return problem(f"node {name} at {url}: {exc}", "check its url; upgrade an older node")
+    except node_client.NodeError as exc:
+        if "pin mismatch" in str(exc):
+            fix = "if the node made a new certificate, pin the one it logs at start"
+            return problem(str(exc), fix)
         return problem(
-            f"node {name} at {url} does not answer ({connection_reason(exc)})",
+            f"node {name} at {url} does not answer ({exc})",
             "start `sessionwatch node` there, or correct its url",
         )
-    if status == 401:
-        return problem(f"node {name} refused the token in {path} (401)", "copy the node's token")
-    if status != 200:
-        return problem(f"node {name} at {url} answered {status}", "check its url")
-    return ok(f"node {name} at {url} answers")
+    kinds = answer.get("kinds")
+    served = ", ".join(str(k) for k in kinds) if isinstance(kinds, list) and kinds else "nothing"
+    pinned = " (certificate pin holds)" if node.fingerprint else ""
+    return ok(f"node {name} at {url} answers{pinned}; it serves {served}")
 
 
 def print_findings(found: list[Finding]) -> int:
@@ -348,9 +358,9 @@ def print_findings(found: list[Finding]) -> int:
     return 1 if any(f.level == "PROBLEM" for f in found) else 0
 
 
-async def node_reachable(name: str, url: str, token_file: str) -> str | None:
+async def node_reachable(name: str, node: NodeConfig) -> str | None:
     """Why node ``name`` cannot be read from here, or None when it answers (the status
     page's check, the same as the doctor's)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
-        found = await _node(name, url, token_file, http)
+        found = await _node(name, node, http)
     return None if found.level == "ok" else found.what

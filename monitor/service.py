@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from adapters.registry import NODE_SERVES
+from adapters.registry import node_kinds
 from monitor.clock import now_ms
-from monitor.config import Config, is_pg_url, without_password
+from monitor.config import Config, is_loopback, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient
 from monitor.delivery.ledger import Delivery
 from monitor.delivery.timers import LoopTimers
@@ -384,17 +384,42 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
         log.info("stopping: no new requests; finishing the tick in flight")
 
 
-async def serve_node(config: Config, listen: str, token_file: Path) -> None:
-    """``sessionwatch node``: serve the Claude root read-only until SIGINT/SIGTERM."""
+def node_roots(config: Config) -> dict[str, str]:
+    """The roots a node serves: each format a node can serve, from the configuration."""
+    served = set(node_kinds().values())
+    return {kind: str(path) for kind, path in root_paths(config.roots).items() if kind in served}
+
+
+async def serve_node(
+    config: Config, listen: str, token_file: Path, tls_file: Path | None = None
+) -> None:
+    """``sessionwatch node``: serve this machine's sessions read-only until SIGINT/SIGTERM;
+    over TLS with its own certificate (``tls_file``), else plain HTTP on loopback only."""
     token = load_token(Path(expand_user(token_file)))
-    served = root_paths(config.roots)[NODE_SERVES]
-    app = build_node_app(served, token)
+    context = fingerprint = None
+    if tls_file is not None:
+        from monitor.node_tls import server_context
+
+        context, fingerprint = server_context(Path(expand_user(tls_file)))
+    elif not listen.startswith("unix:") and not is_loopback(
+        listen.rpartition(":")[0] or "127.0.0.1"
+    ):
+        raise ConfigError(
+            f"--listen {listen}: plain HTTP is served on loopback only (the token and the"
+            " sessions' metadata would cross the network in clear). Add --tls, or listen on"
+            " 127.0.0.1 and forward the port over SSH"
+        )
+    roots = node_roots(config)
+    app = build_node_app(roots, token)
     async with AsyncExitStack() as stack:
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stopping.set)
         allowed = config.api.allowed_hosts
-        addresses = ", ".join(await start_site(stack, app, listen, "--listen", allowed))
+        addresses = ", ".join(await start_site(stack, app, listen, "--listen", allowed, context))
+        served = ", ".join(f"{kind} {root}" for kind, root in sorted(roots.items()))
         log.info("sessionwatch node serving %s on %s", served, addresses)
+        if fingerprint is not None:
+            log.info('the node\'s certificate: fingerprint = "sha256:%s" (pin it)', fingerprint)
         await stopping.wait()

@@ -225,7 +225,7 @@ def served_address(proc: subprocess.Popen[str], said: list[str] | None = None) -
     for line in proc.stderr:
         if said is not None:
             said.append(line)
-        match = re.search(r"serving .* on (http://\S+)", line)
+        match = re.search(r"serving .* on (https?://\S+)", line)
         if match:
             return match.group(1)
     raise AssertionError("the process exited without naming its address")

@@ -30,9 +30,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 @command(
     "node",
-    "serve this machine's Claude transcripts to a paired sidecar",
-    arg("--listen", default="127.0.0.1:8766", help="HOST:PORT"),
+    "serve this machine's Claude Code, Codex, Pi and OpenCode sessions to a paired sidecar",
+    arg("--listen", default="127.0.0.1:8766", help="HOST:PORT (plain HTTP: loopback only)"),
     arg("--token-file", required=True, type=Path, help="the node's bearer token (made 0600)"),
+    arg(
+        "--tls",
+        type=Path,
+        metavar="PEM_FILE",
+        help="serve HTTPS with the key and certificate in PEM_FILE (made 0600 on first start;"
+        " its fingerprint is logged: pin it in the sidecar's [nodes.NAME] fingerprint)",
+    ),
     needs="config",
     roots=True,
 )
@@ -42,7 +49,7 @@ def _node(args: argparse.Namespace) -> int:
     from monitor.service import serve_node
 
     _setup_logging(args.log_format, args.config_obj.log.level)
-    asyncio.run(serve_node(args.config_obj, args.listen, args.token_file))
+    asyncio.run(serve_node(args.config_obj, args.listen, args.token_file, args.tls))
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from adapters.base import Adapter, NodeAddress, Settings
 from adapters.catalog import Catalog
 from adapters.registry import build_adapters, roots_of
-from monitor.config import Config, RootsConfig
+from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
@@ -33,12 +33,18 @@ def root_paths(roots: RootsConfig) -> dict[str, Path]:
     return {kind: Path(expand_user(path)) for kind, path in roots_of(roots.given).items()}
 
 
+def node_address(node: NodeConfig) -> NodeAddress:
+    """A ``[nodes.NAME]`` as the adapters take it (its pin as bare hex)."""
+    pin = node.fingerprint.removeprefix("sha256:") or None
+    return NodeAddress(url=node.url, token_file=node.token_file, fingerprint=pin)
+
+
 def adapter_settings(config: Config) -> Settings:
     """What the configuration tells the adapters."""
     m = config.monitor
     return Settings(
         roots={kind: str(path) for kind, path in root_paths(config.roots).items()},
-        nodes={n: NodeAddress(url=c.url, token_file=c.token_file) for n, c in config.nodes.items()},
+        nodes={n: node_address(c) for n, c in config.nodes.items()},
         scan_cap=m.scan_cap_bytes,
         max_line=m.max_line_bytes,
         export_concurrency=m.export_concurrency,

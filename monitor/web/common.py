@@ -9,6 +9,7 @@ import hmac
 import logging
 import os
 import socket
+import ssl
 import stat
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -251,6 +252,7 @@ async def start_site(
     listen: str,
     option: str,
     allowed_hosts: tuple[str, ...] = (),
+    tls: ssl.SSLContext | None = None,
 ) -> list[str]:
     """Serve ``app`` on ``listen`` (``HOST:PORT``, or ``unix:PATH`` made 0600), answering
     protocol errors as JSON; the runner is cleaned up first when ``stack`` unwinds (no new
@@ -283,7 +285,7 @@ async def start_site(
             host, _, port = listen.rpartition(":")
             if host.startswith("[") and host.endswith("]"):  # [::1]:8080
                 host = host[1:-1]
-            server = await loop.create_server(connection, host or "127.0.0.1", int(port))
+            server = await loop.create_server(connection, host or "127.0.0.1", int(port), ssl=tls)
         stack.callback(server.close)  # runs first on exit: stop accepting connections
         if path is not None:
             os.chmod(path, 0o600)
@@ -291,8 +293,10 @@ async def start_site(
     except OSError as exc:
         raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
     addresses = [s.getsockname() for s in server.sockets]
+    scheme = "https" if tls is not None else "http"
     return [
-        f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}" for a in addresses
+        f"{scheme}://[{a[0]}]:{a[1]}" if ":" in a[0] else f"{scheme}://{a[0]}:{a[1]}"
+        for a in addresses
     ]
 
 

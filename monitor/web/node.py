@@ -1,48 +1,66 @@
-"""``sessionwatch node``: this machine's Claude transcripts, read-only, for a paired sidecar.
+"""``sessionwatch node``: this machine's harness sessions, read-only, for a paired sidecar.
 
-``GET /v1/threads/{threadId}/items?before=UUID&limit=N`` answers the thread's items newest
-first, at most 50 a page, with ``before`` naming the cursor of the next (older) page.
-``GET /v1/threads/{threadId}/items?after=UUID&skip=K&limit=N`` answers, oldest first, the
-items that follow the item ``UUID`` (from the start without ``after``), leaving out the first
-``K`` of them, with ``more`` saying whether more follow: a paired sidecar reads forward from
-its marker, page by page, and never skips an item. A thread that is not there answers 404
-``no_such_thread``; an ``after`` item the thread no longer has (it was rewritten) answers 404
-``no_such_item``. Every request needs the bearer token; only threads under the configured
-Claude root are served.
-Records that cannot be a human turn (the byte pre-filter says so exactly) are sent as
-``{"uuid", "type"}`` only, so tool output never crosses the wire.
+It serves every kind whose root it has (Claude Code, Codex, Pi, OpenCode), never writes, and
+answers only from below the configured roots. Every request needs the bearer token. The
+sidecar classifies what it is sent with the same classifiers as local sources; the node
+sends only what those read (see each kind's module for what crosses the wire):
+
+- ``GET /v1/catalog?kind=K``: the adoptable sessions of every served kind (or of ``K``),
+  each with its kind, thread id, working directory, title, age and size.
+- Claude Code (:mod:`adapters.claude_node`, OpenClaw's item protocol):
+  ``GET /v1/threads/{threadId}/items?before=UUID&limit=N`` answers the thread's items newest
+  first, at most 50 a page, with ``before`` naming the cursor of the next (older) page;
+  ``GET /v1/threads/{threadId}/items?after=UUID&skip=K&limit=N`` answers, oldest first, the
+  items after the item ``UUID``, past the first ``K``, with ``more`` saying whether more
+  follow. A thread that is not there answers 404 ``no_such_thread``; an ``after`` item the
+  thread no longer has (it was rewritten) answers 404 ``no_such_item``. Records the byte
+  pre-filter says cannot be a human turn are sent as ``{"uuid", "type"}`` only.
+  ``GET /v1/threads`` is the Claude catalog of older sidecars.
+- Codex and Pi (:mod:`adapters.jsonl_node`): ``GET /v1/sources/{kind}/{threadId}/baseline``
+  and ``GET /v1/sources/{kind}/{threadId}/lines?offset=…`` (the local tailer's read).
+- OpenCode (:mod:`adapters.opencode_node`): ``POST /v1/sources/opencode/signals`` and
+  ``GET /v1/sources/opencode/{sessionId}/export``; the database is opened read-only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from adapters import jsonl_node, opencode_node
 from adapters.base import Adapter, Settings
-from adapters.jsonl_format import format_of
-from adapters.registry import NODE_SERVES, entry
+from adapters.jsonl_format import JsonlFormat, format_of
+from adapters.registry import ITEMS_SERVES, entry, node_kinds
 from monitor.errors import BadInput, ItemGone, NotFound
 from monitor.web.common import error, json_response, make_guard
 
 PAGE_LIMIT = 50
 BLOCK = 64 * 1024
 _THREAD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-ROOT = web.AppKey("root", Path)
+_DIGEST = re.compile(r"^[0-9a-f]{1,64}$")
+ROOT = web.AppKey("root", Path)  # the Claude root
+ROOTS = web.AppKey("roots", dict[str, str])  # each served format's root, by format name
 NODE_TOKEN = web.AppKey("node_token", str)
-SERVED = web.AppKey("served", Adapter)
-_PREFILTER = format_of(NODE_SERVES).prefilter
+SERVED = web.AppKey("served", dict[str, Adapter])  # each served format's local adapter
+_PREFILTER = format_of(ITEMS_SERVES).prefilter
+
+
+def _thread_id(thread_id: str) -> str:
+    if not _THREAD.match(thread_id):
+        raise BadInput(f"invalid thread id {thread_id!r}")
+    return thread_id
 
 
 def find_thread(root: Path, thread_id: str) -> Path:
     """The transcript of a thread under the Claude root (one project level down)."""
-    if not _THREAD.match(thread_id):
-        raise BadInput(f"invalid thread id {thread_id!r}")
+    _thread_id(thread_id)
     real_root = os.path.realpath(root)
     for candidate in sorted(root.glob(f"*/{thread_id}.jsonl")):
         real = os.path.realpath(candidate)
@@ -192,28 +210,147 @@ async def thread_items(request: web.Request) -> web.Response:
     return json_response({"threadId": thread, **page})
 
 
-async def list_threads(request: web.Request) -> web.Response:
-    """The Claude sessions under the node's root, as the gateway's catalog lists them."""
-    found = await request.app[SERVED].catalog()
-    threads = [
+def _listed(kind: str, found: Any) -> list[dict[str, Any]]:
+    return [
         {
+            "kind": kind,
             "threadId": e.native_id,
             "cwd": e.cwd,
             "title": e.title,
             "prompt": e.prompt,
             "updatedAt": e.updated_at,
             "size": e.size,
+            "sizeUnit": e.size_unit,
         }
         for e in found.entries
     ]
-    return json_response({"threads": threads})
 
 
-def build_node_app(root: Path, token: str) -> web.Application:
+async def list_threads(request: web.Request) -> web.Response:
+    """The Claude sessions under the node's root (the catalog of older sidecars)."""
+    served = request.app[SERVED]
+    if ITEMS_SERVES not in served:
+        return json_response({"threads": []})
+    return json_response({"threads": _listed(ITEMS_SERVES, await served[ITEMS_SERVES].catalog())})
+
+
+async def catalog(request: web.Request) -> web.Response:
+    """The adoptable sessions of every kind this node serves (``kind``: of one)."""
+    served = request.app[SERVED]
+    wanted = request.query.get("kind")
+    if wanted is not None and wanted not in served:
+        return json_response({"sessions": [], "errors": [], "kinds": sorted(served)})
+    sessions: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    for kind in [wanted] if wanted else sorted(served):
+        found = await served[kind].catalog()
+        sessions += _listed(kind, found)
+        errors += found.errors
+    return json_response({"sessions": sessions, "errors": errors, "kinds": sorted(served)})
+
+
+def _jsonl(request: web.Request, root: str) -> tuple[JsonlFormat[Any], str]:
+    """The format and session file a JSONL source route names."""
+    fmt = format_of(request.match_info["kind"])
+    thread = _thread_id(request.match_info["thread"])
+    return fmt, jsonl_node.find_file(fmt, root, thread, request.query.get("file"))
+
+
+def _root(request: web.Request, kind: str, form: str) -> str:
+    """The root of a served format of ``form``; else NotFound, naming what is served."""
+    root = request.app[ROOTS].get(kind)
+    if root is None or entry(kind).form != form:
+        served = ", ".join(sorted(request.app[ROOTS].keys())) or "none"
+        raise NotFound(f"this node serves no {kind!r} sessions this way (served: {served})")
+    return root
+
+
+def _count(query: Mapping[str, str], key: str, default: int | None = None) -> int | None:
+    raw = query.get(key)
+    if raw is None:
+        return default
+    if not raw.isdigit() or len(raw) > 18:
+        raise BadInput(f"{key} must be a non-negative integer")
+    return int(raw)
+
+
+def _digest(query: Mapping[str, str], key: str) -> str | None:
+    raw = query.get(key)
+    if raw is not None and not _DIGEST.match(raw):
+        raise BadInput(f"{key} must be a hex digest")
+    return raw
+
+
+async def source_baseline(request: web.Request) -> web.Response:
+    root = _root(request, request.match_info["kind"], "file")  # not served: not "missing"
+    try:
+        fmt, path = await asyncio.to_thread(_jsonl, request, root)
+    except NotFound as exc:
+        return error(404, "no_such_thread", str(exc))
+    answer = await asyncio.to_thread(jsonl_node.read_baseline, fmt, root, path)
+    return json_response(answer)
+
+
+async def source_lines(request: web.Request) -> web.Response:
+    query = request.query
+    marker = {
+        "offset": _count(query, "offset", 0),
+        "ino": _count(query, "ino"),
+        "head": _digest(query, "head"),
+        "tail": _digest(query, "tail"),
+    }
+    cap = _count(query, "cap", jsonl_node.MAX_CAP) or 1
+    max_line = _count(query, "maxLine", jsonl_node.MAX_CAP) or 1
+    root = _root(request, request.match_info["kind"], "file")  # not served: not "missing"
+    try:
+        fmt, path = await asyncio.to_thread(_jsonl, request, root)
+    except NotFound as exc:
+        return error(404, "no_such_thread", str(exc))
+    answer = await asyncio.to_thread(jsonl_node.read_lines, fmt, root, path, marker, cap, max_line)
+    return json_response(answer)
+
+
+async def database_signals(request: web.Request) -> web.Response:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise BadInput('the body must be JSON: {"ids": [...]}') from None
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise BadInput("ids must be a list of session ids")
+    if len(ids) > opencode_node.MAX_IDS:
+        raise BadInput(f"at most {opencode_node.MAX_IDS} ids a request")
+    db = _root(request, request.match_info["kind"], "database")
+    status, answer = await asyncio.to_thread(opencode_node.signals_answer, db, ids)
+    return json_response(answer, status)
+
+
+async def database_export(request: web.Request) -> web.Response:
+    thread = _thread_id(request.match_info["thread"])
+    db = _root(request, request.match_info["kind"], "database")
+    status, answer = await asyncio.to_thread(opencode_node.export_answer, db, thread)
+    return json_response(answer, status)
+
+
+def build_node_app(roots: Mapping[str, str] | Path, token: str) -> web.Application:
+    """The node's app, serving each format of ``roots`` (by format name; a bare path is a
+    Claude root, as older callers gave it) whose root exists now or later."""
+    given = {ITEMS_SERVES: str(roots)} if isinstance(roots, Path) else dict(roots)
+    served_formats = set(node_kinds().values())
+    known = {
+        kind: os.path.expanduser(root) for kind, root in given.items() if kind in served_formats
+    }
     app = web.Application(middlewares=[make_guard(NODE_TOKEN)])
-    app[ROOT] = root
+    app[ROOT] = Path(known.get(ITEMS_SERVES, os.devnull))
+    app[ROOTS] = known
     app[NODE_TOKEN] = token
-    app[SERVED] = entry(NODE_SERVES).build(Settings(roots={NODE_SERVES: str(root)}))
+    settings = Settings(roots=known)
+    app[SERVED] = {kind: entry(kind).build(settings) for kind in sorted(known)}
+    app.router.add_get("/v1/catalog", catalog)
     app.router.add_get("/v1/threads", list_threads)
     app.router.add_get("/v1/threads/{thread}/items", thread_items)
+    app.router.add_post("/v1/sources/{kind}/signals", database_signals)
+    app.router.add_get("/v1/sources/{kind}/{thread}/export", database_export)
+    app.router.add_get("/v1/sources/{kind}/{thread}/baseline", source_baseline)
+    app.router.add_get("/v1/sources/{kind}/{thread}/lines", source_lines)
     return app

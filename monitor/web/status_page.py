@@ -32,7 +32,7 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from monitor.clock import ago
-from monitor.config import Config, is_pg_url, without_password
+from monitor.config import Config, NodeConfig, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient, LastWake
 from monitor.errors import SessionwatchError
 from monitor.kernel import Kernel
@@ -76,7 +76,7 @@ class PageSources:
     waker: Callable[[], HooksClient | None]
     db: str
     version: str
-    node_check: Callable[[str, str, str], Awaitable[str | None]] | None = None
+    node_check: Callable[[str, NodeConfig], Awaitable[str | None]] | None = None
 
 
 # -- who may read it ---------------------------------------------------------------------
@@ -428,9 +428,7 @@ class StatusPage:
         if time.monotonic() - self._nodes_at >= NODES_TTL_S:
             self._nodes_at = time.monotonic()
             names = sorted(config.nodes)
-            found = await asyncio.gather(
-                *(check(n, config.nodes[n].url, config.nodes[n].token_file) for n in names)
-            )
+            found = await asyncio.gather(*(check(n, config.nodes[n]) for n in names))
             self._nodes = tuple(
                 (n, config.nodes[n].url, why) for n, why in zip(names, found, strict=True)
             )

@@ -51,6 +51,13 @@ class Source:
     db: OpenCodeDB | None = None
     settings: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def native(self) -> str:
+        """The format the source is written in (a node kind's is the format it serves)."""
+        if self.kind == "fake":
+            return "fake"
+        return registry.entry(self.kind).serves or self.kind
+
     def line(self, record: dict[str, Any] | str) -> None:
         data = record if isinstance(record, str) else orjson.dumps(record).decode()
         with open(self.path, "a", encoding="utf-8") as f:
@@ -65,18 +72,20 @@ class Source:
     def create(self) -> None:
         root = self.tmp / self.kind
         root.mkdir(parents=True)
-        if self.kind == "opencode":
+        if self.native == "opencode":
             self.db = OpenCodeDB(root / "opencode.db")
             self.db.session("ses_1")
             self.path, self.thread, self.blocks = str(root / "opencode.db"), "ses_1", False
+            if self.kind.endswith("-node"):
+                self.thread = "ses_1"
             return
-        if self.kind == "fake":
+        if self.native == "fake":
             self.path = str(root / "one.fake")
             Path(self.path).write_text("< hello\n")
             return
         project = root / "proj"
         project.mkdir()
-        if self.kind == "codex":
+        if self.native == "codex":
             self.path = str(project / "rollout-2026-03-01T10-00-00-019c-thread.jsonl")
             self.line(
                 {
@@ -85,27 +94,27 @@ class Source:
                     "payload": {"id": "019c-thread", "cwd": "/w", "cli_version": "0.98.0"},
                 }
             )
-        elif self.kind == "pi":
+        elif self.native == "pi":
             self.path = str(project / "2026-03-01T10-00-00_3f2a.jsonl")
             self.line({"type": "session", "version": 3, "id": "3f2a", "timestamp": _ts(0)})
         else:  # claude, and claude-node (a Claude transcript on the node)
             self.path = str(project / "0b9c-41f2.jsonl")
             self.blocks = self.kind == "claude"
-            if self.kind == "claude-node":
-                self.thread = "0b9c-41f2"
+        if self.kind.endswith("-node"):  # a node's sources are named by thread id
+            self.thread = {"codex": "019c-thread", "pi": "3f2a"}.get(self.native, "0b9c-41f2")
         self.agent()
 
     def human(self, text: str) -> None:
         i = self.next_id()
-        if self.kind == "opencode":
+        if self.native == "opencode":
             assert self.db is not None
             self.db.prompt("ses_1", text)
-        elif self.kind == "fake":
+        elif self.native == "fake":
             self.line(f"> {text}")
-        elif self.kind == "codex":
+        elif self.native == "codex":
             message: dict[str, Any] = {"type": "user_message", "message": text, "images": []}
             self.line({"timestamp": _ts(self.n), "type": "event_msg", "payload": message})
-        elif self.kind == "pi":
+        elif self.native == "pi":
             content = [{"type": "text", "text": text}]
             message = {"role": "user", "content": content, "timestamp": 1772359200000 + self.n}
             self.line({"type": "message", "id": i, "timestamp": _ts(self.n), "message": message})
@@ -115,15 +124,15 @@ class Source:
 
     def agent(self) -> None:
         i = self.next_id()
-        if self.kind == "opencode":
+        if self.native == "opencode":
             assert self.db is not None
             self.db.reply("ses_1")
-        elif self.kind == "fake":
+        elif self.native == "fake":
             self.line("< done")
-        elif self.kind == "codex":
+        elif self.native == "codex":
             payload = {"type": "agent_message", "message": "done"}
             self.line({"timestamp": _ts(self.n), "type": "event_msg", "payload": payload})
-        elif self.kind == "pi":
+        elif self.native == "pi":
             message = {"role": "assistant", "content": [{"type": "text", "text": "done"}]}
             self.line({"type": "message", "id": i, "timestamp": _ts(self.n), "message": message})
         else:
@@ -134,30 +143,30 @@ class Source:
 
     def unknown(self) -> str:
         """A record of a type the format never had; its name as drift counts it."""
-        if self.kind == "opencode":
+        if self.native == "opencode":
             assert self.db is not None
             mid = self.db.message("ses_1")
             self.db.part("ses_1", mid, type="hologram")
             return "hologram"
-        if self.kind == "fake":
+        if self.native == "fake":
             self.line("hologram 3d")
             return "hologram"
         record: dict[str, Any] = {"type": "hologram", "timestamp": _ts(self.n)}
-        if self.kind in ("claude", "claude-node"):
+        if self.native == "claude":
             record["uuid"] = self.next_id()
         self.line(record)
         return "hologram"
 
     def block(self) -> None:
-        if self.kind == "fake":
+        if self.native == "fake":
             self.line("!")
-        elif self.kind == "pi":
+        elif self.native == "pi":
             self.line("this is not JSON")
         else:  # a line longer than the largest line the monitor reads
             self.line({"type": "user", "padding": "x" * (MAX_LINE * 2)})
 
     def remove(self) -> None:
-        if self.kind == "opencode":
+        if self.native == "opencode":
             assert self.db is not None
             with self.db.connect() as conn:
                 conn.execute("DELETE FROM session WHERE id = 'ses_1'")
@@ -179,14 +188,15 @@ async def source(
     src = Source(kind=kind, tmp=tmp_path)
     src.create()
     roots = {kind: str(tmp_path / kind)}
-    if kind == "opencode":
+    if src.native == "opencode":
         roots[kind] = src.path
     nodes: dict[str, NodeAddress] = {}
     runner = None
     named = src.path
-    if kind == "claude-node":
+    if kind != "fake" and registry.entry(kind).remote:
         (tmp_path / "node.token").write_text("node-secret\n")
-        runner = web.AppRunner(build_node_app(tmp_path / kind, "node-secret"))
+        served = {src.native: roots[kind]}
+        runner = web.AppRunner(build_node_app(served, "node-secret"))
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         host, port = runner.addresses[0][:2]
@@ -295,7 +305,7 @@ async def test_a_source_outside_the_root_is_refused(
     source: tuple[Source, Adapter, str], tmp_path: Path
 ) -> None:
     src, adapter, _ = source
-    if src.kind == "claude-node":
+    if src.kind.endswith("-node"):
         pytest.skip("a node's sources are named by node, not by path")
     stray = tmp_path / "elsewhere.jsonl"
     stray.write_text("{}\n")

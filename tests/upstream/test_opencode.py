@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -212,21 +211,19 @@ async def test_at_most_four_exports_at_a_time(oc: OpenCodeDB) -> None:
         oc.session(sid)
         oc.prompt(sid, f"hello {sid}")
     adapter = OpenCodeAdapter()
-    peak, running, lock = [0], [0], threading.Lock()
-    real = adapter._export
+    peak, running = [0], [0]
+    real = adapter.sessions.export
 
-    def tracked(*args: Any) -> Any:
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
+    async def tracked(*args: Any) -> Any:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
         try:
-            time.sleep(0.02)  # hold the slot, so overlapping exports would show
-            return real(*args)
+            await asyncio.sleep(0.02)  # hold the slot, so overlapping exports would show
+            return await real(*args)
         finally:
-            with lock:
-                running[0] -= 1
+            running[0] -= 1
 
-    adapter._export = tracked  # type: ignore[method-assign]
+    adapter.sessions.export = tracked  # type: ignore[method-assign]
     outcomes = await adapter.check([probe(oc, {"seq": 0}, sid=s) for s in ids])
     assert all(o.status == "activity" for o in outcomes)
     assert 1 <= peak[0] <= 4

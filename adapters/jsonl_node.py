@@ -1,0 +1,325 @@
+"""Codex rollouts and Pi sessions on a paired node: the node reads, the sidecar classifies.
+
+Both halves of the wire are here. On the node, :func:`read_lines` runs the same tailer as a
+local link (:mod:`adapters.tailer`): from the marker's byte offset, the scan cap's worth, up
+to the last complete line, with the same rotated/truncated fingerprints, the same "compressed
+or archived by the harness" rule for a file gone from its path, and the same line-length
+bound. Of the lines it read it sends only what the format's scanner would read
+(:func:`adapters.jsonl_scan.selected`): the lines its pre-filter lets through, and the
+offsets of lines that are not records at all. Tool output and agent text never cross the
+wire for Codex; Pi, whose every line is parsed, sends its lines whole.
+
+On the sidecar, :class:`NodeJsonlAdapter` keeps the same marker as a local link (``offset``,
+``head``, ``ino``, ``tail``, ``recent``, ``drift``, the format's state) plus ``file``, the
+session's path below the node's root, and settles each answer with the local adapter's own
+code (:mod:`adapters.jsonl_adapter`): the same classifier, the same re-read of a rewritten
+file, the same drift. A long line is read whole by the node in one answer (up to the line
+bound); a line past it blocks the link at its offset, as locally.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from adapters import node_client, zst
+from adapters.base import (
+    Adapter,
+    Marker,
+    NodeAddress,
+    Outcome,
+    OwnPool,
+    Probe,
+    Ref,
+    Settings,
+    Source,
+    non_negative_int,
+)
+from adapters.catalog import Catalog
+from adapters.jsonl_adapter import idle, kept_elsewhere, reread_marker, settled, up_to_a_long_line
+from adapters.jsonl_format import JsonlFormat, format_of
+from adapters.jsonl_scan import Cutoff, parse_line, scan, selected
+from adapters.node_client import Gone, NodeError
+from adapters.tailer import NotRegularFile, TailRead, end_of_last_line, read_at, read_tail
+from monitor.errors import BadInput, Declined, NotFound
+
+MAX_CAP = 16 * 1_048_576  # the most a node reads for one answer, whatever is asked
+HEAD_READ = 1_048_576  # where a session's first line (its format state) is looked for
+WireLine = list[Any]  # [offset, text] · [offset, None, base64] · [offset] (not a record)
+
+
+def to_wire(lines: list[tuple[int, bytes | None]]) -> list[WireLine]:
+    out: list[WireLine] = []
+    for offset, line in lines:
+        if line is None:
+            out.append([offset])
+            continue
+        try:
+            out.append([offset, line.decode("utf-8")])
+        except UnicodeDecodeError:  # the scanner reads odd bytes as they are
+            out.append([offset, None, base64.b64encode(line).decode("ascii")])
+    return out
+
+
+def from_wire(raw: Any) -> list[tuple[int, bytes | None]]:
+    """The node's lines; raises ValueError on anything else."""
+    if not isinstance(raw, list):
+        raise ValueError("lines is not a list")
+    out: list[tuple[int, bytes | None]] = []
+    for item in raw:
+        if not isinstance(item, list) or not item or non_negative_int(item[0]) != item[0]:
+            raise ValueError("a line is not [offset, ...]")
+        if len(item) == 1:
+            out.append((item[0], None))
+        elif isinstance(item[1], str):
+            out.append((item[0], item[1].encode("utf-8", "surrogatepass")))
+        elif len(item) == 3 and isinstance(item[2], str):
+            out.append((item[0], base64.b64decode(item[2], validate=True)))
+        else:
+            raise ValueError("a line is neither text nor base64")
+    return out
+
+
+# -- on the node ------------------------------------------------------------------------
+
+
+def find_file(fmt: JsonlFormat[Any], root: str, thread: str, file: str | None) -> str:
+    """The session's plain file below ``root`` (its path, though only a compressed sibling
+    may be there): ``file`` when it names one of the thread's files below the root, else
+    found by walking the root. Raises :class:`NotFound` (``no_such_thread``)."""
+    real_root = os.path.realpath(root)
+    if file:
+        path = os.path.realpath(os.path.join(real_root, file))
+        if path.startswith(real_root + os.sep) and _thread_of(fmt, path) == thread:
+            return path
+    for dirpath, dirnames, names in os.walk(real_root):
+        dirnames.sort()
+        folder = os.path.basename(dirpath)
+        for name in sorted(names):
+            plain = zst.plain_of(name) if fmt.compressed else name
+            if not plain.endswith(".jsonl") or fmt.candidate(folder, plain) is not True:
+                continue
+            if _thread_of(fmt, plain) == thread:
+                return os.path.join(dirpath, plain)
+    raise NotFound(f"no {fmt.kind} session {thread!r} under the node's {fmt.kind} root")
+
+
+def _thread_of(fmt: JsonlFormat[Any], path: str) -> str:
+    return fmt.thread_id(os.path.basename(path).removesuffix(".jsonl"))
+
+
+def relative(root: str, path: str) -> str:
+    return os.path.relpath(path, os.path.realpath(root))
+
+
+def read_baseline(fmt: JsonlFormat[Any], root: str, path: str) -> dict[str, Any]:
+    """Where a newly adopted session starts, and its first line (the format's state)."""
+    packed = zst.compressed_sibling(path)
+    try:
+        if fmt.compressed and not os.path.exists(path) and os.path.exists(packed):
+            offset, head, tail = zst.end_of_last_line(packed)
+            ino = None
+            chunk = zst.head(packed, HEAD_READ) if offset > 0 else b""
+        else:
+            offset, head, ino, tail = end_of_last_line(path)
+            chunk = _head(path) if offset > 0 else b""
+    except NotRegularFile as exc:
+        raise Declined(str(exc)) from None
+    newline = chunk.find(b"\n")
+    first = to_wire([(0, chunk[:newline].strip())])[0] if newline > 0 else None
+    return {
+        "file": relative(root, path),
+        "offset": offset,
+        "head": head,
+        "ino": ino,
+        "tail": tail,
+        "first": first,
+    }
+
+
+def _head(path: str) -> bytes:
+    return read_at(path, 0, HEAD_READ)
+
+
+def read_lines(
+    fmt: JsonlFormat[Any], root: str, path: str, marker: Marker, cap: int, max_line: int
+) -> dict[str, Any]:
+    """One answer: what a local check would read from the marker on (see the module)."""
+    offset = non_negative_int(marker.get("offset"))
+    head, ino, tail = marker.get("head"), marker.get("ino"), marker.get("tail")
+    cap = max(1, min(cap, MAX_CAP))
+    file = relative(root, path)
+    try:
+        read = read_tail(path, offset, cap, head, ino, 0, tail)
+        if read.status == "long":  # read the long line whole, or know it is too long
+            read = read_tail(path, offset, max_line + 1, head, ino, 0, tail)
+            if read.status == "long":
+                return _blocked(offset, max_line)
+            if read.status == "waiting":
+                said = f"reading a long line at offset {offset}: {len(read.chunk)} bytes so far"
+                return {"status": "waiting", "file": file, "reason": said}
+        if read.status in ("rotated", "truncated"):
+            return {"status": read.status, "file": file}
+        if read.status in ("idle", "waiting"):
+            return {"status": "idle", "file": file, **_where(read)}
+        lines, read = up_to_a_long_line(path, read.lines, read, max_line)
+        if not lines:
+            return _blocked(read.end, max_line)
+    except FileNotFoundError:
+        kept = kept_elsewhere(fmt, path, root)
+        if kept:
+            return {"status": "kept", "file": file, "reason": kept}
+        return {"status": "missing", "file": file}
+    except OSError as exc:
+        reason = str(exc) if isinstance(exc, NotRegularFile) else exc.strerror or str(exc)
+        return {"status": "error", "file": file, "reason": reason}
+    return {
+        "status": "lines",
+        "file": file,
+        **_where(read),
+        "size": read.size,
+        "lines": to_wire(selected(fmt, lines)),
+    }
+
+
+def _where(read: TailRead) -> dict[str, Any]:
+    return {"end": read.end, "head": read.head, "ino": read.ino, "tail": read.tail}
+
+
+def _blocked(offset: int, max_line: int) -> dict[str, Any]:
+    reason = f"a line longer than max_line_bytes ({max_line}) starts at {offset}"
+    return {"status": "blocked", "offset": offset, "reason": reason}
+
+
+# -- on the sidecar ---------------------------------------------------------------------
+
+
+class NodeJsonlAdapter:
+    """Links of ``kind`` (``codex-node``, ``pi-node``): the node's ``fmt`` sessions."""
+
+    def __init__(
+        self, kind: str, fmt: JsonlFormat[Any], nodes: Mapping[str, NodeAddress], settings: Settings
+    ) -> None:
+        self.kind = kind
+        self.format = fmt
+        self.nodes = nodes
+        self.cap = settings.scan_cap
+        self.max_line = settings.max_line
+
+    def resolve(self, path: str, thread: str | None) -> Source:
+        return node_client.resolve(self.nodes, self.kind, path, thread)
+
+    def catalog_key(self, ref: Ref) -> str:
+        return node_client.catalog_key(ref)
+
+    def watched_paths(self, ref: Ref) -> list[str]:
+        return []  # on the node's machine: the tick reads it
+
+    async def catalog(self) -> Catalog:
+        return await node_client.node_catalog(self.nodes, self.kind, self.format.kind)
+
+    def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
+        raise BadInput("replay reads a local file: replay the session on the node itself")
+
+    def _path(self, ref: Ref, what: str) -> tuple[str, str]:
+        return str(
+            ref.get("nodeId")
+        ), f"/v1/sources/{self.format.kind}/{ref.get('threadId')}/{what}"
+
+    async def baseline(self, ref: Ref) -> Marker:
+        name, path = self._path(ref, "baseline")
+        async with node_client.session() as http:
+            try:
+                answer = await node_client.call(http, self.nodes, name, path)
+            except Gone:
+                raise Declined(f"node {name} has no such {self.format.kind} session") from None
+            except NodeError as exc:
+                raise Declined(f"cannot read the session from the node: {exc}") from None
+        try:
+            first = from_wire([answer["first"]])[0][1] if answer.get("first") else None
+        except (ValueError, TypeError) as exc:
+            raise Declined(f"the node's answer is not usable: {exc}") from None
+        state = self.format.state_from_first(parse_line(first, recover=False) if first else None)
+        reason = self.format.declines(state)
+        if reason:
+            raise Declined(reason)
+        where = {k: answer.get(k) for k in ("offset", "head", "ino", "tail")}
+        return {"file": answer.get("file"), **where, **state.to_marker()}
+
+    async def check(self, probes: list[Probe]) -> list[Outcome]:
+        async with node_client.session() as http:
+            return [await self._check_one(http, p) for p in probes]
+
+    async def _check_one(
+        self, http: aiohttp.ClientSession, probe: Probe, again: bool = False
+    ) -> Outcome:
+        marker = probe.marker
+        name, path = self._path(probe.ref, "lines")
+        params = {"cap": str(self.cap), "maxLine": str(self.max_line)}
+        params["offset"] = str(non_negative_int(marker.get("offset")))
+        for key in ("head", "tail", "file"):
+            if isinstance(marker.get(key), str):
+                params[key] = marker[key]
+        if isinstance(marker.get("ino"), int):
+            params["ino"] = str(marker["ino"])
+        try:
+            answer = await node_client.call(http, self.nodes, name, path, params=params)
+        except Gone:
+            return Outcome(status="missing", reason="the node has no such session")
+        except NodeError as exc:
+            return Outcome(status="inconclusive", reason=str(exc))
+        status = answer.get("status")
+        file = answer.get("file") if isinstance(answer.get("file"), str) else marker.get("file")
+        reason = str(answer.get("reason") or status)
+        if status == "missing":
+            return Outcome(status="missing", reason="no such file on the node")
+        if status == "kept":
+            return Outcome(status="quiet", marker=marker, reason=reason)
+        if status == "waiting":
+            return Outcome(status="quiet", marker=marker, reason=reason)
+        if status == "blocked":
+            at = non_negative_int(answer.get("offset"))
+            return Outcome(status="blocked", blocked_offset=at, reason=reason)
+        if status in ("rotated", "truncated") and not again:
+            fresh = reread_marker(probe, str(status), f"{self.format.kind} {file} on node {name}")
+            fresh["file"] = file
+            return await self._check_one(http, dataclasses.replace(probe, marker=fresh), True)
+        try:
+            read = _read_of(answer)
+            lines = from_wire(answer.get("lines", [])) if status == "lines" else []
+        except (ValueError, TypeError) as exc:
+            return Outcome(status="inconclusive", reason=f"the node's answer is not usable: {exc}")
+        if status == "idle":
+            return idle(marker, read)
+        if status != "lines":
+            return Outcome(status="inconclusive", reason=f"node {name}: {reason}")
+        probe = dataclasses.replace(probe, marker={**marker, "file": file})
+        state = self.format.state_from_marker(marker)
+        own = OwnPool(probe.own)
+        result = scan(self.format, lines, state, own, Cutoff.of(marker))
+        return settled(self.format, probe, read, lines, result, state, own)
+
+
+def _read_of(answer: dict[str, Any]) -> TailRead:
+    def text(key: str) -> str | None:
+        value = answer.get(key)
+        return value if isinstance(value, str) else None
+
+    ino = answer.get("ino")
+    return TailRead(
+        status="lines" if answer.get("status") == "lines" else "idle",
+        end=non_negative_int(answer.get("end")),
+        size=non_negative_int(answer.get("size")),
+        head=text("head"),
+        tail=text("tail"),
+        ino=ino if isinstance(ino, int) else None,
+    )
+
+
+def build(settings: Settings, kind: str, serves: str) -> Adapter:
+    return NodeJsonlAdapter(kind, format_of(serves), settings.nodes, settings)

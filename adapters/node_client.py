@@ -1,0 +1,199 @@
+"""What every node-backed adapter shares: how a paired node is named, reached and trusted.
+
+A node is a configured ``[nodes.NAME]``: its URL, the file holding its bearer token (read at
+each use: it may be rotated), and for ``https`` the SHA-256 fingerprint of the certificate
+the node made for itself, which is pinned: the TLS handshake checks it and no certificate
+authority is asked. A wrong pin fails closed with one line naming both fingerprints. A
+node's sources are named by node and native thread id (``{nodeId, threadId}``); a failed
+call is a :class:`NodeError` with its reason, never an exception out of a tick.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from adapters.base import NodeAddress, Ref, Source, non_negative_int
+from adapters.catalog import Catalog, CatalogEntry, catalog_id
+from adapters.tailer import open_regular
+from monitor.errors import BadInput, NotFound, Unreachable, connection_reason
+
+TIMEOUT_S = 10.0
+
+
+class NodeError(Unreachable):
+    """The node did not answer, or answered something unusable."""
+
+
+class Answered(NodeError):
+    """The node answered with an error: its status and its error ``code``."""
+
+    def __init__(self, reason: str, status: int, code: str | None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.code = code
+
+
+class Gone(Answered):
+    """The node answered that the thread (``no_such_thread``), or the item paged from
+    (``no_such_item``), is not there."""
+
+
+def token(node: NodeAddress) -> str:
+    """The node's token, read at each use (it may be rotated)."""
+    try:
+        fd, _ = open_regular(os.path.expanduser(node.token_file))  # never a FIFO's wait
+        try:
+            return os.read(fd, 65536).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise NodeError(f"cannot read the node token {node.token_file}: {reason}") from None
+
+
+def pin_of(node: NodeAddress) -> aiohttp.Fingerprint | None:
+    """The certificate pin of an ``https`` node (the configuration requires one)."""
+    if not node.fingerprint:
+        return None
+    return aiohttp.Fingerprint(bytes.fromhex(node.fingerprint))
+
+
+def failure(name: str, url: str, exc: BaseException) -> str:
+    """A failed call to node ``name`` in one line; a wrong pin names both fingerprints."""
+    if isinstance(exc, aiohttp.ServerFingerprintMismatch):
+        return (
+            f"certificate pin mismatch for node {name}: [nodes.{name}] fingerprint is"
+            f" sha256:{exc.expected.hex()}, the node presented sha256:{exc.got.hex()}"
+        )
+    reason = connection_reason(exc)
+    if url.startswith("http:") and isinstance(exc, aiohttp.ServerDisconnectedError):
+        return f"{reason} (a node that serves TLS closes plain http://: is it https://?)"
+    return reason
+
+
+def session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S))
+
+
+async def call(
+    http: aiohttp.ClientSession,
+    nodes: Mapping[str, NodeAddress],
+    name: str,
+    path: str,
+    *,
+    params: Mapping[str, str] | None = None,
+    body: Any = None,
+) -> dict[str, Any]:
+    """One call to node ``name``: its JSON answer. A 404 with ``no_such_thread`` or
+    ``no_such_item`` is :class:`Gone`; anything else unusable is :class:`NodeError`."""
+    node = nodes.get(name)
+    if node is None:
+        raise NodeError(
+            f"unknown node {name!r}: add [nodes.{name}] to the configuration and reload"
+            " serve (SIGHUP)"
+        )
+    url = f"{node.url.rstrip('/')}{path}"
+    headers = {"Authorization": f"Bearer {token(node)}"}
+    method = "GET" if body is None else "POST"
+    try:
+        async with http.request(
+            method, url, params=params, json=body, headers=headers, ssl=pin_of(node) or True
+        ) as resp:
+            answer = await resp.json(content_type=None)
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise NodeError(failure(name, node.url, exc)) from None
+    if not isinstance(answer, dict):
+        raise NodeError(f"node answered {status} without a JSON object")
+    if status == 200:
+        return answer
+    err = answer.get("error")
+    code = err.get("code") if isinstance(err, dict) else None
+    message = err.get("message") if isinstance(err, dict) else None
+    code = str(code) if isinstance(code, str) else None
+    if status == 404 and code in ("no_such_thread", "no_such_item"):
+        raise Gone(str(code), status, code)
+    if status == 404 and code is None:
+        raise Answered(f"node answered 404 at {path}: {OLDER_NODE}", status, None)
+    raise Answered(f"node answered {status}" + (f": {message}" if message else ""), status, code)
+
+
+def resolve(nodes: Mapping[str, NodeAddress], kind: str, path: str, thread: str | None) -> Source:
+    """A node's source: ``path`` names a configured node, ``thread`` the thread on it."""
+    if path not in nodes:
+        known = ", ".join(sorted(nodes)) or "none configured"
+        raise NotFound(
+            f"unknown node {path!r} (known: {known}); a [nodes.{path}] section added"
+            " after serve started needs a reload (SIGHUP) or a restart"
+        )
+    if not thread or not thread.strip():
+        raise BadInput(f"a {kind} adoption needs the thread id (--thread)")
+    return Source(ref={"nodeId": path, "threadId": thread.strip()}, thread_id=thread.strip())
+
+
+def catalog_key(ref: Ref) -> str:
+    return f"{ref.get('nodeId', '')}\n{ref.get('threadId', '')}"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def entry(kind: str, node: str, t: dict[str, Any]) -> CatalogEntry | None:
+    """One session a node lists, as the catalog entry of our node kind ``kind``."""
+    thread = _text(t.get("threadId"))
+    if thread is None:
+        return None
+    return CatalogEntry(
+        catalog_id=catalog_id(kind, f"{node}\n{thread}"),
+        kind=kind,
+        native_id=thread,
+        path=node,
+        cwd=_text(t.get("cwd")),
+        title=_text(t.get("title")),
+        updated_at=non_negative_int(t.get("updatedAt")),
+        size=non_negative_int(t.get("size")),
+        size_unit="messages" if t.get("sizeUnit") == "messages" else "bytes",
+        prompt=_text(t.get("prompt")),
+        node=node,
+    )
+
+
+OLDER_NODE = "an older sessionwatch node?"
+
+
+async def node_catalog(
+    nodes: Mapping[str, NodeAddress], kind: str, serves: str, legacy: str | None = None
+) -> Catalog:
+    """The ``serves`` sessions of every configured node, as entries of ``kind``; a node
+    that does not answer is an error of the catalog, never an exception. ``legacy``: where a
+    node older than ``/v1/catalog`` lists them (under ``threads``)."""
+    found = Catalog()
+    async with session() as http:
+        for name in sorted(nodes):
+            try:
+                try:
+                    answer = await call(http, nodes, name, "/v1/catalog", params={"kind": serves})
+                except NodeError as exc:
+                    if legacy is None or OLDER_NODE not in str(exc):
+                        raise
+                    answer = await call(http, nodes, name, legacy)
+                    answer["sessions"] = answer.get("threads")
+            except NodeError as exc:
+                found.errors.append({"path": f"node {name}", "reason": str(exc)})
+                continue
+            sessions = answer.get("sessions")
+            for t in sessions if isinstance(sessions, list) else []:
+                made = entry(kind, name, t) if isinstance(t, dict) else None
+                if made is not None:
+                    found.entries.append(made)
+            errors = answer.get("errors")
+            for e in errors if isinstance(errors, list) else []:
+                if isinstance(e, dict):
+                    where = f"node {name}: {e.get('path', '')}"
+                    found.errors.append({"path": where, "reason": str(e.get("reason", ""))})
+    return found
