@@ -42,6 +42,7 @@ from monitor.errors import BadInput, Declined
 log = logging.getLogger(__name__)
 
 KIND = "claude-node"
+PAGE = 50
 SERVES = "claude"
 
 
@@ -84,7 +85,7 @@ class ClaudeNodeAdapter:
         path = f"/v1/threads/{ref.get('threadId')}/items"
         name = str(ref.get("nodeId"))
         return await node_client.call(
-            http, self.nodes, name, path, params={"limit": "50", **params}
+            http, self.nodes, name, path, params={"limit": str(PAGE), **params}
         )
 
     async def baseline(self, ref: Ref) -> Marker:
@@ -94,9 +95,9 @@ class ClaudeNodeAdapter:
             except NodeError as exc:
                 raise Declined(f"cannot read the thread from the node: {exc}") from None
         items = [i for i in page.get("items") or [] if isinstance(i, dict)]
-        if items and not isinstance(items[0].get("uuid"), str):
-            raise Declined("the newest item on the node has no uuid")
-        uuid, tail = newest_anchor(items)
+        uuid, tail = newest_anchor(items)  # Claude Code ends a turn with uuid-less records
+        if uuid is None and len(items) >= PAGE:  # older items may follow: nowhere to start
+            raise Declined("none of the newest 50 items on the node has a uuid to start from")
         return {"uuid": uuid, "tail": tail, "pending": []}
 
     async def check(self, probes: list[Probe]) -> list[Outcome]:

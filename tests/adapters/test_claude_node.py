@@ -253,11 +253,26 @@ async def test_a_node_that_is_down_is_inconclusive_never_missing(tmp_path: Path)
         await a.baseline(REF)
 
 
-async def test_a_newest_item_without_uuid_declines(
+async def test_uuid_less_records_at_the_end_start_from_the_newest_uuid(
     node: str, transcript: Path, tmp_path: Path
 ) -> None:
-    append(transcript, enqueue("x"))
-    with pytest.raises(Declined, match="no uuid"):
+    """Claude Code ends every turn with uuid-less records (``last-prompt``, queue
+    operations): the baseline anchors on the newest item that has one and counts the rest."""
+    last = {"type": "last-prompt", "lastPrompt": "old", "leafUuid": "u0", "sessionId": "S"}
+    append(transcript, orjson.dumps(last) + b"\n" + enqueue("x"))
+    paired = adapter(tmp_path, node)
+    marker = await paired.baseline(REF)
+    assert ("u0", 2) == (marker["uuid"], marker["tail"])
+    append(transcript, user("typed after the adoption", "u1"))
+    (found,) = await paired.check([Probe(session_key="k", ref=REF, marker=marker)])
+    assert 1 == len(found.turns)
+
+
+async def test_a_page_of_items_none_with_a_uuid_declines(
+    node: str, transcript: Path, tmp_path: Path
+) -> None:
+    append(transcript, b"".join(enqueue(f"x{i}") for i in range(60)))
+    with pytest.raises(Declined, match="has a uuid"):
         await adapter(tmp_path, node).baseline(REF)
 
 
