@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+from adapters.base import NodeAddress
 from adapters.registry import node_kinds
 from monitor.clock import now_ms
 from monitor.config import Config, is_loopback, is_pg_url, without_password
@@ -39,6 +40,7 @@ from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
 from monitor.metrics import Metrics
+from monitor.node_watch import NodeWatch
 from monitor.paths import expand_user, refuse_if_not_ours
 from monitor.private import (
     check_private_state,
@@ -50,7 +52,7 @@ from monitor.retry import Backoff
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
-from monitor.upstream.monitor import root_paths
+from monitor.upstream.monitor import node_address, root_paths
 from monitor.upstream.tick_health import TickHealth
 from monitor.web.api import build_app
 from monitor.web.common import start_site
@@ -96,6 +98,13 @@ class Sidecar:
         self.files = FileWatch(
             monitor, kernel.changes, paths_changed, self.stopping, tick=self.run_tick
         )
+        self.node_watch = NodeWatch(
+            monitor, kernel.changes, self.stopping, tick=self.run_tick, nodes=self.nodes
+        )
+
+    def nodes(self) -> dict[str, NodeAddress]:
+        """The paired nodes as the configuration names them now (a reload may change it)."""
+        return {name: node_address(node) for name, node in self.config.nodes.items()}
 
     def links_may_have_changed(self) -> None:
         """Re-arm file watching: the files watched may differ (after a reload of roots)."""
@@ -285,6 +294,8 @@ async def running(
         if config.monitor.watch_files:
             task = asyncio.ensure_future(sidecar.files.run())
             stack.callback(task.cancel)
+            nodes = asyncio.ensure_future(sidecar.node_watch.run())
+            stack.callback(nodes.cancel)
         if delivery is not None:  # notices other processes opened wake their watchers too
             notices = asyncio.ensure_future(
                 delivery.follow(kernel.changes, kernel.pending, sidecar.stopping)

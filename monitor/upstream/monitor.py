@@ -14,7 +14,7 @@ from pathlib import Path
 
 from adapters.base import Adapter, NodeAddress, Settings
 from adapters.catalog import Catalog
-from adapters.registry import build_adapters, roots_of
+from adapters.registry import build_adapters, entry, roots_of
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
@@ -227,6 +227,18 @@ class UpstreamMonitor:
             for path in adapter.watched_paths(link.ref):
                 by_path.setdefault(path, set()).add(link.session_key)
         return by_path
+
+    async def watched_nodes(self) -> dict[str, set[str]]:
+        """Paired node -> the session keys of the watched links on it, whose early check a
+        change the node reports wakes (:mod:`monitor.node_watch`)."""
+        by_node: dict[str, set[str]] = {}
+        for view in await self.links():
+            link = view.link
+            if not view.watched or not link.kind or link.kind not in self.adapters:
+                continue
+            if entry(link.kind).remote:
+                by_node.setdefault(str(link.ref.get("nodeId", "")), set()).add(link.session_key)
+        return by_node
 
     async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:
         """Remove a session's link (all agents' for a bare key without ``agent_id``)."""

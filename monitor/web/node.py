@@ -20,14 +20,22 @@ sends only what those read (see each kind's module for what crosses the wire):
   and ``GET /v1/sources/{kind}/{threadId}/lines?offset=…`` (the local tailer's read).
 - OpenCode (:mod:`adapters.opencode_node`): ``POST /v1/sources/opencode/signals`` and
   ``GET /v1/sources/opencode/{sessionId}/export``; the database is opened read-only.
+- ``GET /v1/changes?after=CURSOR&wait=S``: a long poll on the node's change feed, which
+  watches the served roots (:class:`ChangeFeed`): it answers the feed's cursor at once when
+  it is not ``after``, else when something under a root changes, or after ``S`` seconds.
+  Only the cursor crosses the wire; a sidecar checks the node's links when it moves, as
+  file watching checks local links early. The ticks stay the truth.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+import secrets
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +49,8 @@ from adapters.registry import ITEMS_SERVES, entry, node_kinds
 from monitor.errors import BadInput, ItemGone, NotFound
 from monitor.web.common import error, json_response, make_guard
 
+log = logging.getLogger(__name__)
+
 PAGE_LIMIT = 50
 BLOCK = 64 * 1024
 _THREAD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -50,6 +60,102 @@ ROOTS = web.AppKey("roots", dict[str, str])  # each served format's root, by for
 NODE_TOKEN = web.AppKey("node_token", str)
 SERVED = web.AppKey("served", dict[str, Adapter])  # each served format's local adapter
 _PREFILTER = format_of(ITEMS_SERVES).prefilter
+MAX_WAIT_S = 25.0
+DEBOUNCE_MS = 300  # as file watching groups a sidecar's own changes
+REARM_MS = 30_000  # how often a root that did not exist yet is looked for
+
+
+class ChangeFeed:
+    """A cursor that moves when anything under a served root changes: ``epoch:seq``, with
+    an epoch of its own for each start, so that a sidecar sees a restarted node as moved."""
+
+    def __init__(self, roots: Mapping[str, str]) -> None:
+        self.roots = dict(roots)
+        self.epoch = secrets.token_hex(6)
+        self.seq = 0
+        self.watching: list[str] = []
+        self._moved = asyncio.Event()
+        self._closed = False
+
+    @property
+    def cursor(self) -> str:
+        return f"{self.epoch}:{self.seq}"
+
+    def bump(self) -> None:
+        self.seq += 1
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
+
+    def close(self) -> None:
+        """Answer every poll now: a node that stops does not wait for them."""
+        self._closed = True
+        self._moved.set()
+
+    async def moved_after(self, cursor: str, wait: float) -> str:
+        """The cursor, once it is not ``cursor`` or ``wait`` seconds passed."""
+        if cursor == self.cursor and not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), wait)
+        return self.cursor
+
+    def _targets(self) -> tuple[list[str], set[str], tuple[str, ...]]:
+        """What exists to watch: directories, the database files among them, and the
+        prefixes under which any change counts."""
+        dirs: set[str] = set()
+        files: set[str] = set()
+        prefixes: list[str] = []
+        for kind, root in self.roots.items():
+            real = os.path.realpath(root)
+            if entry(kind).form == "database":
+                if os.path.isdir(os.path.dirname(real)):
+                    dirs.add(os.path.dirname(real))
+                    files |= {real, f"{real}-wal"}
+            elif os.path.isdir(real):
+                dirs.add(real)
+                prefixes.append(real + os.sep)
+        return sorted(dirs), files, tuple(prefixes)
+
+    async def run(self) -> None:
+        """Watch until cancelled; a watch that fails is said once and tried again (the
+        sidecar's ticks read the node meanwhile)."""
+        logging.getLogger("watchfiles").setLevel(logging.WARNING)
+        failed = False
+        while True:
+            try:
+                await self._watch()
+            except OSError as exc:  # no inotify watches left, a root gone mid-watch
+                if not failed:
+                    log.warning("the change feed cannot watch the roots (%s): retrying", exc)
+                failed = True
+                await asyncio.sleep(REARM_MS / 1000)
+
+    async def _watch(self) -> None:
+        from watchfiles import awatch
+
+        while True:
+            dirs, files, prefixes = self._targets()
+            self.watching = dirs
+            if not dirs:
+                await asyncio.sleep(REARM_MS / 1000)
+                continue
+
+            def counts(_: Any, path: str, files: set[str] = files, under: Any = prefixes) -> bool:
+                return path in files or path.startswith(under)
+
+            async for changes in awatch(
+                *dirs,
+                watch_filter=counts,
+                debounce=DEBOUNCE_MS,
+                rust_timeout=REARM_MS,
+                yield_on_timeout=True,
+            ):
+                if changes:
+                    self.bump()
+                elif self._targets()[0] != dirs:
+                    break  # a root appeared or went: watch what exists now
+
+
+FEED = web.AppKey("feed", ChangeFeed)
 
 
 def _thread_id(thread_id: str) -> str:
@@ -332,6 +438,29 @@ async def database_export(request: web.Request) -> web.Response:
     return json_response(answer, status)
 
 
+async def changes(request: web.Request) -> web.Response:
+    raw = request.query.get("wait", "0")
+    try:
+        wait = min(max(float(raw), 0.0), MAX_WAIT_S)
+    except ValueError:
+        raise BadInput("wait must be a number of seconds") from None
+    feed = request.app[FEED]
+    cursor = await feed.moved_after(request.query.get("after", ""), wait)
+    return json_response({"cursor": cursor, "watching": len(feed.watching)})
+
+
+async def _polls_answered(app: web.Application) -> None:
+    app[FEED].close()
+
+
+async def _feed_running(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.ensure_future(app[FEED].run())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def build_node_app(roots: Mapping[str, str] | Path, token: str) -> web.Application:
     """The node's app, serving each format of ``roots`` (by format name; a bare path is a
     Claude root, as older callers gave it) whose root exists now or later."""
@@ -346,6 +475,10 @@ def build_node_app(roots: Mapping[str, str] | Path, token: str) -> web.Applicati
     app[NODE_TOKEN] = token
     settings = Settings(roots=known)
     app[SERVED] = {kind: entry(kind).build(settings) for kind in sorted(known)}
+    app[FEED] = ChangeFeed(known)
+    app.cleanup_ctx.append(_feed_running)
+    app.on_shutdown.append(_polls_answered)
+    app.router.add_get("/v1/changes", changes)
     app.router.add_get("/v1/catalog", catalog)
     app.router.add_get("/v1/threads", list_threads)
     app.router.add_get("/v1/threads/{thread}/items", thread_items)

@@ -1,0 +1,127 @@
+"""Node watching: a change a paired node reports wakes an early check of its links.
+
+What file watching (:mod:`monitor.file_watch`) is to a local transcript, this is to a
+session on a node: one long poll per node with watched links on its change feed
+(``GET /v1/changes``, where only a cursor crosses the wire). When the cursor moves (a write
+under one of the node's roots, or a node that started again) the links on that node are
+checked at once; the first answer after a start or an outage checks them too, so a laptop
+that slept is caught up the moment it answers. The tick stays the truth: a node that does
+not answer is said once in the log, and its links are read at each tick meanwhile (each
+check inconclusive, with its reason, until it answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from adapters import node_client
+from adapters.base import NodeAddress
+from monitor.errors import SessionwatchError
+from monitor.kernel.changes import KEEPALIVE_S
+from monitor.retry import Backoff
+
+if TYPE_CHECKING:
+    from monitor.kernel.changes import ChangeHub
+    from monitor.upstream import UpstreamMonitor
+
+log = logging.getLogger(__name__)
+
+WAIT_S = 20.0  # how long one poll waits on the node
+PAUSE_S = 10.0  # node watching waits this long after the database failed
+
+
+class NodeWatch:
+    """One long poll per paired node that has watched links; ticks their links early."""
+
+    def __init__(
+        self,
+        monitor: UpstreamMonitor,
+        changes: ChangeHub,
+        stopping: asyncio.Event,
+        *,
+        tick: Callable[..., Awaitable[bool]],
+        nodes: Callable[[], Mapping[str, NodeAddress]],
+    ) -> None:
+        """``tick``: the service's tick of some keys; ``nodes``: the configured nodes as
+        they are now (a reload may change them)."""
+        self.monitor = monitor
+        self.changes = changes
+        self.stopping = stopping
+        self.tick = tick
+        self.nodes = nodes
+        self.keys: dict[str, set[str]] = {}  # node -> its watched links' keys, kept current
+        self._polls: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self) -> None:
+        """Keep one poll per node with watched links, as links change (the change hub)."""
+        seen = self.changes.mark()
+        try:
+            while not self.stopping.is_set():
+                try:
+                    wanted = await self.monitor.watched_nodes()
+                except SessionwatchError as exc:
+                    log.warning("node watching paused: %s", exc)
+                    await asyncio.sleep(PAUSE_S)
+                    continue
+                for name in set(self._polls) - set(wanted):
+                    self._polls.pop(name).cancel()
+                    self.keys.pop(name, None)
+                for name, keys in wanted.items():
+                    self.keys[name] = keys
+                    if name not in self._polls or self._polls[name].done():
+                        self._polls[name] = asyncio.ensure_future(self._poll(name))
+                seen = await self.changes.after(seen, KEEPALIVE_S)
+        finally:
+            for task in self._polls.values():
+                task.cancel()
+
+    async def _poll(self, name: str) -> None:
+        """Long-poll node ``name``'s change feed until cancelled; check its links when the
+        cursor moves, and when it answers after not answering."""
+        cursor: str | None = None
+        failing: str | None = None
+        backoff = Backoff(1.0, 30.0)
+        timeout = aiohttp.ClientTimeout(total=WAIT_S + node_client.TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while not self.stopping.is_set():
+                params = {"after": cursor or "", "wait": str(WAIT_S)}
+                try:
+                    answer = await node_client.call(
+                        http, self.nodes(), name, "/v1/changes", params=params
+                    )
+                except node_client.NodeError as exc:
+                    if node_client.OLDER_NODE in str(exc):
+                        log.warning(
+                            "node %s has no change feed (an older sessionwatch node): its"
+                            " links are checked at each tick only",
+                            name,
+                        )
+                        return
+                    if failing is None:
+                        log.warning(
+                            "node %s does not answer (%s): its links are checked at each tick"
+                            " until it does",
+                            name,
+                            exc,
+                        )
+                    failing = str(exc)
+                    cursor = None  # its first answer checks the links: nothing waits a tick
+                    if await backoff.wait(self.stopping):
+                        return
+                    continue
+                if failing is not None:
+                    log.info("node %s answers again: checking its links now", name)
+                    failing = None
+                backoff.reset()
+                moved = answer.get("cursor")
+                if not isinstance(moved, str) or moved == cursor:
+                    continue
+                cursor = moved
+                keys = self.keys.get(name)
+                if keys:
+                    await self.tick(set(keys), rearm=False)

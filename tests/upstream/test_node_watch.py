@@ -1,0 +1,82 @@
+"""Node watching: a write on a paired node is recorded at once, not at the next tick; a node
+that goes away is said once, and its first answer after it comes back checks its links.
+Real node apps on loopback, a real ``serve`` in process whose ticks are an hour apart."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+
+from monitor.config import NodeConfig
+from monitor.service import running
+from monitor.web.node import build_node_app
+from tests.helpers import make_config, until
+
+MAIN = "agent:main:main"
+KEY = "agent:main:node:codex"
+CODEX_ID = "019c0000-0000-7000-8000-000000000001"
+TOKEN = "node-secret"
+
+
+def typed(text: str) -> bytes:
+    payload = {"type": "user_message", "message": text, "images": []}
+    record = {"timestamp": "2026-03-01T10:00:01.000Z", "type": "event_msg", "payload": payload}
+    return orjson.dumps(record) + b"\n"
+
+
+async def start_node(root: Path, port: int = 0) -> web.AppRunner:
+    runner = web.AppRunner(build_node_app({"codex": str(root)}, TOKEN))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def test_a_write_on_the_node_is_recorded_before_any_tick(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "laptop" / "sessions"
+    rollout = root / "2026" / "03" / "01" / f"rollout-2026-03-01T10-00-00-{CODEX_ID}.jsonl"
+    rollout.parent.mkdir(parents=True)
+    meta = {"id": CODEX_ID, "cwd": "/w", "cli_version": "0.98.0"}
+    rollout.write_bytes(orjson.dumps({"type": "session_meta", "payload": meta}) + b"\n")
+    node = await start_node(root)
+    port = node.addresses[0][1]
+    (tmp_path / "node.token").write_text(TOKEN + "\n")
+    (tmp_path / "node.token").chmod(0o600)
+    paired = NodeConfig(url=f"http://127.0.0.1:{port}", token_file=str(tmp_path / "node.token"))
+    config = make_config(tmp_path, nodes={"laptop": paired})
+    try:
+        async with running(config, tmp_path / "state.db") as sidecar:
+            assert sidecar is not None
+            adopted = await sidecar.monitor.adopt(
+                kind="codex-node", path="laptop", thread=CODEX_ID, session_key=KEY
+            )
+            assert adopted.link is not None, adopted
+            await sidecar.kernel.watch(watcher=MAIN, target=KEY)
+
+            async def turns(n: int) -> bool:
+                events = await sidecar.kernel.recent_events(KEY)
+                return n == sum(e.kind == "human_direct_message" for e in events)
+
+            with rollout.open("ab") as f:
+                f.write(typed("typed on the laptop"))
+            await until("the write recorded without a tick", lambda: turns(1))
+            await node.cleanup()  # the laptop sleeps
+            with caplog.at_level(logging.INFO, logger="monitor.node_watch"):
+                await until(
+                    "the outage said",
+                    lambda: any("does not answer" in r.getMessage() for r in caplog.records),
+                )
+                with rollout.open("ab") as f:
+                    f.write(typed("typed while it slept"))
+                node = await start_node(root, port)
+                await until("caught up when it answers", lambda: turns(2), timeout=60)
+            said = [r.getMessage() for r in caplog.records]
+            assert 1 == sum("does not answer" in m for m in said), said
+            assert 1 == sum("answers again" in m for m in said), said
+    finally:
+        await node.cleanup()
