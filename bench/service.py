@@ -124,11 +124,13 @@ def start_serve(
     *,
     more_roots: str = "",
     interval_s: float = 3600,
+    more: str = "",
 ) -> tuple[subprocess.Popen[str], str, str]:
     """``sessionwatch serve`` on a fresh database in ``tmp``: its process, URL and token;
     it wakes the hooks API at ``hooks_url`` (none when None). ``code``: a directory holding
     another build's packages, run instead of this one. ``more_roots``: ``[roots]`` lines
-    besides Claude's. ``interval_s``: the tick's (an hour: no tick in a run)."""
+    besides Claude's. ``interval_s``: the tick's (an hour: no tick in a run). ``more``:
+    further sections (``[nodes.NAME]``)."""
     config = tmp / "sessionwatch.toml"
     gateway = ""
     if hooks_url:
@@ -139,7 +141,7 @@ def start_serve(
     config.write_text(
         f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp / "token"}"\n'
         f'[roots]\nclaude = "{tmp / "claude"}"\n{more_roots}{gateway}'
-        f"[monitor]\ninitial_delay_s = {interval_s}\ninterval_s = {interval_s}\n"
+        f"[monitor]\ninitial_delay_s = {interval_s}\ninterval_s = {interval_s}\n{more}"
     )
     proc = subprocess.Popen(
         [

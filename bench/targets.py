@@ -19,6 +19,7 @@ floor is ``python -c "import sqlite3, orjson"``.
 | one-shot ``status``, ``record``, ``notices --drain`` <= 1.4x the floor | bench/cli.py |
 | whole-process ``replay`` of a Claude transcript >= 1.0x a plain orjson loop | bench/cli.py |
 | 100 idle notice streams cost <= 1.5x one | bench/streams.py |
+| a prompt on a node over TLS to its wake: p99 <= 2x local, each kind | bench/node_latency.py |
 """
 
 from __future__ import annotations
@@ -95,6 +96,13 @@ TARGETS = [
         lambda ratio: float(ratio) <= 1.5,
         "<= 1.5x one stream",
     ),
+    Target(
+        "a prompt on a node over TLS",
+        "node_latency",
+        r"^node over TLS / local, p99, worst kind: ratio ([\d.]+)",
+        lambda ratio: float(ratio) <= 2.0,
+        "p99 <= 2x the local p99, each kind",
+    ),
 ]
 
 
@@ -105,12 +113,14 @@ def arguments(quick: bool) -> dict[str, list[str]]:
             "kernel": ["--events", "1000", "--samples", "500"],
             "cli": ["--runs", "5", "--replay-mb", "50"],
             "streams": ["--seconds", "5"],
+            "node_latency": ["--samples", "10"],
         }
     return {
         "service": ["--requests", "3000", "--rounds", "3", "--samples", "10"],
         "kernel": ["--events", "3000"],
         "cli": ["--runs", "9", "--replay-mb", "200"],
         "streams": ["--seconds", "20"],
+        "node_latency": ["--samples", "30"],
     }
 
 

@@ -15,7 +15,7 @@
     │   ├── NotPrivate           a database or token file others can read
     │   └── AlreadyRunning       another ``serve`` holds the database's instance lock
     ├── Unreachable              an upstream source did not answer (503)
-    │   └── NodeError            a paired node (adapters/claude_node.py)
+    │   └── NodeError            a paired node (adapters/node_client.py)
     └── ConfigError              the configuration file is invalid
 
 Inside the adapters, ``NodeError``, ``SourceBusy`` (a read of the same source is still

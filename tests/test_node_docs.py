@@ -1,6 +1,6 @@
-"""The operator guide's paired-node example, run: a node on loopback, the gateway's
-``[nodes.NAME]`` table, the node's sessions in the catalog, adoption by catalog id, and a
-prompt typed on the node recorded at the next tick."""
+"""The operator guide's paired-node example, run: a node with TLS on loopback, the gateway's
+``[nodes.NAME]`` table with the pin the node logs, the node's sessions in the catalog,
+adoption by catalog id, and a prompt typed on the node recorded at the next tick."""
 
 from __future__ import annotations
 
@@ -36,16 +36,23 @@ def test_the_paired_node_example_works_end_to_end(tmp_path: Path) -> None:
     token = tmp_path / "node-token"
     command = block.group(1).replace("127.0.0.1:8766", "127.0.0.1:0")  # any free port
     env = {**os.environ, "NODE_CONFIG": str(node_config), "NODE_TOKEN": str(token)}
+    env["NODE_TLS"] = str(tmp_path / "node-tls.pem")
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     node = subprocess.Popen(
         ["bash", "-c", f"exec {command}"], env=env, stderr=subprocess.PIPE, text=True
     )
     try:
         url = served_address(node)
+        assert url.startswith("https://127.0.0.1:")
+        assert node.stderr is not None
+        pin = re.search(r'fingerprint = "(sha256:[0-9a-f]{64})"', node.stderr.readline())
+        assert pin is not None
+        assert 0o600 == (tmp_path / "node-tls.pem").stat().st_mode & 0o777
         gateway = tmp_path / "gateway.toml"
         gateway.write_text(
             f'[roots]\nclaude = "{tmp_path / "local"}"\n'
             f'[nodes.laptop]\nurl = "{url}"\ntoken_file = "{token}"\n'
+            f'fingerprint = "{pin.group(1)}"\n'
         )
         db = tmp_path / "state.db"
         found = sw(db, "--config", str(gateway), "catalog", "--kind", "claude-node", "--json")

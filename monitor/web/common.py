@@ -214,7 +214,10 @@ class JsonErrorHandler(web.RequestHandler):
         self.half_closed = True
         self._cut_short()
         self.close()  # answer what was asked, then close (an idle wait ends: see start)
-        return True  # keep the transport open for the answer
+        # keep the transport open for the answer; TLS cannot half-close (asyncio closes it
+        # and says so for each connection when told otherwise)
+        transport = self.transport
+        return transport is None or transport.get_extra_info("sslcontext") is None
 
     async def start(self) -> None:
         try:

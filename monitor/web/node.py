@@ -62,6 +62,7 @@ SERVED = web.AppKey("served", dict[str, Adapter])  # each served format's local 
 _PREFILTER = format_of(ITEMS_SERVES).prefilter
 MAX_WAIT_S = 25.0
 DEBOUNCE_MS = 300  # as file watching groups a sidecar's own changes
+STEP_MS = 10  # the quiet that ends a group: only a cursor moves, so it may be short
 REARM_MS = 30_000  # how often a root that did not exist yet is looked for
 
 
@@ -146,6 +147,7 @@ class ChangeFeed:
                 *dirs,
                 watch_filter=counts,
                 debounce=DEBOUNCE_MS,
+                step=STEP_MS,
                 rust_timeout=REARM_MS,
                 yield_on_timeout=True,
             ):
