@@ -6,8 +6,9 @@ to the last complete line, with the same rotated/truncated fingerprints, the sam
 or archived by the harness" rule for a file gone from its path, and the same line-length
 bound. Of the lines it read it sends only what the format's scanner would read
 (:func:`adapters.jsonl_scan.selected`): the lines its pre-filter lets through, and the
-offsets of lines that are not records at all. Tool output and agent text never cross the
-wire for Codex; Pi, whose every line is parsed, sends its lines whole.
+offsets of lines that are not records at all; a format that parses every line (Pi) sends
+each record as its ``wire`` reduces it, to what the classifier reads. Tool output and agent
+text never cross the wire.
 
 On the sidecar, :class:`NodeJsonlAdapter` keeps the same marker as a local link (``offset``,
 ``head``, ``ino``, ``tail``, ``recent``, ``drift``, the format's state) plus ``file``, the
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+import orjson
 
 from adapters import node_client, zst
 from adapters.base import (
@@ -51,6 +53,31 @@ from monitor.errors import BadInput, Declined, NotFound
 MAX_CAP = 16 * 1_048_576  # the most a node reads for one answer, whatever is asked
 HEAD_READ = 1_048_576  # where a session's first line (its format state) is looked for
 WireLine = list[Any]  # [offset, text] · [offset, None, base64] · [offset] (not a record)
+
+
+NOT_A_RECORD = b"!"  # what a node sends for a line its format's wire found no record in
+
+
+def projected(
+    fmt: JsonlFormat[Any], lines: list[tuple[int, bytes | None]]
+) -> list[tuple[int, bytes | None]]:
+    """The lines as the format's ``wire`` keeps them: each record reduced to what the
+    classifier reads; a line that holds no record as :data:`NOT_A_RECORD`, which the
+    sidecar's scanner judges as it would the line itself (not JSON: counted, or where a
+    strict format stops)."""
+    wire = fmt.wire
+    if wire is None:
+        return lines
+    out: list[tuple[int, bytes | None]] = []
+    for offset, line in lines:
+        if line is None:
+            out.append((offset, None))
+            continue
+        record = parse_line(line, recover=not fmt.strict)
+        out.append(
+            (offset, orjson.dumps(wire(record)) if isinstance(record, dict) else NOT_A_RECORD)
+        )
+    return out
 
 
 def to_wire(lines: list[tuple[int, bytes | None]]) -> list[WireLine]:
@@ -183,7 +210,7 @@ def read_lines(
         "file": file,
         **_where(read),
         "size": read.size,
-        "lines": to_wire(selected(fmt, lines)),
+        "lines": to_wire(projected(fmt, selected(fmt, lines))),
     }
 
 

@@ -155,6 +155,49 @@ def pi_prompt_text(record: dict[str, Any]) -> str:
     return content_text(message.get("content"), TEXT_BLOCKS)
 
 
+_WIRE_KEYS = (
+    "type",
+    "id",
+    "parentId",
+    "timestamp",
+    "version",
+    "formatVersion",
+    "parentSession",
+    "kind",
+)
+
+
+def pi_wire(record: dict[str, Any]) -> dict[str, Any]:
+    """What a paired node sends of an entry: what :func:`classify_pi_record` and the
+    scanner read (its type, id and time; a header's version and parent; a message's role, a
+    user message's text blocks and the types of its other blocks, a shell escape's
+    command). An assistant's text, a tool's result, an image's data never cross the wire."""
+    out = {k: record[k] for k in _WIRE_KEYS if k in record}
+    message = record.get("message")
+    if "message" in record:
+        out["message"] = None
+    if isinstance(message, dict):
+        role = message.get("role")
+        sent: dict[str, Any] = {"role": role}
+        if role == "bashExecution" and "command" in message:
+            sent["command"] = message["command"]
+        elif role == "user" and "content" in message:
+            content = message["content"]
+            if isinstance(content, list):
+                content = [_block(b) for b in content]
+            sent["content"] = content
+        out["message"] = sent
+    return out
+
+
+def _block(block: Any) -> Any:
+    if not isinstance(block, dict):
+        return block
+    if block.get("type") == "text":
+        return {"type": "text", "text": block.get("text")}
+    return {"type": block.get("type")}
+
+
 def pi_thread_id(stem: str) -> str:
     """``<timestamp>_<session id>``: the part after the last underscore."""
     return stem.rsplit("_", 1)[1] if "_" in stem else stem
@@ -180,6 +223,7 @@ FORMAT = JsonlFormat[PiState](
     tested_version=TESTED_VERSION,
     prompt_text=pi_prompt_text,
     thread_id=pi_thread_id,
+    wire=pi_wire,
     describe=describe_pi_file,
 )
 

@@ -314,3 +314,39 @@ def test_loopback_http_and_a_pinned_https_node_are_taken() -> None:
         }
     )
     assert "sha256:" + "ab" * 32 == config.nodes["lan"].fingerprint
+
+
+async def test_pi_on_a_node_sends_what_the_classifier_reads(tmp_path: Path) -> None:
+    folder = tmp_path / "pi" / "proj"
+    folder.mkdir(parents=True)
+    path = folder / "2026-03-01T10-00-00_3f2a.jsonl"
+    header = {"type": "session", "version": 3, "id": "3f2a", "timestamp": "2026-03-01T10:00:00Z"}
+    write(path, header)
+    runner = await _serve(tmp_path, {"pi": str(tmp_path / "pi")}, None)
+    host, port = runner.addresses[0][:2]
+    try:
+        adapter = Node(url=f"http://{host}:{port}", tmp=tmp_path, roots={}).adapter("pi-node")
+        ref = {"nodeId": "laptop", "threadId": "3f2a"}
+        marker = await adapter.baseline(ref)
+        image = {"type": "image", "data": "SECRET-IMAGE-DATA", "mimeType": "image/png"}
+        user = {"role": "user", "content": [{"type": "text", "text": "look at this"}, image]}
+        answer = {"role": "assistant", "content": [{"type": "text", "text": "SECRET-ANSWER"}]}
+        tool = {"role": "toolResult", "content": [{"type": "text", "text": "SECRET-OUTPUT"}]}
+        for i, message in enumerate((user, answer, tool)):
+            ts = f"2026-03-01T10:00:0{i + 1}Z"
+            write(path, {"type": "message", "id": f"m{i}", "timestamp": ts, "message": message})
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(
+                f"http://{host}:{port}/v1/sources/pi/3f2a/lines",
+                params={"offset": str(marker["offset"]), "file": marker["file"]},
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            ) as resp,
+        ):
+            raw = await resp.read()
+        assert b"look at this" in raw
+        assert b"SECRET" not in raw, raw
+        outcome = await check(adapter, marker, ref)
+        assert [text_hash("look at this")] == [t.text_hash for t in outcome.turns]
+    finally:
+        await runner.cleanup()
