@@ -406,20 +406,20 @@ async def serve_node(
 ) -> None:
     """``sessionwatch node``: serve this machine's sessions read-only until SIGINT/SIGTERM;
     over TLS with its own certificate (``tls_file``), else plain HTTP on loopback only."""
+    if tls_file is None and not listen.startswith("unix:"):
+        host = listen.rpartition(":")[0] or "127.0.0.1"
+        if not is_loopback(host):  # refused before anything is made
+            raise ConfigError(
+                f"--listen {listen}: plain HTTP is served on loopback only (the token and the"
+                " sessions' metadata would cross the network in clear). Add --tls, or listen"
+                " on 127.0.0.1 and forward the port over SSH"
+            )
     token = load_token(Path(expand_user(token_file)))
     context = fingerprint = None
     if tls_file is not None:
         from monitor.node_tls import server_context
 
         context, fingerprint = server_context(Path(expand_user(tls_file)))
-    elif not listen.startswith("unix:") and not is_loopback(
-        listen.rpartition(":")[0] or "127.0.0.1"
-    ):
-        raise ConfigError(
-            f"--listen {listen}: plain HTTP is served on loopback only (the token and the"
-            " sessions' metadata would cross the network in clear). Add --tls, or listen on"
-            " 127.0.0.1 and forward the port over SSH"
-        )
     roots = node_roots(config)
     app = build_node_app(roots, token)
     async with AsyncExitStack() as stack:

@@ -455,3 +455,17 @@ def test_readopting_a_key_and_adopting_a_linked_source_are_said(tmp_path: Path) 
     found = sw(tmp_path / "s.db", "--config", str(config), "catalog", "--json")
     (b,) = [s for s in found["sessions"] if s["path"].endswith("b.jsonl")]
     assert b["sessionKeys"] == ["agent:main:subagent:child", "agent:main:subagent:other"]
+
+
+def test_a_node_serves_plain_http_on_loopback_only(tmp_path: Path) -> None:
+    """Without --tls a node refuses an address other machines reach, with the way out."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "monitor", "node", "--listen", "0.0.0.0:0"]
+    argv += ["--token-file", str(tmp_path / "node.token")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert 1 == done.returncode, done.stderr  # a configuration error, as serve's
+    assert "plain HTTP is served on loopback only" in done.stderr
+    assert "--tls" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "node.token").exists()  # refused before anything is made

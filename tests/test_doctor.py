@@ -63,6 +63,39 @@ async def test_a_gateway_that_is_down_and_a_node_that_is_down(tmp_path: Path) ->
         assert "ssl:default" not in line
 
 
+async def test_a_node_is_called_through_its_pin(tmp_path: Path) -> None:
+    """A TLS node answers through the pinned certificate, and says what it serves; a wrong
+    pin is one problem naming both fingerprints, with its fix."""
+    from aiohttp import web
+
+    from monitor.node_tls import server_context
+    from monitor.web.node import build_node_app
+
+    token = tmp_path / "node.token"
+    token.write_text("node-secret\n")
+    token.chmod(0o600)
+    context, pin = server_context(tmp_path / "node-tls.pem")
+    runner = web.AppRunner(build_node_app({"codex": str(tmp_path / "codex")}, "node-secret"))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        for fingerprint, level in ((pin, "ok"), ("cd" * 32, "PROBLEM")):
+            node = NodeConfig(url=url, token_file=str(token), fingerprint=f"sha256:{fingerprint}")
+            found = await doctor.run(
+                make_config(tmp_path, nodes={"laptop": node}), tmp_path / "s.db"
+            )
+            (line,) = [f.line() for f in found if "node laptop" in f.line()]
+            assert line.startswith(level), line
+            if level == "ok":
+                assert "certificate pin holds" in line and "it serves codex" in line
+            else:
+                assert f"sha256:{'cd' * 32}" in line and f"sha256:{pin}" in line
+                assert "pin the one it logs at start" in line
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_shared_state_file_is_a_problem(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     db.write_bytes(b"")
