@@ -483,6 +483,18 @@ def archived_rollout(path: str, root: str) -> str | None:
     return None
 
 
+UNREAD_META = frozenset({"base_instructions", "instructions"})  # the system prompt: unread
+
+
+def codex_wire(record: dict[str, Any]) -> dict[str, Any]:
+    """What a paired node sends of a record the pre-filter let through: all of it but the
+    system prompt a ``session_meta`` carries, which no rule reads."""
+    payload = record.get("payload")
+    if record.get("type") != "session_meta" or not isinstance(payload, dict):
+        return record
+    return {**record, "payload": {k: v for k, v in payload.items() if k not in UNREAD_META}}
+
+
 def _first(record: Any) -> CodexState:
     return state_from_first_record(record) if isinstance(record, dict) else CodexState()
 
@@ -508,6 +520,7 @@ FORMAT = JsonlFormat[CodexState](
     ref_thread=True,
     compressed=True,  # local_thread_store_compression: rollouts idle for 7 days
     moved=archived_rollout,
+    wire=codex_wire,
 )
 
 

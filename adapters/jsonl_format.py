@@ -54,7 +54,7 @@ class JsonlFormat(Generic[S]):
     # None when it is really gone; given the file's real path and the configured root
     moved: Callable[[str, str], str | None] = lambda path, root: None
     # what a paired node sends of a record the pre-filter let through (the rest never
-    # crosses the wire); None: the line as it is (a pre-filter already keeps it to turns)
+    # crosses the wire); None: the line as it is
     wire: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 

@@ -6,9 +6,9 @@ to the last complete line, with the same rotated/truncated fingerprints, the sam
 or archived by the harness" rule for a file gone from its path, and the same line-length
 bound. Of the lines it read it sends only what the format's scanner would read
 (:func:`adapters.jsonl_scan.selected`): the lines its pre-filter lets through, and the
-offsets of lines that are not records at all; a format that parses every line (Pi) sends
-each record as its ``wire`` reduces it, to what the classifier reads. Tool output and agent
-text never cross the wire.
+offsets of lines that are not records at all, each record as its format's ``wire`` reduces
+it (Pi's, which parses every line: to what its classifier reads; Codex's: without the system
+prompt a ``session_meta`` carries). Tool output and agent text never cross the wire.
 
 On the sidecar, :class:`NodeJsonlAdapter` keeps the same marker as a local link (``offset``,
 ``head``, ``ino``, ``tail``, ``recent``, ``drift``, the format's state) plus ``file``, the
@@ -120,9 +120,14 @@ def find_file(fmt: JsonlFormat[Any], root: str, thread: str, file: str | None) -
     may be there): ``file`` when it names one of the thread's files below the root, else
     found by walking the root. Raises :class:`NotFound` (``no_such_thread``)."""
     real_root = os.path.realpath(root)
+
+    def inside(path: str) -> str | None:  # resolved at every use: a link may lead out
+        real = os.path.realpath(path)
+        return real if real.startswith(real_root + os.sep) else None
+
     if file:
-        path = os.path.realpath(os.path.join(real_root, file))
-        if path.startswith(real_root + os.sep) and _thread_of(fmt, path) == thread:
+        path = inside(os.path.join(real_root, file))
+        if path is not None and _thread_of(fmt, path) == thread:
             return path
     for dirpath, dirnames, names in os.walk(real_root):
         dirnames.sort()
@@ -132,7 +137,9 @@ def find_file(fmt: JsonlFormat[Any], root: str, thread: str, file: str | None) -
             if not plain.endswith(".jsonl") or fmt.candidate(folder, plain) is not True:
                 continue
             if _thread_of(fmt, plain) == thread:
-                return os.path.join(dirpath, plain)
+                found = inside(os.path.join(dirpath, name))
+                if found is not None:
+                    return os.path.join(os.path.dirname(found), plain)
     raise NotFound(f"no {fmt.kind} session {thread!r} under the node's {fmt.kind} root")
 
 
@@ -158,7 +165,8 @@ def read_baseline(fmt: JsonlFormat[Any], root: str, path: str) -> dict[str, Any]
     except NotRegularFile as exc:
         raise Declined(str(exc)) from None
     newline = chunk.find(b"\n")
-    first = to_wire([(0, chunk[:newline].strip())])[0] if newline > 0 else None
+    line = chunk[:newline].strip()
+    first = to_wire(projected(fmt, [(0, line)]))[0] if newline > 0 else None
     return {
         "file": relative(root, path),
         "offset": offset,
@@ -254,9 +262,9 @@ class NodeJsonlAdapter:
         raise BadInput("replay reads a local file: replay the session on the node itself")
 
     def _path(self, ref: Ref, what: str) -> tuple[str, str]:
-        return str(
-            ref.get("nodeId")
-        ), f"/v1/sources/{self.format.kind}/{ref.get('threadId')}/{what}"
+        """The node a ref names, and the path of ``what`` of its session there."""
+        path = f"/v1/sources/{self.format.kind}/{ref.get('threadId')}/{what}"
+        return str(ref.get("nodeId")), path
 
     async def baseline(self, ref: Ref) -> Marker:
         name, path = self._path(ref, "baseline")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import re
 import secrets
@@ -443,9 +444,12 @@ async def database_export(request: web.Request) -> web.Response:
 async def changes(request: web.Request) -> web.Response:
     raw = request.query.get("wait", "0")
     try:
-        wait = min(max(float(raw), 0.0), MAX_WAIT_S)
+        wait = float(raw)
     except ValueError:
-        raise BadInput("wait must be a number of seconds") from None
+        wait = math.nan
+    if not math.isfinite(wait):
+        raise BadInput("wait must be a number of seconds")
+    wait = min(max(wait, 0.0), MAX_WAIT_S)
     feed = request.app[FEED]
     cursor = await feed.moved_after(request.query.get("after", ""), wait)
     return json_response({"cursor": cursor, "watching": len(feed.watching)})

@@ -350,3 +350,39 @@ async def test_pi_on_a_node_sends_what_the_classifier_reads(tmp_path: Path) -> N
         assert [text_hash("look at this")] == [t.text_hash for t in outcome.turns]
     finally:
         await runner.cleanup()
+
+
+async def test_the_system_prompt_and_files_outside_the_root_stay_on_the_node(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "sessions"
+    folder = root / "2026" / "03" / "01"
+    folder.mkdir(parents=True)
+    meta = {"id": CODEX_ID, "cwd": "/w", "cli_version": "0.98.0"}
+    meta["base_instructions"] = {"text": "SECRET-SYSTEM-PROMPT"}
+    write(
+        folder / NAME,
+        {"timestamp": "2026-03-01T10:00:00.000Z", "type": "session_meta", "payload": meta},
+    )
+    outside = tmp_path / "elsewhere" / f"rollout-2026-03-01T10-00-00-{'f' * 8}.jsonl"
+    outside.parent.mkdir()
+    write(outside, {"type": "session_meta", "payload": {"id": "f" * 8}}, typed("SECRET-OUTSIDE"))
+    (folder / outside.name).symlink_to(outside)  # a link inside the root that leads out
+    runner = await _serve(tmp_path, {"codex": str(root)}, None)
+    host, port = runner.addresses[0][:2]
+    base = f"http://{host}:{port}/v1/sources/codex"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        async with aiohttp.ClientSession(headers=headers) as http:
+            async with http.get(f"{base}/{CODEX_ID}/baseline") as resp:
+                raw = await resp.read()
+            assert 200 == resp.status and b"SECRET" not in raw, raw
+            async with http.get(f"{base}/{CODEX_ID}/lines", params={"offset": "0"}) as resp:
+                raw = await resp.read()
+            assert 200 == resp.status and b"SECRET" not in raw, raw
+            for params in ({"offset": "0"}, {"offset": "0", "file": f"2026/03/01/{outside.name}"}):
+                async with http.get(f"{base}/{'f' * 8}/lines", params=params) as resp:
+                    raw = await resp.read()
+                assert 404 == resp.status and b"SECRET" not in raw, raw
+    finally:
+        await runner.cleanup()
