@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,11 +111,17 @@ async def test_a_harness_on_a_node_over_tls_is_adopted_recorded_and_woken(
             await until("the gateway woken", lambda: any(key in t for t in gw.texts), timeout=60)
             node.stop()  # the laptop sleeps; the person types into the harness anyway
             await asyncio.to_thread(harness.prompt, PROMPTS[2])
-            await asyncio.sleep(1.5)  # ticks against a node that is not there
+
+            def link() -> dict[str, Any]:
+                (found,) = [x for x in sw("links")["links"] if x["sessionKey"] == key]
+                return dict(found)
+
+            def inconclusive() -> bool:  # at the ticks against a node that is not there
+                return (link()["status"] or {}).get("outcome") == "inconclusive"
+
+            await until("the link inconclusive while the node is down", inconclusive, 60)
+            assert "cannot connect" in link()["status"]["reason"], link()  # never quiet
             assert 1 == sw.human_turns(key)
-            (down,) = [x for x in sw("links")["links"] if x["sessionKey"] == key]
-            assert "inconclusive" == down["status"]["outcome"], down  # never quiet
-            assert "cannot connect" in down["status"]["reason"], down
             node.start()
             await until("the prompt typed while down", lambda: sw.human_turns(key) == 2, 60)
             await until("woken again", lambda: len([t for t in gw.texts if key in t]) >= 2, 60)
