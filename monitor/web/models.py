@@ -197,8 +197,8 @@ class WatchIn(Body):
 
 class LinkIn(Body):
     """Adopt a native session: ``catalogId`` from the catalog; or ``kind`` with ``path``
-    (and ``thread``, the session id, for ``opencode``); or ``kind: claude-node`` with
-    ``node`` and ``thread``."""
+    (and ``thread``, the session id, for ``opencode``); or a node kind (``claude-node``,
+    ``codex-node``, ``pi-node``, ``opencode-node``) with ``node`` and ``thread``."""
 
     session_key: SessionKey
     catalog_id: NonEmpty | None = None
