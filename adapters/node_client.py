@@ -117,8 +117,9 @@ async def call(
     code = str(code) if isinstance(code, str) else None
     if status == 404 and code in ("no_such_thread", "no_such_item"):
         raise Gone(str(code), status, code)
-    if status == 404 and code is None:
-        raise Answered(f"node answered 404 at {path}: {OLDER_NODE}", status, None)
+    if status == 404 and (code is None or (code == "not_found" and message == "Not Found")):
+        # no such route (aiohttp's own words): a node from before the route
+        raise Answered(f"node answered 404 at {path}: {OLDER_NODE}", status, code)
     raise Answered(f"node answered {status}" + (f": {message}" if message else ""), status, code)
 
 

@@ -74,13 +74,13 @@ class NodeWatch:
                 for name, keys in wanted.items():
                     self.keys[name] = keys
                     if name not in self._polls or self._polls[name].done():
-                        self._polls[name] = asyncio.ensure_future(self._poll(name))
+                        self._polls[name] = asyncio.ensure_future(self.poll(name))
                 seen = await self.changes.after(seen, KEEPALIVE_S)
         finally:
             for task in self._polls.values():
                 task.cancel()
 
-    async def _poll(self, name: str) -> None:
+    async def poll(self, name: str) -> None:
         """Long-poll node ``name``'s change feed until cancelled; check its links when the
         cursor moves, and when it answers after not answering."""
         cursor: str | None = None

@@ -4,6 +4,7 @@ Real node apps on loopback, a real ``serve`` in process whose ticks are an hour 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -80,3 +81,38 @@ async def test_a_write_on_the_node_is_recorded_before_any_tick(
             assert 1 == sum("answers again" in m for m in said), said
     finally:
         await node.cleanup()
+
+
+async def test_a_node_without_a_change_feed_is_said_once_and_left_to_the_ticks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older node has no ``/v1/changes``: said once, never as a node that is down."""
+    from adapters.base import NodeAddress
+    from monitor.node_watch import NodeWatch
+    from monitor.web.common import make_guard
+
+    key = web.AppKey("token", str)
+    older = web.Application(middlewares=[make_guard(key)])
+    older[key] = TOKEN
+    runner = web.AppRunner(older)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    (tmp_path / "node.token").write_text(TOKEN + "\n")
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    node = NodeAddress(url=url, token_file=str(tmp_path / "node.token"))
+    ticked: list[set[str]] = []
+
+    async def tick(keys: set[str], rearm: bool = True) -> bool:
+        ticked.append(keys)
+        return True
+
+    watch = NodeWatch(None, None, asyncio.Event(), tick=tick, nodes=lambda: {"old": node})  # type: ignore[arg-type]
+    watch.keys["old"] = {KEY}
+    try:
+        with caplog.at_level(logging.INFO, logger="monitor.node_watch"):
+            await asyncio.wait_for(watch.poll("old"), 10)  # returns: nothing to wait on
+        said = [r.getMessage() for r in caplog.records]
+        assert 1 == len(said) and "has no change feed" in said[0], said
+        assert [] == ticked
+    finally:
+        await runner.cleanup()
