@@ -346,7 +346,8 @@ async def _node(name: str, node: NodeConfig, http: aiohttp.ClientSession) -> Fin
             "start `sessionwatch node` there, or correct its url",
         )
     kinds = answer.get("kinds")
-    served = ", ".join(str(k) for k in kinds) if isinstance(kinds, list) and kinds else "nothing"
+    served = ", ".join(str(k) for k in kinds) if isinstance(kinds, list) and kinds else None
+    served = served or "nothing yet (none of its roots exists)"
     pinned = " (certificate pin holds)" if node.fingerprint else ""
     return ok(f"node {name} at {url} answers{pinned}; it serves {served}")
 

@@ -56,7 +56,7 @@ from monitor.upstream.monitor import node_address, root_paths
 from monitor.upstream.tick_health import TickHealth
 from monitor.web.api import build_app
 from monitor.web.common import start_site
-from monitor.web.node import build_node_app
+from monitor.web.node import build_node_app, present
 from monitor.web.openapi import VERSION
 from monitor.web.status_page import PageSources
 
@@ -429,7 +429,11 @@ async def serve_node(
             loop.add_signal_handler(sig, stopping.set)
         allowed = config.api.allowed_hosts
         addresses = ", ".join(await start_site(stack, app, listen, "--listen", allowed, context))
-        served = ", ".join(f"{kind} {root}" for kind, root in sorted(roots.items()))
+        found = present(roots)
+        served = ", ".join(f"{kind} {roots[kind]}" for kind in found) or "nothing yet"
+        absent = [kind for kind in sorted(roots) if kind not in found]
+        if absent:  # served once they exist: the node looks at each request
+            served += f" ({', '.join(absent)}: no such root yet)"
         log.info("sessionwatch node serving %s on %s", served, addresses)
         if fingerprint is not None:
             log.info('the node\'s certificate: fingerprint = "sha256:%s" (pin it)', fingerprint)

@@ -75,6 +75,7 @@ async def test_a_node_is_called_through_its_pin(tmp_path: Path) -> None:
     token.write_text("node-secret\n")
     token.chmod(0o600)
     context, pin = server_context(tmp_path / "node-tls.pem")
+    (tmp_path / "codex").mkdir()
     runner = web.AppRunner(build_node_app({"codex": str(tmp_path / "codex")}, "node-secret"))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()

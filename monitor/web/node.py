@@ -343,19 +343,32 @@ async def list_threads(request: web.Request) -> web.Response:
     return json_response({"threads": _listed(ITEMS_SERVES, await served[ITEMS_SERVES].catalog())})
 
 
+def present(roots: Mapping[str, str]) -> list[str]:
+    """The formats whose root exists now (a directory; a database form's file): what a node
+    serves sessions of, as it says at start and in its catalog's ``kinds``."""
+    found = []
+    for kind, root in sorted(roots.items()):
+        exists = os.path.isfile if entry(kind).form == "database" else os.path.isdir
+        if exists(root):
+            found.append(kind)
+    return found
+
+
 async def catalog(request: web.Request) -> web.Response:
     """The adoptable sessions of every kind this node serves (``kind``: of one)."""
     served = request.app[SERVED]
     wanted = request.query.get("kind")
+    roots: dict[str, str] = request.app[ROOTS]
+    kinds = present(roots)
     if wanted is not None and wanted not in served:
-        return json_response({"sessions": [], "errors": [], "kinds": sorted(served)})
+        return json_response({"sessions": [], "errors": [], "kinds": kinds})
     sessions: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
     for kind in [wanted] if wanted else sorted(served):
         found = await served[kind].catalog()
         sessions += _listed(kind, found)
         errors += found.errors
-    return json_response({"sessions": sessions, "errors": errors, "kinds": sorted(served)})
+    return json_response({"sessions": sessions, "errors": errors, "kinds": kinds})
 
 
 def _jsonl(request: web.Request, root: str) -> tuple[JsonlFormat[Any], str]:
