@@ -17,8 +17,9 @@ import asyncio
 import logging
 import os
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -295,36 +296,37 @@ def _failed(exc: OSError | sqlite3.Error) -> QueryFailed:
     return QueryFailed(str(exc), drift=drift)
 
 
-def read_signals(db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
-    """Raises FileNotFoundError (no database) or :class:`QueryFailed`."""
+R = TypeVar("R")
+
+
+def _reading(db: str, query: Callable[[sqlite3.Connection], R]) -> R:
+    """``query`` on the database opened read-only. Raises FileNotFoundError (no database)
+    or :class:`QueryFailed`."""
     try:
         conn = open_readonly(db)
         try:
-            return session_signals(conn, ids)
+            return query(conn)
         finally:
             conn.close()
     except FileNotFoundError:
         raise
     except (OSError, sqlite3.Error) as exc:
         raise _failed(exc) from None
+
+
+def read_signals(db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
+    return _reading(db, lambda conn: session_signals(conn, ids))
 
 
 def read_export(db: str, session_id: str) -> Export:
-    """Raises FileNotFoundError (no database) or :class:`QueryFailed`."""
-    try:
-        conn = open_readonly(db)
-        try:
-            return Export(
-                messages=export_user_messages(conn, session_id),
-                newest=newest_message(conn, session_id),
-                version=session_version(conn, session_id),
-            )
-        finally:
-            conn.close()
-    except FileNotFoundError:
-        raise
-    except (OSError, sqlite3.Error) as exc:
-        raise _failed(exc) from None
+    return _reading(
+        db,
+        lambda conn: Export(
+            messages=export_user_messages(conn, session_id),
+            newest=newest_message(conn, session_id),
+            version=session_version(conn, session_id),
+        ),
+    )
 
 
 class LocalSessions:

@@ -17,8 +17,7 @@ that is gone, and an inconclusive check, with its reason, for a node that does n
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapters import node_client
@@ -73,24 +72,31 @@ def projected(part: dict[str, Any]) -> dict[str, Any]:
 
 def signals_answer(db: str, ids: list[str]) -> tuple[int, dict[str, Any]]:
     """The status and body of the node's answer to a tick's signal query."""
-    try:
-        found = read_signals(db, ids)
-    except FileNotFoundError:
-        return 404, _error(NO_DATABASE, f"no OpenCode database at {db}")
-    except QueryFailed as exc:
-        return 503, _error(SCHEMA_DRIFT if exc.drift else QUERY_FAILED, str(exc))
-    return 200, {"signals": {sid: [parent, seq] for sid, (parent, seq) in found.items()}}
+    return _answer(db, lambda: _signals_body(read_signals(db, ids)))
 
 
 def export_answer(db: str, session_id: str) -> tuple[int, dict[str, Any]]:
+    """The status and body of the node's answer to one session's export."""
+    return _answer(db, lambda: _export_body(read_export(db, session_id)))
+
+
+def _signals_body(found: dict[str, tuple[Any, int]]) -> dict[str, Any]:
+    return {"signals": {sid: [parent, seq] for sid, (parent, seq) in found.items()}}
+
+
+def _export_body(export: Export) -> dict[str, Any]:
+    messages = [{"id": m.id, "parts": [projected(p) for p in m.parts]} for m in export.messages]
+    return {"messages": messages, "newest": export.newest, "version": export.version}
+
+
+def _answer(db: str, body: Callable[[], dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """``body``'s answer, or the local reader's failure as the node's error answer."""
     try:
-        export = read_export(db, session_id)
+        return 200, body()
     except FileNotFoundError:
         return 404, _error(NO_DATABASE, f"no OpenCode database at {db}")
     except QueryFailed as exc:
         return 503, _error(SCHEMA_DRIFT if exc.drift else QUERY_FAILED, str(exc))
-    messages = [{"id": m.id, "parts": [projected(p) for p in m.parts]} for m in export.messages]
-    return 200, {"messages": messages, "newest": export.newest, "version": export.version}
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
@@ -187,7 +193,3 @@ class OpenCodeNodeAdapter(OpenCodeAdapter):
 
 def build(settings: Settings, kind: str, serves: str) -> Adapter:
     return OpenCodeNodeAdapter(settings.nodes, settings)
-
-
-def database_of(root: str) -> str:
-    return os.path.realpath(root) if root else ""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,13 +28,6 @@ from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess
 
 PROMPTS = ("fix the failing billing tests", "and run them again", "now the integration suite")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockModelProcess]:
-    mock = MockModelProcess(tmp_path_factory.mktemp("model"))
-    yield mock
-    mock.stop()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,6 @@ from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess
 
 WEEK_AND_A_DAY_S = 8 * 86400
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockModelProcess]:
-    mock = MockModelProcess(tmp_path_factory.mktemp("model"))
-    yield mock
-    mock.stop()
 
 
 def idle_for_a_week(home: Path, rollout: Path) -> None:

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,6 @@ from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess
 
 PROMPTS = ("start the billing fix", "typed while the node serves", "typed while it is down")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MockModelProcess]:
-    mock = MockModelProcess(tmp_path_factory.mktemp("model"))
-    yield mock
-    mock.stop()
 
 
 def free_port() -> int:
