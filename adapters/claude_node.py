@@ -101,8 +101,7 @@ class ClaudeNodeAdapter:
         return {"uuid": uuid, "tail": tail, "pending": []}
 
     async def check(self, probes: list[Probe]) -> list[Outcome]:
-        async with node_client.session() as http:
-            return [await self._check_one(http, p) for p in probes]
+        return await node_client.each(probes, self._check_one)
 
     async def _check_one(
         self, http: aiohttp.ClientSession, probe: Probe, again: bool = False

@@ -287,8 +287,7 @@ class NodeJsonlAdapter:
         return {"file": answer.get("file"), **where, **state.to_marker()}
 
     async def check(self, probes: list[Probe]) -> list[Outcome]:
-        async with node_client.session() as http:
-            return [await self._check_one(http, p) for p in probes]
+        return await node_client.each(probes, self._check_one)
 
     async def _check_one(
         self, http: aiohttp.ClientSession, probe: Probe, again: bool = False

@@ -386,3 +386,46 @@ async def test_the_system_prompt_and_files_outside_the_root_stay_on_the_node(
                 assert 404 == resp.status and b"SECRET" not in raw, raw
     finally:
         await runner.cleanup()
+
+
+async def test_a_ticks_calls_to_a_node_run_a_few_at_a_time(
+    tmp_path: Path, codex_root: Path
+) -> None:
+    """A far node costs its round trip once per tick, not once per link: at most
+    ``node_client.CONCURRENT`` calls in flight, each probe's outcome in its place."""
+    import asyncio
+
+    from adapters import node_client
+
+    running, peak = [0], [0]
+
+    @web.middleware
+    async def slow(request: web.Request, handler: Any) -> web.StreamResponse:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        try:
+            await asyncio.sleep(0.02)  # hold the call, so overlapping calls would show
+            return await handler(request)  # type: ignore[no-any-return]
+        finally:
+            running[0] -= 1
+
+    app = build_node_app({"codex": str(codex_root)}, TOKEN)
+    app.middlewares.append(slow)
+    (tmp_path / "node.token").write_text(TOKEN + "\n")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        served = Node(url=f"http://127.0.0.1:{runner.addresses[0][1]}", tmp=tmp_path, roots={})
+        adapter = served.adapter("codex-node")
+        marker = await adapter.baseline(REF)
+        gone = {"nodeId": "laptop", "threadId": "no-such-thread"}
+        probes = [
+            Probe(session_key=f"agent:main:x{i}", ref=gone if i % 2 else REF, marker=marker)
+            for i in range(20)
+        ]
+        outcomes = await adapter.check(probes)
+        assert ["quiet", "missing"] * 10 == [o.status for o in outcomes]
+        assert 2 <= peak[0] <= node_client.CONCURRENT
+    finally:
+        await runner.cleanup()
