@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,7 @@ class NodeWatch:
         self.nodes = nodes
         self.keys: dict[str, set[str]] = {}  # node -> its watched links' keys, kept current
         self._polls: dict[str, asyncio.Task[None]] = {}
+        self.without_feed: set[str] = set()  # older nodes: their links wait for the ticks
 
     async def run(self) -> None:
         """Keep one poll per node with watched links, as links change (the change hub)."""
@@ -73,6 +75,8 @@ class NodeWatch:
                     self.keys.pop(name, None)
                 for name, keys in wanted.items():
                     self.keys[name] = keys
+                    if name in self.without_feed:
+                        continue
                     if name not in self._polls or self._polls[name].done():
                         self._polls[name] = asyncio.ensure_future(self.poll(name))
                 seen = await self.changes.after(seen, KEEPALIVE_S)
@@ -90,6 +94,7 @@ class NodeWatch:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             while not self.stopping.is_set():
                 params = {"after": cursor or "", "wait": str(WAIT_S)}
+                asked = time.monotonic()
                 try:
                     answer = await node_client.call(
                         http, self.nodes(), name, "/v1/changes", params=params
@@ -98,9 +103,10 @@ class NodeWatch:
                     if node_client.OLDER_NODE in str(exc):
                         log.warning(
                             "node %s has no change feed (an older sessionwatch node): its"
-                            " links are checked at each tick only",
+                            " links are checked at each tick only, until serve restarts",
                             name,
                         )
+                        self.without_feed.add(name)
                         return
                     if failing is None:
                         log.warning(
@@ -120,6 +126,10 @@ class NodeWatch:
                 backoff.reset()
                 moved = answer.get("cursor")
                 if not isinstance(moved, str) or moved == cursor:
+                    # a node waits before it answers the same cursor: one that does not
+                    # (or answers no cursor) is not polled in a tight loop
+                    if time.monotonic() - asked < WAIT_S / 2 and await backoff.wait(self.stopping):
+                        return
                     continue
                 cursor = moved
                 keys = self.keys.get(name)

@@ -125,7 +125,7 @@ class ChangeFeed:
         while True:
             try:
                 await self._watch()
-            except OSError as exc:  # no inotify watches left, a root gone mid-watch
+            except Exception as exc:  # no inotify watches left, a root gone mid-watch
                 if not failed:
                     log.warning("the change feed cannot watch the roots (%s): retrying", exc)
                 failed = True
