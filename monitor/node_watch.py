@@ -133,5 +133,5 @@ class NodeWatch:
                     continue
                 cursor = moved
                 keys = self.keys.get(name)
-                if keys:
-                    await self.tick(set(keys), rearm=False)
+                if keys:  # shielded: stopping never cancels a tick in flight (tick_done waits)
+                    await asyncio.shield(asyncio.ensure_future(self.tick(set(keys), rearm=False)))
