@@ -321,6 +321,7 @@ async def _node(name: str, node: NodeConfig, http: aiohttp.ClientSession) -> Fin
     """The node answers, with the token we hold, through the pinned certificate; and what
     it serves."""
     from adapters import node_client
+    from adapters.registry import ITEMS_SERVES
     from monitor.upstream.monitor import node_address
 
     url = node.url
@@ -329,8 +330,17 @@ async def _node(name: str, node: NodeConfig, http: aiohttp.ClientSession) -> Fin
         read_secret(path, f"the token file of node {name}")
     except SessionwatchError as exc:
         return problem(str(exc), "copy the node's token there, mode 600")
-    try:
-        answer = await node_client.call(http, {name: node_address(node)}, name, "/v1/catalog")
+    nodes = {name: node_address(node)}
+    older = ""
+    try:  # the cheap call: the change feed's cursor, at once (a catalog scans every root)
+        try:
+            answer = await node_client.call(http, nodes, name, "/v1/changes", params={"wait": "0"})
+        except node_client.Answered as exc:
+            if node_client.OLDER_NODE not in str(exc):
+                raise
+            answer = await node_client.call(http, nodes, name, "/v1/threads")
+            answer["kinds"] = [ITEMS_SERVES]  # all an older node serves
+            older = " (an older sessionwatch node: upgrade it to serve every kind)"
     except node_client.Answered as exc:
         if exc.status == 401:
             return problem(
@@ -349,7 +359,7 @@ async def _node(name: str, node: NodeConfig, http: aiohttp.ClientSession) -> Fin
     served = ", ".join(str(k) for k in kinds) if isinstance(kinds, list) and kinds else None
     served = served or "nothing yet (none of its roots exists)"
     pinned = " (certificate pin holds)" if node.fingerprint else ""
-    return ok(f"node {name} at {url} answers{pinned}; it serves {served}")
+    return ok(f"node {name} at {url} answers{pinned}; it serves {served}{older}")
 
 
 def print_findings(found: list[Finding]) -> int:

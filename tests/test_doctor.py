@@ -97,6 +97,36 @@ async def test_a_node_is_called_through_its_pin(tmp_path: Path) -> None:
         await runner.cleanup()
 
 
+async def test_an_older_node_answers_with_what_it_serves(tmp_path: Path) -> None:
+    """A node from before the change feed answers at ``/v1/threads`` only: it is reachable,
+    serves Claude Code, and the line says to upgrade it."""
+    from aiohttp import web
+
+    from monitor.web.common import make_guard
+
+    key = web.AppKey("token", str)
+    older = web.Application(middlewares=[make_guard(key)])
+    older[key] = "node-secret"
+
+    async def threads(request: web.Request) -> web.Response:
+        return web.json_response({"threads": []})
+
+    older.router.add_get("/v1/threads", threads)
+    token = tmp_path / "node.token"
+    token.write_text("node-secret\n")
+    token.chmod(0o600)
+    runner = web.AppRunner(older)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        node = NodeConfig(url=f"http://127.0.0.1:{runner.addresses[0][1]}", token_file=str(token))
+        found = await doctor.run(make_config(tmp_path, nodes={"old": node}), tmp_path / "s.db")
+        (line,) = [f.line() for f in found if "node old" in f.line()]
+        assert line.startswith("ok") and "serves claude" in line and "upgrade it" in line, line
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_shared_state_file_is_a_problem(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     db.write_bytes(b"")

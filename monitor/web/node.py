@@ -21,8 +21,9 @@ sends only what those read (see each kind's module for what crosses the wire):
 - OpenCode (:mod:`adapters.opencode_node`): ``POST /v1/sources/opencode/signals`` and
   ``GET /v1/sources/opencode/{sessionId}/export``; the database is opened read-only.
 - ``GET /v1/changes?after=CURSOR&wait=S``: a long poll on the node's change feed, which
-  watches the served roots (:class:`ChangeFeed`): it answers the feed's cursor at once when
-  it is not ``after``, else when something under a root changes, or after ``S`` seconds.
+  watches the served roots (:class:`ChangeFeed`): it answers the feed's cursor (and the
+  kinds whose root exists) at once when it is not ``after``, else when something under a
+  root changes, or after ``S`` seconds; ``wait=0`` is the cheap "are you there".
   Only the cursor crosses the wire; a sidecar checks the node's links when it moves, as
   file watching checks local links early. The ticks stay the truth.
 """
@@ -465,7 +466,10 @@ async def changes(request: web.Request) -> web.Response:
     wait = min(max(wait, 0.0), MAX_WAIT_S)
     feed = request.app[FEED]
     cursor = await feed.moved_after(request.query.get("after", ""), wait)
-    return json_response({"cursor": cursor, "watching": len(feed.watching)})
+    roots: dict[str, str] = request.app[ROOTS]
+    return json_response(
+        {"cursor": cursor, "watching": len(feed.watching), "kinds": present(roots)}
+    )
 
 
 async def _polls_answered(app: web.Application) -> None:
