@@ -64,7 +64,9 @@ SERVED = web.AppKey("served", dict[str, Adapter])  # each served format's local 
 _PREFILTER = format_of(ITEMS_SERVES).prefilter
 MAX_WAIT_S = 25.0
 DEBOUNCE_MS = 300  # as file watching groups a sidecar's own changes
-STEP_MS = 10  # the quiet that ends a group: only a cursor moves, so it may be short
+# the quiet that ends a group: only a cursor moves, so it may be short (the checks it wakes
+# follow the harness's own writes, never a harness's start)
+STEP_MS = 10
 REARM_MS = 30_000  # how often a root that did not exist yet is looked for
 
 

@@ -85,7 +85,7 @@ async def test_a_harness_on_a_node_over_tls_is_adopted_recorded_and_woken(
         sw.config.write_text(
             f'[nodes.laptop]\nurl = "{url}"\ntoken_file = "{node.token}"\nfingerprint = "{pin}"\n'
             f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "api.token"}"\n'
-            "[monitor]\ninitial_delay_s = 0\ninterval_s = 0.5\n"
+            "[monitor]\ninitial_delay_s = 0\ninterval_s = 5\n"  # node watching records
             f'[gateway]\nhooks_url = "{hooks.hooks_url}"\n'
             f'hooks_token_file = "{hooks.hooks_token_file}"\n'
         )
