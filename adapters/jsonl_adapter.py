@@ -128,22 +128,27 @@ def resolve_file(kind: str, path: str, root: str) -> str:
     return real
 
 
+def first_line(path: str, cap: int = DEFAULT_SCAN_CAP) -> bytes | None:
+    """The file's first complete line (None when there is none within ``cap``)."""
+    read = read_tail(path, 0, cap, None)
+    return read.lines[0][1] if read.lines else None
+
+
 def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
     """The file's first complete line, parsed; None when there is none or it is not JSON."""
-    read = read_tail(path, 0, cap, None)
-    if not read.lines:
-        return None
-    return parse_line(read.lines[0][1], recover=False)
+    line = first_line(path, cap)
+    return parse_line(line, recover=False) if line is not None else None
 
 
-def _first_line(chunk: bytes) -> Any:
+def _first_line(chunk: bytes) -> bytes | None:
     lines = split_lines(chunk, 0, chunk.find(b"\n") + 1)
-    return parse_line(lines[0][1], recover=False) if lines else None
+    return lines[0][1] if lines else None
 
 
-def baseline_file(fmt: JsonlFormat[Any], path: str) -> Marker:
-    """The marker at the end of the file's last complete line (of the plain file a
-    compressed one stands for, when only that is left). Raises Declined / OSError."""
+def file_end(fmt: JsonlFormat[Any], path: str) -> tuple[Marker, bytes | None]:
+    """Where the file's last complete line ends (``offset``, ``head``, ``ino``, ``tail``: of
+    the plain file a compressed one stands for, when only that is left), and its first
+    complete line. Raises Declined / OSError. A local baseline and a node's both read it."""
     packed = zst.compressed_sibling(path)
     try:
         if fmt.compressed and not os.path.exists(path) and os.path.exists(packed):
@@ -152,14 +157,20 @@ def baseline_file(fmt: JsonlFormat[Any], path: str) -> Marker:
             first = _first_line(zst.head(packed, DEFAULT_SCAN_CAP)) if offset > 0 else None
         else:
             offset, head, ino, tail = end_of_last_line(path)
-            first = first_record(path) if offset > 0 else None
+            first = first_line(path) if offset > 0 else None
     except NotRegularFile as exc:
         raise Declined(str(exc)) from None
-    state = fmt.state_from_first(first)
+    return {"offset": offset, "head": head, "ino": ino, "tail": tail}, first
+
+
+def baseline_file(fmt: JsonlFormat[Any], path: str) -> Marker:
+    """The marker at the end of the file's last complete line. Raises Declined / OSError."""
+    where, first = file_end(fmt, path)
+    state = fmt.state_from_first(parse_line(first, recover=False) if first else None)
     reason = fmt.declines(state)
     if reason:
         raise Declined(reason)
-    return {"offset": offset, "head": head, "ino": ino, "tail": tail, **state.to_marker()}
+    return {**where, **state.to_marker()}
 
 
 def check_file(

@@ -43,15 +43,21 @@ from adapters.base import (
     non_negative_int,
 )
 from adapters.catalog import Catalog
-from adapters.jsonl_adapter import idle, kept_elsewhere, reread_marker, settled, up_to_a_long_line
+from adapters.jsonl_adapter import (
+    file_end,
+    idle,
+    kept_elsewhere,
+    reread_marker,
+    settled,
+    up_to_a_long_line,
+)
 from adapters.jsonl_format import JsonlFormat, format_of
 from adapters.jsonl_scan import Cutoff, parse_line, scan, selected
 from adapters.node_client import Gone, NodeError
-from adapters.tailer import NotRegularFile, TailRead, end_of_last_line, read_at, read_tail
+from adapters.tailer import NotRegularFile, TailRead, read_tail
 from monitor.errors import BadInput, Declined, NotFound
 
 MAX_CAP = 16 * 1_048_576  # the most a node reads for one answer, whatever is asked
-HEAD_READ = 1_048_576  # where a session's first line (its format state) is looked for
 WireLine = list[Any]  # [offset, text] · [offset, None, base64] · [offset] (not a record)
 
 
@@ -152,33 +158,11 @@ def relative(root: str, path: str) -> str:
 
 
 def read_baseline(fmt: JsonlFormat[Any], root: str, path: str) -> dict[str, Any]:
-    """Where a newly adopted session starts, and its first line (the format's state)."""
-    packed = zst.compressed_sibling(path)
-    try:
-        if fmt.compressed and not os.path.exists(path) and os.path.exists(packed):
-            offset, head, tail = zst.end_of_last_line(packed)
-            ino = None
-            chunk = zst.head(packed, HEAD_READ) if offset > 0 else b""
-        else:
-            offset, head, ino, tail = end_of_last_line(path)
-            chunk = _head(path) if offset > 0 else b""
-    except NotRegularFile as exc:
-        raise Declined(str(exc)) from None
-    newline = chunk.find(b"\n")
-    line = chunk[:newline].strip()
-    first = to_wire(projected(fmt, [(0, line)]))[0] if newline > 0 else None
-    return {
-        "file": relative(root, path),
-        "offset": offset,
-        "head": head,
-        "ino": ino,
-        "tail": tail,
-        "first": first,
-    }
-
-
-def _head(path: str) -> bytes:
-    return read_at(path, 0, HEAD_READ)
+    """Where a newly adopted session starts, and its first line (the format's state), as
+    a local baseline reads them."""
+    where, first = file_end(fmt, path)
+    line = to_wire(projected(fmt, [(0, first)]))[0] if first is not None else None
+    return {"file": relative(root, path), **where, "first": line}
 
 
 def read_lines(

@@ -23,6 +23,7 @@ from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import links
 from monitor.upstream.adoption import Adopted, Adoption
+from monitor.upstream.links import UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.settle import LinkResult
 from monitor.upstream.tick import Ticker, TickSettings
@@ -215,15 +216,21 @@ class UpstreamMonitor:
         """Moves when a link or its state does (see :func:`links.fingerprint`)."""
         return await self.kernel.read(links.fingerprint)
 
+    async def _watched(self) -> list[tuple[UpstreamLink, Adapter]]:
+        """The watched links an adapter of ours reads, each with its adapter."""
+        found = []
+        for view in await self.links():
+            link = view.link
+            adapter = self.adapters.get(link.kind) if link.kind else None
+            if adapter is not None and view.watched:
+                found.append((link, adapter))
+        return found
+
     async def watched_paths(self) -> dict[str, set[str]]:
         """Local file -> the session keys of the watched links whose early check its change
         wakes (each adapter names its files: a transcript, an OpenCode database's WAL)."""
         by_path: dict[str, set[str]] = {}
-        for view in await self.links():
-            link = view.link
-            adapter = self.adapters.get(link.kind) if link.kind else None
-            if adapter is None or not view.watched:
-                continue
+        for link, adapter in await self._watched():
             for path in adapter.watched_paths(link.ref):
                 by_path.setdefault(path, set()).add(link.session_key)
         return by_path
@@ -232,11 +239,8 @@ class UpstreamMonitor:
         """Paired node -> the session keys of the watched links on it, whose early check a
         change the node reports wakes (:mod:`monitor.node_watch`)."""
         by_node: dict[str, set[str]] = {}
-        for view in await self.links():
-            link = view.link
-            if not view.watched or not link.kind or link.kind not in self.adapters:
-                continue
-            if entry(link.kind).remote:
+        for link, _ in await self._watched():
+            if link.kind and entry(link.kind).remote:
                 by_node.setdefault(str(link.ref.get("nodeId", "")), set()).add(link.session_key)
         return by_node
 

@@ -37,7 +37,7 @@ import math
 import os
 import re
 import secrets
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -406,14 +406,22 @@ def _digest(query: Mapping[str, str], key: str) -> str | None:
     return raw
 
 
-async def source_baseline(request: web.Request) -> web.Response:
-    root = _root(request, request.match_info["kind"], "file")  # not served: not "missing"
+async def _located(
+    request: web.Request, read: Callable[[JsonlFormat[Any], str, str], dict[str, Any]]
+) -> web.Response:
+    """``read(format, root, file)`` of the session a JSONL source route names, in a thread;
+    a kind not served is refused as such (never "missing"), a session not there is
+    ``no_such_thread``."""
+    root = _root(request, request.match_info["kind"], "file")
     try:
         fmt, path = await asyncio.to_thread(_jsonl, request, root)
     except NotFound as exc:
         return error(404, "no_such_thread", str(exc))
-    answer = await asyncio.to_thread(jsonl_node.read_baseline, fmt, root, path)
-    return json_response(answer)
+    return json_response(await asyncio.to_thread(read, fmt, root, path))
+
+
+async def source_baseline(request: web.Request) -> web.Response:
+    return await _located(request, jsonl_node.read_baseline)
 
 
 async def source_lines(request: web.Request) -> web.Response:
@@ -426,13 +434,10 @@ async def source_lines(request: web.Request) -> web.Response:
     }
     cap = _count(query, "cap", jsonl_node.MAX_CAP) or 1
     max_line = _count(query, "maxLine", jsonl_node.MAX_CAP) or 1
-    root = _root(request, request.match_info["kind"], "file")  # not served: not "missing"
-    try:
-        fmt, path = await asyncio.to_thread(_jsonl, request, root)
-    except NotFound as exc:
-        return error(404, "no_such_thread", str(exc))
-    answer = await asyncio.to_thread(jsonl_node.read_lines, fmt, root, path, marker, cap, max_line)
-    return json_response(answer)
+    return await _located(
+        request,
+        lambda fmt, root, path: jsonl_node.read_lines(fmt, root, path, marker, cap, max_line),
+    )
 
 
 async def database_signals(request: web.Request) -> web.Response:
