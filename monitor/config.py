@@ -6,17 +6,23 @@ every section through them. An unknown key (with the nearest known one) or a val
 stops start-up with a message naming the key.
 """
 
+from __future__ import annotations
+
 import math
 import os
 import re
-import typing
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, NamedTuple, TypeGuard
 
 from monitor.errors import ConfigError, did_you_mean
 from monitor.paths import expand_user
+from monitor.records import NamedTuple, hints
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Annotated, Any, TypeGuard
 
 PG_SCHEMES = ("postgresql://", "postgres://")
 
@@ -315,7 +321,7 @@ def _check_value(where: str, expected: Any, rule: Rule | None, value: Any) -> An
         value = float(value)
     if expected is str and not isinstance(value, str):
         raise ConfigError(f"{where} must be a string")
-    if typing.get_origin(expected) is tuple:
+    if getattr(expected, "__origin__", None) is tuple:  # tuple[str, ...]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f'{where} must be a list of strings, for example ["sidecar.lan"]')
         value = tuple(value)
@@ -338,9 +344,11 @@ def _check_value(where: str, expected: Any, rule: Rule | None, value: Any) -> An
 
 def _fields_of(cls: type[Any]) -> dict[str, tuple[Any, Rule | None]]:
     """A section's fields: each one's type, and its :class:`Rule` if it declares one."""
+    import typing  # only when a file is read
+
     out: dict[str, tuple[Any, Rule | None]] = {}
-    for name, hint in typing.get_type_hints(cls, include_extras=True).items():
-        if typing.get_origin(hint) is Annotated:
+    for name, hint in hints(cls).items():
+        if typing.get_origin(hint) is typing.Annotated:
             base, *extras = typing.get_args(hint)
             out[name] = (base, next((e for e in extras if isinstance(e, Rule)), None))
         else:
@@ -417,14 +425,15 @@ def load_config(path: Path | str | None) -> Config:
     chosen = path or os.environ.get("SESSIONWATCH_CONFIG")
     if not chosen:
         return Config()
-    p = Path(expand_user(chosen))
+    p = expand_user(chosen)
     import stat
     import tomllib  # only when there is a file to read
 
     try:
-        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the read for good
+        if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO would block the read for good
             raise ConfigError(f"cannot read configuration {p}: not a regular file")
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        with open(p, encoding="utf-8") as f:
+            raw = tomllib.loads(f.read())
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

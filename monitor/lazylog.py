@@ -6,7 +6,9 @@ a tenth of their start-up. Modules on that path (the kernel, the notices) log th
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class LazyLogger:

@@ -244,7 +244,7 @@ def found_hooks(config: Any, db: Path | str) -> Hooks | None:
     return Hooks(install)
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -357,9 +357,10 @@ def _user_text(raw: str | None, packed: bytes | None) -> str | None:
     return None
 
 
-def gateway_transcripts(db: object) -> GatewayTranscripts | None:
-    """The gateway's transcripts when ``db`` is an OpenClaw install's own state database."""
-    if not isinstance(db, Path):
+def gateway_transcripts(db: str | os.PathLike[str] | None) -> GatewayTranscripts | None:
+    """The gateway's transcripts when ``db`` (a SQLite file; None for PostgreSQL) is an
+    OpenClaw install's own state database."""
+    if db is None:
         return None
     install = locate()
     return GatewayTranscripts(install) if _same_file(db, install.db) else None

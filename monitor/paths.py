@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 
 from monitor.errors import BadInput, ConfigError
 
 
-def expand_user(path: str | Path) -> str:
+def expand_user(path: str | os.PathLike[str]) -> str:
     """``path`` with ``~`` or ``~user`` expanded; a home that cannot be found is refused,
     never taken as a directory literally named ``~user`` (nor raised as a RuntimeError),
     and so is a NUL byte (which the system calls refuse with a ValueError)."""
-    text = str(path)
+    text = os.fspath(path)
     if "\x00" in text:
         raise BadInput("a path cannot hold a NUL byte")
     expanded = os.path.expanduser(text)
@@ -23,25 +22,27 @@ def expand_user(path: str | Path) -> str:
     return expanded
 
 
-def make_private_dirs(directory: Path) -> None:
+def make_private_dirs(directory: str | os.PathLike[str]) -> None:
     """Create ``directory`` and each missing parent readable by their owner only (0700),
     outermost first: ``mkdir -p`` would leave the parents it creates open to everyone."""
-    missing: list[Path] = []
-    while not directory.exists():
-        missing.append(directory)
-        if directory.parent == directory:
+    missing: list[str] = []
+    at = os.path.normpath(os.fspath(directory))
+    while not os.path.exists(at):
+        missing.append(at)
+        parent = os.path.dirname(at) or "."
+        if parent == at:
             break
-        directory = directory.parent
+        at = parent
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile by another: theirs
-            path.mkdir(mode=0o700)
+            os.mkdir(path, mode=0o700)
 
 
-def refuse_if_not_ours(path: Path, what: str) -> None:
+def refuse_if_not_ours(path: str | os.PathLike[str], what: str) -> None:
     """A file of another user's that this one cannot read and write (the gateway's state
     database, when the gateway runs as its own user) is refused, saying who must run it."""
     try:
-        owner = path.stat().st_uid
+        owner = os.stat(path).st_uid
     except OSError:
         return
     if owner != os.getuid() and not os.access(path, os.R_OK | os.W_OK):

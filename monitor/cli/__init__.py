@@ -11,29 +11,28 @@ own modules when they are the command.
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
-from pathlib import Path
-from typing import Any, cast
 
 import orjson
 
 from monitor.cli import kernel_commands, process_commands  # noqa: F401  (they declare)
-from monitor.cli.declare import (
-    COMMANDS,
-    ConfigHandler,
-    KernelHandler,
-    build_parser,
-    command_of,
-    db_origin,
-    db_path,
-)
+from monitor.cli.argv import parse_plain
+from monitor.cli.declare import COMMANDS, Args, db_origin, db_path, db_target
 from monitor.cli.kernel_commands import printed
-from monitor.config import Config, load_config
+from monitor.config import is_pg_url, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError, one_line
 from monitor.kernel.store.sqlite_conn import run_now
 
-__all__ = ["COMMANDS", "build_parser", "db_path", "main"]
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monitor.cli.declare import ConfigHandler, KernelHandler
+    from monitor.config import Config
+
+__all__ = ["COMMANDS", "db_path", "main", "parse"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     try:
         _check_utf8(given)
-        args = build_parser(command_of(given)).parse_args(given)
+        args = parse(given)
         try:
             args.config_obj = load_config(args.config)
         except ConfigError as exc:  # a bad configuration file is bad input: exit 2
@@ -53,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
             roots_of(args.config_obj.roots.given)
         if declared.needs == "config":
-            return cast(ConfigHandler, declared.handler)(args)
+            config_handler: ConfigHandler = declared.handler  # type: ignore[assignment]
+            return config_handler(args)
         answer = _run_command(args)
     except BadInput as exc:
         _say_fatal(str(exc), given)
@@ -66,20 +66,32 @@ def main(argv: list[str] | None = None) -> int:
     return (declared.done or _printed)(answer, args)
 
 
-def _printed(answer: dict[str, Any], args: argparse.Namespace) -> int:
+def parse(argv: list[str]) -> Args:
+    """The command line, as the commands declare it: read at once when every word is plain
+    (:mod:`monitor.cli.argv`), else by argparse, which raises :class:`BadInput` for a wrong
+    one and prints ``--help``."""
+    plain = parse_plain(argv)
+    if plain is not None:
+        return plain
+    from monitor.cli.parser import build_parser, command_of
+
+    return build_parser(command_of(argv)).parse_args(argv, namespace=Args())
+
+
+def _printed(answer: dict[str, Any], args: Args) -> int:
     return printed(answer)
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+async def _run(args: Args) -> dict[str, Any]:
     from monitor.kernel import Kernel, KernelSettings  # not for replay, config, serve, node
 
-    handler = cast(KernelHandler, COMMANDS[args.command].handler)  # main ran the others
+    handler: KernelHandler = COMMANDS[args.command].handler  # type: ignore[assignment]
     config: Config = args.config_obj
-    target = db_path(args, config)
+    target = db_target(args, config)
     reads = COMMANDS[args.command].reads
     only_reads = reads(args) if callable(reads) else bool(reads)
     scratch = None
-    if only_reads and isinstance(target, Path) and not target.exists():
+    if only_reads and not is_pg_url(target) and not os.path.exists(target):
         if reads != "scratch":
             raise BadInput(
                 f"no state database at {target} (chosen by {db_origin(args, config)});"
@@ -89,7 +101,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         import tempfile
 
         scratch = tempfile.TemporaryDirectory(prefix="sessionwatch-")
-        target = Path(scratch.name) / "state.db"  # nothing adopted yet: an empty one
+        target = os.path.join(scratch.name, "state.db")  # nothing adopted yet: an empty one
     try:
         kernel = await Kernel.open(
             target, KernelSettings.of(config), direct=True, on_delete=(_unlink,)
@@ -110,9 +122,9 @@ def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:
     return delete_links(conn, scope, params)
 
 
-def _run_command(args: argparse.Namespace) -> dict[str, Any]:
+def _run_command(args: Args) -> dict[str, Any]:
     # PostgreSQL is reached over the network: its store needs an event loop
-    if COMMANDS[args.command].loop or isinstance(db_path(args, args.config_obj), str):
+    if COMMANDS[args.command].loop or is_pg_url(db_target(args, args.config_obj)):
         import asyncio
 
         return asyncio.run(_run(args))

@@ -6,11 +6,9 @@ way (:mod:`monitor.cli`).
 
 from __future__ import annotations
 
-import argparse
 import os
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from collections.abc import Iterator
+from types import SimpleNamespace
 
 import orjson
 
@@ -18,72 +16,86 @@ from monitor.config import Config, is_pg_url
 from monitor.errors import BadInput
 from monitor.kernel.events import MAX_INT64
 from monitor.paths import expand_user
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
+    from typing import Any, NoReturn, TypeVar
+
     from monitor.kernel import Kernel
 
+# The parsed command line: what argparse makes, or monitor.cli.argv when every word is plain.
+Args = SimpleNamespace
 
-KernelHandler = Callable[["Kernel", argparse.Namespace], Awaitable[dict[str, Any]]]
-ConfigHandler = Callable[[argparse.Namespace], int]  # prints itself; the exit code
-Done = Callable[[dict[str, Any], argparse.Namespace], int]  # prints the answer; the exit code
-H = TypeVar("H", KernelHandler, ConfigHandler)
+if TYPE_CHECKING:
+    KernelHandler = Callable[[Kernel, Args], Awaitable[dict[str, Any]]]
+    ConfigHandler = Callable[[Args], int]  # prints itself; the exit code
+    Done = Callable[[dict[str, Any], Args], int]  # prints the answer; the exit code
+    H = TypeVar("H", KernelHandler, ConfigHandler)
+    Argument = tuple[tuple[str, ...], dict[str, Any]]
 
 
-def db_path(args: argparse.Namespace, config: Config) -> Path | str:
+def db_target(args: Args, config: Config) -> str:
     """``--db``, else ``$SESSIONWATCH_DB``, else ``[store] url``, else ``[store] path``,
     else OpenClaw's own state database when an install is found next to this user, else the
-    default path: a SQLite file, or a ``postgresql://`` URL (kept as it is)."""
+    default path: a SQLite file's path (``~`` expanded), or a ``postgresql://`` URL (kept as
+    it is)."""
     chosen = args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url
     if not chosen and config.store.path == Config().store.path:
         from monitor.openclaw import locate  # next to OpenClaw, its database is the store
 
         install = locate()
         if install.db.is_file():
-            return install.db
+            return str(install.db)
     chosen = str(chosen or config.store.path)
-    if is_pg_url(chosen):
-        return chosen
-    return Path(expand_user(chosen))
+    return chosen if is_pg_url(chosen) else expand_user(chosen)
 
 
-class Formatter(argparse.HelpFormatter):
-    """argparse's formatter with a fixed width: asking the terminal imports ``shutil``,
-    which costs a one-shot command a tenth of its start-up."""
+def db_path(args: Args, config: Config) -> Path | str:
+    """:func:`db_target`, a SQLite file as a ``Path`` (what the service's start-up checks
+    take): the kernel's commands open the text itself."""
+    target = db_target(args, config)
+    if is_pg_url(target):
+        return target
+    from pathlib import Path
 
-    def __init__(self, prog: str) -> None:
-        columns = os.environ.get("COLUMNS", "")
-        super().__init__(prog, width=int(columns) - 2 if columns.isdigit() else 98)
-
-
-class Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", Formatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        """One line: what is wrong, then the command's usage (flattened)."""
-        usage = " ".join(self.format_usage().split())
-        name = self.prog.removeprefix("sessionwatch").strip() or "usage"
-        raise BadInput(f"{name}: {message}; {usage}")
+    return Path(target)
 
 
 def non_negative(raw: str) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+        _refuse(f"not an integer: {raw!r}")
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {raw}")
+        _refuse(f"must not be negative: {raw}")
     if value > MAX_INT64:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_INT64}: {raw}")
+        _refuse(f"must be at most {MAX_INT64}: {raw}")
     return value
 
 
 def positive(raw: str) -> int:
     value = non_negative(raw)
     if value == 0:
-        raise argparse.ArgumentTypeError("must be positive: 0")
+        _refuse("must be positive: 0")
     return value
+
+
+def path_arg(raw: str) -> Path:
+    """A path option (``node --token-file``): pathlib loads only for the command given one."""
+    from pathlib import Path
+
+    return Path(raw)
+
+
+def _refuse(message: str) -> NoReturn:
+    """An argument's type refuses it: argparse says so, in the command's usage line."""
+    import argparse
+
+    raise argparse.ArgumentTypeError(message)
 
 
 class Kinds:
@@ -104,8 +116,6 @@ class Kinds:
 
 
 DESCRIPTION = "The sessionwatch command line."
-
-Argument = tuple[tuple[str, ...], dict[str, Any]]
 
 
 def arg(*flags: str, **options: Any) -> Argument:
@@ -129,7 +139,7 @@ class Command(NamedTuple):  # a NamedTuple: a dataclass costs every command's st
     roots: bool = False  # its [roots] keys are checked against the registry first
     # it only reads the database (given its arguments): a SQLite file that does not exist
     # is refused, never created; "scratch": it runs on an empty one it removes afterwards
-    reads: bool | str | Callable[[argparse.Namespace], bool] = False
+    reads: bool | str | Callable[[Args], bool] = False
 
 
 COMMANDS: dict[str, Command] = {}
@@ -143,7 +153,7 @@ def command(
     done: Done | None = None,
     loop: bool = False,
     roots: bool = False,
-    reads: bool | str | Callable[[argparse.Namespace], bool] = False,
+    reads: bool | str | Callable[[Args], bool] = False,
 ) -> Callable[[H], H]:
     """Declare the command its handler is: ``needs`` says what the handler is handed."""
 
@@ -154,7 +164,7 @@ def command(
     return register
 
 
-def db_origin(args: argparse.Namespace, config: Config) -> str:
+def db_origin(args: Args, config: Config) -> str:
     """What chose the database: the flag, the variable, the configuration or the default."""
     if args.db:
         return "--db"
@@ -181,40 +191,14 @@ def parse_json_arg(name: str, raw: str | None) -> Any:
         raise BadInput(f"{name} is not valid JSON: {exc}") from None
 
 
-GLOBAL_WITH_VALUE = frozenset({"--db", "--config", "--log-format"})
-
-
-def command_of(argv: list[str]) -> str | None:
-    """The command named in ``argv``, when it is one (else the whole parser is built, to
-    explain what is wrong)."""
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in GLOBAL_WITH_VALUE:
-            skip = True
-        elif not arg.startswith("-"):
-            return arg if arg in COMMANDS else None
-    return None
-
-
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command, or of the ``only`` one."""
-    p = Parser(prog="sessionwatch", description=DESCRIPTION)
-    p.add_argument("--db", help="state database: a SQLite file or a postgresql:// URL")
-    p.add_argument("--config", type=Path, help="TOML configuration ($SESSIONWATCH_CONFIG)")
-    p.add_argument(
+# The options before the command, as every command takes them.
+GLOBALS: tuple[Argument, ...] = (
+    arg("--db", help="state database: a SQLite file or a postgresql:// URL"),
+    arg("--config", help="TOML configuration ($SESSIONWATCH_CONFIG)"),
+    arg(
         "--log-format",
-        choices=["plain", "json"],
+        choices=("plain", "json"),
         default="plain",
         help="serve and node: the log as text lines or one JSON object a line",
-    )
-    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for name, declared in COMMANDS.items():
-        # only the command this run names: argparse's parsers cost about a millisecond
-        # each to build, most of a one-shot command's start-up
-        if only in (None, name):
-            parser = sub.add_parser(name, help=declared.help)
-            for flags, options in declared.arguments:
-                parser.add_argument(*flags, **options)
-    return p
+    ),
+)

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from monitor.cli.declare import Kinds, arg, command, non_negative, parse_json_arg, positive
+from monitor.cli.declare import (
+    Args,
+    Kinds,
+    arg,
+    command,
+    non_negative,
+    parse_json_arg,
+    positive,
+)
 from monitor.errors import BadInput, one_line
 from monitor.kernel.events import parse_actor, parse_kind
 from monitor.web import wire
 
+TYPE_CHECKING = False
+
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from monitor.kernel import Kernel
     from monitor.upstream import UpstreamMonitor
 
@@ -51,7 +61,7 @@ def _adopted(answer: dict[str, Any]) -> int:
     arg("--payload", help='JSON: {"channel": ...}, {"turns": N}, {"outcome": ...}'),
     arg("--occurred-at", type=non_negative, help="when, in ms since the epoch (default now)"),
 )
-async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _record(kernel: Kernel, a: Args) -> dict[str, Any]:
     from monitor.kernel.signal_log import NewEvent
 
     result = await kernel.record(
@@ -79,7 +89,7 @@ async def _record(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("--child", required=True, help="the spawned session's key"),
     arg("--run-id", required=True, help="the child's run id (one spawn per run)"),
 )
-async def _spawn(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _spawn(kernel: Kernel, a: Args) -> dict[str, Any]:
     result = await kernel.spawn(parent=a.parent, child=a.child, run_id=a.run_id)
     return wire.event_record(result.event, duplicate=result.duplicate)
 
@@ -92,7 +102,7 @@ async def _spawn(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("--store-path", help="the watcher's session store (default: the gateway's own)"),
     arg("--ambient", action="store_true", help="a group's ambient watch: queued, never woken"),
 )
-async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _watch(kernel: Kernel, a: Args) -> dict[str, Any]:
     watched = await kernel.watch(
         watcher=a.watcher, target=a.target, store_path=a.store_path, ambient=a.ambient
     )
@@ -113,7 +123,7 @@ async def _watch(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("--follow", action="store_true", help="print each notice as it opens"),
     reads=lambda a: not a.drain,
 )
-async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _notices(kernel: Kernel, a: Args) -> dict[str, Any]:
     if a.follow:
         if a.drain:
             raise BadInput("notices: --follow peeks; drain with a separate --drain call")
@@ -122,7 +132,7 @@ async def _notices(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return {"notices": [n.as_json() for n in notices]}
 
 
-async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
+async def _follow(kernel: Kernel, a: Args) -> NoReturn:
     """Each notice as it opens, as a JSON line, until interrupted or until the reader of a
     pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see
     monitor.kernel.feed)."""
@@ -155,7 +165,7 @@ async def _follow(kernel: Kernel, a: argparse.Namespace) -> NoReturn:
     arg("--changes-since", type=non_negative, help="the events after this sequence"),
     reads=True,
 )
-async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _status(kernel: Kernel, a: Args) -> dict[str, Any]:
     return wire.status(await kernel.status(a.key, agent_id=a.agent, changes_since=a.changes_since))
 
 
@@ -165,7 +175,7 @@ async def _status(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("keys", nargs="*", help="session keys (default: every session with a head)"),
     reads=True,
 )
-async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _sessions(kernel: Kernel, a: Args) -> dict[str, Any]:
     return {"sessions": wire.state_versions(await kernel.state_versions(a.keys))}
 
 
@@ -174,7 +184,7 @@ async def _sessions(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     "a session was reset: drop its cursors",
     arg("key", help="the session key"),
 )
-async def _reset(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _reset(kernel: Kernel, a: Args) -> dict[str, Any]:
     await kernel.reset(a.key)
     return {"ok": True}
 
@@ -185,7 +195,7 @@ async def _reset(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("key", help="the session key"),
     arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
 )
-async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _delete(kernel: Kernel, a: Args) -> dict[str, Any]:
     from monitor.kernel.keys import normalize_key, parse_agent_key
 
     if parse_agent_key(normalize_key(a.key)) is None and not a.agent:
@@ -202,7 +212,7 @@ async def _delete(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     "run retention now",
     arg("--now", type=non_negative, help="the clock, in ms since the epoch"),
 )
-async def _prune(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _prune(kernel: Kernel, a: Args) -> dict[str, Any]:
     return wire.pruned(await kernel.prune(a.now))
 
 
@@ -215,7 +225,7 @@ async def _prune(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("--store-path", help="the session's store (default: the gateway's own)"),
     arg("--run", choices=["active", "idle"], help="whether a run is active (its ticks wait)"),
 )
-async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _session(kernel: Kernel, a: Args) -> dict[str, Any]:
     run_active = None if a.run is None else a.run == "active"
     row = await kernel.upsert_session(
         a.key,
@@ -227,7 +237,7 @@ async def _session(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     return wire.session_info(row)
 
 
-def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
+def _monitor(kernel: Kernel, a: Args) -> UpstreamMonitor:
     from monitor.upstream import UpstreamMonitor
 
     return UpstreamMonitor.from_config(kernel, a.config_obj)
@@ -248,7 +258,7 @@ def _monitor(kernel: Kernel, a: argparse.Namespace) -> UpstreamMonitor:
     loop=True,
     roots=True,
 )
-async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _adopt(kernel: Kernel, a: Args) -> dict[str, Any]:
     adopted = await _monitor(kernel, a).adopt_source(
         session_key=a.session_key,
         agent_id=a.agent,
@@ -269,7 +279,7 @@ async def _adopt(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     arg("text", help="the message (only its hash is kept)"),
     arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
 )
-async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _own(kernel: Kernel, a: Args) -> dict[str, Any]:
     from adapters.base import own_text_hash
 
     await kernel.remember_own_message(a.key, own_text_hash(a.text), agent_id=a.agent)
@@ -281,7 +291,7 @@ async def _own(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     "the upstream links and their state",
     reads=True,
 )
-async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _links(kernel: Kernel, a: Args) -> dict[str, Any]:
     return {"links": wire.links(await _monitor(kernel, a).links())}
 
 
@@ -291,7 +301,7 @@ async def _links(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     loop=True,
     roots=True,
 )
-async def _tick(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _tick(kernel: Kernel, a: Args) -> dict[str, Any]:
     return {"outcomes": [wire.link_result(r) for r in await _monitor(kernel, a).tick()]}
 
 
@@ -309,7 +319,7 @@ async def _tick(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
     roots=True,
     reads="scratch",  # the native sessions are listed before any database exists
 )
-async def _catalog(kernel: Kernel, a: argparse.Namespace) -> dict[str, Any]:
+async def _catalog(kernel: Kernel, a: Args) -> dict[str, Any]:
     found = await _monitor(kernel, a).catalog(
         a.kind, cwd=a.cwd, since=a.since, search=a.search, limit=a.limit
     )

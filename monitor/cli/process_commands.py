@@ -4,20 +4,27 @@ with the configuration, prints what it has to say, and answers its exit code."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
 import orjson
 
-from monitor.cli.declare import Kinds, arg, command, db_origin, db_path, non_negative
+from monitor.cli.declare import (
+    Args,
+    Kinds,
+    arg,
+    command,
+    db_origin,
+    db_path,
+    non_negative,
+    path_arg,
+)
 from monitor.config import is_pg_url, without_password
 from monitor.errors import SessionwatchError, one_line
 
 
 @command("serve", "run the sidecar until SIGINT/SIGTERM", needs="config", roots=True)
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: Args) -> int:
     import asyncio
 
     from monitor.service import serve
@@ -32,10 +39,10 @@ def _serve(args: argparse.Namespace) -> int:
     "node",
     "serve this machine's Claude Code, Codex, Pi and OpenCode sessions to a paired sidecar",
     arg("--listen", default="127.0.0.1:8766", help="HOST:PORT (plain HTTP: loopback only)"),
-    arg("--token-file", required=True, type=Path, help="the node's bearer token (made 0600)"),
+    arg("--token-file", required=True, type=path_arg, help="the node's bearer token (made 0600)"),
     arg(
         "--tls",
-        type=Path,
+        type=path_arg,
         metavar="PEM_FILE",
         help="serve HTTPS with the key and certificate in PEM_FILE (made 0600 on first start;"
         " its fingerprint is logged: pin it in the sidecar's [nodes.NAME] fingerprint)",
@@ -43,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
     needs="config",
     roots=True,
 )
-def _node(args: argparse.Namespace) -> int:
+def _node(args: Args) -> int:
     import asyncio
 
     from monitor.service import serve_node
@@ -54,7 +61,7 @@ def _node(args: argparse.Namespace) -> int:
 
 
 @command("config", "print the effective configuration", needs="config", roots=True)
-def _config(args: argparse.Namespace) -> int:
+def _config(args: Args) -> int:
     from adapters.registry import root_keys, roots_with_origin
     from monitor.openclaw import found_hooks
 
@@ -86,7 +93,7 @@ def _config(args: argparse.Namespace) -> int:
     needs="config",
     roots=True,
 )
-def _doctor(args: argparse.Namespace) -> int:
+def _doctor(args: Args) -> int:
     import asyncio
 
     from monitor import doctor
@@ -102,7 +109,7 @@ def _doctor(args: argparse.Namespace) -> int:
     arg("--browser", action="store_true", help="open the link in a browser too"),
     needs="config",
 )
-def _open(args: argparse.Namespace) -> int:
+def _open(args: Args) -> int:
     from monitor.ui_open import open_link
 
     url = open_link(args.config_obj, args.url, db_path(args, args.config_obj))
@@ -126,7 +133,7 @@ def _open(args: argparse.Namespace) -> int:
     arg("--max-line-bytes", type=non_negative, help="the longest line read (default [monitor])"),
     needs="config",
 )
-def _replay(args: argparse.Namespace) -> int:
+def _replay(args: Args) -> int:
     from adapters.base import Settings
     from monitor.upstream.replay import replay
 

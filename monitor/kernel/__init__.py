@@ -9,7 +9,8 @@ one-shot command importing one kernel module pays for that module only.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.kernel.kernel import Kernel

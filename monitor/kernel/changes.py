@@ -17,10 +17,11 @@ itself, the same way.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
 from monitor.lazylog import LazyLogger
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # asyncio at run time only where someone waits: one-shot commands never
     import asyncio

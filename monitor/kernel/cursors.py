@@ -10,12 +10,16 @@ shares the database opens notices of its own and delivers them from its own queu
 is how a sidecar tells the two apart, so that it wakes the gateway only for its own.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
 
 from monitor.kernel.keys import parse_agent_key
 from monitor.kernel.notices import PROVENANCE_EXPLICIT, Notice
 from monitor.kernel.store.sqlite_schema import UNDECIDED_KEY, read_meta, write_meta
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -37,7 +41,7 @@ class WatchCursor(NamedTuple):
     provenance: str
 
     @classmethod
-    def from_row(cls, row: tuple[str, str | None, str, int, int, int, str]) -> "WatchCursor":
+    def from_row(cls, row: tuple[str, str | None, str, int, int, int, str]) -> WatchCursor:
         watcher, store_path, target, last_seen, notified, material, provenance = row
         return cls(
             watcher=watcher,
@@ -63,7 +67,7 @@ class WatchCursor(NamedTuple):
         )
 
 
-def read_cursor(conn: "Conn", watcher: str, target: str) -> WatchCursor | None:
+def read_cursor(conn: Conn, watcher: str, target: str) -> WatchCursor | None:
     row = conn.execute(
         f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors"
         " WHERE watcher_session_key = ? AND target_session_key = ?",
@@ -73,7 +77,7 @@ def read_cursor(conn: "Conn", watcher: str, target: str) -> WatchCursor | None:
 
 
 def _write_fresh(
-    conn: "Conn",
+    conn: Conn,
     *,
     watcher: str,
     target: str,
@@ -97,7 +101,7 @@ def _write_fresh(
 
 
 def register_watch(
-    conn: "Conn",
+    conn: Conn,
     *,
     watcher: str,
     target: str,
@@ -142,7 +146,7 @@ def register_watch(
 
 
 def seed_cursor(
-    conn: "Conn", *, watcher: str, target: str, store_path: str, at: int, now: int
+    conn: Conn, *, watcher: str, target: str, store_path: str, at: int, now: int
 ) -> None:
     """A spawn edge: the parent watches the child from the spawn event on.
 
@@ -169,7 +173,7 @@ def seed_cursor(
     )
 
 
-def mark_opened(conn: "Conn", watcher: str, target: str, notified: int) -> bool:
+def mark_opened(conn: Conn, watcher: str, target: str, notified: int) -> bool:
     """Record that this process opened the notice of ``watcher`` on ``target`` frozen at
     ``notified`` (one row per cursor: a newer notice replaces the older mark). True when the
     mark changed: a notice this sidecar had not marked as its own before."""
@@ -185,7 +189,7 @@ def mark_opened(conn: "Conn", watcher: str, target: str, notified: int) -> bool:
 
 
 def advance_watchers(
-    conn: "Conn", *, target: str, sequence: int, actor_id: str | None, now: int
+    conn: Conn, *, target: str, sequence: int, actor_id: str | None, now: int
 ) -> list[Notice]:
     """A notifiable event at ``sequence``: raise ``material`` of every watcher that is behind,
     freeze ``notified`` where nothing was pending, and return the notices that opened now.
@@ -225,7 +229,7 @@ _MARKED = (  # the pending notice of cursor ``c`` carries this sidecar's mark
 
 
 def list_pending(
-    conn: "Conn",
+    conn: Conn,
     *,
     watcher: str | None = None,
     store_path: str | None = None,
@@ -251,7 +255,7 @@ def list_pending(
     return [WatchCursor.from_row(row) for row in rows]
 
 
-def acknowledge(conn: "Conn", cursors: list[WatchCursor], now: int) -> list[Notice]:
+def acknowledge(conn: Conn, cursors: list[WatchCursor], now: int) -> list[Notice]:
     """Ack on drain (or on a wake the gateway accepted): ``last_seen := notified``; work that
     arrived after the freeze reopens exactly one fresh notice (``notified := material``),
     returned. A cursor that moved since it was read is left alone (compare-and-set). The
@@ -288,7 +292,7 @@ def acknowledge(conn: "Conn", cursors: list[WatchCursor], now: int) -> list[Noti
     return reopened
 
 
-def heal_unfrozen(conn: "Conn") -> int:
+def heal_unfrozen(conn: Conn) -> int:
     """Startup sweep: a cursor with material work but no frozen watermark gets one (a notice
     this process opens)."""
     rows = conn.execute(
@@ -302,7 +306,7 @@ def heal_unfrozen(conn: "Conn") -> int:
     return len(rows)
 
 
-def undecided_legacy(conn: "Conn") -> int:
+def undecided_legacy(conn: Conn) -> int:
     """How many of the notices an upgrade could not attribute (see
     :func:`monitor.kernel.store.sqlite_schema.mark_legacy_notices`) are still pending and
     unmarked: at most the number the upgrade counted, fewer as pairs are taken over or
@@ -322,7 +326,7 @@ def undecided_legacy(conn: "Conn") -> int:
     return left
 
 
-def delete_watcher_cursors(conn: "Conn", watcher: str) -> int:
+def delete_watcher_cursors(conn: Conn, watcher: str) -> int:
     conn.execute(
         "DELETE FROM sessionwatch_opened_notices WHERE watcher_session_key = ?", (watcher,)
     )
@@ -332,7 +336,7 @@ def delete_watcher_cursors(conn: "Conn", watcher: str) -> int:
     return cur.rowcount
 
 
-def delete_session_cursors(conn: "Conn", key: str) -> int:
+def delete_session_cursors(conn: Conn, key: str) -> int:
     conn.execute(
         "DELETE FROM sessionwatch_opened_notices"
         " WHERE watcher_session_key = ? OR target_session_key = ?",
@@ -345,7 +349,7 @@ def delete_session_cursors(conn: "Conn", key: str) -> int:
     return cur.rowcount
 
 
-def any_with_store_path(conn: "Conn", path: str) -> bool:
+def any_with_store_path(conn: Conn, path: str) -> bool:
     """Whether some cursor is stored under ``path`` (a read: opening writes only if so)."""
     row = conn.execute(
         "SELECT 1 FROM session_watch_cursors WHERE watcher_store_path = ? LIMIT 1", (path,)
@@ -353,7 +357,7 @@ def any_with_store_path(conn: "Conn", path: str) -> bool:
     return row is not None
 
 
-def migrate_store_paths(conn: "Conn", legacy: str, resolve: Callable[[str], str]) -> int:
+def migrate_store_paths(conn: Conn, legacy: str, resolve: Callable[[str], str]) -> int:
     """Rewrite cursors stored under the placeholder ``legacy`` with the watcher's real path."""
     rows = conn.execute(
         "SELECT watcher_session_key, target_session_key FROM session_watch_cursors"
@@ -374,21 +378,21 @@ def migrate_store_paths(conn: "Conn", legacy: str, resolve: Callable[[str], str]
     return moved
 
 
-def watcher_keys(conn: "Conn") -> set[str]:
+def watcher_keys(conn: Conn) -> set[str]:
     """Every session that watches another."""
     return {
         r[0] for r in conn.execute("SELECT DISTINCT watcher_session_key FROM session_watch_cursors")
     }
 
 
-def watched_targets(conn: "Conn") -> set[str]:
+def watched_targets(conn: Conn) -> set[str]:
     """Every session some watcher watches."""
     return {
         r[0] for r in conn.execute("SELECT DISTINCT target_session_key FROM session_watch_cursors")
     }
 
 
-def delete_idle(conn: "Conn", before: int) -> int:
+def delete_idle(conn: Conn, before: int) -> int:
     """Retention: cursors not touched since ``before`` go, and the marks of cursors gone."""
     deleted = conn.execute(
         "DELETE FROM session_watch_cursors WHERE updated_at < ?", (before,)
@@ -402,7 +406,7 @@ def delete_idle(conn: "Conn", before: int) -> int:
     return int(deleted)
 
 
-def progress(conn: "Conn") -> tuple[int, int, int]:
+def progress(conn: Conn) -> tuple[int, int, int]:
     """How many cursors, and the sums of what they have seen and what they may see: moves
     with every watch, drain and acknowledgement."""
     row = conn.execute(

@@ -9,11 +9,17 @@ two are the only field names of OpenClaw's camelCase spelled below the web layer
 is answered over the API is :mod:`monitor.web`'s.
 """
 
+from __future__ import annotations
+
 import re
 from enum import StrEnum
-from typing import Any, NamedTuple
 
 from monitor.errors import BadInput
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class EventKind(StrEnum):

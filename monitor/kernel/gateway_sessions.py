@@ -3,8 +3,6 @@ hashes of their OpenClaw-side messages (for self-echo)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from monitor.kernel import sessions
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
@@ -16,6 +14,8 @@ from monitor.kernel.keys import (
 )
 from monitor.kernel.sessions import SessionRow
 from monitor.kernel.signal_log import make_draft, record_event
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.kernel.notices import CreatedNotices

@@ -10,8 +10,6 @@ owns tables of its own (the upstream monitor's links) joins a transaction throug
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import BadInput, SessionwatchError
@@ -45,17 +43,21 @@ from monitor.kernel.views import Views
 from monitor.kernel.watcher_stores import LEGACY_DEFAULT, StorePathRule
 from monitor.lazylog import LazyLogger
 
+TYPE_CHECKING = False
+
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import TypeVar
+
     from monitor.kernel.sessions import SessionRow
     from monitor.kernel.store.protocol import Conn, StateStore
     from monitor.metrics import Metrics
 
 log = LazyLogger(__name__)
 
-T = TypeVar("T")
-NoticesOpened = Callable[[list[Notice]], None]
-
 if TYPE_CHECKING:
+    T = TypeVar("T")
+    NoticesOpened = Callable[[list[Notice]], None]
     # Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the
     # kernel's transaction: how ``delete`` reaches tables the kernel does not own.
     ScopeDeleter = Callable[[Conn, str, tuple[str, ...]], object]
@@ -110,7 +112,9 @@ class Kernel(Views):
         self.policy = WatchPolicy(
             main_key=settings.main_key,
             group_scope=settings.group_scope,
-            rule=StorePathRule.for_database(store.path, settings.store_path_template),
+            rule=StorePathRule.for_database(
+                None if store.shared else store.path, settings.store_path_template
+            ),
         )
         self._gateway_sessions = GatewaySessions(store, settings, self.policy, self.created_notices)
 

@@ -4,10 +4,14 @@ A key with the ``agent:<id>:`` prefix is *agent-qualified*; a bare key such as `
 ambiguous across agents: it gets the log and ``changesSince`` but never a cursor or notice.
 """
 
+from __future__ import annotations
+
 import functools
-from typing import NamedTuple
 
 from monitor.errors import BadInput
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 MAX_KEY_LENGTH = 512
 _GROUP_MARKERS = frozenset({"group", "room", "channel"})

@@ -4,8 +4,15 @@ A notice is derived from a durable cursor (``material > last_seen``), so every p
 opens the database sees the same pending notices; nothing here is the source of truth.
 """
 
+from __future__ import annotations
+
 from collections import OrderedDict
-from typing import Any, NamedTuple
+
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CREATED_SUMMARY_CAP = 8192
 CREATED_HEADER = "Recent session creations (bounded summary; older entries may be omitted):"

@@ -6,11 +6,12 @@ deleted before anything is deleted, so a reader's history gap stays exact; heads
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
-
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.kernel import cursors, signal_log
 from monitor.kernel.store import sqlite_schema as schema
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn

@@ -2,8 +2,13 @@
 ``sessionwatch_own_messages`` (the hashes of OpenClaw-side messages, for self-echo): all
 their SQL."""
 
+from __future__ import annotations
+
 from collections import defaultdict
-from typing import TYPE_CHECKING, NamedTuple
+
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -25,7 +30,7 @@ SessionFlags = tuple[str | None, bool]  # the session id, and whether a run is a
 
 
 def write_session_row(
-    conn: "Conn",
+    conn: Conn,
     key: str,
     agent_id: str,
     *,
@@ -53,7 +58,7 @@ def write_session_row(
     return existed is not None
 
 
-def read_session(conn: "Conn", key: str, agent_id: str) -> SessionRow | None:
+def read_session(conn: Conn, key: str, agent_id: str) -> SessionRow | None:
     row = conn.execute(
         "SELECT session_key, agent_id, session_id, store_path, run_active, created_at,"
         " updated_at FROM sessionwatch_sessions WHERE session_key = ? AND agent_id = ?",
@@ -64,7 +69,7 @@ def read_session(conn: "Conn", key: str, agent_id: str) -> SessionRow | None:
     return SessionRow(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6])
 
 
-def session_flags(conn: "Conn", key: str, agent_id: str) -> SessionFlags | None:
+def session_flags(conn: Conn, key: str, agent_id: str) -> SessionFlags | None:
     row = conn.execute(
         "SELECT session_id, run_active FROM sessionwatch_sessions"
         " WHERE session_key = ? AND agent_id = ?",
@@ -73,7 +78,7 @@ def session_flags(conn: "Conn", key: str, agent_id: str) -> SessionFlags | None:
     return (row[0], bool(row[1])) if row else None
 
 
-def all_session_flags(conn: "Conn") -> dict[tuple[str, str], SessionFlags]:
+def all_session_flags(conn: Conn) -> dict[tuple[str, str], SessionFlags]:
     return {
         (r[0], r[1]): (r[2], bool(r[3]))
         for r in conn.execute(
@@ -82,7 +87,7 @@ def all_session_flags(conn: "Conn") -> dict[tuple[str, str], SessionFlags]:
     }
 
 
-def remember_own(conn: "Conn", key: str, agent_id: str, digest: str, now: int, limit: int) -> None:
+def remember_own(conn: Conn, key: str, agent_id: str, digest: str, now: int, limit: int) -> None:
     """Remember one own message's hash; only the newest ``limit`` per session are kept."""
     conn.execute(
         "INSERT INTO sessionwatch_own_messages (session_key, agent_id, text_hash,"
@@ -97,7 +102,7 @@ def remember_own(conn: "Conn", key: str, agent_id: str, digest: str, now: int, l
     )
 
 
-def recent_own(conn: "Conn", limit: int) -> dict[tuple[str, str], list[tuple[int, str]]]:
+def recent_own(conn: Conn, limit: int) -> dict[tuple[str, str], list[tuple[int, str]]]:
     """Per session, its newest ``limit`` own messages as ``(id, hash)``, oldest first."""
     own: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     for row_id, key, agent, digest in conn.execute(
@@ -110,17 +115,17 @@ def recent_own(conn: "Conn", limit: int) -> dict[tuple[str, str], list[tuple[int
     return own
 
 
-def forget_own(conn: "Conn", ids: list[int]) -> None:
+def forget_own(conn: Conn, ids: list[int]) -> None:
     """Own messages that suppressed an upstream prompt are used up."""
     conn.executemany("DELETE FROM sessionwatch_own_messages WHERE id = ?", [(i,) for i in ids])
 
 
-def forget_session_own(conn: "Conn", key: str) -> None:
+def forget_session_own(conn: Conn, key: str) -> None:
     """A reset: the session's self-echo memory goes."""
     conn.execute("DELETE FROM sessionwatch_own_messages WHERE session_key = ?", (key,))
 
 
-def delete_sessions(conn: "Conn", scope: str, params: tuple[str, ...]) -> None:
+def delete_sessions(conn: Conn, scope: str, params: tuple[str, ...]) -> None:
     """Remove the known sessions and own messages of a ``keys.session_scope``."""
     conn.execute(f"DELETE FROM sessionwatch_own_messages WHERE {scope}", params)
     conn.execute(f"DELETE FROM sessionwatch_sessions WHERE {scope}", params)

@@ -3,7 +3,9 @@ its halves import them from here, and nothing here imports them back."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.config import Config

@@ -5,7 +5,7 @@ the head, move the target's cursors) as one synchronous function the store runs 
 ``BEGIN IMMEDIATE``.
 """
 
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from __future__ import annotations
 
 import orjson
 
@@ -22,8 +22,13 @@ from monitor.kernel.events import (
 )
 from monitor.kernel.keys import normalize_key, parse_agent_key, resolve_agent
 from monitor.kernel.notices import PROVENANCE_AMBIENT, Notice
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Annotated, Any
+
     from monitor.kernel.store.protocol import Conn
 
 OCCURRED_AT_MAX_SKEW_MS = DAY_MS
@@ -64,7 +69,7 @@ class NewEvent(NamedTuple):
     payload: Annotated[Any, PAYLOAD] = None
     occurred_at: Annotated[int, EPOCH_MS] | None = None
 
-    def draft(self, now: int) -> "EventDraft":
+    def draft(self, now: int) -> EventDraft:
         """Validated (see :func:`make_draft`); raises :class:`BadInput`."""
         return make_draft(
             session_key=self.session_key,
@@ -209,7 +214,7 @@ def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
     )
 
 
-def find_by_dedupe(conn: "Conn", dedupe_key: str) -> StateEvent | None:
+def find_by_dedupe(conn: Conn, dedupe_key: str) -> StateEvent | None:
     row = conn.execute(
         f"SELECT {_EVENT_COLUMNS} FROM session_state_events WHERE dedupe_key = ?",
         (dedupe_key,),
@@ -217,7 +222,7 @@ def find_by_dedupe(conn: "Conn", dedupe_key: str) -> StateEvent | None:
     return _row_to_event(row) if row else None
 
 
-def raise_head(conn: "Conn", key: str, agent_id: str, sequence: int, now: int) -> None:
+def raise_head(conn: Conn, key: str, agent_id: str, sequence: int, now: int) -> None:
     conn.execute(
         "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
         " pruned_max_sequence, updated_at) VALUES (?, ?, ?, 0, ?)"
@@ -229,7 +234,7 @@ def raise_head(conn: "Conn", key: str, agent_id: str, sequence: int, now: int) -
     )
 
 
-def record_event(conn: "Conn", draft: EventDraft, now: int) -> Recorded:
+def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
     """The recording transaction's body: see the module docstring."""
     row = draft.row
     payload_json = orjson.dumps(row.payload).decode() if row.payload else None
@@ -293,7 +298,7 @@ def record_event(conn: "Conn", draft: EventDraft, now: int) -> Recorded:
 
 
 def state_changes(
-    conn: "Conn", key: str, agent_id: str, since: int, limit: int = CHANGES_LIMIT
+    conn: Conn, key: str, agent_id: str, since: int, limit: int = CHANGES_LIMIT
 ) -> tuple[list[StateEvent], bool]:
     """Events of one session after ``since``, ascending, at most ``limit``; and whether
     more exist."""
@@ -306,7 +311,7 @@ def state_changes(
     return [_row_to_event(r) for r in rows[:limit]], len(rows) > limit
 
 
-def earliest_sequence(conn: "Conn", key: str, agent_id: str) -> int | None:
+def earliest_sequence(conn: Conn, key: str, agent_id: str) -> int | None:
     row = conn.execute(
         "SELECT min(sequence) FROM session_state_events WHERE session_key = ? AND agent_id = ?",
         (key, agent_id),
@@ -314,7 +319,7 @@ def earliest_sequence(conn: "Conn", key: str, agent_id: str) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-def read_head(conn: "Conn", key: str, agent_id: str) -> tuple[int, int]:
+def read_head(conn: Conn, key: str, agent_id: str) -> tuple[int, int]:
     """``(last_sequence, pruned_max_sequence)`` of a session, zeros when never logged."""
     row = conn.execute(
         "SELECT last_sequence, pruned_max_sequence FROM session_state_heads"
@@ -324,7 +329,7 @@ def read_head(conn: "Conn", key: str, agent_id: str) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def prune_events(conn: "Conn", *, before: int, cap: int, now: int) -> tuple[int, int]:
+def prune_events(conn: Conn, *, before: int, cap: int, now: int) -> tuple[int, int]:
     """Retention: events older than ``before`` or at most ``cap`` go; each pruned session's
     head keeps its last sequence and records the newest pruned one (for ``historyGap``).
     How many heads were stamped, and how many events went."""
@@ -347,7 +352,7 @@ def prune_events(conn: "Conn", *, before: int, cap: int, now: int) -> tuple[int,
     return stamped, deleted
 
 
-def state_versions(conn: "Conn", keys: list[str]) -> "list[StateVersion]":
+def state_versions(conn: Conn, keys: list[str]) -> list[StateVersion]:
     """The heads of ``keys`` (all heads when empty); a key without a head is answered with
     version 0 and the agent its key names, if any."""
     sql = "SELECT session_key, agent_id, last_sequence FROM session_state_heads"
@@ -363,13 +368,13 @@ def state_versions(conn: "Conn", keys: list[str]) -> "list[StateVersion]":
     return out
 
 
-def delete_session_log(conn: "Conn", scope: str, params: tuple[str, ...]) -> None:
+def delete_session_log(conn: Conn, scope: str, params: tuple[str, ...]) -> None:
     """Remove the events and head of a ``keys.session_scope``."""
     conn.execute(f"DELETE FROM session_state_events WHERE {scope}", params)
     conn.execute(f"DELETE FROM session_state_heads WHERE {scope}", params)
 
 
-def row_cap_sequence(conn: "Conn", max_rows: int) -> int:
+def row_cap_sequence(conn: Conn, max_rows: int) -> int:
     """Rows with a sequence at or below this fall outside the newest ``max_rows``."""
     row = conn.execute(
         "SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?",
@@ -404,9 +409,7 @@ class StateVersion(NamedTuple):
     state_version: int
 
 
-def session_status(
-    conn: "Conn", key: str, agent_id: str, changes_since: int | None
-) -> SessionStatus:
+def session_status(conn: Conn, key: str, agent_id: str, changes_since: int | None) -> SessionStatus:
     """A session's state version; with ``changes_since``, its changes after it."""
     version, pruned = read_head(conn, key, agent_id)
     if changes_since is None:
@@ -429,7 +432,7 @@ class Activity(NamedTuple):  # a NamedTuple: a dataclass costs every one-shot co
     last_day: int = 0
 
 
-def human_activity(conn: "Conn", now: int) -> dict[str, Activity]:
+def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
     """Per session key with any direct human turn logged."""
     kind = EventKind.HUMAN_DIRECT_MESSAGE.value
     last = conn.execute(
@@ -457,7 +460,7 @@ def human_activity(conn: "Conn", now: int) -> dict[str, Activity]:
     }
 
 
-def recent_events(conn: "Conn", key: str, limit: int) -> list[StateEvent]:
+def recent_events(conn: Conn, key: str, limit: int) -> list[StateEvent]:
     """The newest ``limit`` events of one session key (every agent), newest first."""
     rows = conn.execute(
         f"SELECT {_EVENT_COLUMNS} FROM session_state_events WHERE session_key = ?"
@@ -467,6 +470,6 @@ def recent_events(conn: "Conn", key: str, limit: int) -> list[StateEvent]:
     return [_row_to_event(r) for r in rows]
 
 
-def last_sequence(conn: "Conn") -> int:
+def last_sequence(conn: Conn) -> int:
     row = conn.execute("SELECT max(sequence) FROM session_state_events").fetchone()
     return int(row[0]) if row and row[0] is not None else 0

@@ -4,8 +4,6 @@ the fingerprint the status page watches. Each answer is one read of the store.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from monitor.errors import BadInput
 from monitor.kernel import cursors
 from monitor.kernel.keys import normalize_key, resolve_agent
@@ -19,6 +17,8 @@ from monitor.kernel.signal_log import (
     session_status,
     state_versions,
 )
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.kernel.events import StateEvent

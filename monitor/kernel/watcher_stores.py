@@ -15,51 +15,59 @@ Paths are resolved through their longest existing ancestor (symlinks followed), 
 does, so both sides write the same string.
 """
 
+from __future__ import annotations
+
 import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import NamedTuple
 
 from monitor.paths import expand_user
+from monitor.records import NamedTuple
 
 OPENCLAW_DB_NAME = "openclaw.sqlite"
 AGENT_PLACEHOLDER = "{agentId}"
 LEGACY_DEFAULT = "default"  # what sessionwatch schema 1 wrote; migrated on open
 
 
-def _identity_path(path: Path) -> str:
+def _identity_path(path: str) -> str:
     return os.path.realpath(expand_user(path))
 
 
-def openclaw_state_dir(db_path: Path) -> Path | None:
+def openclaw_state_dir(db_path: str) -> str | None:
     """OpenClaw's state directory when ``db_path`` is its state database, else None."""
-    if db_path.name == OPENCLAW_DB_NAME and db_path.parent.name == "state":
-        return db_path.parent.parent
+    state = os.path.dirname(db_path)
+    if os.path.basename(db_path) == OPENCLAW_DB_NAME and os.path.basename(state) == "state":
+        return os.path.dirname(state) or "."
     return None
 
 
-def default_state_dir(env: Mapping[str, str]) -> Path:
+def default_state_dir(env: Mapping[str, str]) -> str:
     override = env.get("OPENCLAW_STATE_DIR", "").strip()
-    return Path(expand_user(override or "~/.openclaw"))
+    return expand_user(override or "~/.openclaw")
 
 
-def agent_store_path(state_dir: Path, agent_id: str) -> str:
+def agent_store_path(state_dir: str, agent_id: str) -> str:
     """OpenClaw's per-agent session store under a state directory."""
-    return _identity_path(state_dir / "agents" / agent_id / "agent" / "openclaw-agent.sqlite")
+    return _identity_path(
+        os.path.join(state_dir, "agents", agent_id, "agent", "openclaw-agent.sqlite")
+    )
 
 
 class StorePathRule(NamedTuple):
     """The default store path of a watcher, per agent (see the module docstring)."""
 
-    state_dir: Path | None = None
+    state_dir: str | None = None
     template: str = ""
 
     @classmethod
     def for_database(
-        cls, db_path: object, template: str = "", env: Mapping[str, str] | None = None
-    ) -> "StorePathRule":
-        """``db_path``: the SQLite file; a PostgreSQL store is never OpenClaw's own file."""
-        found = openclaw_state_dir(db_path) if isinstance(db_path, Path) else None
+        cls,
+        db_path: str | os.PathLike[str] | None,
+        template: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> StorePathRule:
+        """``db_path``: the SQLite file (None for a PostgreSQL store, never OpenClaw's own
+        file)."""
+        found = None if db_path is None else openclaw_state_dir(os.fspath(db_path))
         if found is not None:
             return cls(state_dir=found)
         if template.strip():
@@ -69,4 +77,4 @@ class StorePathRule(NamedTuple):
     def resolve(self, agent_id: str) -> str:
         if self.state_dir is not None:
             return agent_store_path(self.state_dir, agent_id)
-        return _identity_path(Path(self.template.replace(AGENT_PLACEHOLDER, agent_id)))
+        return _identity_path(self.template.replace(AGENT_PLACEHOLDER, agent_id))

@@ -71,7 +71,8 @@ class UpstreamMonitor:
         self.adapters = adapters
         from monitor.openclaw import gateway_transcripts
 
-        transcripts = gateway_transcripts(kernel.store.path)  # next to OpenClaw, on its store
+        # next to OpenClaw, on its own store
+        transcripts = gateway_transcripts(None if kernel.store.shared else kernel.store.path)
         self.ticker = Ticker(
             kernel,
             adapters,

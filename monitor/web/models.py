@@ -30,6 +30,7 @@ from monitor.kernel.events import MAX_INT64
 from monitor.kernel.sessions import SessionRow
 from monitor.kernel.signal_log import NewEvent
 from monitor.kernel.signal_log import StateVersion as KernelStateVersion
+from monitor.records import hints
 
 T = TypeVar("T")
 Unset = msgspec.UnsetType
@@ -167,7 +168,7 @@ def body_of(row: type[tuple[Any, ...]], name: str) -> type[Body]:
     their defaults, each typed as the API checks it; its docstring is the model's."""
     defaults: dict[str, Any] = getattr(row, "_field_defaults", {})  # namedtuple's API
     fields: list[tuple[Any, ...]] = []
-    for field, hint in typing.get_type_hints(row, include_extras=True).items():
+    for field, hint in hints(row).items():
         wire = _wire_type(hint)
         fields.append((field, wire, defaults[field]) if field in defaults else (field, wire))
     model = typing.cast(type[Body], msgspec.defstruct(name, fields, bases=(Body,)))
@@ -272,7 +273,7 @@ class Ok(Answer):
 def answer_of(row: type[tuple[Any, ...]], name: str) -> type[Answer]:
     """The answer model of a kernel row type (a NamedTuple): the same fields and types,
     camelCase on the wire; declared once, in the kernel (``wire.fields_of`` answers it)."""
-    fields = list(typing.get_type_hints(row).items())  # in the fields' order
+    fields = list(hints(row, extras=False).items())  # in the fields' order
     return typing.cast(type[Answer], msgspec.defstruct(name, fields, bases=(Answer,)))
 
 

@@ -10,11 +10,13 @@ that check: it must not pay msgspec's import on every one-shot command.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from monitor.kernel.events import DELTA_PAYLOAD_FIELDS
 
+TYPE_CHECKING = False
+
 if TYPE_CHECKING:
+    from typing import Any
+
     from adapters.base import Drift
     from monitor.kernel.events import StateEvent
     from monitor.kernel.retention import PruneResult
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from monitor.upstream.links import LinkView, UpstreamLink
     from monitor.upstream.settle import LinkResult
 
-Json = dict[str, Any]
+    Json = dict[str, Any]
 
 
 def event_record(event: StateEvent, *, duplicate: bool) -> Json:

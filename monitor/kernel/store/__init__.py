@@ -4,13 +4,15 @@ imported only when opened, so a one-shot command on SQLite never loads psycopg."
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from monitor.clock import Clock
 from monitor.config import is_pg_url
 
+TYPE_CHECKING = False
+
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from monitor.kernel.store.protocol import StateStore
 
 

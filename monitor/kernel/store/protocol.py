@@ -54,7 +54,7 @@ class StateStore(Protocol):
     shared: bool  # several sidecars (on several hosts) may use it
 
     @property
-    def path(self) -> object:
+    def path(self) -> str:
         """What messages name the store by: the SQLite file, or the URL without password."""
         ...
 

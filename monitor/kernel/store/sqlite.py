@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 from monitor.clock import Clock, now_ms
@@ -183,7 +183,7 @@ class Store:
         inline: WriterConn,
         bulk: BulkReader,
         reader: sqlite3.Connection,
-        path: Path,
+        path: str,
         clock: Clock,
         on_error: Callable[[], None] | None = None,
     ) -> None:
@@ -201,12 +201,16 @@ class Store:
 
     @classmethod
     async def open(
-        cls, path: Path | str, *, clock: Clock = now_ms, on_error: Callable[[], None] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock = now_ms,
+        on_error: Callable[[], None] | None = None,
     ) -> Store:
         """Open (creating if needed) and migrate the database at ``path``."""
         db_path, created = open_path(path)
         try:
-            conn = sqlite3.connect(str(db_path), check_same_thread=False)
+            conn = sqlite3.connect(db_path, check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
         inline = WriterConn(conn)
@@ -310,7 +314,7 @@ class BulkReader:
         self._executor = executor
 
     @classmethod
-    async def open(cls, path: Path) -> BulkReader:
+    async def open(cls, path: str) -> BulkReader:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessionwatch-read")
         loop = asyncio.get_running_loop()
         try:

@@ -15,9 +15,6 @@ import os
 import sqlite3
 import stat
 from collections.abc import Callable, Coroutine, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import quote
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import (
@@ -31,7 +28,11 @@ from monitor.kernel.store.sqlite_schema import made_by_sessionwatch as _only_our
 from monitor.kernel.store.sqlite_schema import migrate, refuse_newer
 from monitor.paths import expand_user, make_private_dirs, refuse_if_not_ours
 
-T = TypeVar("T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
 PRIVATE = 0o600
@@ -119,15 +120,15 @@ def locked_error(waited: float) -> StoreLocked:
     )
 
 
-def read_only(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), check_same_thread=False)
+def read_only(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False)
     conn.isolation_level = None
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA query_only = ON")
     return conn
 
 
-def make_private(path: Path) -> None:
+def make_private(path: str) -> None:
     """The database and its WAL and SHM files: readable by their owner only."""
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
@@ -163,13 +164,13 @@ def translate(
     return StoreError(f"state database error: {exc}")  # this write's own: a constraint
 
 
-def open_path(path: Path | str) -> tuple[Path, bool]:
+def open_path(path: str | os.PathLike[str]) -> tuple[str, bool]:
     """The database path, its directory created private; and whether the file is new. A
     path that holds anything but a regular file (a device, a FIFO, a directory) is refused
     before SQLite opens it: SQLite would create its journal beside it (``/dev/null-journal``)."""
-    db_path = Path(expand_user(path))
+    db_path = expand_user(path)
     try:
-        make_private_dirs(db_path.parent)
+        make_private_dirs(os.path.dirname(db_path) or ".")
         mode = os.stat(db_path).st_mode
     except FileNotFoundError:
         return db_path, True
@@ -184,12 +185,12 @@ def open_path(path: Path | str) -> tuple[Path, bool]:
     return db_path, False
 
 
-def made_by_sessionwatch(path: Path) -> bool:
+def made_by_sessionwatch(path: str | os.PathLike[str]) -> bool:
     """Whether sessionwatch made the database at ``path`` (see
     :func:`.sqlite_schema.made_by_sessionwatch`), read without writing; False for a file
     that cannot be read as a database."""
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{uri_path(os.fspath(path))}?mode=ro", uri=True)
     except sqlite3.Error:
         return False
     try:
@@ -200,22 +201,31 @@ def made_by_sessionwatch(path: Path) -> bool:
         conn.close()
 
 
+_URI_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
+
+
+def uri_path(path: str) -> str:
+    """``path`` percent-encoded for a ``file:`` URI, as ``urllib.parse.quote`` would
+    (``urllib.parse`` costs a one-shot command a millisecond to import)."""
+    return "".join(chr(b) if b in _URI_SAFE else f"%{b:02X}" for b in os.fsencode(path))
+
+
 class DirectStore:
     """The state database on the calling thread (see the module docstring)."""
 
     shared = False  # one host's file
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Clock) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, clock: Clock) -> None:
         self._conn: sqlite3.Connection | None = conn
         self.path = path
         self.clock = clock
         self.on_error: Callable[[], None] | None = None
 
     @classmethod
-    async def open(cls, path: Path | str, *, clock: Clock = now_ms) -> DirectStore:
+    async def open(cls, path: str | os.PathLike[str], *, clock: Clock = now_ms) -> DirectStore:
         db_path, created = open_path(path)
         try:
-            conn = sqlite3.connect(str(db_path))
+            conn = sqlite3.connect(db_path)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
         store = cls(conn, db_path, clock)

@@ -9,9 +9,10 @@ rewrites or reorders the gateway's tables or rows.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
 
 from monitor.errors import SchemaTooNew
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn

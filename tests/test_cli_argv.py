@@ -1,0 +1,130 @@
+"""A command line read without argparse (monitor.cli.argv) reads as argparse reads it, or
+is left to argparse; and the one-shot commands start without typing, pathlib or argparse."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.cli import COMMANDS, parse
+from monitor.cli.argv import parse_plain
+from monitor.cli.declare import GLOBALS, Args
+from monitor.cli.parser import build_parser, command_of
+from monitor.errors import BadInput
+from tests.helpers import REPO
+
+KEY = "agent:main:subagent:bench"
+# what a hook or a gateway shells out to, as bench/cli.py times it
+ONE_SHOT = {
+    "status": ["status", KEY, "--changes-since", "0"],
+    "record": ["record", "--session", KEY, "--kind", "human_direct_message", "--actor", "human"],
+    "notices --drain": ["notices", "--watcher", "agent:main:main", "--drain"],
+}
+
+
+def _argparse(argv: list[str]) -> dict[str, Any] | None:
+    """What argparse makes of ``argv``; None when it refuses it or prints help."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return vars(build_parser(command_of(argv)).parse_args(argv, namespace=Args()))
+    except (BadInput, SystemExit):
+        return None
+
+
+def _words(names: list[str]) -> st.SearchStrategy[str]:
+    """Words a command line may hold: its flags (``=`` forms too), values of every shape a
+    flag's type or choices may refuse, and what only argparse reads."""
+    values = ["7", "0", "-1", "", "x y", "agent:main:main", "human", "json", "plain", "claude"]
+    flags = [f for f in names if f.startswith("-")]
+    return st.one_of(
+        st.sampled_from(names + values),
+        st.builds(
+            lambda f, v: f"{f}={v}", st.sampled_from(flags or ["--db"]), st.sampled_from(values)
+        ),
+        st.sampled_from(["--", "-h", "--help", "--se", "--unknown", "-", "--db", "--log-format"]),
+    )
+
+
+@st.composite
+def _command_lines(draw: st.DrawFn) -> list[str]:
+    command = draw(st.sampled_from(sorted(COMMANDS)))
+    names = [name for flags, _ in COMMANDS[command].arguments for name in flags]
+    before = draw(st.lists(_words([f for flags, _ in GLOBALS for f in flags]), max_size=3))
+    after = draw(st.lists(_words(names), max_size=8))
+    return [*before, command, *after]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(argv=_command_lines())
+def test_a_plain_reading_is_argparses_own(argv: list[str]) -> None:
+    """Whatever the words, a command line read plainly gives argparse's namespace, and one
+    argparse refuses is never read plainly."""
+    plain = parse_plain(argv)
+    if plain is not None:
+        assert _argparse(argv) == vars(plain)
+
+
+def test_the_one_shot_commands_are_read_plainly() -> None:
+    """The lines a hook runs, with the globals before them, never build a parser."""
+    for argv in ONE_SHOT.values():
+        for line in (argv, ["--db", "/tmp/x.db", *argv], ["--config=/c.toml", *argv]):
+            plain = parse_plain(line)
+            assert plain is not None, line
+            assert _argparse(line) == vars(plain)
+
+
+def test_a_wrong_line_is_still_explained_by_argparse() -> None:
+    """Left to argparse, a wrong line raises its one-line message with the usage."""
+    for argv, says in [
+        (["status"], "the following arguments are required: key"),
+        (["status", KEY, "--changes-since", "-3"], "must not be negative"),
+        (["record", "--session", KEY], "the following arguments are required: --kind"),
+        (["notices", "--watcher"], "expected one argument"),
+    ]:
+        assert parse_plain(argv) is None
+        try:
+            parse(argv)
+        except BadInput as exc:
+            assert says in str(exc), exc
+            assert "usage: sessionwatch" in str(exc)
+        else:
+            raise AssertionError(f"{argv} was accepted")
+
+
+def test_the_one_shot_commands_load_no_typing_pathlib_or_argparse(tmp_path: Path) -> None:
+    """``status``, ``record`` and ``notices --drain`` run without the modules that cost
+    their start-up most (each some milliseconds; bench/cli.py measures the whole)."""
+    db = str(tmp_path / "state.db")
+    found = [str(REPO), *sorted({sysconfig.get_path(p) for p in ("purelib", "platlib")})]
+    probe = (
+        "import sys\n"
+        f"sys.path[:0] = {found!r}\n"
+        "import orjson\n"
+        "before = set(sys.modules)\n"
+        "from monitor.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "heavy = ('typing', 'pathlib', 'argparse', 'asyncio', 'urllib.parse', 'gettext')\n"
+        "loaded = [m for m in heavy if m in sys.modules and m not in before]\n"
+        "sys.stderr.write(orjson.dumps(loaded).decode())\n"
+        "raise SystemExit(code)\n"
+    )
+    spawn = ["spawn", "--parent", "agent:main:main", "--child", KEY, "--run-id", "r"]
+    for argv in [spawn, *ONE_SHOT.values()]:
+        proc = subprocess.run(
+            # -S: no site, so no editable install's finder (it imports pathlib itself)
+            [sys.executable, "-S", "-c", probe, "--db", db, *argv],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert 0 == proc.returncode, proc.stderr
+        assert [] == orjson.loads(proc.stderr), argv
