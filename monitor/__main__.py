@@ -1,5 +1,3 @@
-import sys
+from monitor.cli import run
 
-from monitor.cli import main
-
-sys.exit(main())
+run()

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from monitor.errors import ConfigError
+from monitor.openclaw_home import home_dir, profile_of, state_db, state_dir, user_path
 
 DEFAULT_PORT = 18789
 DEFAULT_HOOKS_PATH = "/hooks"
-_PROFILE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
 _ENV_TOKEN = re.compile(r"\$(\$?)\{([A-Z_][A-Z0-9_]*)\}")
 
 
@@ -46,52 +46,21 @@ class Install(NamedTuple):
     found_by: str  # what chose the state directory: $OPENCLAW_STATE_DIR, a profile, ...
 
 
-def _home(env: os._Environ[str] | dict[str, str]) -> Path:
-    explicit = (env.get("OPENCLAW_HOME") or "").strip()
-    os_home = (env.get("HOME") or "").strip() or str(Path.home())
-    if explicit:
-        if explicit == "~" or explicit.startswith("~/"):
-            return Path(os_home + explicit[1:]).resolve()
-        return Path(explicit).resolve()
-    return Path(os_home).resolve()
-
-
-def _user_path(raw: str, home: Path) -> Path:
-    raw = raw.strip()
-    if raw == "~" or raw.startswith("~/"):
-        return Path(str(home) + raw[1:]).resolve()
-    return Path(raw).resolve()
-
-
-def _profile(env: os._Environ[str] | dict[str, str]) -> str | None:
-    name = (env.get("OPENCLAW_PROFILE") or "").strip()
-    if not name or name.lower() == "default" or not _PROFILE.match(name):
-        return None
-    return name
-
-
 def locate(env: os._Environ[str] | dict[str, str] | None = None) -> Install:
-    """The install the gateway would use with this environment."""
+    """The install the gateway would use with this environment (see
+    :mod:`monitor.openclaw_home`); the configuration is ``$OPENCLAW_CONFIG_PATH``, else
+    ``openclaw.json`` (or the legacy ``clawdbot.json``) in the state directory."""
     env = os.environ if env is None else env
-    home = _home(env)
-    override = (env.get("OPENCLAW_STATE_DIR") or "").strip()
-    profile = _profile(env)
-    if override:
-        state, found_by = _user_path(override, home), "$OPENCLAW_STATE_DIR"
-    elif profile:
-        state, found_by = home / f".openclaw-{profile}", f"$OPENCLAW_PROFILE ({profile})"
-    else:
-        state, found_by = home / ".openclaw", "the default"
-        if not state.exists() and (home / ".clawdbot").exists():
-            state = home / ".clawdbot"
+    home = home_dir(env)
+    state, found_by = state_dir(env, home)
     config_override = (env.get("OPENCLAW_CONFIG_PATH") or "").strip()
     if config_override:
-        config = _user_path(config_override, home)
+        config = Path(user_path(config_override, home))
     else:
-        config = state / "openclaw.json"
-        if not config.exists() and (state / "clawdbot.json").exists():
-            config = state / "clawdbot.json"
-    return Install(state, config, state / "state" / "openclaw.sqlite", found_by)
+        config = Path(state, "openclaw.json")
+        if not config.exists() and Path(state, "clawdbot.json").exists():
+            config = Path(state, "clawdbot.json")
+    return Install(Path(state), config, Path(state_db(state)), found_by)
 
 
 def substitute(value: Any, env: os._Environ[str] | dict[str, str], where: str = "") -> Any:
@@ -149,7 +118,7 @@ def gateway_port(config: dict[str, Any], env: os._Environ[str] | dict[str, str])
     port = section(config, "gateway").get("port")
     if isinstance(port, int) and not isinstance(port, bool) and port > 0:
         return port
-    profile = _profile(env)
+    profile = profile_of(env)
     if not profile:
         return DEFAULT_PORT
     digest = 2166136261  # the gateway's FNV-1a of the profile's name

@@ -469,3 +469,31 @@ def test_a_node_serves_plain_http_on_loopback_only(tmp_path: Path) -> None:
     assert "plain HTTP is served on loopback only" in done.stderr
     assert "--tls" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "node.token").exists()  # refused before anything is made
+
+
+def test_a_command_that_ends_at_once_prints_all_of_a_long_answer(tmp_path: Path) -> None:
+    """``status`` ends without the interpreter's teardown (monitor.cli.run): what it printed
+    is flushed first, so a 200-event answer arrives whole
+    through a pipe, and a recorded event is there for the next process."""
+    import asyncio
+
+    from monitor.kernel import Kernel, NewEvent
+    from monitor.kernel.events import ActorType, EventKind
+
+    db = tmp_path / "state.db"
+
+    async def fill() -> None:
+        kernel = await Kernel.open(db)
+        try:
+            for i in range(250):
+                kind, actor = EventKind.HUMAN_DIRECT_MESSAGE, ActorType.HUMAN
+                await kernel.record(NewEvent(CHILD, kind, actor, dedupe_key=f"d{i}"))
+        finally:
+            await kernel.close()
+
+    asyncio.run(fill())
+    answer = sw(db, "status", CHILD, "--changes-since", "0")
+    assert 200 == len(answer["stateChanges"]["events"])
+    assert len(orjson.dumps(answer)) > 16_384  # stdio buffers 8 KiB
+    sw(db, "record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human")
+    assert 251 == sw(db, "status", CHILD)["stateVersion"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 import sysconfig
@@ -100,10 +101,10 @@ def test_a_wrong_line_is_still_explained_by_argparse() -> None:
             raise AssertionError(f"{argv} was accepted")
 
 
-def test_the_one_shot_commands_load_no_typing_pathlib_or_argparse(tmp_path: Path) -> None:
-    """``status``, ``record`` and ``notices --drain`` run without the modules that cost
-    their start-up most (each some milliseconds; bench/cli.py measures the whole)."""
-    db = str(tmp_path / "state.db")
+def _heavy_modules_loaded(argv: list[str], env: dict[str, str]) -> tuple[list[str], str]:
+    """Which of the modules that cost a start-up most ``sessionwatch ARGV`` loads (it must
+    succeed), and what it printed; run without site, so that an editable install's finder
+    (which imports pathlib itself) does not hide them."""
     found = [str(REPO), *sorted({sysconfig.get_path(p) for p in ("purelib", "platlib")})]
     probe = (
         "import sys\n"
@@ -117,14 +118,33 @@ def test_the_one_shot_commands_load_no_typing_pathlib_or_argparse(tmp_path: Path
         "sys.stderr.write(orjson.dumps(loaded).decode())\n"
         "raise SystemExit(code)\n"
     )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", probe, *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert 0 == proc.returncode, proc.stderr
+    loaded: list[str] = orjson.loads(proc.stderr)
+    return loaded, proc.stdout
+
+
+def test_the_one_shot_commands_load_no_typing_pathlib_or_argparse(tmp_path: Path) -> None:
+    """``status``, ``record`` and ``notices --drain`` run without the modules that cost
+    their start-up most (each some milliseconds; bench/cli.py measures the whole): on a
+    given database, and next to OpenClaw with no configuration (its state database found
+    through ``$OPENCLAW_STATE_DIR``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONWATCH_", "OPENCLAW_"))}
     spawn = ["spawn", "--parent", "agent:main:main", "--child", KEY, "--run-id", "r"]
+    db = str(tmp_path / "state.db")
     for argv in [spawn, *ONE_SHOT.values()]:
-        proc = subprocess.run(
-            # -S: no site, so no editable install's finder (it imports pathlib itself)
-            [sys.executable, "-S", "-c", probe, "--db", db, *argv],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert 0 == proc.returncode, proc.stderr
-        assert [] == orjson.loads(proc.stderr), argv
+        assert [] == _heavy_modules_loaded(["--db", db, *argv], env)[0], argv
+    state = tmp_path / "openclaw"
+    (state / "state").mkdir(parents=True)
+    next_to_openclaw = {**env, "OPENCLAW_STATE_DIR": str(state)}
+    _heavy_modules_loaded(["--db", str(state / "state" / "openclaw.sqlite"), *spawn], env)
+    for argv in ONE_SHOT.values():
+        assert [] == _heavy_modules_loaded(argv, next_to_openclaw)[0], argv
+    status = _heavy_modules_loaded(["status", KEY], next_to_openclaw)[1]
+    assert 1 <= orjson.loads(status)["stateVersion"]  # the child spawned in OpenClaw's own

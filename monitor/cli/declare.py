@@ -45,11 +45,11 @@ def db_target(args: Args, config: Config) -> str:
     it is)."""
     chosen = args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url
     if not chosen and config.store.path == Config().store.path:
-        from monitor.openclaw import locate  # next to OpenClaw, its database is the store
+        from monitor.openclaw_home import found_state_db  # next to OpenClaw: its database
 
-        install = locate()
-        if install.db.is_file():
-            return str(install.db)
+        found = found_state_db()
+        if found is not None:
+            return found[0]
     chosen = str(chosen or config.store.path)
     return chosen if is_pg_url(chosen) else expand_user(chosen)
 
@@ -174,12 +174,10 @@ def db_origin(args: Args, config: Config) -> str:
         return "[store] url"
     if config.store.path != Config().store.path:
         return "[store] path"
-    from monitor.openclaw import locate
+    from monitor.openclaw_home import found_state_db
 
-    install = locate()
-    if install.db.is_file():
-        return f"OpenClaw's state directory {install.state_dir} ({install.found_by})"
-    return "the default [store] path"
+    found = found_state_db()
+    return "the default [store] path" if found is None else found[1]
 
 
 def parse_json_arg(name: str, raw: str | None) -> Any:

@@ -1,0 +1,77 @@
+"""Where an OpenClaw install keeps its state, by the gateway's own rules (its
+``src/config/paths.ts`` and ``src/infra/home-dir.ts``): the home is ``$OPENCLAW_HOME`` (``~``
+expanded against ``$HOME``), else ``$HOME``; the state directory is ``$OPENCLAW_STATE_DIR``,
+else ``~/.openclaw-<profile>`` for a named ``$OPENCLAW_PROFILE``, else ``~/.openclaw``, else
+the legacy ``~/.clawdbot`` when only that exists; the state database is
+``<state dir>/state/openclaw.sqlite``.
+
+Plain ``os.path``: a one-shot command next to OpenClaw finds its store here without loading
+``pathlib`` (:mod:`monitor.openclaw` reads the install's files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+_PROFILE = r"(?i)^[a-z0-9][a-z0-9_-]{0,63}$"  # compiled at first use (re caches it)
+
+
+def home_dir(env: Mapping[str, str]) -> str:
+    explicit = (env.get("OPENCLAW_HOME") or "").strip()
+    os_home = (env.get("HOME") or "").strip() or os.path.expanduser("~")
+    if explicit:
+        if explicit == "~" or explicit.startswith("~/"):
+            return os.path.realpath(os_home + explicit[1:])
+        return os.path.realpath(explicit)
+    return os.path.realpath(os_home)
+
+
+def user_path(raw: str, home: str) -> str:
+    """``raw`` with a leading ``~`` meaning ``home``, resolved."""
+    raw = raw.strip()
+    if raw == "~" or raw.startswith("~/"):
+        return os.path.realpath(home + raw[1:])
+    return os.path.realpath(raw)
+
+
+def profile_of(env: Mapping[str, str]) -> str | None:
+    """A named profile (``$OPENCLAW_PROFILE``), if the gateway takes it as one."""
+    name = (env.get("OPENCLAW_PROFILE") or "").strip()
+    if not name or name.lower() == "default" or not re.match(_PROFILE, name):
+        return None
+    return name
+
+
+def state_dir(env: Mapping[str, str], home: str) -> tuple[str, str]:
+    """The state directory the gateway would use, and what chose it."""
+    override = (env.get("OPENCLAW_STATE_DIR") or "").strip()
+    profile = profile_of(env)
+    if override:
+        return user_path(override, home), "$OPENCLAW_STATE_DIR"
+    if profile:
+        return os.path.join(home, f".openclaw-{profile}"), f"$OPENCLAW_PROFILE ({profile})"
+    state = os.path.join(home, ".openclaw")
+    legacy = os.path.join(home, ".clawdbot")
+    if not os.path.exists(state) and os.path.exists(legacy):
+        return legacy, "the default"
+    return state, "the default"
+
+
+def state_db(state: str) -> str:
+    """The state database of a state directory."""
+    return os.path.join(state, "state", "openclaw.sqlite")
+
+
+def found_state_db(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """The gateway's state database when it exists, with what chose its directory (a
+    one-shot command's store next to OpenClaw); else None."""
+    env = os.environ if env is None else env
+    state, found_by = state_dir(env, home_dir(env))
+    db = state_db(state)
+    return (db, f"OpenClaw's state directory {state} ({found_by})") if os.path.isfile(db) else None
