@@ -1,7 +1,9 @@
-"""How a command is declared, and the parser built from the declarations.
+"""How a command is declared.
 
-A command is one declaration at its handler (:func:`command`); ``main`` runs each the same
-way (:mod:`monitor.cli`).
+A command is one declaration at its handler (:func:`command`): its help, its arguments as
+argparse's ``add_argument`` takes them, what its handler needs. ``main`` runs each the
+same way (:mod:`monitor.cli`); :mod:`monitor.cli.argv` and :mod:`monitor.cli.parser` read a
+command line from the declarations.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from monitor.kernel.events import MAX_INT64
 from monitor.paths import expand_user
 from monitor.records import NamedTuple
 
+# The parsed command line: what argparse makes, or monitor.cli.argv when every word is plain.
+Args = SimpleNamespace
+
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
@@ -27,10 +32,6 @@ if TYPE_CHECKING:
 
     from monitor.kernel import Kernel
 
-# The parsed command line: what argparse makes, or monitor.cli.argv when every word is plain.
-Args = SimpleNamespace
-
-if TYPE_CHECKING:
     KernelHandler = Callable[[Kernel, Args], Awaitable[dict[str, Any]]]
     ConfigHandler = Callable[[Args], int]  # prints itself; the exit code
     Done = Callable[[dict[str, Any], Args], int]  # prints the answer; the exit code
