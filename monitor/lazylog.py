@@ -7,6 +7,7 @@ a tenth of their start-up. Modules on that path (the kernel, the notices) log th
 from __future__ import annotations
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from typing import Any
 

@@ -16,6 +16,7 @@ when a caller needs the types themselves (the configuration's decoder, the API's
 from __future__ import annotations
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from typing import Any, NamedTuple
 else:

@@ -18,6 +18,7 @@ from monitor.errors import BadInput
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from typing import Any
 

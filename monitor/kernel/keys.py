@@ -11,8 +11,6 @@ import functools
 from monitor.errors import BadInput
 from monitor.records import NamedTuple
 
-TYPE_CHECKING = False
-
 MAX_KEY_LENGTH = 512
 _GROUP_MARKERS = frozenset({"group", "room", "channel"})
 # The same few keys come with every request: their parses are remembered (pure functions).

@@ -11,6 +11,7 @@ from collections import OrderedDict
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from typing import Any
 

@@ -29,6 +29,7 @@ from monitor.kernel.store.sqlite_schema import migrate, refuse_newer
 from monitor.paths import expand_user, make_private_dirs, refuse_if_not_ours
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
