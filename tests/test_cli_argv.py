@@ -41,30 +41,49 @@ def _argparse(argv: list[str]) -> dict[str, Any] | None:
         return None
 
 
-def _words(names: list[str]) -> st.SearchStrategy[str]:
-    """Words a command line may hold: its flags (``=`` forms too), values of every shape a
-    flag's type or choices may refuse, and what only argparse reads."""
-    values = ["7", "0", "-1", "", "x y", "agent:main:main", "human", "json", "plain", "claude"]
-    flags = [f for f in names if f.startswith("-")]
-    return st.one_of(
-        st.sampled_from(names + values),
-        st.builds(
-            lambda f, v: f"{f}={v}", st.sampled_from(flags or ["--db"]), st.sampled_from(values)
-        ),
-        st.sampled_from(["--", "-h", "--help", "--se", "--unknown", "-", "--db", "--log-format"]),
-    )
+VALUES = ["7", "0", "-1", "", "x y", "agent:main:main", "human", "json", "plain", "claude"]
+NOISE = ["--", "-h", "--help", "--se", "--unknown", "-", "--db", "--log-format", "7", "x"]
+
+
+def _given(
+    draw: st.DrawFn, arguments: tuple[tuple[tuple[str, ...], dict[str, Any]], ...]
+) -> list[str]:
+    """Words for declared ``arguments``, as a person might give them: every positional
+    (``?`` and ``*`` ones some of the time), every required flag and some others, in any
+    order, spelled ``--flag VALUE`` or ``--flag=VALUE``, values of every shape a type or
+    choices may refuse."""
+    positionals: list[str] = []
+    flags: list[list[str]] = []
+    for names, options in arguments:
+        if not names[0].startswith("-"):
+            count = {"?": draw(st.integers(0, 1)), "*": draw(st.integers(0, 2))}
+            positionals += [
+                draw(st.sampled_from(VALUES)) for _ in range(count.get(options.get("nargs"), 1))
+            ]
+        elif options.get("required") or draw(st.booleans()):
+            flag = draw(st.sampled_from(names))
+            if options.get("action") == "store_true":
+                flags.append([flag])
+            elif draw(st.booleans()):
+                flags.append([flag, draw(st.sampled_from(VALUES))])
+            else:
+                flags.append([f"{flag}={draw(st.sampled_from(VALUES))}"])
+    order = draw(st.permutations(flags))
+    return [*positionals, *(word for flag in order for word in flag)]
 
 
 @st.composite
 def _command_lines(draw: st.DrawFn) -> list[str]:
+    """A command line of a declared command, then some of the time a few words put
+    anywhere in it that only argparse reads (or refuses)."""
     command = draw(st.sampled_from(sorted(COMMANDS)))
-    names = [name for flags, _ in COMMANDS[command].arguments for name in flags]
-    before = draw(st.lists(_words([f for flags, _ in GLOBALS for f in flags]), max_size=3))
-    after = draw(st.lists(_words(names), max_size=8))
-    return [*before, command, *after]
+    words = [*_given(draw, GLOBALS), command, *_given(draw, COMMANDS[command].arguments)]
+    for _ in range(draw(st.integers(0, 2))):
+        words.insert(draw(st.integers(0, len(words))), draw(st.sampled_from(NOISE)))
+    return words
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=3000, deadline=None)
 @given(argv=_command_lines())
 def test_a_plain_reading_is_argparses_own(argv: list[str]) -> None:
     """Whatever the words, a command line read plainly gives argparse's namespace, and one
