@@ -496,13 +496,17 @@ def convert_query(model: type[T], query: dict[str, str]) -> T:
     return value
 
 
+_integers: dict[type[Any], tuple[str, ...]] = {}
+
+
 def _integer_names(model: type[Any]) -> tuple[str, ...]:
-    """The wire names of a query's integer fields."""
-    out = []
-    for field_info in msgspec.structs.fields(model):
-        if _has_int(field_info.type):
-            out.append(field_info.encode_name)
-    return tuple(out)
+    """The wire names of a query's integer fields (found once a model: msgspec's
+    ``fields`` evaluates the model's annotations at every call)."""
+    found = _integers.get(model)
+    if found is None:
+        fields = msgspec.structs.fields(model)
+        found = _integers[model] = tuple(f.encode_name for f in fields if _has_int(f.type))
+    return found
 
 
 def _has_int(tp: Any) -> bool:
