@@ -35,6 +35,9 @@ else:
                 return super().__new__(mcls, name, bases, namespace)
             if bases != (NamedTuple,):
                 raise TypeError("a NamedTuple's only base is NamedTuple")
+            if "__annotations__" not in namespace and "__annotate__" in namespace:
+                # Python 3.14 evaluates annotations lazily, unless the future import asks
+                raise TypeError(f"{name}: declare it under from __future__ import annotations")
             annotations = namespace.get("__annotations__", {})
             fields = list(annotations)
             defaults, named = [], []
