@@ -46,7 +46,8 @@ def parse_plain(argv: list[str]) -> Args | None:
 
 def _parse(argv: list[str]) -> Args:
     values: dict[str, Any] = {}
-    at = _options(argv, 0, _flags(GLOBALS), values, stop_at_word=True)
+    global_flags = _flags(GLOBALS)
+    at = _options(argv, 0, global_flags, values, stop_at_word=True)
     if at == len(argv) or argv[at] not in COMMANDS:
         raise _Unplain
     command = argv[at]
@@ -59,9 +60,8 @@ def _parse(argv: list[str]) -> Args:
         words.append(argv[at])
         at += 1
     values.update(_assign(positionals, words))
-    if _options(argv, at, flags, values, stop_at_word=False) != len(argv):
-        raise _Unplain
-    for spec in (*_flags(GLOBALS).values(), *flags.values()):
+    _options(argv, at, flags, values, stop_at_word=False)  # to the end, or _Unplain
+    for spec in (*global_flags.values(), *flags.values()):
         if spec["dest"] not in values:
             if spec.get("required"):
                 raise _Unplain  # argparse names what is missing
