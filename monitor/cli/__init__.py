@@ -78,8 +78,10 @@ def _main(given: list[str]) -> tuple[int, bool]:
         if declared.needs == "config":
             config_handler: ConfigHandler = declared.handler  # type: ignore[assignment]
             return config_handler(args), False
-        direct = _runs_direct(args)
-        answer = _run_command(args, direct)
+        target = db_target(args, args.config_obj)  # found once: next to OpenClaw, stats
+        # PostgreSQL is reached over the network: its store needs an event loop
+        direct = not declared.loop and not is_pg_url(target)
+        answer = _run_command(args, target, direct)
     except BadInput as exc:
         _say_fatal(str(exc), given)
         return 2, direct
@@ -107,12 +109,11 @@ def _printed(answer: dict[str, Any], args: Args) -> int:
     return printed(answer)
 
 
-async def _run(args: Args) -> dict[str, Any]:
+async def _run(args: Args, target: str) -> dict[str, Any]:
     from monitor.kernel import Kernel, KernelSettings  # not for replay, config, serve, node
 
     handler: KernelHandler = COMMANDS[args.command].handler  # type: ignore[assignment]
     config: Config = args.config_obj
-    target = db_target(args, config)
     reads = COMMANDS[args.command].reads
     only_reads = reads(args) if callable(reads) else bool(reads)
     scratch = None
@@ -147,18 +148,14 @@ def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:
     return delete_links(conn, scope, params)
 
 
-def _runs_direct(args: Args) -> bool:
-    """Whether the command runs on the calling thread, without an event loop: not one that
-    needs a loop, and not on PostgreSQL (reached over the network, its store needs one)."""
-    return not COMMANDS[args.command].loop and not is_pg_url(db_target(args, args.config_obj))
-
-
-def _run_command(args: Args, direct: bool) -> dict[str, Any]:
+def _run_command(args: Args, target: str, direct: bool) -> dict[str, Any]:
+    """The kernel command on ``target``: on the calling thread when ``direct``, else in an
+    event loop."""
     if direct:
-        return run_now(_run(args))
+        return run_now(_run(args, target))
     import asyncio
 
-    return asyncio.run(_run(args))
+    return asyncio.run(_run(args, target))
 
 
 def _check_utf8(argv: list[str]) -> None:
