@@ -1,7 +1,11 @@
 """The tick's one transaction per link: what a check found, settled beside ``record_event``.
 
-Compare-and-set against the link as it was when the scan began: a link refreshed mid-scan
-records nothing and writes no marker. In the same transaction: the ``human_direct_message``
+Compare-and-set against the link as it was when the scan began, its marker included: a
+link refreshed mid-scan, or whose marker another check moved meanwhile (``serve``'s tick and
+its early checks, a ``sessionwatch tick``, another host on a shared store), records nothing
+and writes no marker; the moved one is checked again from the new marker
+(:data:`MARKER_MOVED`). So any number of checkers record each turn once. In the same
+transaction: the ``human_direct_message``
 (or ``upstream_missing``) event, the ``compacted`` events of native compactions, the marker
 (or the link's deletion), the self-echo memory the check used up, and the link's state
 (missing streak, blocked offset, last outcome and its reason, shown by ``links``).
@@ -28,6 +32,7 @@ TickOutcome = Literal["activity", "quiet", "missing", "blocked", "inconclusive",
 
 
 BUDGET_EXCEEDED = "adapter budget exceeded"
+MARKER_MOVED = "another check moved the marker during the scan"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,6 +43,7 @@ class LinkResult:
     reason: str | None = None
     adapter: str | None = None
     unsettled: bool = False  # the store refused the findings: they wait, the marker stays
+    moved: bool = False  # another check settled first: nothing written, check it again
 
 
 _UNHEALTHY = ("missing", "blocked", "inconclusive")
@@ -49,6 +55,8 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
     current = read_link(conn, key, link.agent_id)
     if current is None or current.updated_at != link.updated_at or current.ref != link.ref:
         return LinkResult(session_key=key, outcome="skipped", reason="link changed during the scan")
+    if current.marker != link.marker:
+        return LinkResult(session_key=key, outcome="skipped", reason=MARKER_MOVED, moved=True)
     session = session_flags(conn, key, link.agent_id)
     if session and session[1]:
         return LinkResult(session_key=key, outcome="skipped", reason="run active")

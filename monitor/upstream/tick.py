@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+RECHECKS = 3  # rounds for links whose marker another checker moved during a round
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Snapshot:
@@ -166,6 +168,17 @@ class Ticker:
         )
 
     async def _tick(self, only: set[str] | None) -> list[LinkResult]:
+        """One round, then the links another checker moved meanwhile, from their new
+        markers (a few rounds at most: the next tick reads what is left)."""
+        results = await self._round(only)
+        for _ in range(RECHECKS):
+            moved = {r.session_key for r in results if r.moved}
+            if not moved:
+                break
+            results = [r for r in results if not r.moved] + await self._round(moved)
+        return results
+
+    async def _round(self, only: set[str] | None) -> list[LinkResult]:
         snapshot = await self.kernel.read(self._load)
         plan = self._plan(snapshot, only)
         checked = await asyncio.gather(*(self._check(k, w) for k, w in plan.batches.items()))

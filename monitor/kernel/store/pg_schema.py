@@ -131,9 +131,9 @@ TABLES = (
 )
 
 
-def migrate(conn: Conn, now_ms: int) -> int:
-    """Create what is missing; the version found (0 for a new database). Raises
-    :class:`SchemaTooNew` for a database a newer sessionwatch wrote."""
+def schema_version(conn: Conn) -> int:
+    """The version found, 0 for a new database; it only reads. Raises :class:`SchemaTooNew`
+    for a database a newer sessionwatch wrote."""
     exists = conn.execute("SELECT to_regclass('sessionwatch_meta')").fetchone()[0]
     found = int(read_meta(conn, "schema_version") or 0) if exists else 0
     if found > SCHEMA_VERSION:
@@ -141,6 +141,13 @@ def migrate(conn: Conn, now_ms: int) -> int:
             f"the state database has schema version {found}, newer than this sessionwatch"
             f" understands ({SCHEMA_VERSION}); upgrade sessionwatch"
         )
+    return found
+
+
+def migrate(conn: Conn, now_ms: int) -> int:
+    """Create what is missing; the version found (0 for a new database). Raises
+    :class:`SchemaTooNew` for a database a newer sessionwatch wrote."""
+    found = schema_version(conn)
     for statement in TABLES:
         conn.execute(statement)
     if 0 < found < OPENED_MARKS_SINCE:  # only sidecars write a PostgreSQL store

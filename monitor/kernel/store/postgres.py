@@ -46,7 +46,8 @@ from monitor.clock import Clock, now_ms
 from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel.store.batch import Batcher, Expired, PendingWrite, Result, live_writes
-from monitor.kernel.store.pg_schema import migrate
+from monitor.kernel.store.pg_schema import migrate, schema_version
+from monitor.kernel.store.sqlite_schema import SCHEMA_VERSION
 from monitor.retry import Backoff
 
 if TYPE_CHECKING:
@@ -148,7 +149,8 @@ class PgStore:
         store = cls(url, writers, readers, clock, on_error)
         try:
             await asyncio.to_thread(store._open_pools)
-            await store.write(lambda conn: migrate(conn, clock()))
+            if await store.read(schema_version) < SCHEMA_VERSION:  # else opening writes nothing
+                await store.write(lambda conn: migrate(conn, clock()))
         except BaseException:
             await store.close()
             raise

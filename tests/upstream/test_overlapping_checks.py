@@ -1,0 +1,203 @@
+"""Checkers that overlap: each turn is recorded once, and none is lost.
+
+Several checkers of one link (``serve``'s tick and its early checks, a ``sessionwatch tick``,
+another host on a shared store) each read from the marker they loaded and settle what they
+found. The harness here interleaves them at the store boundary: a checker's read happens
+when its check runs, and its settle (the one transaction) is held at a gate until the order
+under test releases it. Prompts are appended between the steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapters.base import Adapter, Outcome, Probe
+from monitor.config import Config, RootsConfig
+from monitor.kernel import Kernel
+from monitor.upstream import UpstreamMonitor
+from monitor.upstream.settle import MARKER_MOVED
+from tests.helpers import ManualClock, user_line
+
+KEY = "agent:main:adopted:x"
+MAIN = "agent:main:main"
+
+
+class Gate:
+    """An adapter that runs the real one's check at once (the read) and hands its outcome
+    back only when released (so the settle waits)."""
+
+    def __init__(self, inner: Adapter) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.read = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def check(self, probes: list[Probe]) -> list[Outcome]:
+        outcomes = await self.inner.check(probes)
+        self.read.set()
+        await self.release.wait()
+        return outcomes
+
+
+@dataclass
+class Rig:
+    kernel: Kernel
+    config: Config
+    path: Path
+    typed: int = 0
+
+    def checker(self) -> tuple[UpstreamMonitor, Gate]:
+        """A checker of its own, as another process would be."""
+        plain = UpstreamMonitor.from_config(self.kernel, self.config)
+        gate = Gate(plain.adapters["claude"])
+        adapters = {**plain.adapters, "claude": gate}
+        return UpstreamMonitor(self.kernel, adapters, plain.ticker.settings), gate
+
+    def type_prompt(self) -> None:
+        self.typed += 1
+        with self.path.open("ab") as f:
+            f.write(user_line(f"prompt {self.typed}", f"u{self.typed}"))
+
+    async def turns(self) -> int:
+        status = await self.kernel.status(KEY, changes_since=0)
+        assert status.state_changes is not None
+        return sum(
+            int((e.payload or {}).get("turns", 1))
+            for e in status.state_changes.events
+            if e.kind == "human_direct_message"
+        )
+
+
+async def rig(kernel: Kernel, roots: RootsConfig) -> Rig:
+    path = Path(roots.claude) / "s.jsonl"
+    path.write_bytes(b"")
+    config = Config(roots=roots)
+    monitor = UpstreamMonitor.from_config(kernel, config)
+    await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    assert await kernel.watch(watcher=MAIN, target=KEY)
+    return Rig(kernel, config, path)
+
+
+async def test_two_checks_from_one_marker_record_two_prompts_as_two(
+    kernel: Kernel, roots: RootsConfig
+) -> None:
+    """Prompt A, a check starts (and reads A); prompt B, a second check reads A and B and
+    settles first. The first check's findings are refused (the marker moved), so A is not
+    counted twice, and it checks again from the new marker: nothing is left."""
+    r = await rig(kernel, roots)
+    first, first_gate = r.checker()
+    second, second_gate = r.checker()
+    r.type_prompt()
+    slow = asyncio.ensure_future(first.tick())
+    await first_gate.read.wait()
+    r.type_prompt()
+    second_gate.release.set()
+    assert [("activity", 2)] == [(x.outcome, x.turns) for x in await second.tick()]
+    first_gate.release.set()
+    assert [("quiet", 0)] == [(x.outcome, x.turns) for x in await slow]
+    assert 2 == await r.turns()
+    assert 1 == len(await kernel.notices(watcher=MAIN))
+
+
+async def test_a_check_that_keeps_losing_the_race_says_why(
+    kernel: Kernel, roots: RootsConfig
+) -> None:
+    """A checker whose every round is overtaken stops after its re-checks, writes nothing,
+    and says why; the next tick reads on."""
+    r = await rig(kernel, roots)
+    loser, gate = r.checker()
+    gate.release.set()
+    original = gate.check
+
+    async def overtaken(probes: list[Probe]) -> list[Outcome]:
+        r.type_prompt()
+        outcomes = await original(probes)  # reads the prompt, and so does the winner:
+        winner, winner_gate = r.checker()
+        winner_gate.release.set()
+        await winner.tick()
+        return outcomes
+
+    gate.check = overtaken  # type: ignore[method-assign]
+    results = await loser.tick()
+    assert [("skipped", MARKER_MOVED)] == [(x.outcome, x.reason) for x in results]
+    assert r.typed == await r.turns()
+
+
+def orders(n: int) -> st.SearchStrategy[list[tuple[str, int]]]:
+    """Interleavings of ``n`` checkers' starts and releases, with prompts between: each
+    checker starts before it is released."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> list[tuple[str, int]]:
+        started: list[int] = []
+        released: set[int] = set()
+        steps: list[tuple[str, int]] = []
+        while len(released) < n:
+            choices: list[tuple[str, int]] = [("type", 0)]
+            if len(started) < n:
+                choices.append(("start", len(started)))
+            choices += [("release", i) for i in started if i not in released]
+            step = draw(st.sampled_from(choices))
+            if step[0] == "start":
+                started.append(step[1])
+            elif step[0] == "release":
+                released.add(step[1])
+            steps.append(step)
+            if len(steps) > 30:  # finish: start and release the rest
+                steps += [("start", i) for i in range(len(started), n)]
+                steps += [("release", i) for i in range(n) if i not in released]
+                break
+        return steps
+
+    return build()
+
+
+async def interleaved(tmp: Path, steps: Iterable[tuple[str, int]], n: int) -> tuple[int, int]:
+    roots = RootsConfig(claude=str(tmp / "claude"))
+    Path(roots.claude).mkdir(parents=True)
+    kernel = await Kernel.open(tmp / "state.db", clock=ManualClock())
+    try:
+        r = await rig(kernel, roots)
+        checkers = [r.checker() for _ in range(n)]
+        running: dict[int, asyncio.Future[Any]] = {}
+        for what, i in steps:
+            if what == "type":
+                r.type_prompt()
+            elif what == "start":
+                monitor, gate = checkers[i]
+                running[i] = asyncio.ensure_future(monitor.tick())
+                await gate.read.wait()
+            else:
+                checkers[i][1].release.set()
+                await running[i]
+        last, gate = r.checker()  # a last check reads what is left
+        gate.release.set()
+        await last.tick()
+        return r.typed, await r.turns()
+    finally:
+        await kernel.close()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data(), n=st.integers(min_value=2, max_value=4))
+def test_any_interleaving_of_checkers_records_each_prompt_once(
+    tmp_path_factory: Any, data: st.DataObject, n: int
+) -> None:
+    """Whatever the order of reads, prompts and settles, the turns recorded are the prompts
+    typed: none twice, none lost."""
+    steps = data.draw(orders(n))
+    tmp = tmp_path_factory.mktemp("interleaved")
+    typed, recorded = asyncio.run(interleaved(tmp, steps, n))
+    assert typed == recorded
