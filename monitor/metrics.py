@@ -86,7 +86,9 @@ class Metrics:
         self.wakes = Counter(
             "sessionwatch_wake_calls_total",
             "Wake calls to the gateway's hooks API, by result: accepted, refused (400),"
-            " unauthorized (401), throttled (429), failed (5xx, timeout, unreachable)",
+            " unauthorized (401), throttled (429), redirected (3xx, never followed),"
+            " no_token (the token file cannot be read: no call), failed (5xx, timeout,"
+            " unreachable)",
             ["result"],
             registry=r,
         )

@@ -1,10 +1,11 @@
 """``SIGHUP`` (and ``systemctl reload``): read the configuration again, without a restart.
 
 What applies live: the roots and the paired nodes (the adapters are built again from them),
-the gateway's hooks (its URL, its token file, the retry interval) and the log level. What
-cannot (the store, the listen address and the rest of ``[api]``, the monitor's timings, the
-session rules, the host id) is named as needing a restart. A file that does not parse is refused,
-said once, and the configuration in force stays.
+the gateway's hooks (its URL, its token file, the retry interval), the tick's
+``[monitor] interval_s`` (from the next tick on: the wait in course is measured again) and
+the log level. What cannot (the store, the listen address and the rest of ``[api]``, the
+monitor's other settings, the session rules, the host id) is named as needing a restart. A
+file that does not parse is refused, said once, and the configuration in force stays.
 """
 
 from __future__ import annotations
@@ -62,11 +63,16 @@ def reload(
     except (ConfigError, BadInput) as exc:
         log.error("configuration not reloaded, the one in force stays: %s", exc)
         return current
+    interval = new.monitor.interval_s
+    if interval != current.monitor.interval_s:  # live, whatever else [monitor] changed
+        current = current._replace(monitor=current.monitor._replace(interval_s=interval))
+        log.info("the tick's interval is now %g s, from the next tick", interval)
+    elif not changed_sections(current, new):
+        log.info("configuration reloaded: nothing changed in it")
     changed = changed_sections(current, new)
     if waker is not None and new.gateway.wakes and not _token_file_usable(new):
         changed = [s for s in changed if s != "gateway"]  # its token file said why
     if not changed:
-        log.info("configuration reloaded: nothing changed in it")
         return current
     louder = _level(new.log.level) < _level(current.log.level)
     if "log" in changed and louder:  # first, so that what the reload did is said at all

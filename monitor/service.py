@@ -94,6 +94,7 @@ class Sidecar:
         self.db_display = db_display
         self.tick_health = tick_health
         self._paths_changed = paths_changed
+        self._schedule = asyncio.Event()
         self._skip_logged = False
         self.files = FileWatch(
             monitor, kernel.changes, paths_changed, self.stopping, tick=self.run_tick
@@ -112,15 +113,21 @@ class Sidecar:
 
     async def tick_on_schedule(self) -> None:
         """The fixed tick, the source of truth: ``initial_delay_s`` after start, then on a
-        grid of ``interval_s`` (read at each tick, so a reloaded interval applies). Never
-        two at once: a tick due while one runs (a slow one, an early check) is skipped and
-        said once (:meth:`scheduled_tick`), and the ticks a slow one ran past are one skip,
-        not a queue. Cancelling this loop never cancels a tick in flight: the monitor's
-        ``tick_done`` waits for it on the way out."""
+        grid of ``interval_s``. A reloaded interval applies from the next tick: the wait in
+        course is measured again from the last tick (:meth:`schedule_changed`). Never two at
+        once: a tick due while one runs (a slow one, an early check) is skipped and said once
+        (:meth:`scheduled_tick`), and the ticks a slow one ran past are one skip, not a
+        queue. Cancelling this loop never cancels a tick in flight: the monitor's
+        ``tick_done`` waits for it on the way out. Timed on the loop's monotonic clock."""
         loop = asyncio.get_running_loop()
         due = loop.time() + self.config.monitor.initial_delay_s
+        last: float | None = None  # when the last tick started
         while not self.stopping.is_set():
-            await asyncio.sleep(max(0.0, due - loop.time()))
+            if await self._rescheduled(due - loop.time()):
+                if last is not None:
+                    due = last + self.config.monitor.interval_s
+                continue
+            last = loop.time()
             try:
                 await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
             except Exception:  # a bug in one tick must not end the ticks: said, and on
@@ -130,6 +137,19 @@ class Sidecar:
             if due < loop.time():  # it ran past its next time: those ticks are skipped
                 self._say_skipped()
                 due += math.ceil((loop.time() - due) / interval) * interval
+
+    def schedule_changed(self) -> None:
+        """The tick's interval may have changed (a reload): the wait in course ends."""
+        self._schedule.set()
+
+    async def _rescheduled(self, wait_s: float) -> bool:
+        """Wait ``wait_s``; True when the schedule changed meanwhile."""
+        try:
+            await asyncio.wait_for(self._schedule.wait(), max(0.0, wait_s))
+        except TimeoutError:
+            return False
+        self._schedule.clear()
+        return True
 
     def _say_skipped(self) -> None:
         if not self._skip_logged:
@@ -387,6 +407,7 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
 
             sidecar.config = reload(sidecar.config, config_path, sidecar.monitor, sidecar.waker)
             sidecar.links_may_have_changed()
+            sidecar.schedule_changed()
 
         loop.add_signal_handler(signal.SIGHUP, on_hangup)
         shown = without_password(db) if isinstance(db, str) else db

@@ -56,18 +56,24 @@ class _Timer:
 
 class ManualTimers:
     """Delivery's timers (:class:`monitor.delivery.timers.Timers`) on a :class:`ManualClock`:
-    a timer fires, and a sleep ends, only when :meth:`advance` moves the clock past it."""
+    a timer fires, and a sleep ends, only when :meth:`advance` moves time past it. Timers
+    run on a monotonic clock of their own, which :meth:`advance` moves with the wall clock;
+    a test steps the wall clock alone by setting ``clock.now``."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
+        self.mono_ms = 0
         self._due: list[_Timer] = []
         self._seq = itertools.count()
 
     def now_ms(self) -> int:
         return self.clock()
 
+    def monotonic(self) -> float:
+        return self.mono_ms / 1000
+
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> _Timer:
-        timer = _Timer(self.clock() + round(delay_s * 1000), next(self._seq), fn)
+        timer = _Timer(self.mono_ms + round(delay_s * 1000), next(self._seq), fn)
         heapq.heappush(self._due, timer)
         return timer
 
@@ -79,20 +85,23 @@ class ManualTimers:
     @property
     def delays_ms(self) -> list[int]:
         """How far ahead each timer still set is."""
-        return sorted(t.at_ms - self.clock() for t in self._due if not t.cancelled)
+        return sorted(t.at_ms - self.mono_ms for t in self._due if not t.cancelled)
 
     async def advance(self, ms: int) -> None:
-        """Move the clock ``ms`` on, firing each timer due on the way at its own time, and
-        letting what it woke run until it waits again."""
-        end = self.clock() + ms
+        """Move both clocks ``ms`` on, firing each timer due on the way at its own time,
+        and letting what it woke run until it waits again."""
+        end = self.mono_ms + ms
         while self._due and self._due[0].at_ms <= end:
             timer = heapq.heappop(self._due)
             if timer.cancelled:
                 continue
-            self.clock.now = max(self.clock.now, timer.at_ms)
+            step = max(0, timer.at_ms - self.mono_ms)
+            self.mono_ms += step
+            self.clock.now += step
             timer.fn()
             await settle_loop()
-        self.clock.now = end
+        self.clock.now += end - self.mono_ms
+        self.mono_ms = end
         await settle_loop()
 
 

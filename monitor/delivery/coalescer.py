@@ -1,5 +1,6 @@
 """When a watcher is woken: at once, then at most once per 20 s window, across every
-sidecar on a shared store."""
+sidecar on a shared store. Windows are timed on the monotonic clock: a step of the wall
+clock delays no wake past the window."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class WakeCoalescer:
         self._timers = timers
         self._window_ms = window_ms
         self._claim = claim
-        self._last_fired: dict[str, int] = {}
+        self._last_fired: dict[str, float] = {}  # monotonic s
         self._trailing: set[str] = set()
         self._latest: dict[str, str] = {}  # the newest notice each watcher is woken for
         self._claims: set[asyncio.Task[None]] = set()
@@ -50,19 +51,23 @@ class WakeCoalescer:
         """Wake ``watcher`` (for ``notice``, the notice's text) at once or at the end of
         its window."""
         self._latest[watcher] = notice
-        now = self._timers.now_ms()
+        now = self._timers.monotonic()
         last = self._last_fired.get(watcher)
-        if last is None or now - last >= self._window_ms:
+        if last is None or now - last >= self._window_s:
             self._fire(watcher)
             return
         self._trail(watcher, last, now)
 
-    def _trail(self, watcher: str, last: int, now: int) -> None:
+    @property
+    def _window_s(self) -> float:
+        return self._window_ms / 1000
+
+    def _trail(self, watcher: str, last: float, now: float) -> None:
         """One trailing wake at the end of the window that began at ``last``."""
         if watcher in self._trailing:
             return
         self._trailing.add(watcher)
-        delay_s = max(0, last + self._window_ms - now) / 1000
+        delay_s = min(self._window_s, max(0.0, last + self._window_s - now))
         self._timers.call_later(delay_s, lambda: self._fire_trailing(watcher))
 
     def _fire_trailing(self, watcher: str) -> None:
@@ -70,7 +75,7 @@ class WakeCoalescer:
         self._fire(watcher)
 
     def _fire(self, watcher: str) -> None:
-        self._last_fired[watcher] = self._timers.now_ms()
+        self._last_fired[watcher] = self._timers.monotonic()
         if self._claim is None:
             self._send(watcher)
             return
@@ -89,8 +94,11 @@ class WakeCoalescer:
         if claimed == "send":
             self._send(watcher)
         elif isinstance(claimed, int):  # another sidecar woke it: this window is theirs
-            self._last_fired[watcher] = claimed
-            self._trail(watcher, claimed, self._timers.now_ms())
+            now = self._timers.monotonic()
+            ago_s = (self._timers.now_ms() - claimed) / 1000  # stored wall-clock, within it
+            last = now - min(self._window_s, max(0.0, ago_s))
+            self._last_fired[watcher] = last
+            self._trail(watcher, last, now)
 
     async def settled(self) -> None:
         """Wait for the wakes being claimed in the store (tests; a clean stop)."""

@@ -15,6 +15,11 @@ accepted; what each answer means for the notice is :class:`monitor.delivery.ledg
 - 400: said once with the gateway's own error. Where it refuses caller-chosen session keys,
   a main session is woken through its agent's main session (no ``sessionKey``); any other
   watcher is not the client's to wake (``None``).
+- 3xx: a redirect is never followed (the token and the notice would go where the gateway
+  did not listen, and another server's 200 would count as the gateway's): ``redirected``,
+  said once with where it pointed; the notice stays pending.
+- The token cannot be read (its mode, a missing, empty or unreadable file): ``no_token``,
+  said once with the reason, no call made, tried again every ``retry_s``.
 
 The HTTP transport and the timers are given from outside (:class:`Transport`, as httpx's
 ``MockTransport`` is; :class:`monitor.delivery.timers.Timers`), so a test answers as the
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from monitor.config import GatewayConfig
-from monitor.errors import ConfigError, connection_reason
+from monitor.errors import SessionwatchError, connection_reason
 from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.paths import expand_user
 from monitor.private import read_secret
@@ -63,6 +68,7 @@ class Reply:
     status: int
     body: bytes = b""
     retry_after: str | None = None
+    location: str | None = None  # a redirect's target (never followed)
 
 
 class CallFailed(Exception):
@@ -91,8 +97,15 @@ class AiohttpTransport:
             timeout = aiohttp.ClientTimeout(total=self._timeout_s)
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
-            async with self._session.post(url, data=body, headers=dict(headers)) as resp:
-                return Reply(resp.status, await resp.read(), resp.headers.get("Retry-After"))
+            async with self._session.post(
+                url, data=body, headers=dict(headers), allow_redirects=False
+            ) as resp:
+                return Reply(
+                    resp.status,
+                    await resp.read(),
+                    resp.headers.get("Retry-After"),
+                    resp.headers.get("Location"),
+                )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise CallFailed(connection_reason(exc)) from exc
 
@@ -105,7 +118,7 @@ class AiohttpTransport:
 class WakeAnswer:
     """One wake call's outcome: ``result`` is the metric label."""
 
-    result: str  # accepted | refused | unauthorized | throttled | failed
+    result: str  # accepted | refused | unauthorized | throttled | redirected | no_token | failed
     error: str = ""
     retry_after_s: float = 0.0
 
@@ -116,7 +129,7 @@ class LastWake:
 
     result: str  # as WakeAnswer.result
     error: str
-    at_ms: int
+    at_ms: int  # wall-clock, as shown
 
 
 class HooksClient:
@@ -148,7 +161,7 @@ class HooksClient:
         self.keys_refused = False  # the gateway refuses caller-chosen session keys
         self.last: dict[str, LastWake] = {}  # per watcher
         self.on_outcome = on_outcome
-        self._quiet_until_ms = 0  # no call before this: after a 401 or a 429
+        self._quiet_until = 0.0  # monotonic s; no call before this: after a 401 or a 429
         self._said: set[str] = set()
 
     def reconfigure(self, gateway: GatewayConfig) -> None:
@@ -158,12 +171,12 @@ class HooksClient:
         self.token_file = Path(expand_user(gateway.hooks_token_file))
         self.retry_s = gateway.retry_interval_s
         self.keys_refused = False
-        self._quiet_until_ms = 0
+        self._quiet_until = 0.0
         self._said.clear()
 
     def quiet_s(self) -> float:
         """How long no call may go (after a 401 or a 429); 0 when calls may go."""
-        return max(0, self._quiet_until_ms - self.timers.now_ms()) / 1000
+        return max(0.0, self._quiet_until - self.timers.monotonic())
 
     async def wake(self, watcher: str, text: str) -> WakeAnswer | None:
         """One notice in one wake call; None when the gateway refuses caller-chosen keys and
@@ -211,15 +224,15 @@ class HooksClient:
                 self.url = base.rstrip("/") + "/wake"
             else:
                 token = read_secret(self.token_file, "the hooks token file")
-        except ConfigError as exc:
-            return WakeAnswer("unauthorized", str(exc))
+        except SessionwatchError as exc:  # its mode, a missing or unreadable file: no call
+            return WakeAnswer("no_token", str(exc))
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
         error = ""
         backoff = Backoff(BACKOFF_S, BACKOFF_S * 2 ** (ATTEMPTS - 2))
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 answer = _answer(await self.transport.post(self.url, orjson.dumps(body), headers))
-                if answer.result != "failed":
+                if answer.result != "failed":  # a redirect is not followed, nor tried again
                     return answer
                 error = answer.error
             except CallFailed as exc:
@@ -235,9 +248,9 @@ class HooksClient:
                 log.info("the gateway accepts wakes again")
             self._said &= {"keys"}
             return
-        now = self.timers.now_ms()
+        now = self.timers.monotonic()
         if answer.result == "unauthorized":
-            self._quiet_until_ms = now + int(self.retry_s * 1000)
+            self._quiet_until = now + self.retry_s
             self.say_once(
                 "401",
                 "the gateway refused the hooks token (401): check %s against the gateway's"
@@ -246,11 +259,27 @@ class HooksClient:
                 answer.error or "401",
             )
         elif answer.result == "throttled":
-            self._quiet_until_ms = now + int(answer.retry_after_s * 1000)
+            self._quiet_until = now + answer.retry_after_s
             self.say_once(
                 "429",
                 "the gateway throttles wakes (429); waiting %.0f s as it asked",
                 answer.retry_after_s,
+            )
+        elif answer.result == "no_token":
+            self.say_once(
+                "token",
+                "no wake sent: %s; notices stay pending and are tried again every %.0f s",
+                answer.error,
+                self.retry_s,
+            )
+        elif answer.result == "redirected":
+            self.say_once(
+                "redirect",
+                "the hooks endpoint %s answered a redirect (%s); redirects are never followed"
+                " (the token and the notice would go to another server): set the hooks URL to"
+                " where the gateway itself listens; notices stay pending",
+                self.url,
+                answer.error,
             )
         elif answer.result == "refused":
             self.say_once(
@@ -299,6 +328,8 @@ def _answer(reply: Reply) -> WakeAnswer:
     error = error or reply.body.decode("utf-8", "replace").strip()[:200] or str(status)
     if 200 <= status < 300:
         return WakeAnswer("accepted")
+    if 300 <= status < 400:
+        return WakeAnswer("redirected", f"{status} to {reply.location or 'nowhere'}")
     if status == 401:
         return WakeAnswer("unauthorized", error)
     if status == 429:

@@ -186,7 +186,7 @@ class Delivery:
         return True
 
     async def _claim(self, watcher: str, notice: str) -> int | str:
-        now = self.store.clock()
+        now = self.timers.now_ms()  # stored: wall-clock
 
         def run(conn: Conn) -> int | str:
             return claims.claim(conn, watcher, notice, now=now, window_ms=WAKE_COALESCE_MS)

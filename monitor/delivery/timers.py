@@ -1,10 +1,15 @@
 """The time delivery runs on, given from outside: the clock, the timers and the waits of the
 coalescer, the passes and the hooks client. The running service uses the event loop's;
-a test moves a manual one, so that no wake test sleeps for real."""
+a test moves a manual one, so that no wake test sleeps for real.
+
+Two clocks: what is stored or shown is wall-clock (``now_ms``); what is timed (a window, a
+quiet period, a retry) is monotonic (``monotonic``, and every timer), so that a step of the
+wall clock (an NTP correction, a restored VM) neither stalls nor hurries a wake."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -17,7 +22,11 @@ class Handle(Protocol):
 
 class Timers(Protocol):
     def now_ms(self) -> int:
-        """Milliseconds since the epoch."""
+        """Milliseconds since the epoch (wall-clock): for what is stored or shown."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never steps: for what is timed."""
         ...
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> Handle:
@@ -35,6 +44,9 @@ class LoopTimers:
 
     def now_ms(self) -> int:
         return self._clock()
+
+    def monotonic(self) -> float:
+        return time.monotonic()  # the event loop's own clock
 
     def call_later(self, delay_s: float, fn: Callable[[], None]) -> Handle:
         return asyncio.get_running_loop().call_later(delay_s, fn)

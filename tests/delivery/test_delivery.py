@@ -26,7 +26,7 @@ from monitor.kernel.store.protocol import StateStore
 from monitor.metrics import Metrics
 from monitor.service import Sidecar, running
 from tests.helpers import ManualClock, ManualTimers, make_config, notice, settle_loop, until
-from tests.hooks_gateway import TOKEN, HooksGateway, MockTransport
+from tests.hooks_gateway import TOKEN, HooksGateway, MockTransport, running_hooks_gateway
 
 MAIN = "agent:main:main"
 PEER = "agent:main:dashboard:peer"
@@ -350,3 +350,156 @@ async def test_a_hooks_token_file_others_can_read_is_refused(tmp_path: Path) -> 
     with pytest.raises(NotPrivate, match="chmod 600"):
         async with running(config, tmp_path / "state.db"):
             pass
+
+
+async def test_a_token_fault_is_said_once_retried_and_heals_on_its_own(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The token file turns 0644 while a notice is pending: no call, no traceback, the
+    reason once; after ``chmod 600`` the notice goes at the next retry, with no other
+    event for that watcher."""
+    caplog.set_level(logging.WARNING)
+    rig.token_file.chmod(0o644)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.human(PEER)
+    for _ in range(3):
+        await rig.timers.advance(int(RETRY_S * 1000))
+        await rig.settled()
+    assert 0 == rig.gateway.calls
+    assert [notice(PEER, 0)] == await rig.pending()
+    said = [r for r in caplog.records if "no wake sent" in r.getMessage()]
+    assert 1 == len(said)
+    assert "chmod 600" in said[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+    assert 4 == rig.sample("sessionwatch_wake_calls_total", result="no_token")
+    rig.token_file.chmod(0o600)
+    await rig.timers.advance(int(RETRY_S * 1000))
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert [] == await rig.pending()
+
+
+async def test_a_missing_token_file_is_a_failure_with_its_reason(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    rig.token_file.unlink()
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.human(PEER)
+    assert 0 == rig.gateway.calls
+    assert 1 == sum("no wake sent" in r.getMessage() for r in caplog.records)
+    assert [int(RETRY_S * 1000)] == rig.timers.delays_ms
+    rig.token_file.write_text(TOKEN + "\n")
+    rig.token_file.chmod(0o600)
+    await rig.timers.advance(int(RETRY_S * 1000))
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+
+
+@pytest.mark.parametrize("step_ms", [-3_600_000, 3_600_000])
+async def test_a_wall_clock_step_delays_no_wake_past_the_window(rig: Rig, step_ms: int) -> None:
+    """Windows are timed on the monotonic clock: after a step of the wall clock (back, as
+    an NTP correction or a restored VM; or forward), a notice inside the window goes at
+    its end, and one after it at once."""
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+    await rig.human(PEER)
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    rig.timers.clock.now += step_ms
+    await rig.timers.advance(1_000)
+    await rig.human(OTHER)
+    assert [19_000] == rig.timers.delays_ms  # the rest of the window, not an hour
+    await rig.timers.advance(19_000)
+    await rig.settled()
+    assert [notice(PEER, 0), notice(OTHER, 0)] == rig.gateway.texts
+    await rig.timers.advance(20_000)
+    await rig.human(PEER)
+    assert 3 == len(rig.gateway.texts)  # the window is over: at once
+
+
+async def test_a_redirect_is_never_followed(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hooks endpoint answers 307 to another server, over real loopback HTTP: nothing
+    goes there, the notice stays pending, the reason is said once, and a redirect is not
+    taken for the gateway's acceptance."""
+    from aiohttp import web
+
+    from monitor.delivery.hooks import AiohttpTransport
+
+    caplog.set_level(logging.INFO)
+    async with running_hooks_gateway() as elsewhere:
+        app = web.Application()
+
+        async def redirect(request: web.Request) -> web.Response:
+            raise web.HTTPTemporaryRedirect(elsewhere.url + "/wake")
+
+        app.router.add_post("/hooks/wake", redirect)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            host, port = runner.addresses[0][:2]
+            timers = ManualTimers(clock)
+            token_file = tmp_path / "hooks-token"
+            token_file.write_text(TOKEN + "\n")
+            token_file.chmod(0o600)
+            metrics = Metrics()
+            client = HooksClient(
+                f"http://{host}:{port}/hooks",
+                token_file,
+                timers=timers,
+                transport=AiohttpTransport(),
+                retry_s=RETRY_S,
+                metrics=metrics,
+            )
+            store = await open_store(tmp_path / "state.db", clock=clock)
+            delivery = Delivery(store, client, timers=timers, metrics=metrics)
+            kernel = await Kernel.on_store(store, on_notices=delivery.deliver)
+            try:
+                await kernel.watch(watcher=MAIN, target=PEER)
+                for _ in range(2):
+                    await kernel.record(
+                        NewEvent(
+                            session_key=PEER,
+                            kind=EventKind.HUMAN_DIRECT_MESSAGE,
+                            actor_type=ActorType.HUMAN,
+                        )
+                    )
+                    await until("the wake's answer", lambda: bool(client.last))
+                    await delivery.settled()
+                    await timers.advance(int(RETRY_S * 1000))
+                    await delivery.settled()
+                assert 0 == elsewhere.calls
+                assert [notice(PEER, 0)] == [n.text for n in await kernel.notices(watcher=MAIN)]
+                said = [r.getMessage() for r in caplog.records if "redirect" in r.getMessage()]
+                assert 1 == len(said)
+                assert elsewhere.url in said[0]
+                assert "accepts wakes again" not in caplog.text
+                assert "redirected" == client.last[MAIN].result
+                samples = metrics.registry.get_sample_value(
+                    "sessionwatch_wake_calls_total", {"result": "redirected"}
+                )
+                assert samples is not None and samples >= 2
+            finally:
+                await delivery.close()
+                await client.close()
+                await kernel.close()
+        finally:
+            await runner.cleanup()
+
+
+def test_a_wake_claimed_at_a_later_wall_time_holds_no_window(tmp_path: Path) -> None:
+    """On a shared store, a wake claimed before the wall clock stepped back an hour lies in
+    the future: it holds no window (else every wake would wait for the clock to catch up);
+    one claimed a second ago does."""
+    from monitor.delivery.claims import claim
+    from monitor.kernel.store.sqlite_schema import migrate
+
+    conn = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+    migrate(conn, 0)
+    now = 1_790_000_000_000
+    assert "send" == claim(conn, MAIN, "a", now=now, window_ms=20_000)
+    assert now == claim(conn, MAIN, "b", now=now + 1_000, window_ms=20_000)
+    assert "send" == claim(conn, MAIN, "b", now=now - 3_600_000, window_ms=20_000)
+    assert "done" == claim(conn, MAIN, "b", now=now - 3_600_000, window_ms=20_000)

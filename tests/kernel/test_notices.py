@@ -248,7 +248,7 @@ async def test_main_watchers_woken_and_coalesced_nested_only_queued(
     await wakes.settled()
     assert wakes.woken == [MAIN]
     await kernel.notices(watcher=MAIN, drain=True)
-    clock.advance(5_000)
+    await wakes.timers.advance(5_000)
     await human(kernel, CHILD)  # inside the window: one trailing wake is scheduled
     await kernel.notices(watcher=MAIN, drain=True)
     await human(kernel, CHILD)
@@ -258,7 +258,7 @@ async def test_main_watchers_woken_and_coalesced_nested_only_queued(
     await wakes.timers.advance(15_000)
     await wakes.settled()
     assert wakes.woken == [MAIN, MAIN]
-    clock.advance(21_000)
+    await wakes.timers.advance(21_000)
     await kernel.notices(watcher=MAIN, drain=True)
     await kernel.notices(watcher=MAIN, drain=True)
     await human(kernel, CHILD)
@@ -380,7 +380,7 @@ async def test_a_change_on_a_pair_the_gateway_froze_reaches_the_gateway_once(
     await kernel.notices(watcher=MAIN, drain=True)
     await wakes.settled()
     wakes.woken.clear()
-    clock.advance(21_000)  # past the wake window
+    await wakes.timers.advance(21_000)  # past the wake window
 
     def the_gateway_opens_one(conn: Any) -> None:  # as OpenClaw's own recording does
         sequence = conn.execute(

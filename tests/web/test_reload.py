@@ -121,3 +121,54 @@ def test_a_hooks_token_file_made_public_is_said_at_reload(tmp_path: Path) -> Non
         proc.terminate()
         proc.wait(30)
     drain.wait(10)
+
+
+def test_a_reloaded_interval_applies_from_the_next_tick(tmp_path: Path) -> None:
+    """An hourly tick reloaded to every second: the next tick comes a second after the
+    last, not when the hour in course runs out."""
+    config = tmp_path / "sw.toml"
+
+    def write(interval: float) -> None:
+        config.write_text(
+            f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+            f"[monitor]\ninitial_delay_s = 0\ninterval_s = {interval}\n"
+        )
+
+    write(3600)
+    log = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config"]
+    proc = subprocess.Popen(
+        [*argv, str(config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        base = served_address(proc)
+        assert proc.stderr is not None
+        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+
+        def ticks() -> float:
+            token = (tmp_path / "token").read_text().strip()
+            request = urllib.request.Request(
+                f"{base}/metrics", headers={"Authorization": f"Bearer {token}"}
+            )
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                for line in resp.read().decode().splitlines():
+                    if line.startswith("sessionwatch_ticks_total "):
+                        return float(line.split()[1])
+            return 0.0
+
+        deadline = time.monotonic() + 20
+        while ticks() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 1 == ticks()  # the first, at start; the next is an hour away
+        write(1)
+        proc.send_signal(signal.SIGHUP)
+        assert "1 s, from the next tick" in wait_for_line(log, "interval is now")
+        deadline = time.monotonic() + 20
+        while ticks() < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ticks() >= 3
+        assert "restart" not in log.read_text()  # the interval alone: nothing else to say
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    drain.wait(10)
