@@ -166,7 +166,7 @@ def _roots(config: Config) -> list[Finding]:
 
 
 async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) -> list[Finding]:
-    from monitor.openclaw import found_hooks
+    from monitor.openclaw.files import found_hooks
 
     gateway = config.gateway
     settings: list[Finding] = []
@@ -204,7 +204,7 @@ async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) ->
 def _openclaw_settings(hooks: Any, watchers: set[str]) -> list[Finding]:
     """OpenClaw's own hooks settings that would refuse the sidecar's wakes, by their names,
     each with the snippet that fixes it."""
-    from monitor.openclaw import read_config, section
+    from monitor.openclaw.files import read_config, section
 
     path = hooks.install.config_path
     try:

@@ -15,7 +15,7 @@ import pytest
 
 from monitor.config import RootsConfig
 from monitor.kernel import Kernel, KernelSettings
-from monitor.service import running
+from monitor.serve.root import running
 from tests.helpers import (
     REPO,
     Client,

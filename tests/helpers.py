@@ -5,6 +5,7 @@ Fixtures live in conftest.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import os
@@ -23,7 +24,7 @@ from monitor.config import ApiConfig, Config, HostConfig, MonitorConfig, RootsCo
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.signal_log import Recorded
-from monitor.service import Sidecar
+from monitor.serve.root import Sidecar
 from tests.contract import check_answer
 
 T0 = 1_790_000_000_000
@@ -142,7 +143,9 @@ async def kernel_waking(
     store = await open_store(target, clock=clock)
     wakes.timers = ManualTimers(clock)
     wakes.delivery = Delivery(store, wakes, timers=wakes.timers)
-    return await Kernel.on_store(store, on_notices=wakes.delivery.deliver, **kwargs)
+    kernel = await Kernel.on_store(store, **kwargs)
+    await wakes.delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
+    return kernel
 
 
 async def settle_loop(rounds: int = 20) -> None:

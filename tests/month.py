@@ -165,7 +165,7 @@ async def simulate(work: Path, days: int = 35) -> Report:
                 while await kernel.notices(watcher=MAIN, drain=True):
                     pass
             await timers.advance(3600_000)  # an hour on: the tick loop's retention runs
-            await kernel.maybe_prune()
+            await kernel.retention.when_due()
             if day % 7 == 6 or day == days - 1:
                 report.weeks.append(
                     {
@@ -198,6 +198,11 @@ async def simulate(work: Path, days: int = 35) -> Report:
                 " o.watcher_session_key AND c.target_session_key = o.target_session_key)",
             ),
             "leases": _count(db, "SELECT count(*) FROM sessionwatch_leases"),
+            "created-session queues past their cap": _count(
+                db,
+                "SELECT count(*) FROM (SELECT main_session_key FROM sessionwatch_created_notices"
+                " GROUP BY main_session_key HAVING count(*) > 100)",
+            ),
         }
         clock.advance(int(max(TICKET_TTL_S, SESSION_TTL_S) * 1000) + 1)
         admissions.issue()  # expires what is due
@@ -207,7 +212,6 @@ async def simulate(work: Path, days: int = 35) -> Report:
             "coalescer watchers": len(coalescer._last_fired) + len(coalescer._latest),
             "trailing wakes": len(coalescer._trailing),
             "passes and retries": len(delivery._running) + len(delivery._retries),
-            "created-session queues": len(kernel.created_notices._pending),
             "status-page tickets and cookies": len(admissions.tickets) + len(admissions.sessions),
         }
         report.links_left = sorted(v.link.session_key for v in await monitor.links())

@@ -68,7 +68,7 @@ async def test_a_node_is_called_through_its_pin(tmp_path: Path) -> None:
     pin is one problem naming both fingerprints, with its fix."""
     from aiohttp import web
 
-    from monitor.node_tls import server_context
+    from monitor.serve.node_tls import server_context
     from monitor.web.node import build_node_app
 
     token = tmp_path / "node.token"

@@ -15,13 +15,31 @@ from pathlib import Path
 from tests.helpers import REPO
 
 ROOT = REPO
-TOP = ("monitor.service", "monitor.file_watch", "monitor.cli", "monitor.__main__")
+TOP = ("monitor.serve", "monitor.cli", "monitor.__main__")
+# The modules at the top of monitor/ that sit under everything (errors, config...), and the
+# two that serve the CLI and the service only (doctor, ui_open).
+SHARED = (
+    *("errors", "config", "clock", "paths", "records", "metrics", "lazylog", "pulse"),
+    *("retry", "private"),
+)
 FORBIDDEN = {
+    "monitor/openclaw": (
+        *("adapters", "monitor.kernel", "monitor.delivery", "monitor.upstream", "monitor.web"),
+        *TOP,
+    ),
     "monitor/kernel": ("adapters", "monitor.delivery", "monitor.upstream", "monitor.web", *TOP),
     "monitor/delivery": ("adapters", "monitor.upstream", "monitor.web", *TOP),
     "monitor/upstream": ("monitor.web", *TOP),
     "monitor/web": TOP,
+    "monitor/serve": ("monitor.cli", "monitor.__main__"),
     "monitor/cli": ("monitor.__main__",),  # the top: it runs the service
+}
+# The two top-level modules outside the shared ones: what they may not import.
+TOP_LEVEL = {
+    "doctor": ("monitor.serve", "monitor.cli", "monitor.__main__", "monitor.web"),
+    "ui_open": ("monitor.serve", "monitor.cli", "monitor.__main__", "monitor.web"),
+    "__main__": (),
+    "__init__": ("monitor.",),
 }
 
 
@@ -107,18 +125,31 @@ def test_every_subpackage_has_its_floor() -> None:
 
 
 def test_the_shared_modules_import_no_package() -> None:
-    """errors, config, clock, paths, records, metrics and lazylog sit under everything."""
-    for name in ("errors", "config", "clock", "paths", "records", "metrics", "lazylog"):
+    """errors, config, clock, paths, records, metrics, lazylog, pulse, retry and private sit
+    under everything."""
+    for name in SHARED:
         imported = _imports(ROOT / "monitor" / f"{name}.py")
         wrong = {m for m in imported if m.startswith(("adapters", "monitor.", *TOP))}
         wrong -= {"monitor.errors", "monitor.paths", "monitor.clock", "monitor.records"}
         assert not wrong, f"monitor/{name}.py imports {sorted(wrong)}"
 
 
+def test_every_module_at_the_top_has_its_place() -> None:
+    """A module directly under monitor/ is a shared one or has its own rule: the layer
+    rules cover every module, not only the packages."""
+    for path in sorted((ROOT / "monitor").glob("*.py")):
+        name = path.stem
+        assert name in SHARED or name in TOP_LEVEL, f"monitor/{path.name} has no place"
+        if name in TOP_LEVEL:
+            wrong = {m for m in _imports(path) if TOP_LEVEL[name] and m.startswith(TOP_LEVEL[name])}
+            assert not wrong, f"monitor/{path.name} imports {sorted(wrong)}"
+
+
 TABLES = (
     *("session_state_events", "session_state_heads", "session_watch_cursors"),
     *("session_upstream_links", "sessionwatch_link_state", "sessionwatch_sessions"),
     *("sessionwatch_own_messages", "sessionwatch_leases", "sessionwatch_wakes"),
+    *("sessionwatch_created_notices", "sessionwatch_opened_notices"),
 )
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from monitor import openclaw
 from monitor.errors import ConfigError
+from monitor.openclaw import files as openclaw
 from tests.helpers import REPO, served_address, until
 from tests.hooks_gateway import TOKEN, running_hooks_gateway
 
@@ -43,6 +43,35 @@ def test_the_install_follows_the_gateways_variables(tmp_path: Path) -> None:
     legacy_home = tmp_path / "legacy"
     (legacy_home / ".clawdbot").mkdir(parents=True)
     assert openclaw.locate({"HOME": str(legacy_home)}).state_dir == legacy_home / ".clawdbot"
+
+
+def test_a_watchs_default_store_lies_where_the_install_does(tmp_path: Path) -> None:
+    """One module knows where OpenClaw keeps its state: with ``OPENCLAW_PROFILE=work`` (and
+    each other variable), the store path a watch names by default lies under the state
+    directory ``config`` names, from a ``watch`` run as a user would run it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for extra in ({"OPENCLAW_PROFILE": "work"}, {"OPENCLAW_STATE_DIR": "~/elsewhere"}, {}):
+        env = {**os.environ, "HOME": str(home), **extra}
+        env.pop("OPENCLAW_HOME", None)
+        env.pop("SESSIONWATCH_CONFIG", None)
+        state = openclaw.locate(env).state_dir
+        db = tmp_path / f"state-{len(extra)}-{sorted(extra)}.db"
+        argv = [sys.executable, "-m", "monitor", "--db", str(db), "watch"]
+        done = subprocess.run(
+            [*argv, "--watcher", "agent:ops:main", "--target", "agent:ops:subagent:c"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert 0 == done.returncode, done.stderr
+        with sqlite3.connect(db) as conn:
+            (path,) = conn.execute(
+                "SELECT watcher_store_path FROM session_watch_cursors"
+            ).fetchone()
+        expected = state / "agents" / "ops" / "agent" / "openclaw-agent.sqlite"
+        assert str(expected) == path, extra
 
 
 def test_json5_variables_ports_and_secret_references(tmp_path: Path) -> None:

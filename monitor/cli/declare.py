@@ -46,7 +46,7 @@ def db_target(args: Args, config: Config) -> str:
     it is)."""
     chosen = args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url
     if not chosen and config.store.path == Config().store.path:
-        from monitor.openclaw_home import found_state_db  # next to OpenClaw: its database
+        from monitor.openclaw.home import found_state_db  # next to OpenClaw: its database
 
         found = found_state_db()
         if found is not None:
@@ -175,7 +175,7 @@ def db_origin(args: Args, config: Config) -> str:
         return "[store] url"
     if config.store.path != Config().store.path:
         return "[store] path"
-    from monitor.openclaw_home import found_state_db
+    from monitor.openclaw.home import found_state_db
 
     found = found_state_db()
     return "the default [store] path" if found is None else found[1]

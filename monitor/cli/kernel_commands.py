@@ -128,8 +128,8 @@ async def _notices(kernel: Kernel, a: Args) -> dict[str, Any]:
         if a.drain:
             raise BadInput("notices: --follow peeks; drain with a separate --drain call")
         await _follow(kernel, a)
-    notices = await kernel.notices(watcher=a.watcher, store_path=a.store_path, drain=a.drain)
-    return {"notices": [n.as_json() for n in notices]}
+    inbox = await kernel.inbox(watcher=a.watcher, store_path=a.store_path, drain=a.drain)
+    return {"notices": inbox.as_json()}
 
 
 async def _follow(kernel: Kernel, a: Args) -> NoReturn:
@@ -149,8 +149,8 @@ async def _follow(kernel: Kernel, a: Args) -> NoReturn:
         if reader_gone.poll(0):
             raise SystemExit(0)
         if changed:
-            pending = await kernel.notices(watcher=a.watcher, store_path=a.store_path)
-            for notice in feed.fresh([n.as_json() for n in pending]):
+            pending = await kernel.inbox(watcher=a.watcher, store_path=a.store_path)
+            for notice in feed.fresh(pending.as_json()):
                 sys.stdout.buffer.write(orjson.dumps(notice) + b"\n")
             sys.stdout.flush()
         now = await kernel.changes.after(seen, POLL_S)  # and look at the pipe again
@@ -185,7 +185,7 @@ async def _sessions(kernel: Kernel, a: Args) -> dict[str, Any]:
     arg("key", help="the session key"),
 )
 async def _reset(kernel: Kernel, a: Args) -> dict[str, Any]:
-    await kernel.reset(a.key)
+    await kernel.gateway_sessions.reset(a.key)
     return {"ok": True}
 
 
@@ -203,7 +203,7 @@ async def _delete(kernel: Kernel, a: Args) -> dict[str, Any]:
             f'"{a.key}" is a bare key, a session of every agent: name one with --agent'
             " (the API refuses bare keys the same way)"
         )
-    await kernel.delete(a.key, agent_id=a.agent)
+    await kernel.gateway_sessions.delete(a.key, agent_id=a.agent)
     return {"ok": True}
 
 
@@ -213,7 +213,7 @@ async def _delete(kernel: Kernel, a: Args) -> dict[str, Any]:
     arg("--now", type=non_negative, help="the clock, in ms since the epoch"),
 )
 async def _prune(kernel: Kernel, a: Args) -> dict[str, Any]:
-    return wire.pruned(await kernel.prune(a.now))
+    return wire.pruned(await kernel.retention.prune(a.now))
 
 
 @command(
@@ -227,7 +227,7 @@ async def _prune(kernel: Kernel, a: Args) -> dict[str, Any]:
 )
 async def _session(kernel: Kernel, a: Args) -> dict[str, Any]:
     run_active = None if a.run is None else a.run == "active"
-    row = await kernel.upsert_session(
+    row = await kernel.gateway_sessions.upsert(
         a.key,
         agent_id=a.agent,
         session_id=a.session_id,
@@ -282,7 +282,9 @@ async def _adopt(kernel: Kernel, a: Args) -> dict[str, Any]:
 async def _own(kernel: Kernel, a: Args) -> dict[str, Any]:
     from adapters.base import own_text_hash
 
-    await kernel.remember_own_message(a.key, own_text_hash(a.text), agent_id=a.agent)
+    await kernel.gateway_sessions.remember_own_message(
+        a.key, own_text_hash(a.text), agent_id=a.agent
+    )
     return {"ok": True}
 
 

@@ -27,7 +27,7 @@ from monitor.errors import SessionwatchError, one_line
 def _serve(args: Args) -> int:
     import asyncio
 
-    from monitor.service import serve
+    from monitor.serve.root import serve
 
     _setup_logging(args.log_format, args.config_obj.log.level)
     config_path = args.config or os.environ.get("SESSIONWATCH_CONFIG")
@@ -53,7 +53,7 @@ def _serve(args: Args) -> int:
 def _node(args: Args) -> int:
     import asyncio
 
-    from monitor.service import serve_node
+    from monitor.serve.root import serve_node
 
     _setup_logging(args.log_format, args.config_obj.log.level)
     asyncio.run(serve_node(args.config_obj, args.listen, args.token_file, args.tls))
@@ -63,7 +63,7 @@ def _node(args: Args) -> int:
 @command("config", "print the effective configuration", needs="config", roots=True)
 def _config(args: Args) -> int:
     from adapters.registry import root_keys, roots_with_origin
-    from monitor.openclaw import found_hooks
+    from monitor.openclaw.files import found_hooks
 
     config = args.config_obj
     shown = config.as_json()

@@ -147,7 +147,7 @@ class HooksClient:
         on_outcome: Callable[[], None] | None = None,
     ) -> None:
         """``credentials``: the hooks URL and token as the gateway's own configuration says
-        at each call (:class:`monitor.openclaw.Hooks`), instead of ``hooks_url`` and the
+        at each call (:class:`monitor.openclaw.files.Hooks`), instead of ``hooks_url`` and the
         token file. ``on_outcome``: called when a watcher's last outcome changed (a status
         page shows it at once)."""
         self.url = hooks_url.rstrip("/") + "/wake"

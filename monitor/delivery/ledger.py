@@ -18,7 +18,6 @@ never sent again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from monitor.delivery import claims
@@ -26,13 +25,15 @@ from monitor.delivery.coalescer import WAKE_COALESCE_MS, WakeCoalescer
 from monitor.delivery.timers import Handle, LoopTimers, Timers
 from monitor.errors import SessionwatchError
 from monitor.kernel import cursors
-from monitor.kernel.changes import KEEPALIVE_S
+from monitor.kernel.changes import NoticesOpened, StoreMoved
 from monitor.kernel.policy import WatchPolicy
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
     from monitor.delivery.hooks import WakeAnswer
-    from monitor.kernel.changes import ChangeHub
+    from monitor.kernel import Kernel
     from monitor.kernel.cursors import WatchCursor
     from monitor.kernel.notices import Notice
     from monitor.kernel.store.protocol import Conn, StateStore
@@ -76,6 +77,8 @@ class Delivery:
         self._again: set[str] = set()
         self._retries: dict[str, Handle] = {}
         self._unacked: dict[str, list[WatchCursor]] = {}
+        self._looking: asyncio.Task[None] | None = None  # a read of others' notices
+        self._look_again = False
 
     def deliver(self, notices: list[Notice]) -> None:
         """Ask for the watchers of ``notices`` to be woken (the policy says who is)."""
@@ -83,28 +86,42 @@ class Delivery:
             if WatchPolicy.wakes(notice):
                 self.coalescer.request(notice.watcher, notice.text)
 
-    async def follow(
-        self,
-        changes: ChangeHub,
-        pending: Callable[[], Awaitable[list[Notice]]],
-        stopping: asyncio.Event,
-    ) -> None:
-        """Deliver the notices other processes open (a CLI command, another sidecar on a
-        shared store): at each change the hub hears, what ``pending`` says a sidecar opened
-        and is pending (the kernel's) is handed to :meth:`deliver`; what was delivered
-        already is no longer pending."""
-        seen = changes.mark()
-        while not stopping.is_set():
-            now = await changes.after(seen, KEEPALIVE_S, unless=stopping)
-            if now == seen:
-                continue
-            seen = now
-            try:
-                opened = await pending()
-            except SessionwatchError as exc:
-                log.debug("notices not checked: %s", exc)
-                continue
-            self.deliver(opened)
+    async def start(self, stack: AsyncExitStack, kernel: Kernel, *, others: bool = True) -> None:
+        """Deliver from now on, until ``stack`` closes: the notices the kernel opens (this
+        process's commits, acknowledgements that reopen one, the start-up sweep) as its
+        stream publishes them, and the notices other processes open (a CLI command, another
+        sidecar on a shared store): at each move of the store the hub hears, what
+        ``kernel.pending`` says a sidecar opened and is pending. What was delivered already
+        is no longer pending. ``others``: False to deliver this process's notices only (a
+        test on a manual clock)."""
+        stack.push_async_callback(self.close)
+        stream = kernel.stream
+        stack.callback(stream.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
+        if others:
+            stack.callback(stream.subscribe(StoreMoved, lambda _: self._look(kernel)))
+            kernel.changes.mark()  # the hub hears other processes from now on
+
+    def _look(self, kernel: Kernel) -> None:
+        """One read of what is pending at a time; moves meanwhile make one more."""
+        if self._looking is not None:
+            self._look_again = True
+            return
+        self._looking = asyncio.get_running_loop().create_task(self._pending(kernel))
+        self._looking.add_done_callback(lambda _: self._looked(kernel))
+
+    def _looked(self, kernel: Kernel) -> None:
+        self._looking = None
+        if self._look_again:
+            self._look_again = False
+            self._look(kernel)
+
+    async def _pending(self, kernel: Kernel) -> None:
+        try:
+            opened = await kernel.pending()
+        except SessionwatchError as exc:  # the store is away: the next move looks again
+            log.debug("notices not checked: %s", exc)
+            return
+        self.deliver(opened)
 
     # -- passes --------------------------------------------------------------------------
 
@@ -205,6 +222,8 @@ class Delivery:
             await self.coalescer.settled()
 
     async def close(self) -> None:
+        if self._looking is not None:
+            self._looking.cancel()
         for handle in self._retries.values():
             handle.cancel()
         self._retries.clear()

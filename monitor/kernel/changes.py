@@ -1,16 +1,27 @@
-"""One watcher of the store's changes per process, for everyone who waits on them.
+"""What changed, for everyone in the process who acts on it: one typed stream of the
+kernel's changes, and one watcher of the store's changes made by other processes.
 
-The store's ``version()`` moves with every commit of another connection: SQLite's ``PRAGMA
-data_version`` (this process's writer, a CLI process, a gateway sharing the file), or
-PostgreSQL's ``NOTIFY`` count (any sidecar on any host). :class:`ChangeHub` looks at it, every
-``POLL_S`` on SQLite and at once on PostgreSQL's notice, in one task, and counts each move.
-A waiter asks to be woken when the count passes the one it saw (:meth:`ChangeHub.after`):
-the notice streams, the status page, ``notices --follow``, file watching's link refresh and
-delivery's watch for notices other processes opened. So N open streams cost the store no
-more looks than one.
+**The stream** (:class:`ChangeStream`, one per kernel). The kernel publishes what each of
+its commits changed, whichever entry point made it (the API, the CLI, the tick, a node's
+findings): :class:`EventsRecorded`, :class:`NoticesOpened`, :class:`WatchesChanged`. A layer
+above publishes its own kinds on the same stream (the upstream monitor's links and sources).
+Each part of the running service subscribes to the kinds it needs (APScheduler 4's event
+broker is the model): delivery to opened notices, file watching to changed watches and
+links, the tick to sources that moved. A subscriber is called at once, on the publisher's
+thread, after the commit; it must be quick and never raise (it schedules its work). So
+nothing calls up into the composition root, and what follows a change is written once.
 
-The task starts with the first waiter and ends with the kernel. A one-shot command runs
-without an event loop (``notices --follow``, its only waiter): there the waiter looks
+**The hub** (:class:`ChangeHub`). The store's ``version()`` moves with every commit of
+another connection: SQLite's ``PRAGMA data_version`` (this process's writer, a CLI process,
+a gateway sharing the file), or PostgreSQL's ``NOTIFY`` count (any sidecar on any host).
+:class:`ChangeHub` looks at it, every ``POLL_S`` on SQLite and at once on PostgreSQL's
+notice, in one task, counts each move (a :class:`monitor.pulse.Pulse`) and publishes
+:class:`StoreMoved`. A waiter asks to be woken when the count passes the one it saw
+(:meth:`ChangeHub.after`): the notice streams, the status page, ``notices --follow``. So N
+open streams cost the store no more looks than one.
+
+The hub's task starts with the first waiter and ends with the kernel. A one-shot command
+runs without an event loop (``notices --follow``, its only waiter): there the waiter looks
 itself, the same way.
 """
 
@@ -20,13 +31,21 @@ import contextlib
 
 from monitor.errors import SessionwatchError
 from monitor.lazylog import LazyLogger
+from monitor.pulse import Pulse
+from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # asyncio at run time only where someone waits: one-shot commands never
     import asyncio
+    from collections.abc import Callable
+    from typing import Any, TypeVar
 
+    from monitor.kernel.notices import Notice
+    from monitor.kernel.signal_log import Recorded
     from monitor.kernel.store.protocol import StateStore
+
+    C = TypeVar("C")
 
 log = LazyLogger(__name__)
 
@@ -34,12 +53,66 @@ POLL_S = 0.2
 KEEPALIVE_S = 15.0
 
 
+class EventsRecorded(NamedTuple):
+    """Events a commit recorded (duplicates left out), with the notices each opened."""
+
+    recorded: tuple[Recorded, ...]
+
+
+class NoticesOpened(NamedTuple):
+    """Notices a commit opened or reopened, or that the start-up sweep found pending: each
+    one this process may have to wake (the policy says whom)."""
+
+    notices: tuple[Notice, ...]
+
+
+class WatchesChanged(NamedTuple):
+    """Which sessions are watched may have changed: a watch, a spawn, an ambient watch, a
+    reset, a deletion."""
+
+
+class StoreMoved(NamedTuple):
+    """Another connection committed (another process, another host): ``moves`` is the
+    hub's count of such moves."""
+
+    moves: int
+
+
+class ChangeStream:
+    """Typed publish and subscribe, in process (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[type, list[Callable[[Any], None]]] = {}
+
+    def subscribe(self, kind: type[C], callback: Callable[[C], None]) -> Callable[[], None]:
+        """Call ``callback`` with every change of ``kind`` from now on; returns what ends
+        the subscription (a component's exit stack calls it)."""
+        callbacks = self._subscribers.setdefault(kind, [])
+        callbacks.append(callback)
+        return lambda: callbacks.remove(callback)
+
+    def publish(self, change: object) -> None:
+        """Hand ``change`` to its kind's subscribers. One that raises is a bug: said, and
+        the others still hear it."""
+        for callback in tuple(self._subscribers.get(type(change), ())):
+            try:
+                callback(change)
+            except Exception:
+                log.exception("a subscriber to %s failed", type(change).__name__)
+
+    def wants(self, kind: type) -> bool:
+        """Whether anyone listens for ``kind`` (a publisher may skip building it)."""
+        return bool(self._subscribers.get(kind))
+
+
 class ChangeHub:
-    def __init__(self, store: StateStore, *, poll_s: float = POLL_S) -> None:
+    def __init__(
+        self, store: StateStore, stream: ChangeStream | None = None, *, poll_s: float = POLL_S
+    ) -> None:
         self._store = store
+        self._stream = stream
         self._poll_s = poll_s
-        self._count = 0
-        self._moved: asyncio.Event | None = None
+        self._pulse = Pulse()
         self._task: asyncio.Task[None] | None = None
         self._inline: int | None = None  # without a loop: the version the waiter last saw
         self._closed = False
@@ -57,33 +130,19 @@ class ChangeHub:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # a one-shot command: its one waiter looks itself
                 self._inline = baseline if baseline is not None else -1
-                return self._count
-            self._moved = asyncio.Event()
+                return self._pulse.count
             self._task = loop.create_task(self._watch(baseline))
-        return self._count
+        return self._pulse.count
 
     async def after(self, seen: int, timeout: float, *, unless: asyncio.Event | None = None) -> int:
         """The count, once it has passed ``seen``, after ``timeout`` s, or once ``unless``
         is set (a stop), whichever comes first."""
         self.mark()
-        if self._count != seen or (unless is not None and unless.is_set()):
-            return self._count
-        if self._inline is not None:
+        if self._inline is not None and self._pulse.count == seen:
             await self._store.changed(timeout)  # on the calling thread: it never suspends
             self._heard(self._inline, self._look(self._inline))
-            return self._count
-        import asyncio
-
-        assert self._moved is not None
-        waits = [asyncio.ensure_future(self._moved.wait())]
-        if unless is not None:
-            waits.append(asyncio.ensure_future(unless.wait()))
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-        return self._count
+            return self._pulse.count
+        return await self._pulse.after(seen, timeout, unless=unless)
 
     def _look(self, version: int | None) -> int | None:
         self.looks += 1
@@ -103,15 +162,11 @@ class ChangeHub:
     def _heard(self, before: int | None, now: int | None) -> None:
         if now == before or now is None:
             return
-        self._count += 1
         if self._inline is not None:
             self._inline = now
-            return
-        import asyncio
-
-        moved, self._moved = self._moved, asyncio.Event()
-        assert moved is not None
-        moved.set()
+        self._pulse.beat()
+        if self._stream is not None:
+            self._stream.publish(StoreMoved(self._pulse.count))
 
     async def close(self) -> None:
         """Stop watching. The loop also ends by itself at its next look: Python 3.11's

@@ -1,9 +1,10 @@
-"""What the sidecar knows of the gateway's sessions (``PUT /v1/sessions/{key}``) and the
-hashes of their OpenClaw-side messages (for self-echo)."""
+"""The gateway's sessions: what the sidecar knows of them (``PUT /v1/sessions/{key}``), the
+hashes of their OpenClaw-side messages (for self-echo), a watcher's reset and a session's
+deletion."""
 
 from __future__ import annotations
 
-from monitor.kernel import sessions
+from monitor.kernel import cursors, sessions
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
     is_internal_key,
@@ -11,34 +12,39 @@ from monitor.kernel.keys import (
     main_key_for,
     normalize_key,
     resolve_agent,
+    session_scope,
 )
+from monitor.kernel.notices import queue_created
 from monitor.kernel.sessions import SessionRow
-from monitor.kernel.signal_log import make_draft, record_event
+from monitor.kernel.signal_log import delete_session_log, make_draft
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from monitor.kernel.notices import CreatedNotices
-    from monitor.kernel.policy import WatchPolicy
-    from monitor.kernel.settings import KernelSettings
-    from monitor.kernel.store.protocol import Conn, StateStore
+    from collections.abc import Callable, Sequence
+
+    from monitor.kernel.kernel import Kernel
+    from monitor.kernel.recorder import Recorder
+    from monitor.kernel.store.protocol import Conn
+
+    # Deletes a higher layer's rows of a session scope in the kernel's transaction: how a
+    # deletion reaches tables the kernel does not own.
+    ScopeDeleter = Callable[[Conn, str, tuple[str, ...]], object]
 
 
 class GatewaySessions:
     """The kernel's known sessions (the :class:`~monitor.kernel.kernel.Kernel` offers each
-    method as its own)."""
+    method as its own); ``commit`` is the kernel's, so a ``created`` event is recorded as
+    every event is."""
 
-    def __init__(
-        self,
-        store: StateStore,
-        settings: KernelSettings,
-        policy: WatchPolicy,
-        created_notices: CreatedNotices,
-    ) -> None:
-        self.store = store
-        self.settings = settings
-        self.policy = policy
-        self.created_notices = created_notices
+    def __init__(self, kernel: Kernel, on_delete: Sequence[ScopeDeleter] = ()) -> None:
+        """``on_delete``: what deletes a higher layer's rows of a session scope
+        (``keys.session_scope``) in the deletion's transaction (the upstream links)."""
+        self.kernel = kernel
+        self.store = kernel.store
+        self.settings = kernel.settings
+        self.policy = kernel.policy
+        self._on_delete = tuple(on_delete)
 
     async def remember_own_message(
         self, key: str, digest: str, *, agent_id: str | None = None, limit: int | None = None
@@ -66,12 +72,12 @@ class GatewaySessions:
         """Create or update what the sidecar knows of a gateway session.
 
         Creating one (not the main session, not internal, cron or draft) records ``created``
-        and queues one bounded "New session created" notice for the agent's main session.
+        and queues one bounded "New session created" notice for the agent's main session,
+        in the same transaction (``session.notifyOnCreate = false`` turns the notice off).
         """
         k = normalize_key(key)
         agent = resolve_agent(k, agent_id)
         path = self.policy.store_path(store_path, k) if store_path is not None else None
-        now = self.store.clock()
         created_draft = None
         if not is_main_key(k, self.settings.main_key) and not is_internal_key(k):
             created_draft = make_draft(
@@ -80,10 +86,12 @@ class GatewaySessions:
                 kind=EventKind.CREATED,
                 actor_type=ActorType.SYSTEM,
                 session_id=session_id,
-                now=now,
+                now=self.store.clock(),
             )
+        main = main_key_for(agent, self.settings.main_key)
 
-        def run(conn: Conn) -> tuple[SessionRow, bool]:
+        def run(record: Recorder) -> SessionRow:
+            conn = record.conn
             existed = sessions.write_session_row(
                 conn,
                 k,
@@ -91,16 +99,41 @@ class GatewaySessions:
                 session_id=session_id,
                 store_path=path,
                 run_active=run_active,
-                now=now,
+                now=record.now,
             )
-            created = not existed and created_draft is not None
-            if created and created_draft is not None:
-                created = not record_event(conn, created_draft, now).duplicate
+            if not existed and created_draft is not None:
+                fresh = not record(created_draft).duplicate
+                if fresh and self.settings.notify_on_create:
+                    queue_created(conn, main, k, record.now)
             row = sessions.read_session(conn, k, agent)
             assert row is not None  # written above, in this transaction
-            return row, created
+            return row
 
-        info, created = await self.store.write(run)
-        if created and self.settings.notify_on_create:
-            self.created_notices.add(main_key_for(agent, self.settings.main_key), k)
-        return info
+        return await self.kernel.commit(run)
+
+    async def reset(self, key: str) -> None:
+        """A watcher's reset: its cursors and self-echo memory go; targets' history stays."""
+        k = normalize_key(key)
+
+        def run(conn: Conn) -> None:
+            cursors.delete_watcher_cursors(conn, k)
+            sessions.forget_session_own(conn, k)
+
+        await self.store.write(run)
+        self.kernel.watches_changed()
+
+    async def delete(self, key: str, *, agent_id: str | None = None) -> None:
+        """Delete a session: its events, head, cursors on both sides, our rows, and what the
+        layers above keep of it (``on_delete``: the upstream link)."""
+        k = normalize_key(key)
+        scope, params = session_scope(k, agent_id)
+
+        def run(conn: Conn) -> None:
+            cursors.delete_session_cursors(conn, k)
+            delete_session_log(conn, scope, params)
+            sessions.delete_sessions(conn, scope, params)
+            for deleter in self._on_delete:
+                deleter(conn, scope, params)
+
+        await self.store.write(run)
+        self.kernel.watches_changed()

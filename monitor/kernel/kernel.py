@@ -4,7 +4,14 @@ The CLI, the HTTP API and the upstream monitor all call this; none reimplements 
 Each method is one transaction; each table's SQL lives in the module that owns it
 (:mod:`signal_log`, :mod:`cursors`, :mod:`sessions`, :mod:`retention`). A layer above that
 owns tables of its own (the upstream monitor's links) joins a transaction through
-:meth:`Kernel.commit`, and has its rows deleted with a session through ``on_delete``.
+:meth:`Kernel.commit`, and has its rows deleted with a session through ``on_delete``
+(:mod:`gateway_sessions`: the gateway's sessions, their resets and deletions).
+
+Every event is recorded one way, whoever records it (the API, the CLI, the tick, a node's
+findings, a created session): through a :class:`Recorder` in :meth:`Kernel.commit`, which
+routes it by the watch policy (spawns and ambient watches), and after the commit counts it,
+publishes what changed on :attr:`Kernel.stream` (:mod:`monitor.kernel.changes`) and runs
+retention when it is due.
 """
 
 from __future__ import annotations
@@ -12,36 +19,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from monitor.clock import Clock, now_ms
-from monitor.errors import BadInput, SessionwatchError
-from monitor.kernel import cursors, retention, sessions
-from monitor.kernel.changes import ChangeHub
+from monitor.errors import BadInput
+from monitor.kernel import cursors, retention
+from monitor.kernel.changes import (
+    ChangeHub,
+    ChangeStream,
+    EventsRecorded,
+    NoticesOpened,
+    WatchesChanged,
+)
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.gateway_sessions import GatewaySessions
-from monitor.kernel.keys import (
-    normalize_key,
-    parse_agent_key,
-    session_scope,
-)
-from monitor.kernel.notices import (
-    PROVENANCE_AMBIENT,
-    PROVENANCE_EXPLICIT,
-    CreatedNotices,
-    Notice,
-)
+from monitor.kernel.keys import normalize_key, parse_agent_key
+from monitor.kernel.notices import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, Inbox, created_text
 from monitor.kernel.policy import WatchPolicy
+from monitor.kernel.recorder import Recorder
 from monitor.kernel.settings import KernelSettings
-from monitor.kernel.signal_log import (
-    EventDraft,
-    NewEvent,
-    Recorded,
-    delete_session_log,
-    read_head,
-    record_event,
-)
+from monitor.kernel.signal_log import NewEvent, Recorded, read_head
 from monitor.kernel.store import open_store
 from monitor.kernel.views import Views
 from monitor.kernel.watcher_stores import LEGACY_DEFAULT, StorePathRule
-from monitor.lazylog import LazyLogger
 
 TYPE_CHECKING = False
 
@@ -49,33 +46,12 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import TypeVar
 
-    from monitor.kernel.sessions import SessionRow
+    from monitor.kernel.notices import Notice
     from monitor.kernel.store.protocol import Conn, StateStore
     from monitor.metrics import Metrics
 
-log = LazyLogger(__name__)
-
-if TYPE_CHECKING:
     T = TypeVar("T")
-    NoticesOpened = Callable[[list[Notice]], None]
-    # Deletes a higher layer's rows of a session scope (``keys.session_scope``) in the
-    # kernel's transaction: how ``delete`` reaches tables the kernel does not own.
-    ScopeDeleter = Callable[[Conn, str, tuple[str, ...]], object]
-
-
-class Recorder:
-    """Records events inside a :meth:`Kernel.commit` transaction; the kernel observes what
-    was recorded (metrics, wake calls) once the transaction committed."""
-
-    def __init__(self, conn: Conn, now: int) -> None:
-        self.conn = conn
-        self.now = now
-        self.recorded: list[Recorded] = []
-
-    def __call__(self, draft: EventDraft) -> Recorded:
-        result = record_event(self.conn, draft, self.now)
-        self.recorded.append(result)
-        return result
+    from monitor.kernel.gateway_sessions import ScopeDeleter
 
 
 class Kernel(Views):
@@ -87,26 +63,18 @@ class Kernel(Views):
         store: StateStore,
         settings: KernelSettings,
         *,
-        on_notices: NoticesOpened | None = None,
         metrics: Metrics | None = None,
         on_delete: Sequence[ScopeDeleter] = (),
-        on_watches_changed: Callable[[], None] | None = None,
     ) -> None:
-        """``on_notices``: called after a commit with the notices it opened or reopened, and
-        with those a sidecar opened that the sweep found (the service's delivery, which
-        wakes whom they concern). ``on_watches_changed``: called after a commit that may
-        have changed which sessions are watched (a watch, a spawn, an ambient watch, a reset
-        or a deletion); the service re-arms file watching with it, whoever asked."""
+        """``on_delete``: what deletes a higher layer's rows of a session in the kernel's
+        transaction (the upstream links). What changed is published on :attr:`stream`."""
         self.store = store
         self.settings = settings
         self.clock: Clock = store.clock
-        self.created_notices = CreatedNotices()
-        self.changes = ChangeHub(store)  # the one watcher of the store's changes
+        self.stream = ChangeStream()  # what each commit changed, for the parts that act on it
+        self.changes = ChangeHub(store, self.stream)  # the one watcher of others' commits
         self.metrics = metrics
-        self._on_notices = on_notices
-        self._on_delete = tuple(on_delete)
-        self._watches_changed = on_watches_changed
-        self._next_prune_at = 0
+        self.retention = retention.Retention(store)
         # pending notices an upgrade could not tell from the gateway's own (see sweep)
         self.undecided_notices = 0
         self.policy = WatchPolicy(
@@ -116,7 +84,9 @@ class Kernel(Views):
                 None if store.shared else store.path, settings.store_path_template
             ),
         )
-        self._gateway_sessions = GatewaySessions(store, settings, self.policy, self.created_notices)
+        # the gateway's sessions: what the sidecar knows of them, their own messages, resets
+        # and deletions
+        self.gateway_sessions = GatewaySessions(self, on_delete)
 
     @classmethod
     async def open(
@@ -127,23 +97,13 @@ class Kernel(Views):
         clock: Clock = now_ms,
         direct: bool = False,
         metrics: Metrics | None = None,
-        on_notices: NoticesOpened | None = None,
         on_delete: Sequence[ScopeDeleter] = (),
-        on_watches_changed: Callable[[], None] | None = None,
     ) -> Kernel:
         """``path``: a SQLite file or a ``postgresql://`` URL (see :func:`open_store`);
         ``direct``: SQLite on the calling thread, for one-shot commands."""
-        store = await open_store(
-            path, clock=clock, direct=direct, on_error=metrics.db_errors.inc if metrics else None
-        )
-        return await cls.on_store(
-            store,
-            settings,
-            metrics=metrics,
-            on_notices=on_notices,
-            on_delete=on_delete,
-            on_watches_changed=on_watches_changed,
-        )
+        on_error = metrics.db_errors.inc if metrics else None
+        store = await open_store(path, clock=clock, direct=direct, on_error=on_error)
+        return await cls.on_store(store, settings, metrics=metrics, on_delete=on_delete)
 
     @classmethod
     async def on_store(
@@ -152,21 +112,11 @@ class Kernel(Views):
         settings: KernelSettings | None = None,
         *,
         metrics: Metrics | None = None,
-        on_notices: NoticesOpened | None = None,
         on_delete: Sequence[ScopeDeleter] = (),
-        on_watches_changed: Callable[[], None] | None = None,
     ) -> Kernel:
         """The kernel over a store already open (which it closes from now on, also when
-        this fails): the service opens the store first, for the delivery it hands
-        ``on_notices``."""
-        kernel = cls(
-            store,
-            settings or KernelSettings(),
-            on_notices=on_notices,
-            metrics=metrics,
-            on_delete=on_delete,
-            on_watches_changed=on_watches_changed,
-        )
+        this fails)."""
+        kernel = cls(store, settings or KernelSettings(), metrics=metrics, on_delete=on_delete)
         try:  # read first: opening writes only when there is something to fix
             last, legacy = await store.read(
                 lambda c: (
@@ -174,12 +124,12 @@ class Kernel(Views):
                     cursors.any_with_store_path(c, LEGACY_DEFAULT),
                 )
             )
+            kernel.retention.next_at = last + retention.PRUNE_INTERVAL_MS
             if legacy:
                 await store.write(kernel._migrate_legacy_store_paths)
         except BaseException:
             await store.close()
             raise
-        kernel._next_prune_at = last + retention.PRUNE_INTERVAL_MS
         return kernel
 
     def _migrate_legacy_store_paths(self, conn: Conn) -> int:
@@ -192,34 +142,44 @@ class Kernel(Views):
 
     # -- transactions of the layers above ----------------------------------------------
 
-    async def commit(self, fn: Callable[[Recorder], T]) -> T:
+    async def commit(self, fn: Callable[[Recorder], T], *, small: bool = False) -> T:
         """Run ``fn`` as one write transaction (``recorder.conn``): the events it records
-        through the recorder commit with whatever else it writes, and are observed after."""
+        through the recorder commit with whatever else it writes, and are observed after.
+        ``small``: one event, which the store may run inline."""
         now = self.clock()
         recorders: list[Recorder] = []
 
         def run(conn: Conn) -> T:
-            recorder = Recorder(conn, now)
+            recorder = Recorder(conn, now, self.policy)
             recorders[:] = [recorder]  # a retried transaction starts a fresh recorder
             return fn(recorder)
 
-        result = await self.store.write(run)
-        self._observe(recorders[0].recorded if recorders else [])
+        result = await self.store.write(run, small=small)
         if recorders and recorders[0].recorded:
-            await self._maybe_prune(now)
+            self._observe(recorders[0])
+            await self.retention.when_due(now)
         return result
 
-    def _observe(self, recorded: list[Recorded]) -> None:
-        """After a commit: count what was recorded, and hand on the notices it opened."""
-        fresh = [r for r in recorded if not r.duplicate]
+    def _observe(self, recorder: Recorder) -> None:
+        """After a commit: count what was recorded, and publish what it changed."""
+        fresh = tuple(r for r in recorder.recorded if not r.duplicate)
+        if not fresh:
+            return
         if self.metrics:
             for r in fresh:
                 self.metrics.recorded(r.event.kind, len(r.notices))
+        self.stream.publish(EventsRecorded(fresh))
         self._opened([n for r in fresh for n in r.notices])
+        if recorder.watches_changed:
+            self.watches_changed()
 
     def _opened(self, notices: list[Notice]) -> None:
-        if notices and self._on_notices is not None:
-            self._on_notices(notices)
+        if notices:
+            self.stream.publish(NoticesOpened(tuple(notices)))
+
+    def watches_changed(self) -> None:
+        """Which sessions are watched may have changed: said on the stream."""
+        self.stream.publish(WatchesChanged())
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on a read snapshot."""
@@ -229,25 +189,8 @@ class Kernel(Views):
 
     async def record(self, event: NewEvent) -> Recorded:
         """Validate and record one event; raises :class:`BadInput` or ``StoreError``."""
-        now = self.clock()
-        draft = event.draft(now)
-        row = draft.row
-        watcher = row.actor_id if row.kind == EventKind.CHILD_SPAWNED else None
-        ambient = self.policy.ambient_watcher(
-            EventKind(row.kind), ActorType(row.actor_type), row.session_key, row.agent_id
-        )
-        if ambient is not None:
-            watcher = ambient
-            draft = draft._replace(ambient_watcher=ambient)
-        if watcher is not None:
-            path = self.policy.default_store_path(watcher)
-            draft = draft._replace(watcher_store_path=path)
-        result = await self.store.write(lambda conn: record_event(conn, draft, now), small=True)
-        self._observe([result])
-        if watcher is not None and not result.duplicate:
-            self._changed()
-        await self._maybe_prune(now)
-        return result
+        draft = event.draft(self.clock())
+        return await self.commit(lambda record: record(draft), small=True)
 
     async def spawn(self, *, parent: str, child: str, run_id: str) -> Recorded:
         """``child_spawned`` on the child, seeding the parent's cursor at its sequence."""
@@ -293,7 +236,7 @@ class Kernel(Views):
             )
         )
         if watched:
-            self._changed()
+            self.watches_changed()
         return watched
 
     def why_not_watched(self, watcher: str, target: str, *, ambient: bool = False) -> str | None:
@@ -302,10 +245,6 @@ class Kernel(Views):
             normalize_key(watcher), normalize_key(target), ambient=ambient
         )
 
-    def _changed(self) -> None:
-        if self._watches_changed is not None:
-            self._watches_changed()
-
     def default_store_path(self, key: str) -> str:
         """The store path a watch of ``key`` gets when the caller names none."""
         return self.policy.default_store_path(normalize_key(key))
@@ -313,8 +252,15 @@ class Kernel(Views):
     async def notices(
         self, *, watcher: str, store_path: str | None = None, drain: bool = False
     ) -> list[Notice]:
-        """The watcher's pending notices; with ``drain`` they are acknowledged in the same
-        transaction (interleaved work reopens exactly one notice, seen on the next call)."""
+        """The watcher's pending stale-state notices (see :meth:`inbox`)."""
+        return (await self.inbox(watcher=watcher, store_path=store_path, drain=drain)).notices
+
+    async def inbox(
+        self, *, watcher: str, store_path: str | None = None, drain: bool = False
+    ) -> Inbox:
+        """What the watcher reads: its pending notices and its created-session batch; with
+        ``drain`` both are taken in the same transaction (interleaved work reopens exactly
+        one notice, seen on the next call)."""
         w = normalize_key(watcher)
         if parse_agent_key(w) is None:
             raise BadInput(f'watcher "{w}" is not an agent-qualified session key')
@@ -323,17 +269,17 @@ class Kernel(Views):
 
         reopened: list[Notice] = []
 
-        def run(conn: Conn) -> list[Notice]:
+        def run(conn: Conn) -> Inbox:
             pending = cursors.list_pending(conn, watcher=w, store_path=path)
             if drain:
                 reopened[:] = cursors.acknowledge(conn, pending, now)
-            return [c.notice() for c in pending]
+            return Inbox([c.notice() for c in pending], created_text(conn, w, drain=drain))
 
-        notices = await (self.store.write(run) if drain else self.store.peek(run))
+        inbox = await (self.store.write(run) if drain else self.store.peek(run))
         if drain and self.metrics:
-            self.metrics.notices_drained.inc(len(notices))
+            self.metrics.notices_drained.inc(len(inbox.notices))
         self._opened(reopened)
-        return notices
+        return inbox
 
     async def sweep(self) -> list[Notice]:
         """Startup recovery: freeze unfrozen work, then list every pending notice (and wake
@@ -348,82 +294,3 @@ class Kernel(Views):
         pending, ours, self.undecided_notices = await self.store.write(run)
         self._opened(ours)
         return pending
-
-    # -- the gateway's sessions ----------------------------------------------------------
-
-    async def upsert_session(
-        self,
-        key: str,
-        *,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        store_path: str | None = None,
-        run_active: bool | None = None,
-    ) -> SessionRow:
-        """Create or update what the sidecar knows of a gateway session (see
-        :meth:`GatewaySessions.upsert`)."""
-        return await self._gateway_sessions.upsert(
-            key,
-            agent_id=agent_id,
-            session_id=session_id,
-            store_path=store_path,
-            run_active=run_active,
-        )
-
-    async def remember_own_message(
-        self, key: str, digest: str, *, agent_id: str | None = None, limit: int | None = None
-    ) -> int:
-        """Remember an OpenClaw-side user message for self-echo, by its hash (see
-        :meth:`GatewaySessions.remember_own_message`)."""
-        return await self._gateway_sessions.remember_own_message(
-            key, digest, agent_id=agent_id, limit=limit
-        )
-
-    # -- lifecycle of sessions ---------------------------------------------------------
-
-    async def reset(self, key: str) -> None:
-        """A watcher's reset: its cursors and self-echo memory go; targets' history stays."""
-        k = normalize_key(key)
-
-        def run(conn: Conn) -> None:
-            cursors.delete_watcher_cursors(conn, k)
-            sessions.forget_session_own(conn, k)
-
-        await self.store.write(run)
-        self._changed()
-
-    async def delete(self, key: str, *, agent_id: str | None = None) -> None:
-        """Delete a session: its events, head, cursors on both sides, our rows, and what the
-        layers above keep of it (``on_delete``: the upstream link)."""
-        k = normalize_key(key)
-        scope, params = session_scope(k, agent_id)
-
-        def run(conn: Conn) -> None:
-            cursors.delete_session_cursors(conn, k)
-            delete_session_log(conn, scope, params)
-            sessions.delete_sessions(conn, scope, params)
-            for deleter in self._on_delete:
-                deleter(conn, scope, params)
-
-        await self.store.write(run)
-        self._changed()
-
-    async def prune(self, now: int | None = None) -> retention.PruneResult:
-        at = self.clock() if now is None else now
-        result = await self.store.write(lambda conn: retention.prune(conn, at))
-        self._next_prune_at = at + retention.PRUNE_INTERVAL_MS
-        return result
-
-    async def maybe_prune(self) -> None:
-        """Retention, when an hour has passed since the last: after each recording, and from
-        the service's tick loop, so that a log others write to (the gateway) is pruned too."""
-        await self._maybe_prune(self.clock())
-
-    async def _maybe_prune(self, now: int) -> None:
-        if now < self._next_prune_at:
-            return
-        self._next_prune_at = now + retention.PRUNE_INTERVAL_MS
-        try:
-            await self.prune(now)
-        except SessionwatchError as exc:
-            log.warning("retention failed: %s", exc)

@@ -1,12 +1,13 @@
-"""Stale-state notices: their byte-stable text and the "session created" queue.
+"""Stale-state notices: their byte-stable text, and the "New session created" queue.
 
 A notice is derived from a durable cursor (``material > last_seen``), so every process that
-opens the database sees the same pending notices; nothing here is the source of truth.
+opens the database sees the same pending notices. The created-session queue is kept in the
+database too (``sessionwatch_created_notices``, bounded per main session), written in the
+transaction that records ``created``: so ``sessionwatch session`` queues what ``PUT
+/v1/sessions/{key}`` does, and ``sessionwatch notices`` reads what the API does.
 """
 
 from __future__ import annotations
-
-from collections import OrderedDict
 
 from monitor.records import NamedTuple
 
@@ -15,7 +16,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from monitor.kernel.store.protocol import Conn
+
 CREATED_SUMMARY_CAP = 8192
+CREATED_QUEUE_CAP = 100  # created sessions kept per main session
 CREATED_HEADER = "Recent session creations (bounded summary; older entries may be omitted):"
 PROVENANCE_EXPLICIT = "explicit"
 PROVENANCE_AMBIENT = "ambient-group"
@@ -51,33 +55,60 @@ class Notice(NamedTuple):
         return {"target": self.target, "text": self.text}
 
 
-class CreatedNotices:
-    """The bounded in-memory "New session created" queue, one batch per main session."""
+# -- the "New session created" queue: the owner of sessionwatch_created_notices ----------
 
-    def __init__(self, *, max_entries: int = 100) -> None:
-        self._max_entries = max_entries
-        self._pending: dict[str, OrderedDict[str, None]] = {}
 
-    def add(self, main_session: str, created_key: str) -> None:
-        entries = self._pending.setdefault(main_session, OrderedDict())
-        entries[created_key] = None
-        entries.move_to_end(created_key)
-        while len(entries) > self._max_entries:
-            entries.popitem(last=False)
+def queue_created(conn: Conn, main_session: str, created_key: str, now: int) -> None:
+    """Queue ``created_key`` for ``main_session``'s next read of its notices, in the
+    transaction that records ``created``: the newest :data:`CREATED_QUEUE_CAP` are kept."""
+    conn.execute(
+        "INSERT INTO sessionwatch_created_notices (main_session_key, created_key, created_at)"
+        " VALUES (?, ?, ?) ON CONFLICT (main_session_key, created_key)"
+        " DO UPDATE SET created_at = excluded.created_at",
+        (main_session, created_key, now),
+    )
+    conn.execute(
+        "DELETE FROM sessionwatch_created_notices WHERE main_session_key = ? AND created_key"
+        " NOT IN (SELECT created_key FROM sessionwatch_created_notices"
+        " WHERE main_session_key = ? ORDER BY created_at DESC, created_key DESC LIMIT ?)",
+        (main_session, main_session, CREATED_QUEUE_CAP),
+    )
 
-    def peek(self, main_session: str) -> str | None:
-        entries = self._pending.get(main_session)
-        if not entries:
-            return None
-        lines = [f"- New session created: {key}" for key in reversed(entries)]
-        text = CREATED_HEADER
-        for line in lines:  # newest first, so the cap drops the oldest
-            if len(text) + 1 + len(line) > CREATED_SUMMARY_CAP:
-                break
-            text += "\n" + line
-        return text
 
-    def drain(self, main_session: str) -> str | None:
-        text = self.peek(main_session)
-        self._pending.pop(main_session, None)
-        return text
+def created_text(conn: Conn, main_session: str, *, drain: bool = False) -> str | None:
+    """The batched "New session created" notice of ``main_session``, newest first and
+    capped at :data:`CREATED_SUMMARY_CAP` characters (so the cap drops the oldest); with
+    ``drain``, the queue is emptied in the same transaction."""
+    rows = conn.execute(
+        "SELECT created_key FROM sessionwatch_created_notices WHERE main_session_key = ?"
+        " ORDER BY created_at DESC, created_key DESC",
+        (main_session,),
+    ).fetchall()
+    if not rows:
+        return None
+    if drain:
+        conn.execute(
+            "DELETE FROM sessionwatch_created_notices WHERE main_session_key = ?",
+            (main_session,),
+        )
+    text = CREATED_HEADER
+    for (key,) in rows:
+        line = f"- New session created: {key}"
+        if len(text) + 1 + len(line) > CREATED_SUMMARY_CAP:
+            break
+        text += "\n" + line
+    return text
+
+
+class Inbox(NamedTuple):
+    """What a watcher reads: its pending stale-state notices, and (for a main session) the
+    batched "New session created" notice. The API and the CLI answer it alike."""
+
+    notices: list[Notice]
+    created: str | None = None
+
+    def as_json(self) -> list[dict[str, Any]]:
+        out = [n.as_json() for n in self.notices]
+        if self.created is not None:
+            out.append({"target": None, "text": self.created})
+        return out

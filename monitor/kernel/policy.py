@@ -9,6 +9,11 @@ from monitor.kernel.keys import is_group_key, is_subagent_key, main_key_for, par
 from monitor.kernel.notices import Notice
 from monitor.kernel.watcher_stores import StorePathRule
 
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from monitor.kernel.signal_log import EventDraft
+
 MAX_STORE_PATH = 4096
 
 
@@ -34,6 +39,22 @@ class WatchPolicy:
         ):
             return main_key_for(agent_id, self.main_key)
         return None
+
+    def route(self, draft: EventDraft) -> EventDraft:
+        """Where recording ``draft`` routes, whoever records it: a spawn seeds the parent's
+        cursor, a group's human turn its agent's main session's ambient watch; either
+        watcher's cursor names its default store path."""
+        row = draft.row
+        watcher = row.actor_id if row.kind == EventKind.CHILD_SPAWNED else None
+        ambient = self.ambient_watcher(
+            EventKind(row.kind), ActorType(row.actor_type), row.session_key, row.agent_id
+        )
+        if ambient is not None:
+            watcher = ambient
+            draft = draft._replace(ambient_watcher=ambient)
+        if watcher is not None:
+            draft = draft._replace(watcher_store_path=self.default_store_path(watcher))
+        return draft
 
     def why_not_watched(self, watcher: str, target: str, *, ambient: bool = False) -> str | None:
         """Why ``watcher`` cannot watch ``target``, in words; None when it can."""

@@ -7,14 +7,18 @@ deleted before anything is deleted, so a reader's history gap stays exact; heads
 from __future__ import annotations
 
 from monitor.clock import DAY_MS, HOUR_MS
+from monitor.errors import SessionwatchError
 from monitor.kernel import cursors, signal_log
 from monitor.kernel.store import sqlite_schema as schema
+from monitor.lazylog import LazyLogger
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from monitor.kernel.store.protocol import Conn
+    from monitor.kernel.store.protocol import Conn, StateStore
+
+log = LazyLogger(__name__)
 
 RETENTION_MS = 30 * DAY_MS
 MAX_ROWS = 50_000
@@ -46,3 +50,30 @@ def prune(
 
 def last_prune_at(conn: Conn) -> int:
     return int(schema.read_meta(conn, "last_prune_at") or 0)
+
+
+class Retention:
+    """When the log is pruned: at most once an hour (the last time is kept in the database),
+    after a recording and from the running service's schedule, so that a log others write
+    to (the gateway) is pruned too; a failure is said and waits for the next hour."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.next_at = 0  # the kernel sets it from last_prune_at when it opens
+
+    async def prune(self, now: int | None = None) -> PruneResult:
+        at = self.store.clock() if now is None else now
+        result: PruneResult = await self.store.write(lambda conn: prune(conn, at))
+        self.next_at = at + PRUNE_INTERVAL_MS
+        return result
+
+    async def when_due(self, now: int | None = None) -> None:
+        """Prune when an hour has passed since the last time."""
+        at = self.store.clock() if now is None else now
+        if at < self.next_at:
+            return
+        self.next_at = at + PRUNE_INTERVAL_MS
+        try:
+            await self.prune(at)
+        except SessionwatchError as exc:
+            log.warning("retention failed: %s", exc)

@@ -8,8 +8,10 @@ sidecar never makes one up. In order:
 2. when the state database sits where OpenClaw keeps it, ``<stateDir>/state/openclaw.sqlite``:
    OpenClaw's own per-agent path, ``<stateDir>/agents/<agentId>/agent/openclaw-agent.sqlite``;
 3. elsewhere, the ``[session] store_path`` template, with ``{agentId}`` replaced;
-4. else OpenClaw's default state directory (``$OPENCLAW_STATE_DIR``, else ``~/.openclaw``)
-   with the same per-agent layout: what a gateway with a default configuration resolves.
+4. else the state directory the gateway would use in this environment
+   (:func:`monitor.openclaw.home.gateway_state_dir`: ``$OPENCLAW_STATE_DIR``, a named
+   ``$OPENCLAW_PROFILE``, ``~/.openclaw``...) with the same per-agent layout: what a gateway
+   with a default configuration resolves.
 
 Paths are resolved through their longest existing ancestor (symlinks followed), as OpenClaw
 does, so both sides write the same string.
@@ -20,10 +22,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from monitor.openclaw.home import agent_db, gateway_state_dir, state_dir_of
 from monitor.paths import expand_user
 from monitor.records import NamedTuple
 
-OPENCLAW_DB_NAME = "openclaw.sqlite"
 AGENT_PLACEHOLDER = "{agentId}"
 LEGACY_DEFAULT = "default"  # what sessionwatch schema 1 wrote; migrated on open
 
@@ -32,24 +34,9 @@ def _identity_path(path: str) -> str:
     return os.path.realpath(expand_user(path))
 
 
-def openclaw_state_dir(db_path: str) -> str | None:
-    """OpenClaw's state directory when ``db_path`` is its state database, else None."""
-    state = os.path.dirname(db_path)
-    if os.path.basename(db_path) == OPENCLAW_DB_NAME and os.path.basename(state) == "state":
-        return os.path.dirname(state) or "."
-    return None
-
-
-def default_state_dir(env: Mapping[str, str]) -> str:
-    override = env.get("OPENCLAW_STATE_DIR", "").strip()
-    return expand_user(override or "~/.openclaw")
-
-
 def agent_store_path(state_dir: str, agent_id: str) -> str:
     """OpenClaw's per-agent session store under a state directory."""
-    return _identity_path(
-        os.path.join(state_dir, "agents", agent_id, "agent", "openclaw-agent.sqlite")
-    )
+    return _identity_path(agent_db(state_dir, agent_id))
 
 
 class StorePathRule(NamedTuple):
@@ -67,12 +54,12 @@ class StorePathRule(NamedTuple):
     ) -> StorePathRule:
         """``db_path``: the SQLite file (None for a PostgreSQL store, never OpenClaw's own
         file)."""
-        found = None if db_path is None else openclaw_state_dir(os.fspath(db_path))
+        found = None if db_path is None else state_dir_of(os.fspath(db_path))
         if found is not None:
             return cls(state_dir=found)
         if template.strip():
             return cls(template=template.strip())
-        return cls(state_dir=default_state_dir(os.environ if env is None else env))
+        return cls(state_dir=gateway_state_dir(env))
 
     def resolve(self, agent_id: str) -> str:
         if self.state_dir is not None:

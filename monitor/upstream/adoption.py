@@ -9,7 +9,7 @@ baseline that cannot be trusted declines the link; the adoption itself still suc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from adapters.base import Adapter, Marker
@@ -17,11 +17,12 @@ from adapters.registry import LOCAL_HOST, entry, host_id_for
 from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
 from monitor.kernel import Kernel
 from monitor.kernel.events import CATALOG_ID, HOST_ID, ActorType, EventKind
-from monitor.kernel.kernel import Recorder
 from monitor.kernel.keys import normalize_key, resolve_agent
+from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import read_session, write_session_row
 from monitor.kernel.signal_log import make_draft
 from monitor.paths import expand_user
+from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink, keys_linked_to, read_link, upsert_link
 from monitor.upstream.session_catalog import SessionCatalog
 
@@ -51,7 +52,6 @@ class Adoption:
         kernel: Kernel,
         adapters: Mapping[str, Adapter],
         catalog: SessionCatalog,
-        on_links_changed: Callable[[], None] | None = None,
         host: str = LOCAL_HOST,
     ) -> None:
         """``host``: this sidecar's host id; the file links it adopts are written
@@ -60,7 +60,6 @@ class Adoption:
         self.host = host
         self.adapters = adapters
         self.catalog = catalog
-        self._changed = on_links_changed
 
     async def adopt(
         self,
@@ -127,8 +126,7 @@ class Adoption:
             )
 
         link = await self.kernel.commit(run)
-        if self._changed:
-            self._changed()
+        self.kernel.stream.publish(LinksChanged())
         return Adopted(link, declined, tuple(warnings))
 
     async def adopt_catalog(

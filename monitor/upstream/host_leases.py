@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import socket
+from contextlib import AsyncExitStack
 
 from monitor.errors import AlreadyRunning, SessionwatchError
 from monitor.kernel import Kernel
@@ -91,6 +92,13 @@ class HostLeases:
         if self._said != message:
             log.warning("%s", message)
             self._said = message
+
+    async def start_keeping(self, stack: AsyncExitStack, stopping: asyncio.Event) -> None:
+        """Keep the leases until ``stack`` closes, then give them up (registered before the
+        tick component, so after the tick in flight finished)."""
+        stack.push_async_callback(self.release)
+        keeper = asyncio.ensure_future(self.keep(stopping))
+        stack.callback(keeper.cancel)
 
     async def keep(self, stopping: asyncio.Event) -> None:
         """Renew every third of the lease's life until ``stopping``."""

@@ -23,6 +23,7 @@ from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import links
 from monitor.upstream.adoption import Adopted, Adoption
+from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.settle import LinkResult
@@ -64,12 +65,11 @@ class UpstreamMonitor:
         settings: TickSettings,
         *,
         metrics: Metrics | None = None,
-        on_links_changed: Callable[[], None] | None = None,
         holds_shared: Callable[[], bool] = lambda: True,
     ) -> None:
         self.kernel = kernel
         self.adapters = adapters
-        from monitor.openclaw import gateway_transcripts
+        from monitor.openclaw.files import gateway_transcripts
 
         # next to OpenClaw, on its own store
         transcripts = gateway_transcripts(None if kernel.store.shared else kernel.store.path)
@@ -82,9 +82,7 @@ class UpstreamMonitor:
             gateway_texts=transcripts.recent if transcripts else None,
         )
         self.sessions = SessionCatalog(kernel, adapters)
-        self.adoption = Adoption(
-            kernel, adapters, self.sessions, on_links_changed, host=settings.host
-        )
+        self.adoption = Adoption(kernel, adapters, self.sessions, host=settings.host)
 
     @classmethod
     def from_config(
@@ -93,7 +91,6 @@ class UpstreamMonitor:
         config: Config,
         *,
         metrics: Metrics | None = None,
-        on_links_changed: Callable[[], None] | None = None,
         holds_shared: Callable[[], bool] = lambda: True,
     ) -> UpstreamMonitor:
         m = config.monitor
@@ -107,7 +104,6 @@ class UpstreamMonitor:
                 host=config.host.effective,
             ),
             metrics=metrics,
-            on_links_changed=on_links_changed,
             holds_shared=holds_shared,
         )
 
@@ -209,6 +205,7 @@ class UpstreamMonitor:
         assert isinstance(adapters, dict)  # from build_adapters (see ``from_config``)
         adapters.clear()
         adapters.update(fresh)
+        self.kernel.stream.publish(LinksChanged())  # what is watched may differ
 
     async def links(self) -> list[links.LinkView]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
@@ -238,7 +235,7 @@ class UpstreamMonitor:
 
     async def watched_nodes(self) -> dict[str, set[str]]:
         """Paired node -> the session keys of the watched links on it, whose early check a
-        change the node reports wakes (:mod:`monitor.node_watch`)."""
+        change the node reports wakes (:mod:`monitor.serve.node_watch`)."""
         by_node: dict[str, set[str]] = {}
         for link, _ in await self._watched():
             if link.kind and entry(link.kind).remote:
@@ -249,6 +246,8 @@ class UpstreamMonitor:
         """Remove a session's link (all agents' for a bare key without ``agent_id``)."""
         scope, params = session_scope(normalize_key(session_key), agent_id)
         removed: int = await self.kernel.commit(lambda r: links.delete_links(r.conn, scope, params))
+        if removed:
+            self.kernel.stream.publish(LinksChanged())
         return removed > 0
 
     async def blocked_count(self) -> int:

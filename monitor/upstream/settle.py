@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from adapters.base import Outcome
 from monitor.kernel.events import ActorType, EventKind
-from monitor.kernel.kernel import Recorder
+from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import forget_own, session_flags
 from monitor.kernel.signal_log import EventDraft, make_draft
 from monitor.upstream import links

@@ -19,7 +19,7 @@ from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
-from monitor.kernel.kernel import Recorder
+from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
 from monitor.metrics import Metrics
 from monitor.upstream import links

@@ -22,7 +22,6 @@ from monitor.errors import NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.feed import NoticeFeed
-from monitor.kernel.notices import Notice
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.upstream import UpstreamMonitor
 from monitor.web import models, wire
@@ -105,7 +104,7 @@ async def metrics(request: web.Request) -> web.Response:
 @routes.put("/v1/sessions/{key}")
 async def put_session(request: web.Request) -> web.Response:
     data = await decoded(request, SessionUpsert)
-    info = await request.app[KERNEL].upsert_session(
+    info = await request.app[KERNEL].gateway_sessions.upsert(
         request.match_info["key"],
         agent_id=data.agent_id,
         session_id=data.session_id,
@@ -117,21 +116,23 @@ async def put_session(request: web.Request) -> web.Response:
 
 @routes.post("/v1/sessions/{key}/reset")
 async def reset(request: web.Request) -> web.Response:
-    await request.app[KERNEL].reset(request.match_info["key"])
+    await request.app[KERNEL].gateway_sessions.reset(request.match_info["key"])
     return respond(models.Ok, OK)
 
 
 @routes.delete("/v1/sessions/{key}")
 async def delete(request: web.Request) -> web.Response:
     q = query(request, AgentQuery)
-    await request.app[KERNEL].delete(request.match_info["key"], agent_id=given(q.agent_id))
+    await request.app[KERNEL].gateway_sessions.delete(
+        request.match_info["key"], agent_id=given(q.agent_id)
+    )
     return respond(models.Ok, OK)
 
 
 @routes.post("/v1/sessions/{key}/own-messages")
 async def own_message(request: web.Request) -> web.Response:
     data = await decoded(request, OwnMessage)
-    await request.app[KERNEL].remember_own_message(
+    await request.app[KERNEL].gateway_sessions.remember_own_message(
         request.match_info["key"], own_text_hash(data.text), agent_id=data.agent_id
     )
     return respond(models.Ok, OK)
@@ -201,18 +202,11 @@ async def sessions(request: web.Request) -> web.Response:
 
 
 async def _pending(request: web.Request, drain: bool) -> list[dict[str, Any]]:
-    kernel = request.app[KERNEL]
-    watcher = request.match_info["key"]
     q = query(request, NoticesQuery)
-    found: list[Notice] = await kernel.notices(
-        watcher=watcher, store_path=given(q.store_path), drain=drain
+    inbox = await request.app[KERNEL].inbox(
+        watcher=request.match_info["key"], store_path=given(q.store_path), drain=drain
     )
-    out: list[dict[str, Any]] = [n.as_json() for n in found]
-    created = kernel.created_notices
-    text = created.drain(watcher.lower()) if drain else created.peek(watcher.lower())
-    if text:
-        out.append({"target": None, "text": text})
-    return out
+    return inbox.as_json()
 
 
 async def _notices(request: web.Request, drain: bool) -> web.Response:

@@ -49,6 +49,7 @@ from adapters.base import Adapter, Settings
 from adapters.jsonl_format import JsonlFormat, format_of
 from adapters.registry import ITEMS_SERVES, entry, node_kinds
 from monitor.errors import BadInput, ItemGone, NotFound
+from monitor.pulse import Pulse
 from monitor.web.common import error, json_response, make_guard
 
 log = logging.getLogger(__name__)
@@ -77,30 +78,24 @@ class ChangeFeed:
     def __init__(self, roots: Mapping[str, str]) -> None:
         self.roots = dict(roots)
         self.epoch = secrets.token_hex(6)
-        self.seq = 0
+        self.pulse = Pulse()
         self.watching: list[str] = []
-        self._moved = asyncio.Event()
-        self._closed = False
 
     @property
     def cursor(self) -> str:
-        return f"{self.epoch}:{self.seq}"
+        return f"{self.epoch}:{self.pulse.count}"
 
     def bump(self) -> None:
-        self.seq += 1
-        moved, self._moved = self._moved, asyncio.Event()
-        moved.set()
+        self.pulse.beat()
 
     def close(self) -> None:
         """Answer every poll now: a node that stops does not wait for them."""
-        self._closed = True
-        self._moved.set()
+        self.pulse.close()
 
     async def moved_after(self, cursor: str, wait: float) -> str:
         """The cursor, once it is not ``cursor`` or ``wait`` seconds passed."""
-        if cursor == self.cursor and not self._closed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._moved.wait(), wait)
+        if cursor == self.cursor:
+            await self.pulse.after(self.pulse.count, wait)
         return self.cursor
 
     def _targets(self) -> tuple[list[str], set[str], tuple[str, ...]]:

@@ -294,14 +294,15 @@ class StatusPage:
         comment every 15 s otherwise."""
         if not self._admitted(request):
             return self._refuse()
-        changes, pulse = self.sources.kernel.changes, self.sources.tick.pulse
+        changes, tick = self.sources.kernel.changes, self.sources.tick
+        pulse = tick.pulse
         response = web.StreamResponse(
             headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
         )
         await response.prepare(request)
         loop = asyncio.get_running_loop()
         try:
-            seen_changes, seen_pulse, seen_news = changes.mark(), pulse.count, pulse.news
+            seen_changes, seen_pulse, seen_news = changes.mark(), pulse.count, tick.news
             shown = await self._fingerprint()
             sent = quiet_since = loop.time()
             changed = tick_due = False
@@ -314,8 +315,8 @@ class StatusPage:
                     seen_changes = heard
                     now = await self._fingerprint()
                     changed, shown = changed or now != shown, now
-                if pulse.news != seen_news:  # a wake's outcome, a failed tick: at once
-                    seen_news, changed = pulse.news, True
+                if tick.news != seen_news:  # a wake's outcome, a failed tick: at once
+                    seen_news, changed = tick.news, True
                 if pulse.count != seen_pulse:
                     seen_pulse, tick_due = pulse.count, True
                 since = loop.time() - sent
@@ -419,7 +420,7 @@ class StatusPage:
         with contextlib.suppress(SessionwatchError):
             found = await self.sources.monitor.catalog()
             self._titles = {e.native_id: e.title or "" for e in found.entries if e.native_id}
-            self.sources.tick.pulse.beat(news=True)  # the open pages fetch the titles
+            self.sources.tick.noted()  # the open pages fetch the titles
 
     async def _node_states(self, config: Config) -> tuple[tuple[str, str, str | None], ...]:
         check = self.sources.node_check

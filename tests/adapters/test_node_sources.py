@@ -21,7 +21,7 @@ from adapters import registry
 from adapters.base import Adapter, NodeAddress, Outcome, Probe, Settings, text_hash
 from monitor.config import parse_config
 from monitor.errors import ConfigError
-from monitor.node_tls import server_context
+from monitor.serve.node_tls import server_context
 from monitor.web.node import build_node_app
 from tests.opencode_db import OpenCodeDB
 

@@ -6,6 +6,7 @@ a running sidecar."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
 from monitor.metrics import Metrics
-from monitor.service import Sidecar, running
+from monitor.serve.root import Sidecar, running
 from tests.helpers import ManualClock, ManualTimers, make_config, notice, settle_loop, until
 from tests.hooks_gateway import TOKEN, HooksGateway, MockTransport, running_hooks_gateway
 
@@ -101,7 +102,8 @@ async def rig(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Rig]:
     )
     store = RefusingStore(await open_store(tmp_path / "state.db", clock=clock))
     delivery = Delivery(store, client, timers=timers, metrics=metrics)  # type: ignore[arg-type]
-    kernel = await Kernel.on_store(store._store, on_notices=delivery.deliver, metrics=metrics)
+    kernel = await Kernel.on_store(store._store, metrics=metrics)
+    await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
     yield Rig(kernel, delivery, client, gateway, transport, timers, store, metrics, token_file)
     await delivery.close()
     await kernel.close()
@@ -455,7 +457,8 @@ async def test_a_redirect_is_never_followed(
             )
             store = await open_store(tmp_path / "state.db", clock=clock)
             delivery = Delivery(store, client, timers=timers, metrics=metrics)
-            kernel = await Kernel.on_store(store, on_notices=delivery.deliver)
+            kernel = await Kernel.on_store(store)
+            await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
             try:
                 await kernel.watch(watcher=MAIN, target=PEER)
                 for _ in range(2):

@@ -421,7 +421,7 @@ def test_a_prompt_the_gateway_sent_into_a_session_is_its_own_not_a_person(
     not count that one as a person typing. A person's prompt after it is counted once."""
     import json
 
-    from monitor.openclaw import GatewayTranscripts, locate
+    from monitor.openclaw.files import GatewayTranscripts, locate
 
     sidecar = scratch.sidecar("echo", zero=True)
     key = "agent:main:dashboard:echo"

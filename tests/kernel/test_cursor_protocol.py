@@ -153,12 +153,12 @@ class CursorProtocol(RuleBasedStateMachine):
 
     @rule(watcher=st.sampled_from(SESSIONS))
     def reset(self, watcher: str) -> None:
-        self.run(self.kernel.reset(watcher))
+        self.run(self.kernel.gateway_sessions.reset(watcher))
         self.model.cursors = {k: c for k, c in self.model.cursors.items() if k[0] != watcher}
 
     @rule(session=st.sampled_from(SESSIONS))
     def delete(self, session: str) -> None:
-        self.run(self.kernel.delete(session))
+        self.run(self.kernel.gateway_sessions.delete(session))
         self.model.cursors = {k: c for k, c in self.model.cursors.items() if session not in k}
         self.model.events.pop(session, None)
         self.model.head.pop(session, None)
@@ -167,7 +167,7 @@ class CursorProtocol(RuleBasedStateMachine):
     @rule(days=st.sampled_from([1, 12, 31]))
     def prune_later(self, days: int) -> None:
         self.clock.advance(days * DAY_MS)
-        self.run(self.kernel.prune())
+        self.run(self.kernel.retention.prune())
         self.model.prune(self.clock.now)
 
     @rule()

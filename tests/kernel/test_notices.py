@@ -188,7 +188,7 @@ async def test_legacy_cursor_without_store_path_notifies_until_reregistered(
 async def test_reset_drops_watcher_cursors_and_keeps_target_history(kernel: Kernel) -> None:
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     await human(kernel, CHILD)
-    await kernel.reset(MAIN)
+    await kernel.gateway_sessions.reset(MAIN)
     assert await texts(kernel, MAIN) == []
     assert (wire.status(await kernel.status(CHILD)))["stateVersion"] == 2
     assert (await human(kernel, CHILD)).notices == ()
@@ -198,7 +198,7 @@ async def test_delete_removes_events_head_and_cursors_on_both_sides(kernel: Kern
     await kernel.spawn(parent=MAIN, child=CHILD, run_id="r1")
     await kernel.watch(watcher=CHILD, target="agent:main:other")
     await human(kernel, CHILD)
-    await kernel.delete(CHILD)
+    await kernel.gateway_sessions.delete(CHILD)
     status = wire.status(await kernel.status(CHILD, changes_since=0))
     assert status["stateVersion"] == 0
     assert status["stateChanges"]["events"] == []
@@ -306,12 +306,13 @@ async def test_session_created_notice_is_batched_and_switchable(
     open_kernel: KernelFactory,
 ) -> None:
     kernel: Kernel = await open_kernel()
-    await kernel.upsert_session(CHILD, session_id="s1")
-    await kernel.upsert_session("agent:main:subagent:two", session_id="s2")
-    await kernel.upsert_session(CHILD, session_id="s1", run_active=True)  # an update
-    await kernel.upsert_session(MAIN, session_id="s0")  # main itself: no notice
-    await kernel.upsert_session("agent:main:cron:job", session_id="s3")  # internal: none
-    text = kernel.created_notices.drain(MAIN)
+    await kernel.gateway_sessions.upsert(CHILD, session_id="s1")
+    await kernel.gateway_sessions.upsert("agent:main:subagent:two", session_id="s2")
+    await kernel.gateway_sessions.upsert(CHILD, session_id="s1", run_active=True)  # an update
+    await kernel.gateway_sessions.upsert(MAIN, session_id="s0")  # main itself: no notice
+    await kernel.gateway_sessions.upsert("agent:main:cron:job", session_id="s3")  # internal: none
+    assert 0 == len(await kernel.notices(watcher=MAIN))  # not a stale-state notice
+    text = (await kernel.inbox(watcher=MAIN, drain=True)).created
     assert text is not None
     assert [
         "Recent session creations (bounded summary; older entries may be omitted):",
@@ -320,9 +321,10 @@ async def test_session_created_notice_is_batched_and_switchable(
     ] == text.splitlines()
     status = wire.status(await kernel.status(CHILD, changes_since=0))
     assert [e["kind"] for e in status["stateChanges"]["events"]] == ["created"]
+    assert (await kernel.inbox(watcher=MAIN)).created is None  # drained
     quiet: Kernel = await open_kernel(settings=KernelSettings(notify_on_create=False))
-    await quiet.upsert_session("agent:main:subagent:three", session_id="s4")
-    assert quiet.created_notices.drain(MAIN) is None
+    await quiet.gateway_sessions.upsert("agent:main:subagent:three", session_id="s4")
+    assert (await quiet.inbox(watcher=MAIN, drain=True)).created is None
 
 
 async def ours(kernel: Kernel, watcher: str) -> list[str]:
@@ -330,13 +332,24 @@ async def ours(kernel: Kernel, watcher: str) -> list[str]:
     return [n.target for n in await kernel.pending() if n.watcher == watcher]
 
 
-async def test_created_summary_is_capped_at_8_kib(kernel: Kernel) -> None:
-    for i in range(400):
-        kernel.created_notices.add(MAIN, f"agent:main:subagent:{i:040d}")
-    text = kernel.created_notices.peek(MAIN)
+async def test_created_summary_is_capped_at_8_kib_and_the_queue_at_100(
+    kernel: Kernel, clock: ManualClock
+) -> None:
+    """The newest first: the cap drops the oldest; the queue keeps the newest 100."""
+    for i in range(150):
+        clock.advance(1)
+        key = f"agent:main:subagent:{i:040d}"
+        await kernel.gateway_sessions.upsert(key, session_id=f"s{i}")
+    text = (await kernel.inbox(watcher=MAIN)).created
     assert text is not None
     assert len(text) <= 8192
-    assert "agent:main:subagent:" + f"{399:040d}" in text
+    lines = text.splitlines()[1:]
+    assert f"- New session created: agent:main:subagent:{149:040d}" == lines[0]
+    assert len(lines) < 100
+    count = await kernel.read(
+        lambda c: c.execute("SELECT count(*) FROM sessionwatch_created_notices").fetchone()[0]
+    )
+    assert 100 == count
 
 
 async def test_a_group_turn_makes_main_an_ambient_watcher_once(

@@ -168,7 +168,7 @@ async def test_history_gap_only_when_really_pruned(kernel: Kernel, clock: Manual
     ]
     clock.advance(31 * DAY_MS)
     await human(kernel, CHILD)  # 5
-    await kernel.prune()
+    await kernel.retention.prune()
     status = wire.status(await kernel.status(CHILD, changes_since=3))
     assert status["stateChanges"]["historyGap"] is True
     assert status["stateChanges"]["earliestAvailableSequence"] == 5
@@ -181,7 +181,7 @@ async def test_head_survives_pruning_all_rows(kernel: Kernel, clock: ManualClock
     await human(kernel, CHILD)
     await human(kernel, CHILD)
     clock.advance(31 * DAY_MS)
-    result = await kernel.prune()
+    result = await kernel.retention.prune()
     assert result.deleted_events == 2
     status = wire.status(await kernel.status(CHILD, changes_since=0))
     assert status["stateVersion"] == 2
@@ -200,7 +200,7 @@ async def test_prune_keeps_the_newest_50000_rows(kernel: Kernel, clock: ManualCl
         )
 
     await kernel.store.write(bulk)
-    result = await kernel.prune()
+    result = await kernel.retention.prune()
     assert result.deleted_events == 10
     b = wire.status(await kernel.status("agent:main:b", changes_since=8))
     assert b["stateChanges"]["historyGap"] is True
@@ -219,7 +219,7 @@ async def test_idle_cursors_expire_with_retention(kernel: Kernel, clock: ManualC
     clock.advance(20 * DAY_MS)
     await human(kernel, CHILD)  # refreshes the explicit cursor only
     clock.advance(11 * DAY_MS)
-    assert (await kernel.prune()).deleted_cursors == 1
+    assert (await kernel.retention.prune()).deleted_cursors == 1
     assert len(await kernel.notices(watcher="agent:main:main")) == 1
 
 

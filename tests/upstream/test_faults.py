@@ -199,7 +199,7 @@ async def test_self_echo_suppresses_one_prompt_and_is_used_up(
     path = Path(roots.claude) / "a.jsonl"
     path.write_bytes(b"")
     await adopt(monitor, path)
-    await monitor.kernel.remember_own_message(KEY, own_text_hash("deploy now"))
+    await monitor.kernel.gateway_sessions.remember_own_message(KEY, own_text_hash("deploy now"))
     append(path, prompt("deploy now", "e1"))
     assert ("quiet", 0) == (await tick(monitor))[KEY][:2]
     append(path, prompt("deploy now", "e2"))
@@ -215,7 +215,7 @@ async def test_a_replaced_gateway_session_starts_a_fresh_missing_streak(
     path.unlink()
     for _ in range(2):
         assert "missing" == (await tick(monitor))[KEY][0]
-    await monitor.kernel.upsert_session(KEY, session_id="s2")
+    await monitor.kernel.gateway_sessions.upsert(KEY, session_id="s2")
     for _ in range(2):
         assert ("missing", 0, "no such file") == (await tick(monitor))[KEY]
     assert [KEY] == [x["sessionKey"] for x in wire.links(await monitor.links())]
@@ -298,11 +298,11 @@ async def test_why_a_watched_link_was_not_checked_shows_in_links(
     path = Path(roots.claude) / "a.jsonl"
     path.write_bytes(b"")
     await adopt(monitor, path)
-    await monitor.kernel.upsert_session(KEY, run_active=True)
+    await monitor.kernel.gateway_sessions.upsert(KEY, run_active=True)
     assert ("skipped", 0, "run active") == (await tick(monitor))[KEY]
     (listed,) = wire.links(await monitor.links())
     assert {"outcome": "skipped", "reason": "run active"} == listed["status"]
-    await monitor.kernel.upsert_session(KEY, run_active=False)
+    await monitor.kernel.gateway_sessions.upsert(KEY, run_active=False)
     append(path, prompt("after the run"))
     assert ("activity", 1) == (await tick(monitor))[KEY][:2]
     (listed,) = wire.links(await monitor.links())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.service import running
+from monitor.serve.root import running
 from tests.helpers import make_config, user_line
 
 MAIN = "agent:main:main"
@@ -39,7 +39,7 @@ async def test_a_link_that_stays_unreadable_is_said_once_per_change(
         caplog.clear()
         with caplog.at_level(logging.INFO):
             for _ in range(30):
-                await sidecar.run_tick()
+                await sidecar.ticks.run_tick()
             said = [r.getMessage() for r in caplog.records]
             if os.geteuid() != 0:  # root reads a mode-000 file; the state is said either way
                 assert sum("agent:main:x0" in m for m in said) == 1, said
@@ -50,7 +50,7 @@ async def test_a_link_that_stays_unreadable_is_said_once_per_change(
             files[1].write_bytes(user_line("first"))
             caplog.clear()
             for _ in range(5):
-                await sidecar.run_tick()
+                await sidecar.ticks.run_tick()
             again = [r.getMessage() for r in caplog.records]
         assert sum("readable again" in m for m in again) == len(said), again
         assert len(again) == len(said), again

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from monitor.config import NodeConfig
-from monitor.service import running
+from monitor.serve.root import running
 from monitor.web.node import build_node_app
 from tests.helpers import make_config, until
 
@@ -67,7 +67,7 @@ async def test_a_write_on_the_node_is_recorded_before_any_tick(
                 f.write(typed("typed on the laptop"))
             await until("the write recorded without a tick", lambda: turns(1))
             await node.cleanup()  # the laptop sleeps
-            with caplog.at_level(logging.INFO, logger="monitor.node_watch"):
+            with caplog.at_level(logging.INFO, logger="monitor.serve.node_watch"):
                 await until(
                     "the outage said",
                     lambda: any("does not answer" in r.getMessage() for r in caplog.records),
@@ -87,8 +87,12 @@ async def test_a_node_without_a_change_feed_is_said_once_and_left_to_the_ticks(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An older node has no ``/v1/changes``: said once, never as a node that is down."""
+    from types import SimpleNamespace
+
     from adapters.base import NodeAddress
-    from monitor.node_watch import NodeWatch
+    from monitor.kernel.changes import ChangeStream
+    from monitor.serve.node_watch import NodeWatch
+    from monitor.upstream.changes import SourcesMoved
     from monitor.web.common import make_guard
 
     key = web.AppKey("token", str)
@@ -100,16 +104,14 @@ async def test_a_node_without_a_change_feed_is_said_once_and_left_to_the_ticks(
     (tmp_path / "node.token").write_text(TOKEN + "\n")
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     node = NodeAddress(url=url, token_file=str(tmp_path / "node.token"))
-    ticked: list[set[str]] = []
-
-    async def tick(keys: set[str], rearm: bool = True) -> bool:
-        ticked.append(keys)
-        return True
-
-    watch = NodeWatch(None, None, asyncio.Event(), tick=tick, nodes=lambda: {"old": node})  # type: ignore[arg-type]
+    ticked: list[frozenset[str]] = []
+    stream = ChangeStream()
+    stream.subscribe(SourcesMoved, lambda c: ticked.append(c.keys))
+    monitor = SimpleNamespace(kernel=SimpleNamespace(stream=stream))
+    watch = NodeWatch(monitor, asyncio.Event(), nodes=lambda: {"old": node})  # type: ignore[arg-type]
     watch.keys["old"] = {KEY}
     try:
-        with caplog.at_level(logging.INFO, logger="monitor.node_watch"):
+        with caplog.at_level(logging.INFO, logger="monitor.serve.node_watch"):
             await asyncio.wait_for(watch.poll("old"), 10)  # returns: nothing to wait on
         said = [r.getMessage() for r in caplog.records]
         assert 1 == len(said) and "has no change feed" in said[0], said

@@ -84,7 +84,9 @@ async def test_self_echo_advances_without_an_event(
     path = Path(roots.claude) / "s.jsonl"
     path.write_bytes(b"")
     await adopt_watched(monitor, path)
-    await monitor.kernel.remember_own_message(KEY, own_text_hash("sent  by the\ngateway"))
+    await monitor.kernel.gateway_sessions.remember_own_message(
+        KEY, own_text_hash("sent  by the\ngateway")
+    )
     append(path, user_line(" sent by the gateway "))
     assert await outcomes(monitor) == [("quiet", 0)]
     assert (wire.status(await monitor.kernel.status(KEY)))["stateVersion"] == 1
@@ -144,10 +146,10 @@ async def test_a_busy_session_is_deferred_and_its_marker_stays(
     path.write_bytes(b"")
     await adopt_watched(monitor, path)
     append(path, user_line("while busy"))
-    await monitor.kernel.upsert_session(KEY, run_active=True)
+    await monitor.kernel.gateway_sessions.upsert(KEY, run_active=True)
     assert await outcomes(monitor) == [("skipped", 0)]
     assert (wire.links(await monitor.links()))[0]["marker"] == {"offset": 0}
-    await monitor.kernel.upsert_session(KEY, run_active=False)
+    await monitor.kernel.gateway_sessions.upsert(KEY, run_active=False)
     assert await outcomes(monitor) == [("activity", 1)]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from monitor.config import ApiConfig, Config
 from monitor.errors import AlreadyRunning
-from monitor.service import running
+from monitor.serve.root import running
 from tests.helpers import Client, make_config, notice, refuse_event_inserts
 from tests.hooks_gateway import HooksGateway
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.service import running
+from monitor.serve.root import running
 from tests.helpers import make_config
 
 KEYS = ["agent:main:main", "agent:main:subagent:c1", "global", "agent:x", "", "%00", "a" * 300]

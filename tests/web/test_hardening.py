@@ -21,7 +21,7 @@ import pytest
 from monitor.errors import BadInput, StoreLocked
 from monitor.kernel import Kernel
 from monitor.kernel.store.sqlite import Store
-from monitor.service import running
+from monitor.serve.root import running
 from monitor.web import wire
 from tests.helpers import Client, make_config, until, user_line
 
@@ -109,16 +109,16 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
         caplog.set_level(logging.WARNING)
         locked.execute("BEGIN IMMEDIATE")
         for _ in range(3):
-            waiting = asyncio.ensure_future(sidecar.scheduled_tick())
+            waiting = asyncio.ensure_future(sidecar.ticks.scheduled_tick())
             while not sidecar.monitor.busy:
                 await asyncio.sleep(0.01)
-            await sidecar.scheduled_tick()  # skipped: the one before still waits
+            await sidecar.ticks.scheduled_tick()  # skipped: the one before still waits
             await waiting
         said = [r.getMessage() for r in caplog.records]
         assert 1 == sum("skipping ticks" in m for m in said), said
         assert 1 == sum("the tick's writes wait" in m for m in said), said
         locked.execute("ROLLBACK")
-        await sidecar.scheduled_tick()
+        await sidecar.ticks.scheduled_tick()
         events = (wire.status(await sidecar.kernel.status(CHILD, changes_since=0)))["stateChanges"][
             "events"
         ]
@@ -569,7 +569,7 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
     quiet = config.monitor._replace(watch_files=False, initial_delay_s=3600)
     async with running(config._replace(monitor=quiet), tmp_path / "state.db") as sidecar:
         assert sidecar is not None  # its own loop sleeps for an hour: this test runs one
-        sidecar.config = config._replace(monitor=quiet._replace(initial_delay_s=0, interval_s=0.01))
+        sidecar.ticks.initial_delay_s, sidecar.ticks.health.interval_s = 0, 0.01
         gates = [asyncio.Event() for _ in range(6)]  # tick n finishes once gates[n] is set
         started: list[int] = []
         finished: list[int] = []
@@ -585,9 +585,9 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
             if n == 1:
                 raise RuntimeError("a bug in one tick")  # said, and the ticks go on
 
-        sidecar.scheduled_tick = slow_tick  # type: ignore[method-assign]
+        sidecar.ticks.scheduled_tick = slow_tick  # type: ignore[method-assign]
         caplog.set_level(logging.WARNING)
-        loop = asyncio.ensure_future(sidecar.tick_on_schedule())
+        loop = asyncio.ensure_future(sidecar.ticks.on_schedule())
         await until("the first tick", lambda: bool(started), timeout=30)
         await asyncio.sleep(0.05)  # five intervals pass while the first tick waits
         for gate in gates[:3]:

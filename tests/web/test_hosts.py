@@ -16,7 +16,7 @@ import pytest
 
 from monitor.config import Config, HostConfig, MonitorConfig
 from monitor.errors import AlreadyRunning, ConfigError, StoreError
-from monitor.service import Sidecar, running
+from monitor.serve.root import Sidecar, running
 from monitor.upstream.host_leases import SHARED
 from monitor.web import wire
 from tests.helpers import Client, PgServer, make_config, notice, pg_database, until, user_line

@@ -341,7 +341,7 @@ class _Sources:
         self._config = Config(api=ApiConfig(listen=listen))
         self.reads = 0
         self.monitor = SimpleNamespace(catalog=self._catalog)
-        self.tick = SimpleNamespace(pulse=SimpleNamespace(beat=lambda news=False: None))
+        self.tick = SimpleNamespace(noted=lambda: None)
 
     def config(self) -> Any:
         return self._config

@@ -128,6 +128,12 @@ TABLES = (
         notified_sequence BIGINT NOT NULL,
         PRIMARY KEY (watcher_session_key, target_session_key)
     )""",
+    f"""CREATE TABLE IF NOT EXISTS sessionwatch_created_notices (
+        main_session_key {T} NOT NULL,
+        created_key {T} NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (main_session_key, created_key)
+    )""",
 )
 
 

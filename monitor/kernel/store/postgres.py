@@ -48,6 +48,7 @@ from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnav
 from monitor.kernel.store.batch import Batcher, Expired, PendingWrite, Result, live_writes
 from monitor.kernel.store.pg_schema import migrate, schema_version
 from monitor.kernel.store.sqlite_schema import SCHEMA_VERSION
+from monitor.pulse import Pulse
 from monitor.retry import Backoff
 
 if TYPE_CHECKING:
@@ -115,8 +116,7 @@ class PgStore:
         self.shared = True  # several sidecars may use this store
         self._writers = writers
         self._readers = readers
-        self._version = 0
-        self._change = asyncio.Event()  # set (and replaced) at every change heard
+        self._changes = Pulse()  # beats at every change heard: the version
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
         self._writer = Batcher(self._write_group, _as_is, name="sessionwatch-pg-writer")
@@ -190,12 +190,11 @@ class PgStore:
     def version(self) -> int:
         """A counter that moves with every commit any process made (see the module
         docstring); compared, never interpreted."""
-        return self._version
+        return self._changes.count
 
     async def changed(self, timeout: float) -> None:
         """Return when a change is heard, or after ``timeout`` seconds."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._change.wait(), timeout)
+        await self._changes.after(self._changes.count, timeout)
 
     async def close(self) -> None:
         """The writes in flight finish; then listening stops and the pools close."""
@@ -305,9 +304,7 @@ class PgStore:
 
     def _bump(self) -> None:
         """On the event loop (the listener's task): count a change and wake its waiters."""
-        self._version += 1
-        heard, self._change = self._change, asyncio.Event()
-        heard.set()
+        self._changes.beat()
 
     async def _listen(self) -> None:
         backoff = Backoff(*LISTEN_BACKOFF_S)

@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # How the links an earlier sessionwatch (schema 1) wrote map to OpenClaw's vocabulary: its
 # adapter name becomes (upstream_kind, catalog_id); a paired node's host is ``node:<nodeId>``.
@@ -186,6 +186,14 @@ _OWN_TABLES = (
         target_session_key TEXT NOT NULL,
         notified_sequence INTEGER NOT NULL,
         PRIMARY KEY (watcher_session_key, target_session_key)
+    ) STRICT""",
+    # The "New session created" queue, per main session (schema 5; see
+    # monitor.kernel.notices): durable, so that every process reads the same.
+    """CREATE TABLE IF NOT EXISTS sessionwatch_created_notices (
+        main_session_key TEXT NOT NULL,
+        created_key TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (main_session_key, created_key)
     ) STRICT""",
 )
 # Columns of our own tables added after they were first created.

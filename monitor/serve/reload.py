@@ -6,25 +6,66 @@ the gateway's hooks (its URL, its token file, the retry interval), the tick's
 the log level. What cannot (the store, the listen address and the rest of ``[api]``, the
 monitor's other settings, the session rules, the host id) is named as needing a restart. A
 file that does not parse is refused, said once, and the configuration in force stays.
+
+The :class:`Reload` component takes the signal and publishes :class:`ConfigReloaded` on
+the change stream: the tick schedule takes its interval, file and node watching look at
+their roots and nodes again, and the service keeps the configuration in force.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.registry import roots_of
 from monitor.config import Config, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError
+from monitor.records import NamedTuple
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
     from monitor.delivery.hooks import HooksClient
     from monitor.upstream import UpstreamMonitor
 
 log = logging.getLogger(__name__)
 
 LIVE = ("roots", "nodes", "gateway", "log")
+
+
+class ConfigReloaded(NamedTuple):
+    """The configuration in force after a ``SIGHUP``."""
+
+    config: Config
+
+
+class Reload:
+    """``SIGHUP`` reads ``path`` again (:func:`reload`) and publishes what is in force."""
+
+    def __init__(
+        self,
+        path: Path | str | None,
+        current: Callable[[], Config],
+        monitor: UpstreamMonitor,
+        waker: HooksClient | None,
+    ) -> None:
+        self.path = path
+        self.current = current
+        self.monitor = monitor
+        self.waker = waker
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, self.hangup)
+        stack.callback(loop.remove_signal_handler, signal.SIGHUP)
+
+    def hangup(self) -> None:
+        config = reload(self.current(), self.path, self.monitor, self.waker)
+        self.monitor.kernel.stream.publish(ConfigReloaded(config))
 
 
 def changed_sections(old: Config, new: Config) -> list[str]:

@@ -1,10 +1,13 @@
 """``sessionwatch serve``: the sidecar's main job, the composition root.
 
-Start-up takes the database's instance lock (:mod:`monitor.private`), runs the sweep and a
-prune, then starts the HTTP API, the tick loop (15 s after start and every 60 s, never two
-at once) and file watching (:mod:`monitor.file_watch`), all through one
-``AsyncExitStack``. SIGTERM/SIGINT stop accepting requests, finish the tick in
-flight and close the database, in that order.
+Start-up takes the database's instance lock (:mod:`monitor.private`), opens the store and
+the kernel, then starts each part of the service as a component on one ``AsyncExitStack``
+(each owns its start and stop, apscheduler's ``start(exit_stack)``): delivery, which must
+hear the sweep's notices; the host lease on a shared store; the tick schedule
+(:mod:`.ticks`, 15 s after start and every 60 s, never two at once); file and node
+watching; retention; the API site. The parts talk through the kernel's change stream
+(:mod:`monitor.kernel.changes`), never through this module. SIGTERM/SIGINT stop accepting
+requests, finish the tick in flight and close the database, in that order.
 """
 
 from __future__ import annotations
@@ -12,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import signal
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -34,13 +35,11 @@ from monitor.errors import (
     StoreError,
     StoreLocked,
 )
-from monitor.file_watch import FileWatch
 from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
 from monitor.metrics import Metrics
-from monitor.node_watch import NodeWatch
 from monitor.paths import expand_user, refuse_if_not_ours
 from monitor.private import (
     check_private_state,
@@ -49,6 +48,10 @@ from monitor.private import (
     take_instance_lock,
 )
 from monitor.retry import Backoff
+from monitor.serve.file_watch import FileWatch
+from monitor.serve.node_watch import NodeWatch
+from monitor.serve.reload import ConfigReloaded, Reload
+from monitor.serve.ticks import Ticks
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
@@ -64,7 +67,8 @@ log = logging.getLogger(__name__)
 
 
 class Sidecar:
-    """The running service: kernel, monitor, metrics, scheduler and file watcher."""
+    """The running service: the kernel, the monitor and the components, as ``running``
+    built them. ``config`` is the configuration in force (a reload replaces it)."""
 
     def __init__(
         self,
@@ -73,142 +77,81 @@ class Sidecar:
         config: Config,
         metrics: Metrics,
         *,
-        paths_changed: asyncio.Event,
-        tick_health: TickHealth,
+        ticks: Ticks,
         waker: HooksClient | None = None,
         delivery: Delivery | None = None,
         db_display: str = "",
-        stopping: asyncio.Event | None = None,
+        stopping: asyncio.Event,
     ) -> None:
-        """``paths_changed``: set by the kernel (a watch from anywhere) and the monitor (an
-        adoption): which files are watched may have changed. ``db_display``: the store, as
-        the status page names it (no password)."""
+        """``db_display``: the store, as the status page names it (no password)."""
         self.kernel = kernel
         self.monitor = monitor
         self.config = config
         self.metrics = metrics
-        self.stopping = stopping or asyncio.Event()
+        self.ticks = ticks
+        self.stopping = stopping
         self.addresses: list[str] = []  # where the API listens, once it does
         self.waker = waker
         self.delivery = delivery
         self.db_display = db_display
-        self.tick_health = tick_health
-        self._paths_changed = paths_changed
-        self._schedule = asyncio.Event()
-        self._skip_logged = False
-        self.files = FileWatch(
-            monitor, kernel.changes, paths_changed, self.stopping, tick=self.run_tick
-        )
-        self.node_watch = NodeWatch(
-            monitor, kernel.changes, self.stopping, tick=self.run_tick, nodes=self.nodes
-        )
+        self.files = FileWatch(monitor, stopping)
+        self.node_watch = NodeWatch(monitor, stopping, nodes=self.nodes)
 
     def nodes(self) -> dict[str, NodeAddress]:
         """The paired nodes as the configuration names them now (a reload may change it)."""
         return {name: node_address(node) for name, node in self.config.nodes.items()}
 
-    def links_may_have_changed(self) -> None:
-        """Re-arm file watching: the files watched may differ (after a reload of roots)."""
-        self._paths_changed.set()
+    async def start(self, stack: AsyncExitStack) -> None:
+        """The components that run in any case, in order; file and node watching when
+        ``watch_files`` is on."""
+        stack.callback(
+            self.kernel.stream.subscribe(ConfigReloaded, lambda c: self._in_force(c.config))
+        )
+        await self.ticks.start(stack)
+        if self.config.monitor.watch_files:
+            await self.files.start(stack)
+            await self.node_watch.start(stack)
+        await Retention(self.kernel, self.stopping).start(stack)
 
-    async def tick_on_schedule(self) -> None:
-        """The fixed tick, the source of truth: ``initial_delay_s`` after start, then on a
-        grid of ``interval_s``. A reloaded interval applies from the next tick: the wait in
-        course is measured again from the last tick (:meth:`schedule_changed`). Never two at
-        once: a tick due while one runs (a slow one, an early check) is skipped and said once
-        (:meth:`scheduled_tick`), and the ticks a slow one ran past are one skip, not a
-        queue. Cancelling this loop never cancels a tick in flight: the monitor's
-        ``tick_done`` waits for it on the way out. Timed on the loop's monotonic clock."""
-        loop = asyncio.get_running_loop()
-        due = loop.time() + self.config.monitor.initial_delay_s
-        last: float | None = None  # when the last tick started
+    def _in_force(self, config: Config) -> None:
+        self.config = config
+
+    async def start_api(self, stack: AsyncExitStack, token: str) -> None:
+        """The API site (and the status page on it), last: requests come once all runs."""
+        page = PageSources(
+            kernel=self.kernel,
+            monitor=self.monitor,
+            tick=self.ticks.health,
+            config=lambda: self.config,
+            waker=lambda: self.waker,
+            db=self.db_display,
+            version=VERSION,
+            node_check=node_reachable,
+        )
+        app = build_app(self.kernel, self.monitor, self.metrics, token, page)
+        allowed = self.config.api.allowed_hosts
+        self.addresses = await start_site(
+            stack, app, self.config.api.listen, "[api] listen", allowed
+        )
+
+
+class Retention:
+    """Retention on the service's own schedule, hourly, so that a log others write to (the
+    gateway) is pruned too; a recording prunes when it is due as well (the kernel's)."""
+
+    def __init__(self, kernel: Kernel, stopping: asyncio.Event) -> None:
+        self.kernel = kernel
+        self.stopping = stopping
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        task = asyncio.ensure_future(self.run())
+        stack.callback(task.cancel)
+
+    async def run(self) -> None:
         while not self.stopping.is_set():
-            if await self._rescheduled(due - loop.time()):
-                if last is not None:
-                    due = last + self.config.monitor.interval_s
-                continue
-            last = loop.time()
-            try:
-                await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
-            except Exception:  # a bug in one tick must not end the ticks: said, and on
-                log.exception("a tick failed unexpectedly; the next one runs as planned")
-            interval = self.tick_health.interval_s = self.config.monitor.interval_s
-            due += interval
-            if due < loop.time():  # it ran past its next time: those ticks are skipped
-                self._say_skipped()
-                due += math.ceil((loop.time() - due) / interval) * interval
-
-    def schedule_changed(self) -> None:
-        """The tick's interval may have changed (a reload): the wait in course ends."""
-        self._schedule.set()
-
-    async def _rescheduled(self, wait_s: float) -> bool:
-        """Wait ``wait_s``; True when the schedule changed meanwhile."""
-        try:
-            await asyncio.wait_for(self._schedule.wait(), max(0.0, wait_s))
-        except TimeoutError:
-            return False
-        self._schedule.clear()
-        return True
-
-    def _say_skipped(self) -> None:
-        if not self._skip_logged:
-            log.warning("the previous tick is still running; skipping ticks until it ends")
-            self._skip_logged = True
-
-    async def scheduled_tick(self) -> None:
-        """The fixed tick. One still running (waiting for a locked database, say) is not
-        queued behind: this one is skipped, and that is logged once until a tick completes."""
-        if self.monitor.busy:
-            self._say_skipped()
-            return
-        if await self.run_tick():  # a tick that waited in vain for the store says it again
-            self._skip_logged = False
-        await self.kernel.maybe_prune()  # hourly, whoever writes the log
-
-    async def run_tick(self, only: set[str] | None = None, *, rearm: bool = True) -> bool:
-        """One tick; whether the store took all it had to write."""
-        start = time.perf_counter()
-        try:
-            results = await self.monitor.tick(only)
-        except SessionwatchError as exc:
-            log.warning("tick failed: %s", exc)
-            self.tick_health.refused(str(exc))
-            return False
-        duration = time.perf_counter() - start
-        self.metrics.ticks.inc()
-        self.metrics.tick_seconds.observe(duration)
-        self.tick_health.ran(int(time.time() * 1000), duration, results)
-        counted: dict[tuple[str, str], int] = {}
-        for r in results:
-            self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
-            label = (r.adapter or "none", r.outcome)
-            counted[label] = counted.get(label, 0) + 1
-            if r.outcome == "activity" and not r.unsettled:  # a change; states say themselves
-                log.info("%s: %d turns recorded %s", r.session_key, r.turns, r.reason or "")
-        if only is None:  # a whole tick: the links as they stand now
-            self.metrics.links_now.clear()
-            for (adapter, outcome), n in counted.items():
-                self.metrics.links_now.labels(adapter, outcome).set(n)
-        if rearm and any(r.outcome == "missing" for r in results):
-            self._paths_changed.set()
-        return not any(r.unsettled for r in results)
-
-
-async def _start_api(stack: AsyncExitStack, sidecar: Sidecar, token: str, listen: str) -> list[str]:
-    page = PageSources(
-        kernel=sidecar.kernel,
-        monitor=sidecar.monitor,
-        tick=sidecar.tick_health,
-        config=lambda: sidecar.config,
-        waker=lambda: sidecar.waker,
-        db=sidecar.db_display,
-        version=VERSION,
-        node_check=node_reachable,
-    )
-    app = build_app(sidecar.kernel, sidecar.monitor, sidecar.metrics, token, page)
-    allowed = sidecar.config.api.allowed_hosts
-    return await start_site(stack, app, listen, "[api] listen", allowed)
+            await self.kernel.retention.when_due()
+            due_s = (self.kernel.retention.next_at - self.kernel.clock()) / 1000
+            await asyncio.sleep(min(3600.0, max(1.0, due_s)))
 
 
 async def open_state(
@@ -237,6 +180,7 @@ async def running(
 ) -> AsyncIterator[Sidecar | None]:
     """The whole service on one exit stack; None when stopped before the database opened.
     ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL."""
+    stopping = stopping or asyncio.Event()
     async with AsyncExitStack() as stack:
         lock = None
         if isinstance(db, Path):
@@ -247,84 +191,73 @@ async def running(
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
         timers = LoopTimers()
-        tick_health = TickHealth(
+        health = TickHealth(
             interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
         )
-        waker = _hooks_client(config, metrics, db, timers, tick_health)
+        waker = _hooks_client(config, metrics, db, timers, health)
         if waker:
             stack.push_async_callback(waker.close)
-        paths_changed = asyncio.Event()
         store = await open_state(db, stopping, metrics)
         if store is None:
             yield None
             return
-        delivery = Delivery(store, waker, timers=timers, metrics=metrics) if waker else None
         kernel = await Kernel.on_store(
-            store,
-            KernelSettings.of(config),
-            metrics=metrics,
-            on_notices=delivery.deliver if delivery else None,
-            on_delete=(delete_links,),
-            on_watches_changed=paths_changed.set,
+            store, KernelSettings.of(config), metrics=metrics, on_delete=(delete_links,)
         )
         stack.push_async_callback(kernel.close)
-        if delivery is not None:
-            stack.push_async_callback(delivery.close)
+        delivery = Delivery(store, waker, timers=timers, metrics=metrics) if waker else None
+        if delivery is not None:  # before the sweep: it wakes what the sweep finds
+            await delivery.start(stack, kernel)
         leases = await _host_leases(kernel, config, metrics)
         if leases is not None:
-            stack.push_async_callback(leases.release)  # after the tick in flight finished
+            await leases.start_keeping(stack, stopping)  # released after the tick in flight
         monitor = UpstreamMonitor.from_config(
             kernel,
             config,
             metrics=metrics,
-            on_links_changed=paths_changed.set,
             holds_shared=leases.holds_shared if leases else lambda: True,
         )
-        stack.push_async_callback(monitor.tick_done)  # after the tick loop and API stopped
+        ticks = Ticks(
+            kernel,
+            monitor,
+            metrics,
+            health,
+            initial_delay_s=config.monitor.initial_delay_s,
+            stopping=stopping,
+        )
         sidecar = Sidecar(
             kernel,
             monitor,
             config,
             metrics,
-            paths_changed=paths_changed,
-            tick_health=tick_health,
+            ticks=ticks,
             waker=waker,
             delivery=delivery,
             db_display=without_password(db) if is_pg_url(db) else str(db),
             stopping=stopping,
         )
-        if leases is not None:
-            keeper = asyncio.ensure_future(leases.keep(sidecar.stopping))
-            stack.callback(keeper.cancel)
-        pending = await kernel.sweep()
-        pruned = await kernel.prune()
-        log.info(
-            "start-up: %d pending notices, %d events pruned", len(pending), pruned.deleted_events
-        )
-        metrics.undecided_notices.set(kernel.undecided_notices)
-        if kernel.undecided_notices:
-            log.warning(
-                "%d notices an earlier sessionwatch left pending on this database, which the"
-                " gateway shares, cannot be told from the gateway's own: they are left to the"
-                " gateway, and the next change recorded on each of their pairs wakes it",
-                kernel.undecided_notices,
-            )
-        ticks = asyncio.ensure_future(sidecar.tick_on_schedule())
-        stack.callback(ticks.cancel)
-        if config.monitor.watch_files:
-            task = asyncio.ensure_future(sidecar.files.run())
-            stack.callback(task.cancel)
-            nodes = asyncio.ensure_future(sidecar.node_watch.run())
-            stack.callback(nodes.cancel)
-        if delivery is not None:  # notices other processes opened wake their watchers too
-            notices = asyncio.ensure_future(
-                delivery.follow(kernel.changes, kernel.pending, sidecar.stopping)
-            )
-            stack.callback(notices.cancel)
-        sidecar.addresses = await _start_api(stack, sidecar, token, config.api.listen)
+        await _sweep(kernel, metrics)
+        await sidecar.start(stack)
+        await sidecar.start_api(stack, token)
         if lock is not None:
             lock.say_serving(sidecar.addresses)  # where `open` finds this serve
         yield sidecar
+
+
+async def _sweep(kernel: Kernel, metrics: Metrics) -> None:
+    """Start-up recovery (the notices the sweep finds are published, and delivered) and a
+    prune."""
+    pending = await kernel.sweep()
+    pruned = await kernel.retention.prune()
+    log.info("start-up: %d pending notices, %d events pruned", len(pending), pruned.deleted_events)
+    metrics.undecided_notices.set(kernel.undecided_notices)
+    if kernel.undecided_notices:
+        log.warning(
+            "%d notices an earlier sessionwatch left pending on this database, which the"
+            " gateway shares, cannot be told from the gateway's own: they are left to the"
+            " gateway, and the next change recorded on each of their pairs wakes it",
+            kernel.undecided_notices,
+        )
 
 
 def _hooks_client(
@@ -341,7 +274,7 @@ def _hooks_client(
         gateway.hooks_url,
         token_file,
         timers=timers,
-        on_outcome=tick.news,
+        on_outcome=tick.noted,
         main_key=config.session.main_key,
         retry_s=gateway.retry_interval_s,
         metrics=metrics,
@@ -351,7 +284,7 @@ def _hooks_client(
 def _openclaw_client(
     config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers, tick: TickHealth
 ) -> HooksClient | None:
-    from monitor.openclaw import found_hooks
+    from monitor.openclaw.files import found_hooks
 
     hooks = found_hooks(config, db)
     if hooks is None:
@@ -367,7 +300,7 @@ def _openclaw_client(
         url,
         Path(),
         timers=timers,
-        on_outcome=tick.news,
+        on_outcome=tick.noted,
         main_key=config.session.main_key,
         retry_s=config.gateway.retry_interval_s,
         metrics=metrics,
@@ -392,7 +325,7 @@ async def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> Host
 
 
 async def serve(config: Config, db: Path | str, config_path: Path | str | None = None) -> None:
-    """Run until SIGINT/SIGTERM; SIGHUP reads ``config_path`` again (see monitor.reload)."""
+    """Run until SIGINT/SIGTERM; SIGHUP reads ``config_path`` again (:mod:`.reload`)."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -401,19 +334,13 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
         if sidecar is None:
             log.info("stopped before the state database could be opened")
             return
-
-        def on_hangup() -> None:
-            from monitor.reload import reload
-
-            sidecar.config = reload(sidecar.config, config_path, sidecar.monitor, sidecar.waker)
-            sidecar.links_may_have_changed()
-            sidecar.schedule_changed()
-
-        loop.add_signal_handler(signal.SIGHUP, on_hangup)
-        shown = without_password(db) if isinstance(db, str) else db
-        log.info("sessionwatch serving %s on %s", shown, ", ".join(sidecar.addresses))
-        await stopping.wait()
-        log.info("stopping: no new requests; finishing the tick in flight")
+        async with AsyncExitStack() as stack:
+            reload = Reload(config_path, lambda: sidecar.config, sidecar.monitor, sidecar.waker)
+            await reload.start(stack)
+            shown = without_password(db) if isinstance(db, str) else db
+            log.info("sessionwatch serving %s on %s", shown, ", ".join(sidecar.addresses))
+            await stopping.wait()
+            log.info("stopping: no new requests; finishing the tick in flight")
 
 
 def node_roots(config: Config) -> dict[str, str]:
@@ -438,7 +365,7 @@ async def serve_node(
     token = load_token(Path(expand_user(token_file)))
     context = fingerprint = None
     if tls_file is not None:
-        from monitor.node_tls import server_context
+        from monitor.serve.node_tls import server_context
 
         context, fingerprint = server_context(Path(expand_user(tls_file)))
     roots = node_roots(config)

@@ -4,24 +4,27 @@ The tick stays the source of truth; this only makes it early. The watch covers t
 directories of the watched links' files (an OpenCode link names its database's WAL), and is
 re-armed only when those directories change: a link change here (an adoption, a watch) or in
 another process (a change the kernel's change hub heard) that keeps them only updates which
-session keys a path wakes.
+session keys a path wakes. It hears all of it on the kernel's change stream, and says what
+moved there too (:class:`SourcesMoved`): the tick component checks it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from watchfiles import awatch
 
 from monitor.errors import SessionwatchError
-from monitor.kernel.changes import KEEPALIVE_S
+from monitor.kernel.changes import StoreMoved, WatchesChanged
+from monitor.serve.reload import ConfigReloaded
+from monitor.upstream.changes import LinksChanged, SourcesMoved
 
 if TYPE_CHECKING:
-    from monitor.kernel.changes import ChangeHub
+    from contextlib import AsyncExitStack
+
     from monitor.upstream import UpstreamMonitor
 
 log = logging.getLogger(__name__)
@@ -33,27 +36,21 @@ PAUSE_S = 10.0  # file watching waits this long after the database failed
 class FileWatch:
     """Watches the linked files' directories and ticks the links of what changed."""
 
-    def __init__(
-        self,
-        monitor: UpstreamMonitor,
-        changes: ChangeHub,
-        paths_changed: asyncio.Event,
-        stopping: asyncio.Event,
-        *,
-        tick: Callable[..., Awaitable[bool]],
-    ) -> None:
-        """``paths_changed``: set when which files are watched may have changed; ``tick``:
-        the service's tick of some keys (``rearm=False`` for the catch-up check)."""
+    def __init__(self, monitor: UpstreamMonitor, stopping: asyncio.Event) -> None:
         # watchfiles says "N changes detected" at INFO for every append to a watched file:
         # the log would grow with writes, not with changes of state
         logging.getLogger("watchfiles").setLevel(logging.WARNING)
         self.monitor = monitor
-        self.changes = changes
+        self.stream = monitor.kernel.stream
         self.stopping = stopping
-        self.tick = tick
-        self._paths_changed = paths_changed
-        self._seen = 0  # the change hub's count at the last look at the links
-        self._checks: set[asyncio.Task[bool]] = set()
+        self._paths_changed = asyncio.Event()  # which files are watched may have changed
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        for kind in (WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded):
+            stack.callback(self.stream.subscribe(kind, lambda _: self._paths_changed.set()))
+        self.monitor.kernel.changes.mark()  # the hub hears other processes from now on
+        task = asyncio.ensure_future(self.run())
+        stack.callback(task.cancel)
 
     async def run(self) -> None:
         """Wake an early check of the links whose files changed; the tick stays the truth.
@@ -61,7 +58,6 @@ class FileWatch:
         The watch is re-armed only when the set of directories changes; a link change that
         keeps the directories only updates which keys a path wakes.
         """
-        self._seen = self.changes.mark()
         while not self.stopping.is_set():
             files = await self._watched_files_or_none()
             if files is None:
@@ -82,20 +78,15 @@ class FileWatch:
                 ):
                     keys = set().union(*(files.get(str(Path(p)), set()) for _, p in changes))
                     if keys:
-                        await self.tick(keys)
+                        self.stream.publish(SourcesMoved(frozenset(keys)))
             finally:
                 stop.set()
                 refresher.cancel()
 
     async def _links_may_have_changed(self) -> None:
-        """Until a link changed here, or the database changed under another process (an
-        adoption or a watch from the CLI, a gateway sharing the file), as the change hub
-        hears it."""
-        while not self.stopping.is_set() and not self._paths_changed.is_set():
-            now = await self.changes.after(self._seen, KEEPALIVE_S, unless=self._paths_changed)
-            if now != self._seen:
-                self._seen = now
-                break
+        """Until a link or a watch changed here, or the database changed under another
+        process (an adoption or a watch from the CLI, a gateway sharing the file)."""
+        await self._paths_changed.wait()
         self._paths_changed.clear()
 
     async def _watched_files_or_none(self) -> dict[str, set[str]] | None:
@@ -126,16 +117,8 @@ class FileWatch:
                 self._check_soon(fresh_keys)
 
     def _check_soon(self, keys: set[str]) -> None:
-        """One early check of ``keys``, in the background (it is never cancelled: the
-        service waits for the tick in flight when it stops)."""
-        task = asyncio.ensure_future(self.tick(keys, rearm=False))
-        self._checks.add(task)
-        task.add_done_callback(self._checked)
-
-    def _checked(self, task: asyncio.Task[bool]) -> None:
-        self._checks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("an early check failed", exc_info=task.exception())
+        """One early check of ``keys``: what changed before the watch took them in."""
+        self.stream.publish(SourcesMoved(frozenset(keys), catch_up=True))
 
 
 def _dirs_of(files: dict[str, set[str]]) -> list[str]:

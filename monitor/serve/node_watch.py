@@ -1,6 +1,6 @@
 """Node watching: a change a paired node reports wakes an early check of its links.
 
-What file watching (:mod:`monitor.file_watch`) is to a local transcript, this is to a
+What file watching (:mod:`monitor.serve.file_watch`) is to a local transcript, this is to a
 session on a node: one long poll per node with watched links on its change feed
 (``GET /v1/changes``, where only a cursor crosses the wire). When the cursor moves (a write
 under one of the node's roots, or a node that started again) the links on that node are
@@ -13,9 +13,10 @@ check inconclusive, with its reason, until it answers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -23,11 +24,14 @@ import aiohttp
 from adapters import node_client
 from adapters.base import NodeAddress
 from monitor.errors import SessionwatchError
-from monitor.kernel.changes import KEEPALIVE_S
+from monitor.kernel.changes import KEEPALIVE_S, StoreMoved, WatchesChanged
 from monitor.retry import Backoff
+from monitor.serve.reload import ConfigReloaded
+from monitor.upstream.changes import LinksChanged, SourcesMoved
 
 if TYPE_CHECKING:
-    from monitor.kernel.changes import ChangeHub
+    from contextlib import AsyncExitStack
+
     from monitor.upstream import UpstreamMonitor
 
 log = logging.getLogger(__name__)
@@ -42,26 +46,30 @@ class NodeWatch:
     def __init__(
         self,
         monitor: UpstreamMonitor,
-        changes: ChangeHub,
         stopping: asyncio.Event,
         *,
-        tick: Callable[..., Awaitable[bool]],
         nodes: Callable[[], Mapping[str, NodeAddress]],
     ) -> None:
-        """``tick``: the service's tick of some keys; ``nodes``: the configured nodes as
-        they are now (a reload may change them)."""
+        """``nodes``: the configured nodes as they are now (a reload may change them)."""
         self.monitor = monitor
-        self.changes = changes
+        self.stream = monitor.kernel.stream
         self.stopping = stopping
-        self.tick = tick
         self.nodes = nodes
+        self._links_changed = asyncio.Event()
         self.keys: dict[str, set[str]] = {}  # node -> its watched links' keys, kept current
         self._polls: dict[str, asyncio.Task[None]] = {}
         self.without_feed: set[str] = set()  # older nodes: their links wait for the ticks
 
+    async def start(self, stack: AsyncExitStack) -> None:
+        for kind in (WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded):
+            stack.callback(self.stream.subscribe(kind, lambda _: self._links_changed.set()))
+        self.monitor.kernel.changes.mark()  # the hub hears other processes from now on
+        task = asyncio.ensure_future(self.run())
+        stack.callback(task.cancel)
+
     async def run(self) -> None:
-        """Keep one poll per node with watched links, as links change (the change hub)."""
-        seen = self.changes.mark()
+        """Keep one poll per node with watched links, as links change (the change stream;
+        and every 15 s)."""
         try:
             while not self.stopping.is_set():
                 try:
@@ -79,7 +87,9 @@ class NodeWatch:
                         continue
                     if name not in self._polls or self._polls[name].done():
                         self._polls[name] = asyncio.ensure_future(self.poll(name))
-                seen = await self.changes.after(seen, KEEPALIVE_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._links_changed.wait(), KEEPALIVE_S)
+                self._links_changed.clear()
         finally:
             for task in self._polls.values():
                 task.cancel()
@@ -133,5 +143,5 @@ class NodeWatch:
                     continue
                 cursor = moved
                 keys = self.keys.get(name)
-                if keys:  # shielded: stopping never cancels a tick in flight (tick_done waits)
-                    await asyncio.shield(asyncio.ensure_future(self.tick(set(keys), rearm=False)))
+                if keys:  # a node's missing sources re-arm nothing: catch_up
+                    self.stream.publish(SourcesMoved(frozenset(keys), catch_up=True))

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from monitor.errors import ConfigError
-from monitor.openclaw_home import home_dir, profile_of, state_db, state_dir, user_path
+from monitor.openclaw.home import (
+    agent_db,
+    home_dir,
+    profile_of,
+    state_db,
+    state_dir,
+    user_path,
+)
 
 DEFAULT_PORT = 18789
 DEFAULT_HOOKS_PATH = "/hooks"
@@ -48,7 +55,7 @@ class Install(NamedTuple):
 
 def locate(env: os._Environ[str] | dict[str, str] | None = None) -> Install:
     """The install the gateway would use with this environment (see
-    :mod:`monitor.openclaw_home`); the configuration is ``$OPENCLAW_CONFIG_PATH``, else
+    :mod:`monitor.openclaw.home`); the configuration is ``$OPENCLAW_CONFIG_PATH``, else
     ``openclaw.json`` (or the legacy ``clawdbot.json``) in the state directory."""
     env = os.environ if env is None else env
     home = home_dir(env)
@@ -238,7 +245,7 @@ class GatewayTranscripts:
         self._cache: dict[tuple[str, str], tuple[tuple[int, int, int], list[str]]] = {}
 
     def recent(self, agent_id: str, session_key: str) -> list[str]:
-        path = self.install.state_dir / "agents" / agent_id / "agent" / "openclaw-agent.sqlite"
+        path = Path(agent_db(str(self.install.state_dir), agent_id))
         try:
             wal = Path(f"{path}-wal")
             st, wst = path.stat(), (wal.stat() if wal.exists() else None)

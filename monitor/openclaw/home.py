@@ -3,10 +3,15 @@
 expanded against ``$HOME``), else ``$HOME``; the state directory is ``$OPENCLAW_STATE_DIR``,
 else ``~/.openclaw-<profile>`` for a named ``$OPENCLAW_PROFILE``, else ``~/.openclaw``, else
 the legacy ``~/.clawdbot`` when only that exists; the state database is
-``<state dir>/state/openclaw.sqlite``.
+``<state dir>/state/openclaw.sqlite``, and an agent's own database (its session store)
+``<state dir>/agents/<agentId>/agent/openclaw-agent.sqlite``.
+
+The one module that knows it: the CLI's store next to OpenClaw, the service's hooks and
+transcripts (:mod:`monitor.openclaw.files`) and a watch's default store path
+(:mod:`monitor.kernel.watcher_stores`) all ask here.
 
 Plain ``os.path``: a one-shot command next to OpenClaw finds its store here without loading
-``pathlib`` (:mod:`monitor.openclaw` reads the install's files).
+``pathlib`` (:mod:`monitor.openclaw.files` reads the install's files).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 _PROFILE = r"(?i)^[a-z0-9][a-z0-9_-]{0,63}$"  # compiled at first use (re caches it)
+STATE_DB_NAME = "openclaw.sqlite"
 
 
 def home_dir(env: Mapping[str, str]) -> str:
@@ -65,7 +71,26 @@ def state_dir(env: Mapping[str, str], home: str) -> tuple[str, str]:
 
 def state_db(state: str) -> str:
     """The state database of a state directory."""
-    return os.path.join(state, "state", "openclaw.sqlite")
+    return os.path.join(state, "state", STATE_DB_NAME)
+
+
+def state_dir_of(db_path: str) -> str | None:
+    """The state directory whose state database ``db_path`` is, else None."""
+    state = os.path.dirname(db_path)
+    if os.path.basename(db_path) == STATE_DB_NAME and os.path.basename(state) == "state":
+        return os.path.dirname(state) or "."
+    return None
+
+
+def agent_db(state: str, agent_id: str) -> str:
+    """An agent's own database (its session store) under a state directory."""
+    return os.path.join(state, "agents", agent_id, "agent", "openclaw-agent.sqlite")
+
+
+def gateway_state_dir(env: Mapping[str, str] | None = None) -> str:
+    """The state directory the gateway would use with this environment."""
+    env = os.environ if env is None else env
+    return state_dir(env, home_dir(env))[0]
 
 
 def found_state_db(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:

@@ -1,0 +1,32 @@
+"""The one way an event is recorded: inside a transaction, routed by the watch policy."""
+
+from __future__ import annotations
+
+from monitor.kernel.signal_log import record_event
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from monitor.kernel.policy import WatchPolicy
+    from monitor.kernel.signal_log import EventDraft, Recorded
+    from monitor.kernel.store.protocol import Conn
+
+
+class Recorder:
+    """Records events inside a :meth:`Kernel.commit` transaction, each routed by the watch
+    policy; the kernel observes what was recorded once the transaction committed."""
+
+    def __init__(self, conn: Conn, now: int, policy: WatchPolicy) -> None:
+        self.conn = conn
+        self.now = now
+        self.recorded: list[Recorded] = []
+        self.watches_changed = False  # a spawn or an ambient watch armed a cursor
+        self._policy = policy
+
+    def __call__(self, draft: EventDraft) -> Recorded:
+        draft = self._policy.route(draft)
+        result = record_event(self.conn, draft, self.now)
+        self.recorded.append(result)
+        if draft.watcher_store_path is not None and not result.duplicate:
+            self.watches_changed = True
+        return result

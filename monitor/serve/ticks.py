@@ -1,0 +1,179 @@
+"""The tick schedule and the early checks: one component.
+
+The fixed tick is the source of truth: ``initial_delay_s`` after start, then on a grid of
+``interval_s``, timed on the loop's monotonic clock. A reloaded interval applies from the
+next tick (:meth:`Ticks.reschedule`: the wait in course is measured again from the last
+tick). Never two at once: a tick due while one runs (a slow one, an early check) is
+skipped and said once, and the ticks a slow one ran past are one skip, not a queue.
+
+Early checks: file watching and node watching publish :class:`SourcesMoved` on the change
+stream; the keys due are gathered while a check runs, and checked in one go after it. A
+check whose links went missing publishes :class:`LinksChanged` (unless it was a watch's own
+catch-up check), so the watches are armed again for their directories.
+
+Stopping cancels the schedule, never a tick in flight: the monitor's ``tick_done`` waits
+for it on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from typing import TYPE_CHECKING
+
+from monitor.errors import SessionwatchError
+from monitor.serve.reload import ConfigReloaded
+from monitor.upstream.changes import LinksChanged, SourcesMoved
+
+if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
+    from monitor.kernel import Kernel
+    from monitor.metrics import Metrics
+    from monitor.upstream import UpstreamMonitor
+    from monitor.upstream.tick_health import TickHealth
+
+log = logging.getLogger(__name__)
+
+
+class Ticks:
+    def __init__(
+        self,
+        kernel: Kernel,
+        monitor: UpstreamMonitor,
+        metrics: Metrics,
+        health: TickHealth,
+        *,
+        initial_delay_s: float,
+        stopping: asyncio.Event,
+    ) -> None:
+        """``health``: what the status page shows of the ticks (its ``interval_s`` is the
+        schedule's)."""
+        self.kernel = kernel
+        self.monitor = monitor
+        self.metrics = metrics
+        self.health = health
+        self.initial_delay_s = initial_delay_s
+        self.stopping = stopping
+        self._rescheduled = asyncio.Event()
+        self._skip_logged = False
+        self._due: set[str] = set()  # keys whose sources moved, for the next early check
+        self._rearm = False  # whether a missing source among them re-arms the watches
+        self._early: asyncio.Task[None] | None = None
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        stack.push_async_callback(self.monitor.tick_done)  # last: the tick in flight ends
+        stream = self.kernel.stream
+        stack.callback(stream.subscribe(SourcesMoved, self._moved))
+        stack.callback(
+            stream.subscribe(ConfigReloaded, lambda c: self.reschedule(c.config.monitor.interval_s))
+        )
+        schedule = asyncio.ensure_future(self.on_schedule())
+        stack.callback(schedule.cancel)
+
+    def reschedule(self, interval_s: float) -> None:
+        """A new interval (a reload): it applies from the next tick."""
+        self.health.interval_s = interval_s
+        self._rescheduled.set()
+
+    async def on_schedule(self) -> None:
+        """The fixed tick (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.initial_delay_s
+        last: float | None = None  # when the last tick started
+        while not self.stopping.is_set():
+            if await self._interrupted(due - loop.time()):
+                if last is not None:
+                    due = last + self.health.interval_s
+                continue
+            last = loop.time()
+            try:
+                await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
+            except Exception:  # a bug in one tick must not end the ticks: said, and on
+                log.exception("a tick failed unexpectedly; the next one runs as planned")
+            interval = self.health.interval_s
+            due += interval
+            if due < loop.time():  # it ran past its next time: those ticks are skipped
+                self._say_skipped()
+                due += math.ceil((loop.time() - due) / interval) * interval
+
+    async def _interrupted(self, wait_s: float) -> bool:
+        """Wait ``wait_s``; True when the schedule changed meanwhile."""
+        try:
+            await asyncio.wait_for(self._rescheduled.wait(), max(0.0, wait_s))
+        except TimeoutError:
+            return False
+        self._rescheduled.clear()
+        return True
+
+    def _say_skipped(self) -> None:
+        if not self._skip_logged:
+            log.warning("the previous tick is still running; skipping ticks until it ends")
+            self._skip_logged = True
+
+    async def scheduled_tick(self) -> None:
+        """The fixed tick. One still running (waiting for a locked database, say) is not
+        queued behind: this one is skipped, and that is logged once until a tick completes."""
+        if self.monitor.busy:
+            self._say_skipped()
+            return
+        if await self.run_tick():  # a tick that waited in vain for the store says it again
+            self._skip_logged = False
+
+    # -- early checks --------------------------------------------------------------------
+
+    def _moved(self, change: SourcesMoved) -> None:
+        self._due |= change.keys
+        self._rearm = self._rearm or not change.catch_up
+        if self._early is None:
+            self._early = asyncio.get_running_loop().create_task(self._check_due())
+
+    async def _check_due(self) -> None:
+        """The keys due, in one check at a time, until none is due (never cancelled: the
+        exit stack waits for the tick in flight)."""
+        try:
+            while self._due and not self.stopping.is_set():
+                keys, rearm = self._due, self._rearm
+                self._due, self._rearm = set(), False
+                try:
+                    await self.run_tick(keys, rearm=rearm)
+                except Exception:
+                    log.exception("an early check failed")
+        finally:
+            self._early = None
+
+    # -- one tick ------------------------------------------------------------------------
+
+    async def run_tick(self, only: set[str] | None = None, *, rearm: bool = True) -> bool:
+        """One tick (of the ``only`` keys, an early check); whether the store took all it
+        had to write."""
+        start = time.perf_counter()
+        try:
+            results = await self.monitor.tick(only)
+        except SessionwatchError as exc:
+            log.warning("tick failed: %s", exc)
+            self.health.refused(str(exc))
+            return False
+        duration = time.perf_counter() - start
+        self.metrics.ticks.inc()
+        self.metrics.tick_seconds.observe(duration)
+        self.health.ran(int(time.time() * 1000), duration, results)
+        counted: dict[tuple[str, str], int] = {}
+        for r in results:
+            self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
+            label = (r.adapter or "none", r.outcome)
+            counted[label] = counted.get(label, 0) + 1
+            if r.outcome == "activity" and not r.unsettled:  # a change; states say themselves
+                turns = "1 turn" if r.turns == 1 else f"{r.turns} turns"
+                log.info(
+                    "%s: %s recorded%s", r.session_key, turns, f" ({r.reason})" * bool(r.reason)
+                )
+        if only is None:  # a whole tick: the links as they stand now
+            self.metrics.links_now.clear()
+            for (adapter, outcome), n in counted.items():
+                self.metrics.links_now.labels(adapter, outcome).set(n)
+        if rearm and any(r.outcome == "missing" for r in results):
+            self.kernel.stream.publish(LinksChanged())
+        return not any(r.unsettled for r in results)

@@ -1,0 +1,20 @@
+"""What the upstream side publishes on the kernel's change stream
+(:class:`monitor.kernel.changes.ChangeStream`): links that changed, and sources that moved."""
+
+from __future__ import annotations
+
+from monitor.records import NamedTuple
+
+
+class LinksChanged(NamedTuple):
+    """Links were adopted or removed, a link's source went missing, or the roots and nodes
+    they are read under changed: which files and nodes are watched may differ."""
+
+
+class SourcesMoved(NamedTuple):
+    """The native sources of these links changed (a file written to, a node's feed moved):
+    they are due an early check. ``catch_up``: the check that follows arming a watch, whose
+    missing sources must not re-arm it again."""
+
+    keys: frozenset[str]
+    catch_up: bool = False
