@@ -65,8 +65,11 @@ KEY = "agent:main:subagent:bench"
 
 
 def _time(argv: list[str], env: dict[str, str]) -> float:
+    """One run, from the root directory: ``python -c`` puts the directory it runs in first
+    on its path, and from this checkout that would import this tree's ``monitor`` into the
+    baseline's interpreter."""
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env, cwd="/")
     return time.perf_counter() - start
 
 
@@ -134,26 +137,33 @@ def _commands(sw: Path) -> dict[str, list[str]]:
 
 
 def bench_commands(runs: int, tmp: Path, ours: Path, baseline: str | None) -> None:
+    """Each tree on databases of its own, made by itself (a tree refuses a schema newer
+    than its own): a plain store, and an OpenClaw state directory whose database is the
+    store."""
     trees = {"this tree": ours}
     if baseline:
         trees[baseline] = install(tmp / "base", baseline)
-    env = {**os.environ, "SESSIONWATCH_DB": str(tmp / "state.db")}
-    env.pop("SESSIONWATCH_CONFIG", None)
-    state = tmp / "openclaw"  # an OpenClaw state directory whose database is the store
-    (state / "state").mkdir(parents=True)
-    openclaw = {k: v for k, v in env.items() if k != "SESSIONWATCH_DB"}
-    openclaw["OPENCLAW_STATE_DIR"] = str(state)
-    spawn = ["spawn", "--parent", "agent:main:main", "--child", KEY, "--run-id", "r"]
-    for e in (env, {**openclaw, "SESSIONWATCH_DB": str(state / "state" / "openclaw.sqlite")}):
-        subprocess.run(
-            [str(trees["this tree"]), *spawn], check=True, stdout=subprocess.DEVNULL, env=e
-        )
     python = str(ours.parent / "python")
+    spawn = ["spawn", "--parent", "agent:main:main", "--child", KEY, "--run-id", "r"]
+    plain: dict[str, dict[str, str]] = {}
+    beside: dict[str, dict[str, str]] = {}
+    for n, (tree, sw) in enumerate(trees.items()):
+        env = {**os.environ, "SESSIONWATCH_DB": str(tmp / f"state-{n}.db")}
+        env.pop("SESSIONWATCH_CONFIG", None)
+        state = tmp / f"openclaw-{n}"  # an OpenClaw state directory whose database is the store
+        (state / "state").mkdir(parents=True)
+        openclaw = {k: v for k, v in env.items() if k != "SESSIONWATCH_DB"}
+        openclaw["OPENCLAW_STATE_DIR"] = str(state)
+        db = {**openclaw, "SESSIONWATCH_DB": str(state / "state" / "openclaw.sqlite")}
+        for e in (env, db):
+            subprocess.run([str(sw), *spawn], check=True, stdout=subprocess.DEVNULL, env=e)
+        plain[tree], beside[tree] = env, openclaw
     floor_argv = [python, "-c", "import sqlite3, orjson"]
-    plan = [("floor", floor_argv, env)]
+    plan = [("floor", floor_argv, plain["this tree"])]
     for tree, sw in trees.items():
         for name, argv in _commands(sw).items():
-            plan.append((f"{tree}: {name}", argv, openclaw if "OpenClaw" in name else env))
+            e = beside[tree] if "OpenClaw" in name else plain[tree]
+            plan.append((f"{tree}: {name}", argv, e))
     times: dict[str, list[float]] = {label: [] for label, _, _ in plan}
     for _ in range(runs):
         for label, argv, e in plan:

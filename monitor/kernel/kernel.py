@@ -168,7 +168,8 @@ class Kernel(Views):
         if self.metrics:
             for r in fresh:
                 self.metrics.recorded(r.event.kind, len(r.notices))
-        self.stream.publish(EventsRecorded(fresh))
+        if self.stream.wants(EventsRecorded):  # the hot path builds nothing for no one
+            self.stream.publish(EventsRecorded(fresh))
         self._opened([n for r in fresh for n in r.notices])
         if recorder.watches_changed:
             self.watches_changed()
