@@ -64,9 +64,11 @@ class Catalog:
     errors: list[dict[str, str]] = field(default_factory=list)  # {path, reason}
 
     def extend(self, other: Catalog) -> None:
+        """Add ``other``'s; an error already said (a node that refused every kind it
+        serves) is said once."""
         self.entries += other.entries
         self.skipped += other.skipped
-        self.errors += other.errors
+        self.errors += [e for e in other.errors if e not in self.errors]
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -14,12 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from adapters import zst
 from adapters.catalog import Catalog, CatalogEntry, catalog_id
 from adapters.jsonl_format import JsonlFormat
-from adapters.jsonl_scan import first_prompt
+from adapters.jsonl_scan import first_prompt, parse_line
 from adapters.tailer import open_regular
 
 TITLE_CHARS = 200
@@ -28,16 +26,19 @@ TAIL_BYTES = 16 * 1024
 _TITLE_TYPES = {"custom-title": "customTitle", "ai-title": "aiTitle", "session_info": "name"}
 
 
-def _records(chunk: bytes, *, skip_first_partial: bool) -> list[dict[str, Any]]:
+def _records(
+    fmt: JsonlFormat[Any], chunk: bytes, *, skip_first_partial: bool
+) -> list[dict[str, Any]]:
+    """The records of ``chunk``'s complete lines, parsed as the monitor parses them (odd
+    bytes, a lone surrogate, a BOM are read, not skipped)."""
     lines = chunk.split(b"\n")
     if skip_first_partial:
         lines = lines[1:]
     out = []
     for line in lines[:-1] if not chunk.endswith(b"\n") else lines:
-        try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError:
+        if not line.strip():
             continue
+        value = parse_line(line, recover=not fmt.strict)
         if isinstance(value, dict):
             out.append(value)
     return out
@@ -94,20 +95,22 @@ def file_entry(
     else:
         head, tail = _head_and_tail(path, stat.st_size)
     first_nl = head.find(b"\n")
-    try:
-        first = orjson.loads(head[: first_nl if first_nl >= 0 else len(head)])
-    except orjson.JSONDecodeError:
-        raise ValueError("first line is not JSON") from None
+    first = parse_line(head[: first_nl if first_nl >= 0 else len(head)], recover=False)
+    if first is None:
+        raise ValueError("first line is not JSON")
     if not isinstance(first, dict):
         raise ValueError("first line is not a JSON object")
-    head_records = _records(head, skip_first_partial=False)
+    head_records = _records(fmt, head, skip_first_partial=False)
     described = fmt.describe(first, head_records)
     if described is None:
         return None
     native_id, cwd = described
     real = real or os.path.realpath(path)
-    prompt = first_prompt(fmt, head_records)
-    title = _title(head_records + (_records(tail, skip_first_partial=True) if tail else []))
+    prompt = _text(first_prompt(fmt, head_records))
+    title = _text(
+        _title(head_records + (_records(fmt, tail, skip_first_partial=True) if tail else []))
+    )
+    cwd = _text(cwd)
     return CatalogEntry(
         catalog_id=catalog_id(fmt.kind, real),
         kind=fmt.kind,
@@ -119,6 +122,14 @@ def file_entry(
         size=stat.st_size,
         prompt=prompt[:TITLE_CHARS] if prompt else None,
     )
+
+
+def _text(text: str | None) -> str | None:
+    """Text read from odd bytes as it can be shown and sent as JSON: a lone surrogate (a
+    ``\\ud83d`` escape) becomes U+FFFD."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[str], int]:

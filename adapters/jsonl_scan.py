@@ -47,8 +47,8 @@ def parse_line(line: bytes, *, recover: bool) -> Any:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
         pass
-    try:  # lone surrogates are JSON; invalid UTF-8 is read with replacement characters
-        return json.loads(line.decode("utf-8", "replace"))
+    try:  # lone surrogates are JSON; invalid UTF-8 is read with replacement characters,
+        return json.loads(line.decode("utf-8-sig", "replace"))  # and a leading BOM dropped
     except ValueError:
         pass
     if not recover:

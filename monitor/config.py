@@ -84,6 +84,7 @@ class Rule(NamedTuple):
     check: Callable[[Any], bool] | None = None
     says: str = ""
     most: float = float(2**63 - 1)  # a number's largest value (every number is finite)
+    least: float = 0.0  # a duration's smallest value, where zero would spin
 
 
 DAY_S = 86_400.0
@@ -96,6 +97,14 @@ def positive(most: float) -> Rule:
 
 def at_most(most: float) -> Rule:
     return Rule(most=most)
+
+
+MIN_DURATION_S = 0.1  # a period shorter than this would spin: a tick, a budget, a retry
+
+
+def duration(most: float = DAY_S) -> Rule:
+    """A period: at least :data:`MIN_DURATION_S`, at most ``most``."""
+    return Rule(positive=True, most=most, least=MIN_DURATION_S)
 
 
 def _given(check: Callable[[str], bool]) -> Callable[[str], bool]:
@@ -114,9 +123,9 @@ class StoreConfig(NamedTuple):
 
 
 class MonitorConfig(NamedTuple):
-    interval_s: Annotated[float, positive(DAY_S)] = 60.0
+    interval_s: Annotated[float, duration()] = 60.0
     initial_delay_s: Annotated[float, at_most(DAY_S)] = 15.0
-    adapter_budget_s: Annotated[float, positive(DAY_S)] = 45.0
+    adapter_budget_s: Annotated[float, duration()] = 45.0
     scan_cap_bytes: Annotated[int, positive(2**30)] = 1_048_576
     max_line_bytes: Annotated[int, positive(2**32)] = 64 * 1_048_576
     missing_threshold: Annotated[int, positive(1000)] = 3
@@ -181,11 +190,27 @@ class GatewayConfig(NamedTuple):
     hooks_url: Annotated[str, _HOOKS_URL] = ""
     hooks_token_file: str = ""  # a private file holding the gateway's hooks.token
     # how often an undelivered notice is sent again
-    retry_interval_s: Annotated[float, positive(DAY_S)] = 30.0
+    retry_interval_s: Annotated[float, duration()] = 30.0
+    # plain http:// to a host that is not this machine: the token would cross the network
+    # in clear; refused unless this says it is meant (a private link, say)
+    allow_plain_http: bool = False
 
     @property
     def wakes(self) -> bool:
         return bool(self.hooks_url)
+
+
+def clear_text_host(url: str) -> str | None:
+    """The host of a plain ``http://`` URL that is not this machine's loopback: where a
+    bearer token would cross a network in clear. None for https:// and loopback."""
+    if not url.startswith("http://"):
+        return None
+    authority = url[len("http://") :].split("/", 1)[0].rpartition("@")[2]
+    if authority.startswith("["):  # [IPv6]:port
+        host = authority[: authority.find("]") + 1]
+    else:
+        host = authority.partition(":")[0]
+    return None if is_loopback(host) else host
 
 
 class SessionConfig(NamedTuple):
@@ -335,6 +360,8 @@ def _check_value(where: str, expected: Any, rule: Rule | None, value: Any) -> An
         return value
     if rule.positive and value <= 0:
         raise ConfigError(f"{where} must be positive")
+    if isinstance(value, int | float) and value < rule.least:
+        raise ConfigError(f"{where} must be at least {rule.least:g} s")
     if rule.choices and value not in rule.choices:
         raise ConfigError(f"{where} must be one of {', '.join(rule.choices)}")
     if rule.check is not None and not rule.check(value):
@@ -387,17 +414,34 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 
 
-def _roots(raw: Any) -> RootsConfig:
-    """The ``[roots]`` table: strings only here; its keys are the registry's to check."""
+def _roots(raw: Any, base: str | None) -> RootsConfig:
+    """The ``[roots]`` table: strings only here; its keys are the registry's to check. An
+    empty root is refused (it would be the directory the command runs in); a relative one
+    is resolved against ``base``, the configuration file's directory, and refused where
+    there is no file to be relative to."""
     if not isinstance(raw, dict):
         raise ConfigError("[roots] must be a table")
+    roots: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(value, str):
             raise ConfigError(f"[roots] {key} must be a string")
-    return RootsConfig(**raw)
+        if not value.strip():
+            raise ConfigError(
+                f"[roots] {key} is empty: name a directory (absolute, ~/..., or relative to"
+                " the configuration file), or leave the key out for the default"
+            )
+        if value.startswith("~") or os.path.isabs(value):
+            roots[key] = value
+        elif base is None:
+            raise ConfigError(f"[roots] {key} = {value!r} is relative: give an absolute path")
+        else:
+            roots[key] = os.path.normpath(os.path.join(base, value))
+    return RootsConfig(**roots)
 
 
-def parse_config(raw: dict[str, Any]) -> Config:
+def parse_config(raw: dict[str, Any], base: str | None = None) -> Config:
+    """The configuration of ``raw`` (a parsed TOML document); ``base``: the directory of the
+    file it came from, that relative roots are read against."""
     unknown = sorted(set(raw) - set(_SECTIONS) - {"nodes", "roots"})
     if unknown:
         known = [*_SECTIONS, "nodes", "roots"]
@@ -406,12 +450,19 @@ def parse_config(raw: dict[str, Any]) -> Config:
         name: _section(cls, name, raw[name]) for name, cls in _SECTIONS.items() if name in raw
     }
     if "roots" in raw:
-        values["roots"] = _roots(raw["roots"])
+        values["roots"] = _roots(raw["roots"], base)
     gateway = values.get("gateway")
     if gateway is not None and bool(gateway.hooks_url) != bool(gateway.hooks_token_file):
         raise ConfigError(
             "[gateway] hooks_url and hooks_token_file go together: the gateway's hooks API"
             " refuses a wake without its token"
+        )
+    clear = None if gateway is None else clear_text_host(gateway.hooks_url)
+    if clear is not None and gateway is not None and not gateway.allow_plain_http:
+        raise ConfigError(
+            f"[gateway] hooks_url: plain http:// to {clear} would send the hooks token across"
+            " the network in clear. Use https://, or a loopback address (an SSH forward of the"
+            " gateway's port), or set [gateway] allow_plain_http = true on a link you trust"
         )
     nodes = raw.get("nodes", {})
     if not isinstance(nodes, dict):
@@ -432,10 +483,10 @@ def load_config(path: Path | str | None) -> Config:
     try:
         if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO would block the read for good
             raise ConfigError(f"cannot read configuration {p}: not a regular file")
-        with open(p, encoding="utf-8") as f:
+        with open(p, encoding="utf-8-sig") as f:  # a leading BOM is no statement
             raw = tomllib.loads(f.read())
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"configuration {p} is not valid TOML: {exc}") from None
-    return parse_config(raw)
+    return parse_config(raw, os.path.dirname(os.path.abspath(p)))

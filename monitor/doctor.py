@@ -8,6 +8,7 @@ fix. The gateway's hooks are checked with an empty JSON body: a gateway that ans
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,9 @@ async def _database(config: Config, db: Path | str) -> Finding:
         return problem(str(exc).split("; run: ")[0], f"chmod 600 {db}*")
     except SessionwatchError as exc:  # said once: the message names the database already
         said = str(exc) if shown in str(exc) else f"the state database {shown}: {exc}"
+        if "unable to open database file" in str(exc):
+            where = os.path.dirname(os.path.abspath(str(db)))
+            return problem(said, f"check that {where} exists and this user may write in it")
         return problem(said, "see the message for the cause; serve would fail the same way")
     if loose:
         return note(
@@ -306,7 +310,8 @@ async def _probe_hooks(
         ]
     if status == 429:
         return [problem(f"the gateway throttles {url} (429)", "wait a minute; check the token")]
-    return [problem(f"the gateway answered {status} {error} at {url}", "see the gateway's log")]
+    answered = " ".join(part for part in (str(status), error) if part)
+    return [problem(f"the gateway answered {answered} at {url}", "see the gateway's log")]
 
 
 def _error_of(raw: bytes) -> str:

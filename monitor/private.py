@@ -56,36 +56,33 @@ def serving_addresses(db: Path) -> list[str]:
 
 def take_instance_lock(db: Path) -> InstanceLock:
     """One ``serve`` per database, whatever path names it: an exclusive lock on
-    ``<db>.lock`` beside the real file (symlinks and ``..`` resolved), and one named after
-    the file's device and inode in this user's runtime directory (a bind-mount alias has
-    the same), both held until exit. The database file is created empty, mode 0600, when
-    it is missing, so that it has an inode to be known by."""
+    ``<db>.lock`` beside the real file (symlinks and ``..`` resolved; it holds the pid and
+    the addresses ``open`` reads), and one on the database file itself (``flock``, which
+    SQLite's own byte-range locks never touch), so that a hard link or a bind mount of the
+    file is the same database too. Both are held until exit. The database file is created
+    empty, mode 0600, when it is missing."""
     real = Path(os.path.realpath(db))
     handles: list[IO[str]] = []
     try:
         handles.append(_lock(real.with_name(real.name + ".lock"), db))
         try:
-            os.close(os.open(real, os.O_WRONLY | os.O_CREAT, 0o600))
-            found = os.stat(real)
+            fd = os.open(real, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise ConfigError(f"cannot create the state database {db}: {exc.strerror}") from None
-        runtime = _runtime_dir()
-        handles.append(_lock(runtime / f"db-{found.st_dev}-{found.st_ino}.lock", db))
+        handle = os.fdopen(fd, "r+b")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise AlreadyRunning(
+                f"another sessionwatch serve is running on {db} under another name (a hard"
+                " link or a bind mount of the same file); refusing to start"
+            ) from None
+        handles.append(handle)  # type: ignore[arg-type]
     except BaseException:
         InstanceLock(handles).close()
         raise
     return InstanceLock(handles)
-
-
-def _runtime_dir() -> Path:
-    """``$XDG_RUNTIME_DIR/sessionwatch``, else ``<tmp>/sessionwatch-<uid>``, private."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    path = Path(base) / "sessionwatch" if base else Path(f"/tmp/sessionwatch-{os.getuid()}")
-    make_private_dirs(path)
-    found = path.lstat()
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
-        raise ConfigError(f"{path} must be a directory of this user's, mode 0700")
-    return path
 
 
 def _lock(path: Path, db: Path) -> IO[str]:
@@ -157,6 +154,8 @@ def check_private_state(db: Path, *, ours: Callable[[Path], bool] | None = None)
     made. A database anyone else made (a gateway's) keeps the refusal."""
     loose = loose_state_files(db)
     if loose and ours is not None and ours(db):
+        # reading it may have made its -shm, with the database's own loose mode
+        loose = loose_state_files(db)
         was = {f"{stat.S_IMODE(path.stat().st_mode):04o}" for path in loose}
         for path in loose:
             try:

@@ -24,17 +24,60 @@ TIMEOUT_S = 10.0
 def base_url(config: Config, given: str | None, db: Path | str | None = None) -> str:
     """Where ``serve`` answers: ``--url``, else the address the running ``serve`` of
     ``db`` wrote into its lock file (it keeps its listener across a reload that changed
-    ``[api] listen``), else what ``[api] listen`` says."""
+    ``[api] listen``), else what ``[api] listen`` says. The token goes to this sidecar's
+    own address only: a ``--url`` must name one of those (or a host of ``[api]
+    allowed_hosts`` on the same port)."""
+    served = _served(db)
     if given:
         if not given.startswith(("http://", "https://")):
             raise BadInput(f"--url must start with http:// or https://, got {given!r}")
-        return given.rstrip("/")
-    if isinstance(db, Path):
-        from monitor.private import serving_addresses
+        url = given.rstrip("/")
+        own = [*served, *([] if _port_zero(config) else [_listen_url(config)])]
+        if not _is_own(url, own, config.api.allowed_hosts):
+            where = ", ".join(own) or "nowhere known: is serve running?"
+            raise BadInput(
+                f"--url {url} is not where this sidecar serves ({where}): the API token is"
+                " sent to this sidecar's own address only"
+            )
+        return url
+    if served:
+        return served[0]
+    return _listen_url(config)
 
-        served = [a for a in serving_addresses(db) if a.startswith("http://")]
-        if served:
-            return served[0].rstrip("/")
+
+def _served(db: Path | str | None) -> list[str]:
+    if not isinstance(db, Path):
+        return []
+    from monitor.private import serving_addresses
+
+    return [a.rstrip("/") for a in serving_addresses(db) if a.startswith("http://")]
+
+
+def _host_port(url: str) -> tuple[str, str]:
+    scheme, _, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].rpartition("@")[2].lower()
+    if authority.startswith("["):
+        host, _, port = authority.partition("]")
+        host, port = host + "]", port.removeprefix(":")
+    else:
+        host, _, port = authority.partition(":")
+    return host, port or ("443" if scheme == "https" else "80")
+
+
+def _is_own(url: str, own: list[str], allowed_hosts: tuple[str, ...]) -> bool:
+    host, port = _host_port(url)
+    places = [_host_port(o) for o in own]
+    if (host, port) in places:
+        return True
+    allowed = {h.lower() for h in allowed_hosts}
+    return host in allowed and port in {p for _, p in places}
+
+
+def _port_zero(config: Config) -> bool:
+    return config.api.listen.rpartition(":")[2] == "0"
+
+
+def _listen_url(config: Config) -> str:
     listen = config.api.listen
     if listen.startswith("unix:"):
         raise BadInput(

@@ -44,6 +44,8 @@ def db_target(args: Args, config: Config) -> str:
     else OpenClaw's own state database when an install is found next to this user, else the
     default path: a SQLite file's path (``~`` expanded), or a ``postgresql://`` URL (kept as
     it is)."""
+    if args.db is not None and not args.db.strip():  # an empty variable: not the default
+        raise BadInput("--db is empty: name a SQLite file or a postgresql:// URL")
     chosen = args.db or os.environ.get("SESSIONWATCH_DB") or config.store.url
     if not chosen and config.store.path == Config().store.path:
         from monitor.openclaw.home import found_state_db  # next to OpenClaw: its database
@@ -64,6 +66,17 @@ def db_path(args: Args, config: Config) -> Path | str:
     from pathlib import Path
 
     return Path(target)
+
+
+def epoch_ms(raw: str) -> int:
+    """A time in ms since the epoch, up to the last millisecond of the year 9999 (what the
+    API takes)."""
+    from monitor.kernel.signal_log import LAST_MS
+
+    value = non_negative(raw)
+    if value > LAST_MS:
+        _refuse(f"must be at most {LAST_MS} (the year 9999): {raw}")
+    return value
 
 
 def non_negative(raw: str) -> int:

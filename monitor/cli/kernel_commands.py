@@ -11,6 +11,7 @@ from monitor.cli.declare import (
     Kinds,
     arg,
     command,
+    epoch_ms,
     non_negative,
     parse_json_arg,
     positive,
@@ -59,7 +60,12 @@ def _adopted(answer: dict[str, Any]) -> int:
     arg("--summary", help="one of the kind's summary templates (never free text)"),
     arg("--dedupe-key", help="a second event with this key is the first one again"),
     arg("--payload", help='JSON: {"channel": ...}, {"turns": N}, {"outcome": ...}'),
-    arg("--occurred-at", type=non_negative, help="when, in ms since the epoch (default now)"),
+    arg(
+        "--occurred-at",
+        type=epoch_ms,
+        help="when, in ms since the epoch (default now; kept within the last 24 h: a time"
+        " before is taken as 24 h ago, one after as now)",
+    ),
 )
 async def _record(kernel: Kernel, a: Args) -> dict[str, Any]:
     from monitor.kernel.signal_log import NewEvent
@@ -316,7 +322,7 @@ async def _tick(kernel: Kernel, a: Args) -> dict[str, Any]:
     arg("--search", help="rank by a fuzzy match of title, prompt and directory"),
     arg("--limit", type=positive, help="at most this many"),
     arg("--json", action="store_true", help="JSON instead of a table"),
-    done=lambda answer, a: printed(answer) if a.json else 0,  # else the table is printed
+    done=lambda answer, a: _catalog_done(answer, a),
     loop=True,
     roots=True,
     reads="scratch",  # the native sessions are listed before any database exists
@@ -330,4 +336,12 @@ async def _catalog(kernel: Kernel, a: Args) -> dict[str, Any]:
     from monitor.cli.table import print_catalog
 
     print_catalog(found, kernel.clock())
-    return {}
+    return {"errors": found.errors}  # not printed: the exit code's
+
+
+def _catalog_done(answer: dict[str, Any], a: Args) -> int:
+    """The JSON printed (or the table, printed already); exit 1 when a paired node could
+    not be listed at all: its sessions are missing from what was shown."""
+    code = printed(answer) if a.json else 0
+    down = {f"node {name}" for name in a.config_obj.nodes}
+    return code or int(any(e.get("path") in down for e in answer.get("errors", ())))

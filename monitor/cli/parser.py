@@ -32,6 +32,12 @@ class Parser(argparse.ArgumentParser):
         """One line: what is wrong, then the command's usage (flattened)."""
         usage = " ".join(self.format_usage().split())
         name = self.prog.removeprefix("sessionwatch").strip() or "usage"
+        misplaced = [f for flags, _ in GLOBALS for f in flags if f in message.split()]
+        if message.startswith("unrecognized arguments") and misplaced:
+            message += (
+                f" ({', '.join(misplaced)} is an option of sessionwatch itself: it goes before"
+                f" the command, as in sessionwatch {misplaced[0]} VALUE {name} ...)"
+            )
         raise BadInput(f"{name}: {message}; {usage}")
 
 

@@ -16,8 +16,8 @@ from monitor.cli.declare import (
     command,
     db_origin,
     db_path,
-    non_negative,
     path_arg,
+    positive,
 )
 from monitor.config import is_pg_url, without_password
 from monitor.errors import SessionwatchError, one_line
@@ -129,8 +129,8 @@ def _open(args: Args) -> int:
     arg("file", help="the transcript (a Codex .jsonl.zst too), or the OpenCode database"),
     arg("--session", help="the session id (OpenCode)"),
     arg("--own-text", action="append", default=[], help="a gateway-sent text (self-echo); repeat"),
-    arg("--scan-cap", type=non_negative, help="bytes read per tick (default [monitor])"),
-    arg("--max-line-bytes", type=non_negative, help="the longest line read (default [monitor])"),
+    arg("--scan-cap", type=positive, help="bytes read per tick (default [monitor])"),
+    arg("--max-line-bytes", type=positive, help="the longest line read (default [monitor])"),
     needs="config",
 )
 def _replay(args: Args) -> int:

@@ -72,10 +72,13 @@ def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
             shown(", ".join(k for k in (e.session_key, *e.also_keys) if k)),
         )
     console.print(table)
-    console.print(
-        f"{_plural(len(catalog.entries), 'session')}; {catalog.skipped} skipped (not adoptable)"
-    )
-    for err in catalog.errors:
-        line = shown(f"skipped {err['path']}: {err['reason']}")
+    said = _plural(len(catalog.entries), "session")
+    if catalog.skipped:
+        said += f"; {catalog.skipped} not adoptable (sub-agent runs), not listed"
+    if catalog.errors:
+        said += f"; {_plural(len(catalog.errors), 'source')} could not be read:"
+    console.print(said, soft_wrap=True)
+    for err in catalog.errors:  # whole, however long: a path is read, or copied
+        line = shown(f"  {err['path']}: {err['reason']}")
         line.stylize("yellow")
-        console.print(line)
+        console.print(line, soft_wrap=True)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from monitor.config import GatewayConfig
-from monitor.errors import SessionwatchError, connection_reason
+from monitor.errors import SessionwatchError, connection_reason, one_line
 from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.paths import expand_user
 from monitor.private import read_secret
@@ -227,7 +227,7 @@ class HooksClient:
         except SessionwatchError as exc:  # its mode, a missing or unreadable file: no call
             return WakeAnswer("no_token", str(exc))
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-        error = ""
+        errors: list[str] = []  # each try's, once: a 500 then a timeout are both said
         backoff = Backoff(BACKOFF_S, BACKOFF_S * 2 ** (ATTEMPTS - 2))
         for attempt in range(1, ATTEMPTS + 1):
             try:
@@ -237,9 +237,11 @@ class HooksClient:
                 error = answer.error
             except CallFailed as exc:
                 error = str(exc)
+            if error not in errors:
+                errors.append(error)
             if attempt < ATTEMPTS:
                 await self.timers.sleep(backoff.next())
-        return WakeAnswer("failed", error)
+        return WakeAnswer("failed", "; then ".join(errors))
 
     def _explain(self, answer: WakeAnswer) -> None:
         """Each reason once in the log (until the gateway accepts a wake again)."""
@@ -287,9 +289,9 @@ class HooksClient:
                 "the gateway refused a wake (400): %s; the notice stays pending",
                 answer.error,
             )
-        else:
+        else:  # each way of being down once: a 500, then a timeout, are two reasons
             self.say_once(
-                "down",
+                "down " + answer.error.split(" ", 1)[0],
                 "the gateway at %s did not take a wake (%s); notices stay pending and are"
                 " sent again every %.0f s",
                 self.url,
@@ -325,7 +327,8 @@ def _answer(reply: Reply) -> WakeAnswer:
         if isinstance(parsed, dict):
             error = str(parsed.get("error") or "")
     status = reply.status
-    error = error or reply.body.decode("utf-8", "replace").strip()[:200] or str(status)
+    # the gateway's words, on one printable line (its escape bytes never reach a terminal)
+    error = one_line(error or reply.body.decode("utf-8", "replace"), 200) or str(status)
     if 200 <= status < 300:
         return WakeAnswer("accepted")
     if 300 <= status < 400:

@@ -40,7 +40,23 @@ def normalize_key(raw: str) -> str:
         raise BadInput(f"session key is longer than {MAX_KEY_LENGTH} characters")
     if any(ch in key for ch in "\r\n\t\x00"):
         raise BadInput("session key contains a control character")
+    if not key.isascii():
+        _refuse_invisible(key)
     return key
+
+
+def _refuse_invisible(key: str) -> None:
+    """A key with a character that shows nothing (a bidi override, a zero-width space or
+    joiner: Unicode's format and control characters) is refused: two keys could look the
+    same and name two sessions."""
+    import unicodedata
+
+    for ch in key:
+        if unicodedata.category(ch) in ("Cf", "Cc"):
+            raise BadInput(
+                f"session key contains an invisible character (U+{ord(ch):04X}): two keys"
+                " could look the same"
+            )
 
 
 @_remembered

@@ -47,6 +47,7 @@ _EVENT_COLUMNS = (
 KEY = "input:key"  # a session key
 IDENT = "input:ident"  # one line of text (an id, a template's summary)
 EPOCH_MS = "input:epoch-ms"  # a time in ms since 1970
+LAST_MS = 253_402_300_799_999  # the last millisecond of the year 9999: the latest time taken
 PAYLOAD = "input:payload"  # the compact payload
 
 

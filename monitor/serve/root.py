@@ -22,7 +22,7 @@ from pathlib import Path
 
 from adapters.base import NodeAddress
 from adapters.registry import node_kinds
-from monitor.clock import now_ms
+from monitor.clock import Clock, now_ms
 from monitor.config import Config, is_loopback, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient
 from monitor.delivery.ledger import Delivery
@@ -155,14 +155,14 @@ class Retention:
 
 
 async def open_state(
-    db: Path | str, stopping: asyncio.Event | None, metrics: Metrics
+    db: Path | str, stopping: asyncio.Event | None, metrics: Metrics, clock: Clock = now_ms
 ) -> StateStore | None:
     """Open the state database, waiting while another process holds it locked: retried with
     backoff, said once in the log, until it opens (the store) or ``stopping`` is set (None)."""
     backoff = Backoff(0.5, 5.0)
     while True:
         try:
-            return await open_store(db, clock=now_ms, on_error=metrics.db_errors.inc)
+            return await open_store(db, clock=clock, on_error=metrics.db_errors.inc)
         except (StoreLocked, StoreError) as exc:
             if isinstance(exc, SchemaTooNew) or not (
                 isinstance(exc, StoreLocked) or isinstance(db, str)
@@ -176,10 +176,16 @@ async def open_state(
 
 @contextlib.asynccontextmanager
 async def running(
-    config: Config, db: Path | str, stopping: asyncio.Event | None = None
+    config: Config,
+    db: Path | str,
+    stopping: asyncio.Event | None = None,
+    *,
+    clock: Clock = now_ms,
 ) -> AsyncIterator[Sidecar | None]:
     """The whole service on one exit stack; None when stopped before the database opened.
-    ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL."""
+    ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL;
+    ``clock``: the wall clock of what is stored (a simulation moves its own through weeks;
+    what is timed stays on the loop's monotonic clock)."""
     stopping = stopping or asyncio.Event()
     async with AsyncExitStack() as stack:
         lock = None
@@ -190,14 +196,14 @@ async def running(
             check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
-        timers = LoopTimers()
+        timers = LoopTimers(clock)
         health = TickHealth(
             interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
         )
         waker = _hooks_client(config, metrics, db, timers, health)
         if waker:
             stack.push_async_callback(waker.close)
-        store = await open_state(db, stopping, metrics)
+        store = await open_state(db, stopping, metrics, clock)
         if store is None:
             yield None
             return

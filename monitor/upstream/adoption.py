@@ -201,7 +201,10 @@ class Adoption:
 
 
 def _expanded(path: str) -> str:
-    """A path a client gave; one whose ``~user`` has no home is outside every root."""
+    """A path a client gave; one whose ``~user`` has no home is outside every root; one
+    that holds a NUL byte is no path at all (:class:`BadInput`)."""
+    if "\x00" in path:
+        raise BadInput("a path cannot hold a NUL byte")
     try:
         return expand_user(path)
     except BadInput as exc:

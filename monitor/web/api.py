@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from adapters.base import own_text_hash
-from monitor.errors import NotFound, SessionwatchError, StoreError
+from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.feed import NoticeFeed
@@ -65,7 +65,13 @@ async def decoded(request: web.Request, model: type[T]) -> T:
 
 
 def query(request: web.Request, model: type[T]) -> T:
-    return convert_query(model, dict(request.query))
+    """The query as ``model``; a parameter given twice is refused (the second would be
+    dropped without a word)."""
+    given = request.query
+    if len(given) != len(set(given)):
+        twice = next(k for k in given if len(given.getall(k)) > 1)
+        raise BadInput(f"{twice} is given more than once: give it once (a list is a,b,c)")
+    return convert_query(model, dict(given))
 
 
 # -- routes ------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ guard, protocol errors in the same JSON shape, and starting a listener (``HOST:P
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import os
@@ -201,6 +202,24 @@ class JsonErrorHandler(web.RequestHandler):
         self.body: StreamReader | None = None  # the body of the request being handled
         self.half_closed = False
 
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """A request that failed because its client hung up (its body cut short, the
+        connection lost) is the client's doing: one debug line, never a traceback. 300
+        clients that hang up must not write 7,000 lines."""
+        exc = kw.get("exc_info")
+        if isinstance(exc, BaseException) and self._hung_up(exc):
+            log.debug("a client hung up during its request (%s: %s)", type(exc).__name__, exc)
+            return
+        super().log_exception(*args, **kw)
+
+    def _hung_up(self, exc: BaseException) -> bool:
+        """The connection is gone, or the client closed its side with its body unsent."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return True
+        cut = isinstance(exc, web.HTTPBadRequest) and exc.text == BODY_CUT_SHORT
+        return self.half_closed and (cut or isinstance(exc, ConnectionError))
+
     def track(self, body: StreamReader) -> None:
         self.body = body
         self._cut_short()
@@ -249,6 +268,11 @@ class JsonErrorHandler(web.RequestHandler):
         return response
 
 
+def _remove_socket(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
 async def start_site(
     stack: AsyncExitStack,
     app: web.Application,
@@ -284,6 +308,7 @@ async def start_site(
         if path is not None:
             clear_stale_socket(path)
             server = await loop.create_unix_server(connection, path)
+            stack.callback(_remove_socket, path)  # after the listener closed: a clean stop
         else:
             host, _, port = listen.rpartition(":")
             if host.startswith("[") and host.endswith("]"):  # [::1]:8080

@@ -28,7 +28,7 @@ from monitor.errors import BadInput
 from monitor.kernel import signal_log as input_kinds
 from monitor.kernel.events import MAX_INT64
 from monitor.kernel.sessions import SessionRow
-from monitor.kernel.signal_log import NewEvent
+from monitor.kernel.signal_log import LAST_MS, NewEvent
 from monitor.kernel.signal_log import StateVersion as KernelStateVersion
 from monitor.records import hints
 
@@ -37,7 +37,6 @@ Unset = msgspec.UnsetType
 UNSET = msgspec.UNSET
 
 # A time in ms since 1970, up to the end of year 9999: before 1970 or later is refused.
-LAST_MS = 253_402_300_799_999
 EpochMs = Annotated[int, msgspec.Meta(ge=0, le=LAST_MS)]
 # JSON Schema counts 3.0 as an integer; so does the API (``whole`` turns it into an int).
 WholeEpochMs = Annotated[float, msgspec.Meta(multiple_of=1, ge=0, le=float(LAST_MS))]
@@ -477,6 +476,8 @@ def decode(model: type[T], raw: bytes) -> T:
         value: T = decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BadInput(explain(exc, model)) from None
+    except RecursionError:  # msgspec's own bound on nesting, far below what a caller means
+        raise BadInput("the body is nested too deep to be read") from None
     return value
 
 

@@ -17,6 +17,7 @@ from monitor.kernel.store.sqlite_schema import (
     SCHEMA_VERSION,
     mark_legacy_notices,
     read_meta,
+    schema_number,
     write_meta,
 )
 
@@ -141,7 +142,7 @@ def schema_version(conn: Conn) -> int:
     """The version found, 0 for a new database; it only reads. Raises :class:`SchemaTooNew`
     for a database a newer sessionwatch wrote."""
     exists = conn.execute("SELECT to_regclass('sessionwatch_meta')").fetchone()[0]
-    found = int(read_meta(conn, "schema_version") or 0) if exists else 0
+    found = schema_number(read_meta(conn, "schema_version")) if exists else 0
     if found > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"the state database has schema version {found}, newer than this sessionwatch"

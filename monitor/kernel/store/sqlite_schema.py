@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from monitor.errors import SchemaTooNew
+from monitor.errors import SchemaTooNew, StoreError
 
 TYPE_CHECKING = False
 
@@ -336,7 +336,20 @@ def read_schema_version(conn: sqlite3.Connection) -> int:
     ).fetchone()
     if not exists:
         return 0
-    return int(read_meta(conn, "schema_version") or 0)
+    return schema_number(read_meta(conn, "schema_version"))
+
+
+def schema_number(raw: str | None) -> int:
+    """A stored schema version as a number; :class:`StoreError` for one that is not a
+    whole number (a database damaged, or not written by sessionwatch)."""
+    if raw is None:
+        return 0
+    if not raw.isascii() or not raw.isdigit():
+        raise StoreError(
+            f"the state database's schema version is {raw!r}, not a whole number: it was not"
+            " written by sessionwatch, or it is damaged; nothing was changed"
+        )
+    return int(raw)
 
 
 def read_meta(conn: Conn, key: str) -> str | None:
