@@ -144,4 +144,4 @@ def test_the_table_escapes_control_characters_and_markup(
     assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
     assert "\\x1b[2Jclear [bold red]me[/bold red] \\x9b31m" in out
     assert "\\x1b]0;pwned\\x07pr" in out  # the directory column is cut to fit
-    assert "1 session; 0 skipped" in out
+    assert "1 session; 1 source could not be read:\n  /x\\x1b[2J: bad\n" in out
