@@ -213,11 +213,36 @@ def advance_watchers(
     # mark) is marked too, and so becomes this sidecar's to wake: a change on its pair
     # reaches the gateway, and no pair stays behind a frozen notice nobody wakes. Either
     # way the mark changed; a notice already marked as ours is not opened again.
-    return [
-        c.notice()
-        for c in map(WatchCursor.from_row, rows)
-        if mark_opened(conn, c.watcher, c.target, c.notified)
-    ]
+    moved = [WatchCursor.from_row(row) for row in rows]
+    if not moved:
+        return []
+    if len(moved) == 1:
+        c = moved[0]
+        return [c.notice()] if mark_opened(conn, c.watcher, c.target, c.notified) else []
+    marked = _mark_all(conn, target, moved)
+    return [c.notice() for c in moved if c.watcher in marked]
+
+
+_MARKS_PER_STATEMENT = 500  # 1,500 parameters, far below SQLite's and PostgreSQL's limits
+
+
+def _mark_all(conn: Conn, target: str, cursors: list[WatchCursor]) -> set[str]:
+    """:func:`mark_opened` for every cursor of ``target`` at once: one statement (per
+    500), not one per watcher. The watchers whose mark changed."""
+    changed: set[str] = set()
+    for at in range(0, len(cursors), _MARKS_PER_STATEMENT):
+        part = cursors[at : at + _MARKS_PER_STATEMENT]
+        rows = conn.execute(
+            "INSERT INTO sessionwatch_opened_notices (watcher_session_key, target_session_key,"
+            " notified_sequence) VALUES " + ", ".join(["(?, ?, ?)"] * len(part)) +
+            " ON CONFLICT (watcher_session_key, target_session_key) DO UPDATE SET"
+            " notified_sequence = excluded.notified_sequence"
+            " WHERE sessionwatch_opened_notices.notified_sequence <> excluded.notified_sequence"
+            " RETURNING watcher_session_key",
+            [v for c in part for v in (c.watcher, target, c.notified)],
+        ).fetchall()  # fmt: skip
+        changed.update(str(r[0]) for r in rows)
+    return changed
 
 
 _MARKED = (  # the pending notice of cursor ``c`` carries this sidecar's mark

@@ -418,3 +418,38 @@ async def test_a_change_on_a_pair_the_gateway_froze_reaches_the_gateway_once(
     await wakes.settled()
     assert [MAIN] == wakes.woken
     assert [CHILD] == await ours(kernel, MAIN)
+
+
+async def test_one_change_marks_every_watcher_at_once_and_opens_only_fresh_marks(
+    kernel: Kernel,
+) -> None:
+    """Ten watchers of one target: a turn opens ten notices (their marks written in one
+    statement); a second turn while they are pending opens none; a notice the gateway
+    opened meanwhile on one pair (unmarked) becomes this sidecar's at the next turn, that
+    one alone."""
+    watchers = [f"agent:main:dashboard:w{i}" for i in range(10)]
+    for w in watchers:
+        assert await kernel.watch(watcher=w, target=CHILD)
+    first = await human(kernel, CHILD)
+    assert sorted(watchers) == sorted(n.watcher for n in first.notices)
+    assert () == (await human(kernel, CHILD)).notices
+
+    def the_gateway_opens_one(conn: Any) -> None:  # a fresh notice on w3's pair, unmarked
+        sequence = conn.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary) VALUES (?, 'main', 'human_direct_message', 'human', 1,"
+            " 'human message') RETURNING sequence",
+            (CHILD,),
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE session_watch_cursors SET last_seen_sequence = material_sequence,"
+            " notified_sequence = ?, material_sequence = ? WHERE watcher_session_key = ?",
+            (sequence, sequence, watchers[3]),
+        )
+
+    await kernel.store.write(the_gateway_opens_one)
+    assert [watchers[3]] == [n.watcher for n in (await human(kernel, CHILD)).notices]
+    marks = await kernel.read(
+        lambda c: c.execute("SELECT count(*) FROM sessionwatch_opened_notices").fetchone()[0]
+    )
+    assert 10 == marks
