@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 from watchfiles import awatch
 
 from monitor.errors import SessionwatchError
-from monitor.kernel.changes import StoreMoved, WatchesChanged
-from monitor.serve.reload import ConfigReloaded
-from monitor.upstream.changes import LinksChanged, SourcesMoved
+from monitor.serve.components import set_on_link_changes, start_task
+from monitor.upstream.changes import SourcesMoved
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -46,11 +45,8 @@ class FileWatch:
         self._paths_changed = asyncio.Event()  # which files are watched may have changed
 
     async def start(self, stack: AsyncExitStack) -> None:
-        for kind in (WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded):
-            stack.callback(self.stream.subscribe(kind, lambda _: self._paths_changed.set()))
-        self.monitor.kernel.changes.mark()  # the hub hears other processes from now on
-        task = asyncio.ensure_future(self.run())
-        stack.callback(task.cancel)
+        set_on_link_changes(stack, self.monitor.kernel, self._paths_changed)
+        start_task(stack, self.run())
 
     async def run(self) -> None:
         """Wake an early check of the links whose files changed; the tick stays the truth.

@@ -24,10 +24,10 @@ import aiohttp
 from adapters import node_client
 from adapters.base import NodeAddress
 from monitor.errors import SessionwatchError
-from monitor.kernel.changes import KEEPALIVE_S, StoreMoved, WatchesChanged
+from monitor.kernel.changes import KEEPALIVE_S
 from monitor.retry import Backoff
-from monitor.serve.reload import ConfigReloaded
-from monitor.upstream.changes import LinksChanged, SourcesMoved
+from monitor.serve.components import set_on_link_changes, start_task
+from monitor.upstream.changes import SourcesMoved
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -61,11 +61,8 @@ class NodeWatch:
         self.without_feed: set[str] = set()  # older nodes: their links wait for the ticks
 
     async def start(self, stack: AsyncExitStack) -> None:
-        for kind in (WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded):
-            stack.callback(self.stream.subscribe(kind, lambda _: self._links_changed.set()))
-        self.monitor.kernel.changes.mark()  # the hub hears other processes from now on
-        task = asyncio.ensure_future(self.run())
-        stack.callback(task.cancel)
+        set_on_link_changes(stack, self.monitor.kernel, self._links_changed)
+        start_task(stack, self.run())
 
     async def run(self) -> None:
         """Keep one poll per node with watched links, as links change (the change stream;

@@ -48,6 +48,7 @@ from monitor.private import (
     take_instance_lock,
 )
 from monitor.retry import Backoff
+from monitor.serve.components import start_task
 from monitor.serve.file_watch import FileWatch
 from monitor.serve.node_watch import NodeWatch
 from monitor.serve.reload import ConfigReloaded, Reload
@@ -144,8 +145,7 @@ class Retention:
         self.stopping = stopping
 
     async def start(self, stack: AsyncExitStack) -> None:
-        task = asyncio.ensure_future(self.run())
-        stack.callback(task.cancel)
+        start_task(stack, self.run())
 
     async def run(self) -> None:
         while not self.stopping.is_set():

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
+from monitor.serve.components import start_task
 from monitor.serve.reload import ConfigReloaded
 from monitor.upstream.changes import LinksChanged, SourcesMoved
 
@@ -70,8 +71,7 @@ class Ticks:
         stack.callback(
             stream.subscribe(ConfigReloaded, lambda c: self.reschedule(c.config.monitor.interval_s))
         )
-        schedule = asyncio.ensure_future(self.on_schedule())
-        stack.callback(schedule.cancel)
+        start_task(stack, self.on_schedule())
 
     def reschedule(self, interval_s: float) -> None:
         """A new interval (a reload): it applies from the next tick."""

@@ -97,7 +97,7 @@ class HostLeases:
         """Keep the leases until ``stack`` closes, then give them up (registered before the
         tick component, so after the tick in flight finished)."""
         stack.push_async_callback(self.release)
-        keeper = asyncio.ensure_future(self.keep(stopping))
+        keeper = asyncio.ensure_future(self.keep(stopping))  # cancelled before the release
         stack.callback(keeper.cancel)
 
     async def keep(self, stopping: asyncio.Event) -> None:

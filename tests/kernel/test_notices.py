@@ -380,6 +380,24 @@ async def test_no_ambient_watch_for_non_groups_or_shared_scope(open_kernel: Kern
     assert [] == await texts(kernel, MAIN)
 
 
+def the_gateway_opens_one(conn: Any, target: str, watcher: str | None = None) -> None:
+    """A human turn on ``target`` and the fresh notice it opens (for ``watcher``, else for
+    every watcher of it; what was pending delivered first), as OpenClaw's own recording
+    writes them: no sidecar's mark."""
+    sequence = conn.execute(
+        "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+        " occurred_at, summary) VALUES (?, 'main', 'human_direct_message', 'human', 1,"
+        " 'human message') RETURNING sequence",
+        (target,),
+    ).fetchone()[0]
+    only = "" if watcher is None else " AND watcher_session_key = ?"
+    conn.execute(
+        "UPDATE session_watch_cursors SET last_seen_sequence = material_sequence,"
+        " notified_sequence = ?, material_sequence = ? WHERE target_session_key = ?" + only,
+        (sequence, sequence, target, *([] if watcher is None else [watcher])),
+    )
+
+
 async def test_a_change_on_a_pair_the_gateway_froze_reaches_the_gateway_once(
     open_kernel: KernelFactory, clock: ManualClock
 ) -> None:
@@ -395,19 +413,7 @@ async def test_a_change_on_a_pair_the_gateway_froze_reaches_the_gateway_once(
     wakes.woken.clear()
     await wakes.timers.advance(21_000)  # past the wake window
 
-    def the_gateway_opens_one(conn: Any) -> None:  # as OpenClaw's own recording does
-        sequence = conn.execute(
-            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
-            " occurred_at, summary) VALUES (?, 'main', 'human_direct_message', 'human', 1,"
-            " 'human message') RETURNING sequence",
-            (CHILD,),
-        ).fetchone()[0]
-        conn.execute(
-            "UPDATE session_watch_cursors SET notified_sequence = ?, material_sequence = ?",
-            (sequence, sequence),
-        )
-
-    await kernel.store.write(the_gateway_opens_one)
+    await kernel.store.write(lambda conn: the_gateway_opens_one(conn, CHILD))
     await kernel.sweep()
     await wakes.settled()
     assert [] == wakes.woken  # the gateway's own: left to it
@@ -434,20 +440,7 @@ async def test_one_change_marks_every_watcher_at_once_and_opens_only_fresh_marks
     assert sorted(watchers) == sorted(n.watcher for n in first.notices)
     assert () == (await human(kernel, CHILD)).notices
 
-    def the_gateway_opens_one(conn: Any) -> None:  # a fresh notice on w3's pair, unmarked
-        sequence = conn.execute(
-            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
-            " occurred_at, summary) VALUES (?, 'main', 'human_direct_message', 'human', 1,"
-            " 'human message') RETURNING sequence",
-            (CHILD,),
-        ).fetchone()[0]
-        conn.execute(
-            "UPDATE session_watch_cursors SET last_seen_sequence = material_sequence,"
-            " notified_sequence = ?, material_sequence = ? WHERE watcher_session_key = ?",
-            (sequence, sequence, watchers[3]),
-        )
-
-    await kernel.store.write(the_gateway_opens_one)
+    await kernel.store.write(lambda conn: the_gateway_opens_one(conn, CHILD, watchers[3]))
     assert [watchers[3]] == [n.watcher for n in (await human(kernel, CHILD)).notices]
     marks = await kernel.read(
         lambda c: c.execute("SELECT count(*) FROM sessionwatch_opened_notices").fetchone()[0]

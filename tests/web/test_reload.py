@@ -4,15 +4,47 @@ is refused and the one in force stays."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.helpers import REPO, served_address, user_line
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, config: Path) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
+    """``serve`` on ``config`` (its database in ``tmp_path``): the process, the address it
+    named, and the file its log goes to; terminated at the end of the block."""
+    log = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config"]
+    proc = subprocess.Popen(
+        [*argv, str(config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+    drain = None
+    try:
+        base = served_address(proc)
+        assert proc.stderr is not None
+        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+        yield proc, base, log
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        if drain is not None:
+            drain.wait(10)
+
+
+def get(base: str, path: str, tmp_path: Path) -> bytes:
+    token = (tmp_path / "token").read_text().strip()
+    request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        body: bytes = resp.read()
+        return body
 
 
 def lines_of(log: Path) -> int:
@@ -46,23 +78,12 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
         )
 
     write(first)
-    log = tmp_path / "serve.log"
     argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config"]
-    proc = subprocess.Popen(
-        [*argv, str(config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        base = served_address(proc)
-        assert proc.stderr is not None
-        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+    with serving(tmp_path, config) as (proc, base, log):
 
         def catalog() -> list[str]:
-            token = (tmp_path / "token").read_text().strip()
-            request = urllib.request.Request(
-                f"{base}/v1/catalog", headers={"Authorization": f"Bearer {token}"}
-            )
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                return [s["title"] for s in json.loads(resp.read())["sessions"]]
+            found = json.loads(get(base, "/v1/catalog", tmp_path))
+            return [s["title"] for s in found["sessions"]]
 
         assert [] == catalog()
         write(second, listen="127.0.0.1:1", level="warning")
@@ -88,10 +109,6 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
         not_reloaded = wait_for_line(log, "configuration not reloaded", after=said)
         assert "not valid TOML" in not_reloaded
         assert ["a session in the second root"] == catalog()  # the one in force stays
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    drain.wait(10)
 
 
 def test_a_hooks_token_file_made_public_is_said_at_reload(tmp_path: Path) -> None:
@@ -104,23 +121,11 @@ def test_a_hooks_token_file_made_public_is_said_at_reload(tmp_path: Path) -> Non
         f'[monitor]\ninitial_delay_s = 3600\n[gateway]\nhooks_url = "http://127.0.0.1:9/hooks"\n'
         f'hooks_token_file = "{token}"\n'
     )
-    log = tmp_path / "serve.log"
-    argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config"]
-    proc = subprocess.Popen(
-        [*argv, str(config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        served_address(proc)
-        assert proc.stderr is not None
-        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+    with serving(tmp_path, config) as (proc, _, log):
         token.chmod(0o644)
         proc.send_signal(signal.SIGHUP)
         line = wait_for_line(log, "hooks token file")
         assert "readable by others" in line and "serve refuses it at start" in line
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    drain.wait(10)
 
 
 def test_a_reloaded_interval_applies_from_the_next_tick(tmp_path: Path) -> None:
@@ -135,25 +140,12 @@ def test_a_reloaded_interval_applies_from_the_next_tick(tmp_path: Path) -> None:
         )
 
     write(3600)
-    log = tmp_path / "serve.log"
-    argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config"]
-    proc = subprocess.Popen(
-        [*argv, str(config), "serve"], cwd=REPO, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        base = served_address(proc)
-        assert proc.stderr is not None
-        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+    with serving(tmp_path, config) as (proc, base, log):
 
         def ticks() -> float:
-            token = (tmp_path / "token").read_text().strip()
-            request = urllib.request.Request(
-                f"{base}/metrics", headers={"Authorization": f"Bearer {token}"}
-            )
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                for line in resp.read().decode().splitlines():
-                    if line.startswith("sessionwatch_ticks_total "):
-                        return float(line.split()[1])
+            for line in get(base, "/metrics", tmp_path).decode().splitlines():
+                if line.startswith("sessionwatch_ticks_total "):
+                    return float(line.split()[1])
             return 0.0
 
         deadline = time.monotonic() + 20
@@ -168,7 +160,3 @@ def test_a_reloaded_interval_applies_from_the_next_tick(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert ticks() >= 3
         assert "restart" not in log.read_text()  # the interval alone: nothing else to say
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    drain.wait(10)
