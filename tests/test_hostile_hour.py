@@ -350,3 +350,26 @@ async def test_the_gateways_own_words_are_logged_escaped_and_each_way_down_once(
     said = caplog.text
     assert "\x1b" not in said and "\\x1b[2J" in said
     assert "500 boom" in said and "timed out" in said
+
+
+async def test_a_mistyped_channel_is_refused_other_keys_dropped(client: Client) -> None:
+    """A key near the one the summary names, when that one is missing, is a typo: refused
+    with the key meant (it would read "human message via unknown"); any other key is
+    dropped, as OpenClaw's compact payload drops it."""
+    turn = {"sessionKey": "agent:main:x", "kind": "human_direct_message", "actorType": "human"}
+    status, answer = await client.call("POST", "/v1/events", {**turn, "payload": {"chanel": "t"}})
+    assert 400 == status and "did you mean channel" in answer["error"]["message"]
+    status, answer = await client.call("POST", "/v1/events", {**turn, "payload": {"x": 1}})
+    assert (200, "human message via unknown") == (status, answer["summary"])
+    both = {"channel": "telegram", "chanel": "t"}
+    status, answer = await client.call("POST", "/v1/events", {**turn, "payload": both})
+    assert (200, "human message via telegram") == (status, answer["summary"])
+
+
+def test_the_cli_refuses_a_mistyped_channel_too(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    typo = ("--kind", "human_direct_message", "--actor", "human", "--payload", '{"chanel": "t"}')
+    done = run("--db", str(db), "record", "--session", "agent:main:x", *typo)
+    assert 2 == done.returncode and "did you mean channel" in done.stderr, done.stderr
+    if db.exists():  # nothing recorded
+        assert 0 == sw(db, "status", "agent:main:x")["stateVersion"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from monitor.errors import BadInput
+from monitor.errors import BadInput, did_you_mean
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
@@ -85,6 +85,7 @@ def compact_payload(kind: EventKind, raw: Any) -> dict[str, Any]:
         raw = {}
     if not isinstance(raw, dict):
         raise BadInput("payload must be a JSON object")
+    refuse_a_mistyped_via(kind, raw)
     out: dict[str, Any] = {}
     if raw.get("outcome") is not None:
         out["outcome"] = _token("outcome", raw["outcome"])
@@ -104,6 +105,26 @@ def compact_payload(kind: EventKind, raw: Any) -> dict[str, Any]:
         if outcome not in RUN_FAILED_OUTCOMES:
             raise BadInput("payload.outcome of run_failed must be error, timeout or cancelled")
     return out
+
+
+def lacks_via(kind: EventKind, payload: dict[str, Any] | None) -> bool:
+    """Whether ``kind``'s summary names a payload key (``channel``, ``catalogId``) that
+    ``payload`` lacks: it would read "via unknown"."""
+    via = _VIA.get(kind)
+    return via is not None and (payload or {}).get(via[1]) is None
+
+
+def refuse_a_mistyped_via(kind: EventKind, raw: dict[str, Any]) -> None:
+    """Other keys are dropped, as OpenClaw's compact payload drops them; but where the
+    summary names a key the payload lacks ("human message via unknown") and a key given is
+    a near miss of it (``chanel``), that is a typo, refused with the key it meant."""
+    if not lacks_via(kind, raw):
+        return
+    via = _VIA[kind]
+    for key in raw:
+        near = did_you_mean(str(key), (via[1],)) if isinstance(key, str) else ""
+        if near:
+            raise BadInput(f"payload: unknown key {key!r}{near}")
 
 
 _VIA = {

@@ -21,6 +21,7 @@ from adapters.base import own_text_hash
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.changes import KEEPALIVE_S
+from monitor.kernel.events import EventKind, lacks_via, refuse_a_mistyped_via
 from monitor.kernel.feed import NoticeFeed
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.upstream import UpstreamMonitor
@@ -153,11 +154,21 @@ def _payload(payload: Payload | None) -> dict[str, Any] | None:
     return out
 
 
+def _mistyped_via(kind: EventKind, body: bytes) -> None:
+    """The kernel's typo check on the payload as sent (the model keeps known keys only)."""
+    payload = orjson.loads(body).get("payload")
+    if isinstance(payload, dict):
+        refuse_a_mistyped_via(kind, payload)
+
+
 @routes.post("/v1/events")
 async def post_event(request: web.Request) -> web.Response:
     e = await decoded(request, EventIn)
     given = msgspec.structs.asdict(e)  # the kernel's own field names: EventIn is derived
     given.update(payload=_payload(given["payload"]), occurred_at=whole(given["occurred_at"]))
+    kind = EventKind(given["kind"])
+    if lacks_via(kind, given["payload"]):  # rare: what the model dropped may be a typo
+        _mistyped_via(kind, await request.read())
     try:
         result = await request.app[KERNEL].record(NewEvent(**given))
     except StoreError as exc:
