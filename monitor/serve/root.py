@@ -245,6 +245,7 @@ async def running(
         await _sweep(kernel, metrics)
         await sidecar.start(stack)
         await sidecar.start_api(stack, token)
+        stack.callback(stopping.set)  # first on the way out: no component starts anew
         if lock is not None:
             lock.say_serving(sidecar.addresses)  # where `open` finds this serve
         yield sidecar

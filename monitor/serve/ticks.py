@@ -89,8 +89,9 @@ class Ticks:
                     due = last + self.health.interval_s
                 continue
             last = loop.time()
+            ran = False
             try:
-                await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
+                ran = await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
             except Exception:  # a bug in one tick must not end the ticks: said, and on
                 log.exception("a tick failed unexpectedly; the next one runs as planned")
             interval = self.health.interval_s
@@ -98,6 +99,8 @@ class Ticks:
             if due < loop.time():  # it ran past its next time: those ticks are skipped
                 self._say_skipped()
                 due += math.ceil((loop.time() - due) / interval) * interval
+            elif ran:  # a tick that ran, took its writes and kept up: a skip is news again
+                self._skip_logged = False
 
     async def _interrupted(self, wait_s: float) -> bool:
         """Wait ``wait_s``; True when the schedule changed meanwhile."""
@@ -113,14 +116,14 @@ class Ticks:
             log.warning("the previous tick is still running; skipping ticks until it ends")
             self._skip_logged = True
 
-    async def scheduled_tick(self) -> None:
-        """The fixed tick. One still running (waiting for a locked database, say) is not
-        queued behind: this one is skipped, and that is logged once until a tick completes."""
+    async def scheduled_tick(self) -> bool:
+        """The fixed tick; whether it ran and the store took its writes. One still running
+        (waiting for a locked database, an early check) is not queued behind: this one is
+        skipped, said once until a tick runs and keeps up (:meth:`on_schedule`)."""
         if self.monitor.busy:
             self._say_skipped()
-            return
-        if await self.run_tick():  # a tick that waited in vain for the store says it again
-            self._skip_logged = False
+            return False
+        return await self.run_tick()
 
     # -- early checks --------------------------------------------------------------------
 
