@@ -205,11 +205,9 @@ def clear_text_host(url: str) -> str | None:
     bearer token would cross a network in clear. None for https:// and loopback."""
     if not url.startswith("http://"):
         return None
-    authority = url[len("http://") :].split("/", 1)[0].rpartition("@")[2]
-    if authority.startswith("["):  # [IPv6]:port
-        host = authority[: authority.find("]") + 1]
-    else:
-        host = authority.partition(":")[0]
+    from urllib.parse import urlsplit  # only where a URL is checked
+
+    host = urlsplit(url).hostname or ""
     return None if is_loopback(host) else host
 
 
@@ -282,7 +280,7 @@ def _node(name: str, raw: Any) -> NodeConfig:
     parts = urlsplit(node.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where} url must be http://HOST:PORT or https://HOST:PORT")
-    if parts.scheme == "http" and not is_loopback(parts.hostname):
+    if clear_text_host(node.url) is not None:
         raise ConfigError(
             f"{where} url {node.url} is plain http to another machine: the token and the"
             " sessions' metadata would cross the network in clear. Start the node with --tls"

@@ -8,6 +8,7 @@ goes into a URL or a browser's history.
 from __future__ import annotations
 
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -53,15 +54,15 @@ def _served(db: Path | str | None) -> list[str]:
     return [a.rstrip("/") for a in serving_addresses(db) if a.startswith("http://")]
 
 
-def _host_port(url: str) -> tuple[str, str]:
-    scheme, _, rest = url.partition("://")
-    authority = rest.split("/", 1)[0].rpartition("@")[2].lower()
-    if authority.startswith("["):
-        host, _, port = authority.partition("]")
-        host, port = host + "]", port.removeprefix(":")
-    else:
-        host, _, port = authority.partition(":")
-    return host, port or ("443" if scheme == "https" else "80")
+def _host_port(url: str) -> tuple[str, int | None]:
+    """Where ``url`` points: its host (lower case, no brackets) and port (the scheme's when
+    none is written; None for one that is no port)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = None
+    return parts.hostname or "", port
 
 
 def _is_own(url: str, own: list[str], allowed_hosts: tuple[str, ...]) -> bool:

@@ -222,6 +222,7 @@ class Delivery:
             await self.coalescer.settled()
 
     async def close(self) -> None:
+        self._look_again = False  # the read being cancelled starts no other
         if self._looking is not None:
             self._looking.cancel()
         for handle in self._retries.values():
