@@ -32,7 +32,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from monitor.errors import BadInput
 
@@ -251,6 +251,7 @@ class Outcome:
     compactions: list[str] = field(default_factory=list)  # native ids, in file order
     consumed_own: list[int] = field(default_factory=list)  # own messages that suppressed
     drift: Drift | None = None  # what this check met that is new (for logs and metrics)
+    rewatch: bool = False  # the check read a file it was not watched by: watch again
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -314,6 +315,21 @@ class Adapter(Protocol):
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]
     ) -> Iterable[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class GatewayBound(Protocol):
+    """An adapter of links the gateway writes and drives, whose probed source its own state
+    names (a Codex thread the gateway continues on a branch of its own): the tick reads that
+    state and hands the adapter the ref to read."""
+
+    def binding_entry(self, agent_id: str, session_key: str) -> tuple[str, str, str]:
+        """Where the session's binding is kept: plugin id, namespace, entry key."""
+        ...
+
+    def probed_ref(self, ref: Ref, thread_id: str, stored: Any, session_id: str | None) -> Ref:
+        """The ref to read, given the stored binding (parsed JSON, None when there is none)."""
+        ...
 
 
 def parse_time(value: Any) -> datetime | None:

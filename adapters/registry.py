@@ -49,6 +49,8 @@ class Entry:
     # (variable, the root below its value), before ``root_default``
     root_env: tuple[tuple[str, str], ...] = ()
     serves: str | None = None  # a node form: the local format it reads on the node
+    # False for a kind whose links only the gateway writes (it is read, never adopted here)
+    adoptable: bool = True
 
     @property
     def remote(self) -> bool:
@@ -102,6 +104,15 @@ register(
         root_key="codex",
         root_default="~/.codex/sessions",
         root_env=(("CODEX_HOME", "sessions"),),
+    )
+)
+register(
+    Entry(  # written by the gateway only; read from the ``codex`` root's rollouts
+        name="codex-app-server",
+        module="adapters.codex_app_server",
+        upstream_kind="codex-app-server",
+        catalog_id="codex",
+        adoptable=False,
     )
 )
 register(
@@ -167,6 +178,11 @@ register(
         serves="opencode",
     )
 )
+
+
+def adoptable_names() -> tuple[str, ...]:
+    """The kinds a person (or the gateway through the API) adopts a source of here."""
+    return tuple(name for name, e in _ENTRIES.items() if e.adoptable)
 
 
 def node_kinds() -> dict[str, str]:

@@ -113,14 +113,14 @@ def _refuse(message: str) -> NoReturn:
 
 
 class Kinds:
-    """The registered upstream kinds, as argparse ``choices``: the registry is imported only
-    when a command checks or lists them."""
+    """The registered upstream kinds a source is adopted, listed or replayed by, as argparse
+    ``choices``: the registry is imported only when a command checks or lists them."""
 
     @staticmethod
     def _names() -> tuple[str, ...]:
-        from adapters.registry import names
+        from adapters.registry import adoptable_names
 
-        return names()
+        return adoptable_names()
 
     def __contains__(self, value: object) -> bool:
         return value in self._names()

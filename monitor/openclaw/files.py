@@ -259,6 +259,27 @@ class GatewayTranscripts:
         self._cache[(agent_id, session_key)] = (seen, texts)
         return texts
 
+    def session_id(self, agent_id: str, session_key: str) -> str | None:
+        """The session's current id in the gateway's agent database (what its own lookups
+        of a session entry answer), or None when it has none or cannot be read."""
+        import sqlite3
+
+        path = agent_db(str(self.install.state_dir), agent_id)
+        if not os.path.isfile(path):
+            return None
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+            try:
+                row = conn.execute(
+                    "SELECT current_session_id FROM session_nodes WHERE session_key = ?",
+                    (session_key,),
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return None
+        return str(row[0]).strip() or None if row and row[0] else None
+
 
 def _read_user_texts(path: Path, session_key: str, limit: int, scan: int) -> list[str]:
     import sqlite3

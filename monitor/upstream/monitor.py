@@ -80,6 +80,7 @@ class UpstreamMonitor:
             metrics,
             holds_shared,
             gateway_texts=transcripts.recent if transcripts else None,
+            gateway_session=transcripts.session_id if transcripts else None,
         )
         self.sessions = SessionCatalog(kernel, adapters)
         self.adoption = Adoption(kernel, adapters, self.sessions, host=settings.host)
@@ -228,8 +229,12 @@ class UpstreamMonitor:
         """Local file -> the session keys of the watched links whose early check its change
         wakes (each adapter names its files: a transcript, an OpenCode database's WAL)."""
         by_path: dict[str, set[str]] = {}
-        for link, adapter in await self._watched():
-            for path in adapter.watched_paths(link.ref):
+        watched = await self._watched()
+        refs = await self.kernel.read(
+            lambda c: self.ticker.probe_refs(c, [link for link, _ in watched])
+        )
+        for link, adapter in watched:
+            for path in adapter.watched_paths(refs.get(link.key, link.ref)):
                 by_path.setdefault(path, set()).add(link.session_key)
         return by_path
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from adapters.base import Adapter, Outcome, Probe, own_text_hash
+from adapters.base import Adapter, GatewayBound, Outcome, Probe, Ref, own_text_hash
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
@@ -23,6 +23,8 @@ from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
 from monitor.metrics import Metrics
 from monitor.upstream import links
+from monitor.upstream.bindings import probe_refs
+from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult, settle
 
@@ -43,6 +45,7 @@ class Snapshot:
     sessions: dict[tuple[str, str], SessionFlags]
     own: dict[tuple[str, str], list[tuple[int, str]]]
     stateful: dict[tuple[str, str], str | None]
+    refs: dict[tuple[str, str], Ref]  # a ref the adapter reads instead of the link's own
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,13 +122,17 @@ class Ticker:
         metrics: Metrics | None = None,
         holds_shared: Callable[[], bool] = lambda: True,
         gateway_texts: Callable[[str, str], list[str]] | None = None,
+        gateway_session: Callable[[str, str], str | None] | None = None,
     ) -> None:
         """``holds_shared``: whether this sidecar ticks the links without a host (OpenCode
         databases, paired nodes) now: on a shared store, while it holds their lease.
         ``gateway_texts(agent, key)``: the gateway's own recent user texts of a session, read
         from its store next to OpenClaw; each counts as the gateway's (self-echo), as the
-        messages a gateway pushes through the API do."""
+        messages a gateway pushes through the API do. ``gateway_session(agent, key)``: the
+        session's current id in the gateway's own store, which says whose binding a
+        gateway-adopted Codex link probes (:mod:`monitor.openclaw.codex_bindings`)."""
         self.gateway_texts = gateway_texts
+        self.gateway_session = gateway_session
         self.kernel = kernel
         self.adapters = adapters
         self.settings = settings
@@ -160,12 +167,40 @@ class Ticker:
         return [(-1 - i, own_text_hash(t)) for i, t in enumerate(texts)]
 
     def _load(self, conn: Conn) -> Snapshot:
+        watched = links.load_links(conn, watched_targets(conn))
+        sessions = all_session_flags(conn)
         return Snapshot(
-            links=links.load_links(conn, watched_targets(conn)),
-            sessions=all_session_flags(conn),
+            links=watched,
+            sessions=sessions,
             own=recent_own(conn, self.settings.own_text_limit),
             stateful=links.stateful_links(conn),
+            refs=self.probe_refs(conn, watched, sessions),
         )
+
+    def probe_refs(
+        self,
+        conn: Conn,
+        linked: list[UpstreamLink],
+        sessions: dict[tuple[str, str], SessionFlags] | None = None,
+    ) -> dict[tuple[str, str], Ref]:
+        """The refs adapters read instead of the links' own: the thread the gateway probes
+        for its Codex links (next to the gateway's own store only)."""
+        lookup = self.gateway_session
+        if lookup is None:
+            return {}
+        known = all_session_flags(conn) if sessions is None else sessions
+
+        def session_id(link: UpstreamLink) -> str | None:
+            assert lookup is not None
+            ours = known.get(link.key)
+            return lookup(link.agent_id, link.session_key) or (ours[0] if ours else None)
+
+        bound: list[tuple[UpstreamLink, GatewayBound]] = []
+        for link in linked:
+            adapter = self.adapters.get(link.kind or "")
+            if isinstance(adapter, GatewayBound):
+                bound.append((link, adapter))
+        return probe_refs(conn, bound, session_id, self.kernel.clock()) if bound else {}
 
     async def _tick(self, only: set[str] | None) -> list[LinkResult]:
         """One round, then the links another checker moved meanwhile, from their new
@@ -204,7 +239,7 @@ class Ticker:
                 continue
             probe = Probe(
                 session_key=link.session_key,
-                ref=link.ref,
+                ref=snapshot.refs.get(link.key, link.ref),
                 marker=link.marker,
                 own=(*snapshot.own.get(link.key, ()), *self._gateways_own(link)),
                 last_scanned_at=link.last_scanned_at,
@@ -225,6 +260,8 @@ class Ticker:
         idle: list[UpstreamLink] = []
         store = StoreTakes()
         for kind, works, outcomes in checked:
+            if any(o.rewatch for o in outcomes):
+                self.kernel.stream.publish(LinksChanged())  # a file to watch: a new branch
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
                 if _unchanged(link, outcome, snapshot):

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from adapters.registry import names
+from adapters.registry import adoptable_names
 from monitor.errors import BadInput
 from monitor.kernel import signal_log as input_kinds
 from monitor.kernel.events import MAX_INT64
@@ -97,7 +97,7 @@ Since = Annotated[
     ),
 ]
 # Checked by the upstream monitor (its message lists the kinds); the enum is for the document.
-AdapterKind = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(names())})]
+AdapterKind = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(adoptable_names())})]
 
 
 class Body(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from adapters.registry import Form, entry, names
+from adapters.registry import Form, adoptable_names, entry
 from monitor.kernel.events import EventKind, summary_schema
 from monitor.web import models as m
 
@@ -236,7 +236,7 @@ _FORM_FIELDS = {"file": ("path",), "database": ("path", "thread"), "node": ("nod
 
 def _adoption_form(form: Form, text: dict[str, Any]) -> dict[str, Any]:
     """The body that adopts a source of one form, with the registered kinds of that form."""
-    kinds = [name for name in names() if entry(name).form == form]
+    kinds = [name for name in adoptable_names() if entry(name).form == form]
     fields = _FORM_FIELDS[form]
     return {
         "required": ["kind", *fields],

@@ -175,7 +175,7 @@ class Source:
             os.unlink(self.path)
 
 
-KINDS = [*registry.names(), "fake"]
+KINDS = [*registry.adoptable_names(), "fake"]
 
 
 @pytest.fixture(params=KINDS)

@@ -337,8 +337,9 @@ async def test_links_openclaw_wrote_continue_and_foreign_ones_are_left_alone(
     db_path: Path, roots: RootsConfig, clock: ManualClock
 ) -> None:
     """On a gateway-created table: a claude-cli link with the legacy {size} marker is ticked
-    from there (not re-baselined); a codex-app-server link is foreign, never ticked or
-    deleted, and listed as such."""
+    from there (not re-baselined); a codex-app-server link whose rollout is not on this
+    machine is left to the gateway (inconclusive, its marker untouched, never missing); one
+    on a paired node is foreign, never ticked or deleted, and listed as such."""
     with sqlite3.connect(db_path) as conn:
         conn.executescript(GATEWAY_LINKS_DDL)
     path = Path(roots.claude) / "t1.jsonl"
@@ -346,34 +347,39 @@ async def test_links_openclaw_wrote_continue_and_foreign_ones_are_left_alone(
     size = path.stat().st_size
     path.write_bytes(user_line("before") + user_line("typed while the gateway was away"))
     insert_gateway_link(db_path, KEY, "claude-cli", {"filePath": str(path)}, {"size": size})
-    insert_gateway_link(
-        db_path,
-        "agent:main:adopted:codex",
-        "codex-app-server",
-        {"connectionFingerprint": "fp", "threadId": "thr"},
-        {"turnId": None},
-        catalog="codex",
-        thread="thr",
-    )
+    codex, remote = "agent:main:adopted:codex", "agent:main:adopted:codex-node"
+    for key, host in ((codex, "gateway:local"), (remote, "node:mac")):
+        insert_gateway_link(
+            db_path,
+            key,
+            "codex-app-server",
+            {"connectionFingerprint": "fp", "threadId": "thr"},
+            {"turnId": None},
+            catalog="codex",
+            thread="thr",
+            host=host,
+        )
     monitor = await open_monitor(db_path, roots, clock)
     try:
-        for key in (KEY, "agent:main:adopted:codex"):
+        for key in (KEY, codex, remote):
             assert await monitor.kernel.watch(watcher=MAIN, target=key)
         results = {r.session_key: r for r in await monitor.tick()}
         assert ("activity", 1) == (results[KEY].outcome, results[KEY].turns)
-        foreign = results["agent:main:adopted:codex"]
+        assert "inconclusive" == results[codex].outcome
+        assert "left to the gateway" in (results[codex].reason or "")
+        foreign = results[remote]
         assert "skipped" == foreign.outcome
         assert foreign.reason is not None and "foreign" in foreign.reason
         for _ in range(3):
             await monitor.tick()
         listed = {x["sessionKey"]: x for x in wire.links(await monitor.links())}
-        assert listed["agent:main:adopted:codex"]["foreign"] is True
+        assert (listed[remote]["foreign"], listed[codex]["foreign"]) == (True, False)
         assert listed[KEY]["foreign"] is False
         assert path.stat().st_size == listed[KEY]["marker"]["offset"]
     finally:
         await monitor.kernel.close()
     rows = {r[0]: r for r in link_rows(db_path)}
-    assert '{"turnId":null}' == rows["agent:main:adopted:codex"][6]
+    assert '{"turnId":null}' == rows[codex][6] == rows[remote][6]
 
 
 async def test_the_dedupe_key_uses_openclaws_source_key(

@@ -1,0 +1,639 @@
+"""Codex threads the gateway adopted through Codex's app-server (``codex-app-server`` links).
+
+The gateway writes these links itself, on its own marker ``{turnId, userMessageCount}``, and
+its monitor checks them every minute by asking the app-server for the probed thread's newest
+100 turns. This adapter computes the same record from the thread's rollout file, within a
+second of the append, so that whichever of the two sees a prompt first records it, once:
+
+- the thread read is the one the gateway probes: the tick passes it in the ref as
+  ``probeThreadId`` (the supervision branch once the gateway made it, else the source);
+- its rollout is found through Codex's own ``state_5.sqlite`` (``threads.rollout_path``, the
+  live generation) or its file name, in ``sessions/``, ``archived_sessions/``, plain or
+  compressed; a file that points back through ``session_meta.history_base`` (a revert, a
+  fork) is read after the part of its base it names;
+- turns are what the app-server lists: one per ``task_started`` turn id; a user message is a
+  ``UserMessage`` item (paginated rollouts, by its ``turn_id``) or a ``user_message`` event
+  (legacy rollouts, in the open turn); a steer adds a second one to a turn, a compaction is
+  a turn with none, a legacy rollback drops turns;
+- the window, the counts after the marker, the self-echo against the gateway's own texts
+  and the dedupe id ``<newest turn id>:<its user-message count>`` are the gateway monitor's,
+  and the marker advances even when no prompt was a person's.
+
+A thread the gateway started (``thread_source: "openclaw"``) is read like any other: on a
+gateway's link, self-echo decides. A rollout this reader does not know (another
+``history_mode``, no turn ids) is drift, said once, and the link is left to the gateway
+meanwhile; a rollout that cannot be found is never "missing" here, as it is never missing
+for the gateway's own check (an archived or compressed thread stays readable).
+
+Reads are incremental: a file's turns are kept with the offset they were read to, so a
+check reads only the bytes appended since; lines are parsed only when their bytes name a
+turn's start or end, a user message or a rollback.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import logging
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import orjson
+
+from adapters.base import (
+    Drift,
+    Marker,
+    Outcome,
+    Probe,
+    Ref,
+    Settings,
+    Source,
+    Turn,
+    normalize_text,
+    text_hash,
+)
+from adapters.catalog import Catalog
+from adapters.tailer import open_regular
+from adapters.zst import SUFFIX, chunks
+from monitor.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+KIND = "codex-app-server"
+TURN_LIMIT = 100  # the gateway's ``thread/turns/list`` page: the newest 100 turns
+HISTORY_MODES = (None, "legacy", "paginated")
+BASE_DEPTH = 16  # history_base links followed at most (a revert of a fork of a revert ...)
+ARCHIVE_DIR = "archived_sessions"
+STATE_DB = "state_5.sqlite"
+# the bytes a line must hold to matter to the turn list; any other line is skipped unparsed
+_NEEDLES = (
+    b'"session_meta"',
+    b'"task_started"',
+    b'"task_complete"',
+    b'"turn_aborted"',
+    b'"UserMessage"',
+    b'"user_message"',
+    b'"thread_rolled_back"',
+)
+
+
+class Message(NamedTuple):
+    """One user message of a turn, as the gateway's self-echo compares it: the hash of its
+    text blocks joined (each trimmed, whitespace collapsed), and each block's hash."""
+
+    joined: str
+    blocks: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class RolloutTurn:
+    id: str | None
+    messages: list[Message] = field(default_factory=list)
+    started_s: int | None = None
+    completed_s: int | None = None
+    open: bool = True
+
+
+class FormatDrift(Exception):
+    """A rollout this reader does not know: the link is left to the gateway."""
+
+
+@dataclass(slots=True)
+class FileTurns:
+    """A rollout's turns as read so far, and where the read stopped."""
+
+    ino: int
+    size: int
+    offset: int  # after the last complete line read
+    turns: list[RolloutTurn]
+    paginated: bool
+    base_paths: tuple[str, ...] = ()  # the files it points back to (watched with it)
+
+
+def _seconds(record: dict[str, Any]) -> int | None:
+    at = record.get("timestamp")
+    if not isinstance(at, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
+
+
+def _message(content: Any, text: Any = None) -> Message:
+    """The gateway's reading of a user message: its text blocks, trimmed and collapsed, the
+    empty ones dropped; with none, the message's ``text`` (or nothing)."""
+    blocks: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                value = block.get("text")
+                if isinstance(value, str) and normalize_text(value):
+                    blocks.append(normalize_text(value))
+    if not blocks:
+        blocks = [normalize_text(text) if isinstance(text, str) else ""]
+    return Message(text_hash(" ".join(blocks)), tuple(text_hash(b) for b in blocks))
+
+
+class TurnBuilder:
+    """Turns from rollout records, in file order, as the app-server builds its turn list."""
+
+    def __init__(self, turns: list[RolloutTurn], paginated: bool) -> None:
+        self.turns = turns
+        self.paginated = paginated
+
+    def _find(self, turn_id: Any) -> RolloutTurn | None:
+        if not isinstance(turn_id, str):
+            return None
+        for turn in reversed(self.turns):
+            if turn.id == turn_id:
+                return turn
+        return None
+
+    def _open_turn(self, at: int | None) -> RolloutTurn:
+        if self.turns and self.turns[-1].open:
+            return self.turns[-1]
+        implicit = RolloutTurn(id=None, started_s=at)  # a message outside any turn
+        self.turns.append(implicit)
+        return implicit
+
+    def add(self, record: dict[str, Any]) -> None:
+        payload = record.get("payload")
+        if record.get("type") != "event_msg" or not isinstance(payload, dict):
+            return
+        event, at = payload.get("type"), _seconds(record)
+        if event == "task_started":
+            turn_id = payload.get("turn_id")
+            known = self._find(turn_id)
+            if known is None:
+                ident = turn_id if isinstance(turn_id, str) and turn_id else None
+                self.turns.append(RolloutTurn(id=ident, started_s=at))
+            else:
+                known.open = True
+        elif event in ("task_complete", "turn_aborted"):
+            done = self._find(payload.get("turn_id")) or (self.turns[-1] if self.turns else None)
+            if done is not None:
+                done.open = False
+                done.completed_s = at
+        elif event == "item_completed" and self.paginated:
+            item = payload.get("item")
+            if isinstance(item, dict) and item.get("type") == "UserMessage":
+                turn = self._find(payload.get("turn_id"))
+                if turn is None:
+                    turn_id = payload.get("turn_id")
+                    ident = turn_id if isinstance(turn_id, str) and turn_id else None
+                    turn = RolloutTurn(id=ident, started_s=at)
+                    self.turns.append(turn)
+                turn.messages.append(_message(item.get("content"), item.get("text")))
+        elif event == "user_message" and not self.paginated:
+            self._open_turn(at).messages.append(_message(None, payload.get("message")))
+        elif event == "thread_rolled_back":
+            n = payload.get("num_turns")
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                del self.turns[-n:]
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """The complete lines of ``data`` (a torn last line waits for its end)."""
+    return data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
+
+
+def _matters(line: bytes) -> bool:
+    return any(needle in line for needle in _NEEDLES)
+
+
+def _feed(builder: TurnBuilder, data: bytes, base: int) -> int:
+    """Add the turn records among ``data``'s complete lines (read from offset ``base``);
+    the offset after the last complete line."""
+    for line in _lines(data):
+        if _matters(line):
+            record = _parse(line)
+            if record is not None and record.get("type") != "session_meta":
+                builder.add(record)
+    return base + data.rfind(b"\n") + 1
+
+
+def _meta(line: bytes) -> dict[str, Any]:
+    """A rollout's ``session_meta`` payload from its first line; :class:`FormatDrift` when
+    it has none or names a history mode this reader does not know."""
+    record = _parse(line)
+    payload = record.get("payload") if record and record.get("type") == "session_meta" else None
+    if not isinstance(payload, dict):
+        raise FormatDrift("a rollout without a session_meta first line (no turn ids)")
+    if payload.get("history_mode") not in HISTORY_MODES:
+        raise FormatDrift(f"a rollout with history_mode {payload.get('history_mode')!r}")
+    return payload
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None  # a torn or foreign line: the app-server skips it too
+    return record if isinstance(record, dict) else None
+
+
+class RolloutReader:
+    """Finds a thread's rollout under a Codex home and reads its turns, incrementally."""
+
+    def __init__(self, codex_home: str) -> None:
+        self.home = codex_home
+        self._files: dict[str, FileTurns] = {}
+        self._bases: dict[tuple[str, int], list[RolloutTurn]] = {}
+        self._paths: dict[str, str] = {}  # thread id -> the rollout last found for it
+
+    # -- finding ------------------------------------------------------------------------
+
+    def find(self, thread_id: str, hint: str | None = None) -> str | None:
+        """The live rollout of ``thread_id``: the one Codex's state database names, else the
+        newest file named for it, in ``sessions/`` or ``archived_sessions/``; under this
+        reader's Codex home, else under the home of ``hint`` (the rollout the gateway's
+        binding names, when the gateway's Codex home is another)."""
+        known = self._paths.get(thread_id)
+        if known and (os.path.isfile(known) or os.path.isfile(known + SUFFIX)):
+            return known if os.path.isfile(known) else known + SUFFIX
+        homes = [self.home] if self.home else []
+        other = _home_of(hint) if hint else None
+        if other and other not in homes:
+            homes.append(other)
+        for home in homes:
+            found = self._from_state_db(home, thread_id) or self._by_name(thread_id, home)
+            if found:
+                self._paths[thread_id] = found
+                return found
+        return None
+
+    def _from_state_db(self, home: str, thread_id: str) -> str | None:
+        path = os.path.join(home, STATE_DB)
+        if not os.path.isfile(path):
+            return None
+        try:
+            conn = sqlite3.connect(f"file:{_quoted(path)}?mode=ro", uri=True, timeout=1.0)
+            try:
+                row = conn.execute(
+                    "SELECT rollout_path FROM threads WHERE id = ?", (thread_id,)
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return None  # another schema or a locked file: the file name finds it
+        if not row or not isinstance(row[0], str):
+            return None
+        for candidate in (row[0], row[0] + SUFFIX):
+            if os.path.isfile(candidate):
+                return candidate
+        return None
+
+    def _by_name(self, file_id: str, home: str | None = None) -> str | None:
+        """The newest rollout whose name ends in ``file_id`` (a thread id, or the generation
+        id a revert adds after ``_``), plain or compressed, live or archived."""
+        if not file_id or any(c in file_id for c in "*?[]/\\"):
+            return None
+        found: list[str] = []
+        root = glob.escape(home or self.home)
+        for folder in (os.path.join(root, "sessions", "*", "*", "*"),
+                       os.path.join(root, ARCHIVE_DIR)):  # fmt: skip
+            for stem in (f"rollout-*-{file_id}", f"rollout-*-{file_id}_*", f"rollout-*_{file_id}"):
+                for suffix in (".jsonl", ".jsonl" + SUFFIX):
+                    found += glob.glob(os.path.join(folder, stem + suffix))
+        # the newest generation: a name starts with its creation time (``rollout-<time>-``)
+        return max(found, key=lambda p: os.path.basename(p)[: len("rollout-") + 19], default=None)
+
+    def bases_of(self, path: str) -> tuple[str, ...]:
+        """The files ``path`` points back to, as last read."""
+        cached = self._files.get(path)
+        return cached.base_paths if cached else ()
+
+    # -- reading ------------------------------------------------------------------------
+
+    def turns(self, path: str) -> FileTurns:
+        """The rollout's turns, its bases' first. Raises OSError (unreadable) or
+        :class:`FormatDrift`."""
+        if path.endswith(SUFFIX):
+            return self._compressed(path)
+        fd, st = open_regular(path)
+        with os.fdopen(fd, "rb") as f:
+            cached = self._files.get(path)
+            if cached is None or cached.ino != st.st_ino or st.st_size < cached.offset:
+                cached = self._start(path, f, st)
+            if st.st_size > cached.offset:
+                f.seek(cached.offset)
+                data = f.read(st.st_size - cached.offset)
+                builder = TurnBuilder(cached.turns, cached.paginated)
+                cached.offset = _feed(builder, data, cached.offset)
+            cached.size = st.st_size
+        return cached
+
+    def _start(self, path: str, f: Any, st: os.stat_result) -> FileTurns:
+        """A file read from its first line: its ``session_meta`` says its mode and base."""
+        head = f.readline(1 << 20)
+        if not head.endswith(b"\n"):
+            return FileTurns(st.st_ino, st.st_size, 0, [], paginated=False)  # not yet written
+        payload = _meta(head.rstrip(b"\n"))
+        turns, bases = self._base(path, payload.get("history_base"), 0)
+        paginated = payload.get("history_mode") == "paginated"
+        files = FileTurns(st.st_ino, st.st_size, len(head), turns, paginated, bases)
+        self._files[path] = files
+        return files
+
+    def _base(self, path: str, base: Any, depth: int) -> tuple[list[RolloutTurn], tuple[str, ...]]:
+        """The turns of the history a file points back to: its base's lines before
+        ``end_byte_offset`` (read through the base's own base)."""
+        if base is None:
+            return [], ()
+        if not isinstance(base, dict) or depth >= BASE_DEPTH:
+            raise FormatDrift("a history_base this reader does not know")
+        ident, end = base.get("thread_id"), base.get("end_byte_offset")
+        if not isinstance(ident, str) or not isinstance(end, int) or end < 0:
+            raise FormatDrift("a history_base this reader does not know")
+        found = self._base_file(path, ident)
+        if found is None:
+            raise FormatDrift(f"the history base {ident} of {os.path.basename(path)} is not found")
+        cached = self._bases.get((found, end))
+        if cached is None:
+            data = b"".join(_plain_chunks(found))[:end]
+            head_end = data.find(b"\n") + 1
+            payload = _meta(data[: head_end - 1])
+            turns, _ = self._base(found, payload.get("history_base"), depth + 1)
+            builder = TurnBuilder(turns, payload.get("history_mode") == "paginated")
+            _feed(builder, data[head_end:], head_end)
+            self._bases[(found, end)] = cached = turns
+        return _copy(cached), (found,)
+
+    def _base_file(self, path: str, ident: str) -> str | None:
+        """A base named by id: a file beside ``path`` first (a revert or a fork of the same
+        day), else anywhere under the home."""
+        folder = os.path.dirname(path)
+        for stem in (f"rollout-*-{ident}", f"rollout-*_{ident}"):
+            for suffix in (".jsonl", ".jsonl" + SUFFIX):
+                hits = glob.glob(os.path.join(glob.escape(folder), stem + suffix))
+                if hits:
+                    return hits[0]
+        return self._by_name(ident, _home_of(path))
+
+    def _compressed(self, path: str) -> FileTurns:
+        st = os.stat(path)
+        cached = self._files.get(path)
+        if cached is not None and cached.ino == st.st_ino and cached.size == st.st_size:
+            return cached
+        data = b"".join(chunks(path))
+        head_end = data.find(b"\n") + 1
+        payload = _meta(data[: head_end - 1])
+        turns, bases = self._base(path, payload.get("history_base"), 0)
+        paginated = payload.get("history_mode") == "paginated"
+        end = _feed(TurnBuilder(turns, paginated), data[head_end:], head_end)
+        files = FileTurns(st.st_ino, st.st_size, end, turns, paginated, bases)
+        self._files[path] = files
+        return files
+
+
+def _home_of(rollout: str) -> str | None:
+    """The Codex home a rollout lies in (the folder holding its ``sessions/`` or
+    ``archived_sessions/``)."""
+    parts = os.path.abspath(rollout).split(os.sep)
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i] in ("sessions", ARCHIVE_DIR):
+            return os.sep.join(parts[:i]) or os.sep
+    return None
+
+
+def _plain_chunks(path: str) -> Iterator[bytes]:
+    if path.endswith(SUFFIX):
+        yield from chunks(path)
+        return
+    fd, _ = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(1 << 20):
+            yield chunk
+
+
+def _copy(turns: list[RolloutTurn]) -> list[RolloutTurn]:
+    return [RolloutTurn(t.id, list(t.messages), t.started_s, t.completed_s, t.open) for t in turns]
+
+
+def _quoted(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(path)
+
+
+# -- the gateway monitor's check ---------------------------------------------------------
+
+
+class GatewayMarker(NamedTuple):
+    turn_id: str | None
+    messages: int | None  # None: the marker names no count
+
+
+def read_marker(marker: Marker) -> GatewayMarker | None:
+    """The gateway's marker, or None when it is not one the gateway would read."""
+    turn_id = marker.get("turnId")
+    if turn_id is not None and not isinstance(turn_id, str):
+        return None
+    count = marker.get("userMessageCount", None)
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        return None
+    if "turnId" not in marker:
+        return None
+    return GatewayMarker(turn_id, count)
+
+
+def own_echo(message: Message, own: frozenset[str]) -> bool:
+    """The gateway's self-echo: the message's text is one of its own recent texts, or it has
+    several blocks and each is."""
+    if message.joined in own:
+        return True
+    return len(message.blocks) > 1 and all(b in own for b in message.blocks)
+
+
+def gateway_check(
+    turns: list[RolloutTurn], marker: Marker, own: frozenset[str], now_ms: int
+) -> Outcome:
+    """What the gateway's monitor records for ``turns`` (oldest first) from ``marker``."""
+    window = turns[-TURN_LIMIT:][::-1]  # newest first, as the app-server pages them
+    read = read_marker(marker)
+    if read is None or not window or window[0].id is None:
+        return Outcome(status="quiet", marker=marker)
+    newest = window[0]
+    newest_count = len(newest.messages)
+    if read.turn_id == newest.id and read.messages is not None and newest_count <= read.messages:
+        return Outcome(status="quiet", marker=marker)
+    at = next((i for i, t in enumerate(window) if t.id == read.turn_id), -1)
+    candidates = window if read.turn_id is None or at < 0 else window[: at + 1]
+    found: list[Turn] = []
+    occurred: int | None = None
+    for turn in candidates:
+        seen = 0
+        if turn.id == read.turn_id:
+            seen = read.messages if read.messages is not None else len(turn.messages)
+        for message in turn.messages[seen:]:
+            if own_echo(message, own):
+                continue
+            found.append(Turn(offset=None, native_id=turn.id, text_hash=message.joined))
+            if occurred is None:
+                seconds = turn.completed_s if turn.completed_s is not None else turn.started_s
+                occurred = seconds * 1000 if seconds is not None else now_ms
+    nxt = {"turnId": newest.id, "userMessageCount": newest_count}
+    if not found:
+        return Outcome(status="quiet", marker=nxt)
+    return Outcome(
+        status="activity",
+        marker=nxt,
+        turns=found,
+        dedupe_id=f"{newest.id}:{newest_count}",
+        latest_at=occurred,
+    )
+
+
+# -- the adapter ---------------------------------------------------------------------------
+
+
+PROBE_KEY = "probeThreadId"  # what the tick adds to a ref: the thread the gateway probes
+HINT_KEY = "rolloutPath"  # and the rollout the gateway's binding names for it, if any
+# where the gateway's Codex plugin keeps a session's binding: its plugin state
+PLUGIN_ID = "codex"
+BINDINGS = "app-server-thread-bindings"
+
+
+def binding_entry(agent_id: str, session_key: str) -> tuple[str, str, str]:
+    """The plugin state entry of a session's binding: plugin, namespace and the plugin's
+    key (``bindingStoreKey``: the agent and the session key's SHA-256, base64url)."""
+    digest = hashlib.sha256(session_key.strip().encode()).digest()
+    hashed = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return PLUGIN_ID, BINDINGS, f"session-key:{agent_id.strip()}:{hashed}"
+
+
+def probed_ref(ref: Ref, thread_id: str, stored: Any, session_id: str | None) -> Ref:
+    """The ref to read for a link on ``thread_id``, given its session's stored binding
+    (parsed) and the session's current id: with :data:`PROBE_KEY` naming the gateway's
+    branch when the gateway probes the branch, else the link's own ref.
+
+    The gateway adopts a thread "as a branch": while the branch is pending the binding names
+    the source; once its first run made the branch (``thread/start`` with ``threadSource
+    "openclaw"``, the history injected), the binding names the branch, and its monitor
+    probes it: ``connectionScope == "supervision"`` and ``supervisionSourceThreadId`` equal
+    to the link's thread give the binding's ``threadId``. A binding of another generation of
+    the session (its ``sessionId`` is not the current one) is not the session's, and
+    without a current session id the gateway probes the source too."""
+    if not session_id or not isinstance(stored, dict) or stored.get("state") != "active":
+        return ref
+    owner = stored.get("sessionId")
+    if isinstance(owner, str) and owner.strip() and owner.strip() != session_id:
+        return ref
+    binding = stored.get("binding")
+    if not isinstance(binding, dict):
+        return ref
+    bound = binding.get("threadId")
+    bound = bound.strip() if isinstance(bound, str) else ""
+    probed = thread_id
+    if (
+        binding.get("connectionScope") == "supervision"
+        and binding.get("supervisionSourceThreadId") == thread_id
+        and bound
+    ):
+        probed = bound
+    out = dict(ref)
+    if probed != thread_id:
+        out[PROBE_KEY] = probed
+    hint = binding.get("rolloutPath")
+    if bound == probed and isinstance(hint, str) and probed in os.path.basename(hint):
+        out[HINT_KEY] = hint  # where the gateway last saw the thread's rollout
+    return out
+
+
+def thread_of(ref: Ref) -> str:
+    """The thread the gateway probes: the tick's :data:`PROBE_KEY`, else the ref's own."""
+    probe = ref.get(PROBE_KEY)
+    if isinstance(probe, str) and probe:
+        return probe
+    thread = ref.get("threadId")
+    return thread if isinstance(thread, str) else ""
+
+
+def _hint(ref: Ref) -> str | None:
+    hint = ref.get(HINT_KEY)
+    return hint if isinstance(hint, str) and hint else None
+
+
+class CodexAppServerAdapter:
+    kind = KIND
+    binding_entry = staticmethod(binding_entry)
+    probed_ref = staticmethod(probed_ref)
+
+    def __init__(self, settings: Settings) -> None:
+        root = settings.root("codex")
+        self.home = os.path.dirname(os.path.abspath(root)) if root else ""
+        self.reader = RolloutReader(self.home)
+        self._drift_said: dict[str, str] = {}
+        self._watched: set[str] = set()  # the files file watching was last given
+
+    def resolve(self, path: str, thread: str | None) -> Source:
+        raise BadInput(
+            "codex-app-server links are written by the gateway when it adopts a Codex thread"
+            " through its app-server; to adopt a rollout yourself, use --kind codex"
+        )
+
+    async def baseline(self, ref: Ref) -> Marker:
+        raise BadInput("codex-app-server links are baselined by the gateway")
+
+    async def check(self, probes: list[Probe]) -> list[Outcome]:
+        import asyncio
+
+        return await asyncio.to_thread(lambda: [self.check_one(p) for p in probes])
+
+    def check_one(self, probe: Probe, now_ms: int | None = None) -> Outcome:
+        import time
+
+        thread = thread_of(probe.ref)
+        path = self.reader.find(thread, _hint(probe.ref)) if thread else None
+        if path is None:
+            reason = f"the rollout of thread {thread or '?'} is not found under {self.home}"
+            return Outcome(status="inconclusive", reason=f"{reason}; left to the gateway")
+        try:
+            files = self.reader.turns(path)
+        except FormatDrift as exc:
+            first = self._drift_said.get(path) != str(exc)  # counted once, as it is said
+            self._drift_said[path] = str(exc)
+            drift = Drift(unknown_types={f"rollout:{exc}": 1}) if first else None
+            return Outcome(
+                status="inconclusive", reason=f"drift: {exc}; left to the gateway", drift=drift
+            )
+        except OSError as exc:
+            reason = f"cannot read {path}: {exc.strerror or exc}"
+            return Outcome(status="inconclusive", reason=f"{reason}; left to the gateway")
+        own = frozenset(h for _, h in probe.own)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        outcome = gateway_check(files.turns, probe.marker, own, now)
+        if path in self._watched:
+            return outcome
+        return replace(outcome, rewatch=True)  # a file to watch from now on (a new branch)
+
+    async def catalog(self) -> Catalog:
+        return Catalog()  # the gateway's own catalog lists what it adopts
+
+    def catalog_key(self, ref: Ref) -> str:
+        return f"codex-app-server:{ref.get('threadId', '')}"
+
+    def watched_paths(self, ref: Ref) -> list[str]:
+        """The probed thread's rollout (and the files it points back to)."""
+        thread = thread_of(ref)
+        path = self.reader.find(thread, _hint(ref)) if thread else None
+        if path is None:
+            return []
+        paths = [path, *self.reader.bases_of(path)]
+        self._watched.update(paths)
+        return paths
+
+    def replay(
+        self, path: str, thread: str | None, own_texts: list[str]
+    ) -> Iterable[dict[str, Any]]:
+        raise BadInput("replay reads a rollout with --kind codex")
+
+
+def build(settings: Settings) -> CodexAppServerAdapter:
+    return CodexAppServerAdapter(settings)

@@ -1,0 +1,61 @@
+"""What the gateway's own state says a link it drives probes (see
+:class:`adapters.base.GatewayBound`): the bindings its plugins keep in
+``plugin_state_entries`` of its state database, read in the tick's snapshot.
+
+Read only next to the gateway's own SQLite state database; where the table is not there,
+every link reads its own ref.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from adapters.base import GatewayBound, Ref
+
+if TYPE_CHECKING:
+    from monitor.kernel.store.protocol import Conn
+    from monitor.upstream.links import UpstreamLink
+
+
+def probe_refs(
+    conn: Conn,
+    bound: Iterable[tuple[UpstreamLink, GatewayBound]],
+    session_id: Callable[[UpstreamLink], str | None],
+    now: int,
+) -> dict[tuple[str, str], Ref]:
+    """For each link whose adapter reads another ref than the link's own, that ref."""
+    wanted = {
+        adapter.binding_entry(link.agent_id, link.session_key): (link, adapter)
+        for link, adapter in bound
+        if link.thread_id
+    }
+    if not wanted or not _has_table(conn):
+        return {}
+    stored: dict[tuple[str, str, str], Any] = {}
+    for plugin, namespace, key in wanted:
+        row = conn.execute(
+            "SELECT value_json FROM plugin_state_entries WHERE plugin_id = ? AND namespace = ?"
+            " AND entry_key = ? AND (expires_at IS NULL OR expires_at > ?)",
+            (plugin, namespace, key, now),
+        ).fetchone()
+        # an unreadable binding is no binding, as the gateway reads it too
+        with contextlib.suppress(orjson.JSONDecodeError):
+            stored[(plugin, namespace, key)] = orjson.loads(row[0]) if row else None
+    refs: dict[tuple[str, str], Ref] = {}
+    for entry, (link, adapter) in wanted.items():
+        assert link.thread_id is not None
+        ref = adapter.probed_ref(link.ref, link.thread_id, stored.get(entry), session_id(link))
+        if ref != link.ref:
+            refs[link.key] = ref
+    return refs
+
+
+def _has_table(conn: Conn) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'plugin_state_entries'"
+    ).fetchone()
+    return row is not None

@@ -1,0 +1,261 @@
+"""The tick on the gateway's own ``codex-app-server`` links, next to an OpenClaw install.
+
+The install is the files the gateway writes, as OpenClaw 2026.9.6 and ``@openclaw/codex``
+2026.9.5 lay them out: the link row, the plugin's supervision binding in
+``plugin_state_entries``, the agent database's session row and transcript (the gateway's
+own texts). The rollouts are a real Codex 0.171.0 thread, appended turn by turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from adapters.codex_app_server import gateway_check
+from monitor.config import Config, RootsConfig
+from monitor.kernel import Kernel
+from monitor.upstream import UpstreamMonitor
+from tests.helpers import ManualClock
+from tests.upstream.test_codex_app_server import FIXTURES, LISTED
+
+KEY = "agent:main:codex:adopted"
+MAIN = "agent:main:main"
+SESSION = "sess-1"
+FINGERPRINT = "sha256:" + "ab" * 32
+PLUGIN_STATE_DDL = """
+CREATE TABLE IF NOT EXISTS plugin_state_entries (
+  plugin_id TEXT NOT NULL, namespace TEXT NOT NULL, entry_key TEXT NOT NULL,
+  value_json TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER,
+  PRIMARY KEY (plugin_id, namespace, entry_key)
+) STRICT;
+"""
+AGENT_DDL = """
+CREATE TABLE session_nodes (session_key TEXT PRIMARY KEY, current_session_id TEXT);
+CREATE TABLE transcript_events (session_id TEXT, seq INTEGER, event_json TEXT,
+  event_zstd BLOB, PRIMARY KEY (session_id, seq));
+CREATE TABLE session_transcript_active_events (session_id TEXT, active_position INTEGER,
+  event_seq INTEGER, message_position INTEGER);
+"""
+
+
+class Install:
+    """An OpenClaw state directory and a Codex home, as the gateway and Codex leave them."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.state = tmp / "openclaw"
+        self.db = self.state / "state" / "openclaw.sqlite"
+        self.db.parent.mkdir(parents=True)
+        self.agent_db = self.state / "agents" / "main" / "agent" / "openclaw-agent.sqlite"
+        self.agent_db.parent.mkdir(parents=True)
+        with sqlite3.connect(self.agent_db) as conn:
+            conn.executescript(AGENT_DDL)
+            conn.execute("INSERT INTO session_nodes VALUES (?, ?)", (KEY, SESSION))
+        self.home = tmp / "codex-home"
+        self.seq = 0
+        self.source = LISTED["paginated"]["source"]
+        self.branch = LISTED["paginated"]["branch"]
+        fixture = next((FIXTURES / "paginated").rglob(f"rollout-*-{self.source}.jsonl"))
+        self.source_lines = fixture.read_bytes().splitlines(keepends=True)
+        self.rollout = self.home / fixture.relative_to(FIXTURES / "paginated")
+        self.rollout.parent.mkdir(parents=True)
+        self.rollout.write_bytes(b"")
+        self.written = 0
+
+    def codex_types_until(self, turns_done: int) -> None:
+        """Append the source's lines up to the end of its ``turns_done``-th turn."""
+        done = 0
+        for i, line in enumerate(self.source_lines):
+            if b'"task_complete"' in line:
+                done += 1
+                if done == turns_done:
+                    with self.rollout.open("ab") as f:
+                        f.write(b"".join(self.source_lines[self.written : i + 1]))
+                    self.written = i + 1
+                    return
+        raise AssertionError(f"the fixture has fewer than {turns_done} turns")
+
+    def gateway_adopts(self, marker: dict[str, Any]) -> None:
+        ref = {"connectionFingerprint": FINGERPRINT, "threadId": self.source}
+        with sqlite3.connect(self.db) as conn:
+            conn.execute(
+                "INSERT INTO session_upstream_links VALUES"
+                " (?, 'main', 'codex', 'gateway:local', ?, 'codex-app-server', ?, ?, NULL, 1, 1)",
+                (KEY, self.source, orjson.dumps(ref).decode(), orjson.dumps(marker).decode()),
+            )
+
+    def gateway_materializes_the_branch(self, session_id: str = SESSION) -> None:
+        """The binding now names the branch; the branch's rollout is written."""
+        digest = base64.urlsafe_b64encode(hashlib.sha256(KEY.encode()).digest()).rstrip(b"=")
+        stored = {
+            "version": 1,
+            "state": "active",
+            "sessionId": session_id,
+            "binding": {
+                "threadId": self.branch,
+                "cwd": "/work",
+                "connectionScope": "supervision",
+                "supervisionSourceThreadId": self.source,
+                "preserveNativeModel": True,
+                "conversationSourceTransferComplete": True,
+                "model": "mock-model",
+                "modelProvider": "mock",
+            },
+        }
+        with sqlite3.connect(self.db) as conn:
+            conn.executescript(PLUGIN_STATE_DDL)
+            conn.execute(
+                "INSERT OR REPLACE INTO plugin_state_entries VALUES"
+                " ('codex', 'app-server-thread-bindings', ?, ?, 1, NULL)",
+                (f"session-key:main:{digest.decode()}", orjson.dumps(stored).decode()),
+            )
+        branch = next((FIXTURES / "paginated").rglob(f"rollout-*-{self.branch}.jsonl"))
+        shutil.copy(branch, self.home / branch.relative_to(FIXTURES / "paginated"))
+
+    def gateway_said(self, text: str) -> None:
+        """A user message the gateway sent into the session (its own, not a person's)."""
+        self.seq += 1
+        event = {"type": "message", "message": {"role": "user", "content": text}}
+        with sqlite3.connect(self.agent_db) as conn:
+            conn.execute(
+                "INSERT INTO transcript_events VALUES (?, ?, ?, NULL)",
+                (SESSION, self.seq, orjson.dumps(event).decode()),
+            )
+            conn.execute(
+                "INSERT INTO session_transcript_active_events VALUES (?, ?, ?, ?)",
+                (SESSION, self.seq, self.seq, self.seq),
+            )
+
+    def marker(self) -> dict[str, Any]:
+        with sqlite3.connect(self.db) as conn:
+            (raw,) = conn.execute("SELECT last_marker_json FROM session_upstream_links").fetchone()
+        found: dict[str, Any] = orjson.loads(raw)
+        return found
+
+    def records(self) -> list[tuple[str, int]]:
+        """The human turns recorded: dedupe key, and how many turns each says."""
+        with sqlite3.connect(self.db) as conn:
+            rows = conn.execute(
+                "SELECT dedupe_key, payload_json FROM session_state_events"
+                " WHERE kind = 'human_direct_message' ORDER BY sequence"
+            ).fetchall()
+        return [(k, int(orjson.loads(p or "{}").get("turns", 1))) for k, p in rows]
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    install = Install(tmp_path)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(install.state))
+    kernel = await Kernel.open(install.db, clock=ManualClock())
+    roots = RootsConfig(codex=str(install.home / "sessions"))
+    monitor = UpstreamMonitor.from_config(kernel, Config(roots=roots))
+    yield install, kernel, monitor
+    await kernel.close()
+
+
+def turn_ids(thread: str) -> list[str]:
+    return [t for t, _ in LISTED["paginated"]["threads"][thread]][::-1]
+
+
+async def test_the_gateways_codex_link_is_recorded_as_its_monitor_would(rig: Any) -> None:
+    install, kernel, monitor = rig
+    install.codex_types_until(1)
+    first = turn_ids(install.source)[0]
+    install.gateway_adopts({"turnId": first, "userMessageCount": 1})
+    assert await kernel.watch(watcher=MAIN, target=KEY)
+    link = (await monitor.links())[0].link
+    assert (link.kind, link.foreign) == ("codex-app-server", False)
+    prefix = f"upstream:{KEY}:{link.source_key}:"
+
+    # a prompt, and a steer in the same turn: one record of two, named as the gateway names it
+    install.codex_types_until(2)
+    second = turn_ids(install.source)[1]
+    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert install.records() == [(f"{prefix}{second}:2", 2)]
+    assert install.marker() == {"turnId": second, "userMessageCount": 2}
+
+    # the gateway's own prompt is not a person's; the marker still moves
+    install.gateway_said("third prompt")
+    install.codex_types_until(3)
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    third = turn_ids(install.source)[2]
+    assert install.marker() == {"turnId": third, "userMessageCount": 1}
+
+    # the gateway's monitor, polling afterwards from the same marker, finds nothing new
+    turns = monitor.adapters["codex-app-server"].reader.turns(str(install.rollout)).turns
+    again = gateway_check(turns, install.marker(), frozenset(), 0)
+    assert (again.status, again.turns) == ("quiet", [])
+
+    # the branch: once the binding names it, the branch is what is read (a person typed into
+    # it); the source's own later turns are the gateway's to ignore, as it ignores them
+    install.gateway_materializes_the_branch()
+    install.codex_types_until(5)
+    branch_turn = turn_ids(install.branch)[-1]
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert install.records()[-1] == (f"{prefix}{branch_turn}:1", 1)
+    assert install.marker() == {"turnId": branch_turn, "userMessageCount": 1}
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert len(install.records()) == 2
+
+    # file watching names the branch's rollout now
+    watched = await monitor.watched_paths()
+    assert any(install.branch in p for p in watched) and all(
+        install.source not in Path(p).name for p in watched
+    )
+
+
+async def test_a_binding_of_another_generation_leaves_the_source_probed(rig: Any) -> None:
+    """A binding written for an earlier session id is not this session's: the gateway
+    probes the link's own thread, and so does the sidecar."""
+    install, kernel, monitor = rig
+    install.codex_types_until(1)
+    install.gateway_adopts({"turnId": turn_ids(install.source)[0], "userMessageCount": 1})
+    assert await kernel.watch(watcher=MAIN, target=KEY)
+    install.gateway_materializes_the_branch(session_id="an-earlier-session")
+    install.codex_types_until(2)
+    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert install.marker() == {"turnId": turn_ids(install.source)[1], "userMessageCount": 2}
+
+
+async def test_whichever_sees_a_prompt_first_records_it_once(rig: Any) -> None:
+    """The gateway's monitor records the turn and advances the shared marker first: the
+    sidecar's check, read from the old marker, is refused and checks again from the new
+    one, finding nothing."""
+    install, kernel, monitor = rig
+    install.codex_types_until(1)
+    install.gateway_adopts({"turnId": turn_ids(install.source)[0], "userMessageCount": 1})
+    assert await kernel.watch(watcher=MAIN, target=KEY)
+    install.codex_types_until(2)
+    link = (await monitor.links())[0].link
+    adapter = monitor.adapters["codex-app-server"]
+    inner_check = adapter.check
+
+    async def gateway_first(probes: Any) -> Any:
+        outcomes = await inner_check(probes)
+        if probes[0].marker == {"turnId": turn_ids(install.source)[0], "userMessageCount": 1}:
+            found = outcomes[0]
+            key = f"upstream:{KEY}:{link.source_key}:{found.dedupe_id}"
+            with sqlite3.connect(install.db) as conn:  # as the gateway's monitor writes it
+                conn.execute(
+                    "INSERT INTO session_state_events (dedupe_key, session_key, agent_id, kind,"
+                    " actor_type, occurred_at, summary, payload_json) VALUES"
+                    " (?, ?, 'main', 'human_direct_message', 'human', 1, 'human message',"
+                    " '{\"turns\":2}')",
+                    (key, KEY),
+                )
+                conn.execute(
+                    "UPDATE session_upstream_links SET last_marker_json = ?",
+                    (orjson.dumps(found.marker).decode(),),
+                )
+        return outcomes
+
+    adapter.check = gateway_first
+    results = await monitor.tick()
+    assert [r.outcome for r in results] == ["quiet"]
+    assert [n for _, n in install.records()] == [2]
