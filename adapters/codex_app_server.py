@@ -70,6 +70,7 @@ HISTORY_MODES = (None, "legacy", "paginated")
 BASE_DEPTH = 16  # history_base links followed at most (a revert of a fork of a revert ...)
 ARCHIVE_DIR = "archived_sessions"
 STATE_DB = "state_5.sqlite"
+PROJECTION_DB = "thread_history_1.sqlite"  # what a paginated thread's listing reads
 # the bytes a line must hold to matter to the turn list; any other line is skipped unparsed
 _NEEDLES = (
     b'"session_meta"',
@@ -110,9 +111,24 @@ class FileTurns:
     ino: int
     size: int
     offset: int  # after the last complete line read
-    turns: list[RolloutTurn]
+    turns: list[RolloutTurn]  # from the records the listing shows (see ``upto``)
     paginated: bool
     base_paths: tuple[str, ...] = ()  # the files it points back to (watched with it)
+    pending: list[dict[str, Any]] = field(default_factory=list)  # read, not yet listed
+
+    def upto(self, cutoff: int | None) -> list[RolloutTurn]:
+        """The turns as the app-server lists them when its projection has taken the
+        records before ordinal ``cutoff`` (None: every record read)."""
+        builder = TurnBuilder(self.turns, self.paginated)
+        taken = 0
+        for record in self.pending:
+            ordinal = record.get("ordinal")
+            if cutoff is not None and (not isinstance(ordinal, int) or ordinal >= cutoff):
+                break
+            builder.add(record)
+            taken += 1
+        del self.pending[:taken]
+        return self.turns
 
 
 def _seconds(record: dict[str, Any]) -> int | None:
@@ -207,15 +223,15 @@ def _matters(line: bytes) -> bool:
     return any(needle in line for needle in _NEEDLES)
 
 
-def _feed(builder: TurnBuilder, data: bytes, base: int) -> int:
-    """Add the turn records among ``data``'s complete lines (read from offset ``base``);
-    the offset after the last complete line."""
+def _records(data: bytes) -> list[dict[str, Any]]:
+    """The turn records among ``data``'s complete lines."""
+    found = []
     for line in _lines(data):
         if _matters(line):
             record = _parse(line)
             if record is not None and record.get("type") != "session_meta":
-                builder.add(record)
-    return base + data.rfind(b"\n") + 1
+                found.append(record)
+    return found
 
 
 def _meta(line: bytes) -> dict[str, Any]:
@@ -245,7 +261,9 @@ class RolloutReader:
         self.home = codex_home
         self._files: dict[str, FileTurns] = {}
         self._bases: dict[tuple[str, int], list[RolloutTurn]] = {}
-        self._paths: dict[str, str] = {}  # thread id -> the rollout last found for it
+        # thread id -> the rollout last found for it, and the state database's stamp then
+        self._paths: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+        self._projected: dict[str, tuple[tuple[int, ...], int]] = {}  # thread -> stamp, cutoff
 
     # -- finding ------------------------------------------------------------------------
 
@@ -253,18 +271,23 @@ class RolloutReader:
         """The live rollout of ``thread_id``: the one Codex's state database names, else the
         newest file named for it, in ``sessions/`` or ``archived_sessions/``; under this
         reader's Codex home, else under the home of ``hint`` (the rollout the gateway's
-        binding names, when the gateway's Codex home is another)."""
-        known = self._paths.get(thread_id)
-        if known and (os.path.isfile(known) or os.path.isfile(known + SUFFIX)):
-            return known if os.path.isfile(known) else known + SUFFIX
+        binding names, when the gateway's Codex home is another).
+
+        What was found is kept while the state database it came from is unchanged: a
+        revert, an archive or a compression writes it (and without one, the names are
+        looked at again)."""
         homes = [self.home] if self.home else []
         other = _home_of(hint) if hint else None
         if other and other not in homes:
             homes.append(other)
         for home in homes:
+            stamp = _stamp(os.path.join(home, STATE_DB))
+            known = self._paths.get(thread_id)
+            if known and stamp and known[1] == stamp and os.path.isfile(known[0]):
+                return known[0]
             found = self._from_state_db(home, thread_id) or self._by_name(thread_id, home)
             if found:
-                self._paths[thread_id] = found
+                self._paths[thread_id] = (found, stamp)
                 return found
         return None
 
@@ -304,6 +327,41 @@ class RolloutReader:
         # the newest generation: a name starts with its creation time (``rollout-<time>-``)
         return max(found, key=lambda p: os.path.basename(p)[: len("rollout-") + 19], default=None)
 
+    def projected(self, path: str, thread_id: str) -> int | None:
+        """How far the app-server's listing of a paginated thread has read its rollout: the
+        ordinal its projection (``thread_history_1.sqlite``) takes next. The listing trails
+        the rollout by a moment, and a marker is only ever moved to a turn the listing
+        shows, so that the gateway's own check always finds it. None where Codex keeps no
+        projection (the listing then reads the rollout); 0 for a thread it has not taken."""
+        home = _home_of(path)
+        db = os.path.join(home, PROJECTION_DB) if home else ""
+        stamp = _stamp(db) if db else None
+        if stamp is None:
+            return None
+        known = self._projected.get(thread_id)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        try:
+            conn = sqlite3.connect(f"file:{_quoted(db)}?mode=ro", uri=True, timeout=1.0)
+            try:
+                row = conn.execute(
+                    "SELECT next_rollout_ordinal FROM thread_history_projection_state"
+                    " WHERE thread_id = ?",
+                    (thread_id,),
+                ).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return None  # another schema: the rollout as read
+        cutoff = int(row[0]) if row and isinstance(row[0], int) else 0
+        self._projected[thread_id] = (stamp, cutoff)
+        return cutoff
+
+    def projection_files(self, path: str) -> list[str]:
+        home = _home_of(path)
+        db = os.path.join(home, PROJECTION_DB) if home else ""
+        return [db, db + "-wal"] if db and os.path.isfile(db) else []
+
     def bases_of(self, path: str) -> tuple[str, ...]:
         """The files ``path`` points back to, as last read."""
         cached = self._files.get(path)
@@ -324,8 +382,8 @@ class RolloutReader:
             if st.st_size > cached.offset:
                 f.seek(cached.offset)
                 data = f.read(st.st_size - cached.offset)
-                builder = TurnBuilder(cached.turns, cached.paginated)
-                cached.offset = _feed(builder, data, cached.offset)
+                cached.pending += _records(data)
+                cached.offset += data.rfind(b"\n") + 1
             cached.size = st.st_size
         return cached
 
@@ -361,7 +419,8 @@ class RolloutReader:
             payload = _meta(data[: head_end - 1])
             turns, _ = self._base(found, payload.get("history_base"), depth + 1)
             builder = TurnBuilder(turns, payload.get("history_mode") == "paginated")
-            _feed(builder, data[head_end:], head_end)
+            for record in _records(data[head_end:]):
+                builder.add(record)
             self._bases[(found, end)] = cached = turns
         return _copy(cached), (found,)
 
@@ -386,10 +445,24 @@ class RolloutReader:
         payload = _meta(data[: head_end - 1])
         turns, bases = self._base(path, payload.get("history_base"), 0)
         paginated = payload.get("history_mode") == "paginated"
-        end = _feed(TurnBuilder(turns, paginated), data[head_end:], head_end)
+        end = head_end + data[head_end:].rfind(b"\n") + 1
         files = FileTurns(st.st_ino, st.st_size, end, turns, paginated, bases)
+        files.pending = _records(data[head_end:])
         self._files[path] = files
         return files
+
+
+def _stamp(db: str) -> tuple[int, ...] | None:
+    """What changes when a SQLite file (or its write-ahead log) is written."""
+    try:
+        st = os.stat(db)
+    except OSError:
+        return None
+    try:
+        wal = os.stat(db + "-wal")
+        return (st.st_mtime_ns, st.st_size, wal.st_mtime_ns, wal.st_size)
+    except OSError:
+        return (st.st_mtime_ns, st.st_size)
 
 
 def _home_of(rollout: str) -> str | None:
@@ -606,9 +679,10 @@ class CodexAppServerAdapter:
         except OSError as exc:
             reason = f"cannot read {path}: {exc.strerror or exc}"
             return Outcome(status="inconclusive", reason=f"{reason}; left to the gateway")
+        cutoff = self.reader.projected(path, thread) if files.paginated else None
         own = frozenset(h for _, h in probe.own)
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        outcome = gateway_check(files.turns, probe.marker, own, now)
+        outcome = gateway_check(files.upto(cutoff), probe.marker, own, now)
         if path in self._watched:
             return outcome
         return replace(outcome, rewatch=True)  # a file to watch from now on (a new branch)
@@ -625,7 +699,7 @@ class CodexAppServerAdapter:
         path = self.reader.find(thread, _hint(ref)) if thread else None
         if path is None:
             return []
-        paths = [path, *self.reader.bases_of(path)]
+        paths = [path, *self.reader.bases_of(path), *self.reader.projection_files(path)]
         self._watched.update(paths)
         return paths
 

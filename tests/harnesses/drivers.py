@@ -178,12 +178,29 @@ class ClaudeStream(JsonLinesChild):
 class CodexAppServer(JsonLinesChild):
     """``codex app-server`` on the mock model: one thread, and the forks made of it."""
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: Harness, *, experimental: bool = False) -> None:
+        """``experimental``: opt into the API's experimental methods and fields (a thread
+        with ``historyMode: "legacy"``)."""
         super().__init__(harness, "app-server")
         self._ids = 0
-        self.call("initialize", clientInfo={"name": "sessionwatch-tests", "version": "0"})
+        self.call(
+            "initialize",
+            clientInfo={"name": "sessionwatch-tests", "version": "0"},
+            capabilities={"experimentalApi": experimental},
+        )
         self.send({"jsonrpc": "2.0", "method": "initialized"})
         self.thread = str(self.call("thread/start", cwd=str(harness.project))["thread"]["id"])
+
+    def turns_listed(self, thread: str) -> list[list[Any]]:
+        """What the gateway's monitor asks for: the newest 100 turns, newest first, each as
+        its id and its number of user messages."""
+        page = self.call(
+            "thread/turns/list", threadId=thread, limit=100, sortDirection="desc", itemsView="full"
+        )
+        return [
+            [t["id"], sum(1 for i in t["items"] if i.get("type") == "userMessage")]
+            for t in page["data"]
+        ]
 
     def call(self, method: str, **params: Any) -> Any:
         self._ids += 1

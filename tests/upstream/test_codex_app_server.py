@@ -42,7 +42,7 @@ def test_the_reader_lists_the_turns_the_app_server_lists(home: str) -> None:
     for thread, answer in LISTED[home]["threads"].items():
         path = reader.find(thread)
         assert path is not None, thread
-        assert listed(reader.turns(path).turns) == answer, thread
+        assert listed(reader.turns(path).upto(None)) == answer, thread
 
 
 def test_a_revert_is_read_from_the_live_generation() -> None:
@@ -54,7 +54,7 @@ def test_a_revert_is_read_from_the_live_generation() -> None:
     live = reader.find(source)
     assert live is not None and "_" in Path(live).name.split(source)[-1]
     original = next((FIXTURES / "paginated").rglob(f"rollout-*-{source}.jsonl"))
-    assert listed(reader.turns(str(original)).turns) == data["before_revert"]
+    assert listed(reader.turns(str(original)).upto(None)) == data["before_revert"]
 
 
 def test_the_state_database_names_the_live_file(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_an_archived_or_compressed_rollout_is_still_read(tmp_path: Path) -> None
     found = reader.find(thread)
     assert found == str(moved)
     assert found is not None
-    assert listed(reader.turns(found).turns) == answer
+    assert listed(reader.turns(found).upto(None)) == answer
     packed = moved.with_name(moved.name + ".zst")
     packed.write_bytes(zstandard.ZstdCompressor().compress(moved.read_bytes()))
     moved.unlink()
@@ -96,7 +96,7 @@ def test_an_archived_or_compressed_rollout_is_still_read(tmp_path: Path) -> None
     found = reader.find(thread)
     assert found == str(packed)
     assert found is not None
-    assert listed(reader.turns(found).turns) == answer
+    assert listed(reader.turns(found).upto(None)) == answer
 
 
 def test_reading_as_the_file_grows_equals_reading_it_whole(tmp_path: Path) -> None:
@@ -115,8 +115,8 @@ def test_reading_as_the_file_grows_equals_reading_it_whole(tmp_path: Path) -> No
         growing.turns(str(target))
         with target.open("ab") as f:
             f.write(line[half:])
-        assert listed(growing.turns(str(target)).turns) == listed(
-            RolloutReader(str(home)).turns(str(target)).turns
+        assert listed(growing.turns(str(target)).upto(None)) == listed(
+            RolloutReader(str(home)).turns(str(target)).upto(None)
         )
 
 
@@ -244,3 +244,39 @@ async def test_a_rollout_in_the_gateways_own_codex_home_is_found_by_its_binding(
     (out,) = await adapter.check([Probe(session_key="k", ref=ref, marker=marker)])
     newest = data["threads"][data["source"]][0]
     assert (out.status, out.dedupe_id, len(out.turns)) == ("activity", f"{newest[0]}:1", 5)
+
+
+async def test_a_marker_moves_only_to_a_turn_the_listing_shows(tmp_path: Path) -> None:
+    """The app-server lists a paginated thread from its projection, which trails the
+    rollout by a moment: until the projection took the new turn, the check records nothing
+    (so the gateway's own check, listing the same, always finds the marker's turn); then it
+    records the turn."""
+    import sqlite3
+
+    from adapters.base import Settings
+    from adapters.codex_app_server import build
+
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "paginated", home)
+    data = LISTED["paginated"]
+    projection = sqlite3.connect(home / "thread_history_1.sqlite")
+    projection.execute(
+        "CREATE TABLE thread_history_projection_state (thread_id TEXT PRIMARY KEY,"
+        " next_rollout_byte_offset INTEGER NOT NULL, next_rollout_ordinal INTEGER NOT NULL)"
+    )
+    projection.execute("INSERT INTO thread_history_projection_state VALUES (?, 0, 8)",
+                       (data["branch"],))  # fmt: skip
+    projection.commit()
+    adapter = build(Settings(roots={"codex": str(home / "sessions")}))
+    probe = Probe(session_key="k", ref={"threadId": data["branch"]}, marker={"turnId": None})
+    (before,) = await adapter.check([probe])
+    assert (before.status, before.marker) == ("quiet", {"turnId": None})
+    assert str(home / "thread_history_1.sqlite-wal") in adapter.watched_paths(probe.ref)
+    projection.execute("UPDATE thread_history_projection_state SET next_rollout_ordinal = 17")
+    projection.commit()
+    projection.close()
+    (after,) = await adapter.check([probe])
+    assert (after.status, after.dedupe_id) == (
+        "activity",
+        f"{data['threads'][data['branch']][0][0]}:1",
+    )

@@ -188,7 +188,7 @@ async def test_the_gateways_codex_link_is_recorded_as_its_monitor_would(rig: Any
     assert install.marker() == {"turnId": third, "userMessageCount": 1}
 
     # the gateway's monitor, polling afterwards from the same marker, finds nothing new
-    turns = monitor.adapters["codex-app-server"].reader.turns(str(install.rollout)).turns
+    turns = monitor.adapters["codex-app-server"].reader.turns(str(install.rollout)).upto(None)
     again = gateway_check(turns, install.marker(), frozenset(), 0)
     assert (again.status, again.turns) == ("quiet", [])
 
