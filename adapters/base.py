@@ -331,6 +331,11 @@ class GatewayBound(Protocol):
         """The ref to read, given the stored binding (parsed JSON, None when there is none)."""
         ...
 
+    def busy(self, stored: Any, now_ms: int) -> str | None:
+        """Why the link is not to be checked now (the gateway is driving the source), or
+        None."""
+        ...
+
 
 def parse_time(value: Any) -> datetime | None:
     """An ISO 8601 timestamp (``Z`` for UTC), or None."""

@@ -37,6 +37,7 @@ import glob
 import hashlib
 import logging
 import os
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -85,10 +86,21 @@ _NEEDLES = (
 
 class Message(NamedTuple):
     """One user message of a turn, as the gateway's self-echo compares it: the hash of its
-    text blocks joined (each trimmed, whitespace collapsed), and each block's hash."""
+    text blocks joined (each trimmed, whitespace collapsed), each block's hash, and, for a
+    message the gateway's Codex plugin sent, the hash of its text without the provenance
+    line it puts first (see :data:`PROVENANCE`)."""
 
     joined: str
     blocks: tuple[str, ...]
+    sent: str | None = None
+
+
+# The line the gateway's Codex plugin puts before a prompt it sends into a thread it runs
+# (``[OpenClaw conversation info: sender={...}]``, its ``buildCodexHistoryProvenancePrefix``);
+# the rest is the text its transcript keeps. Its own monitor compares the whole text with
+# its transcript's and so takes its own run's prompt for a person's, a minute later; the
+# sidecar, checking first, compares the rest and advances the marker past it.
+PROVENANCE = re.compile(r"\A\s*\[OpenClaw conversation info: sender=[^\n]*\]\n")
 
 
 @dataclass(slots=True)
@@ -144,16 +156,21 @@ def _seconds(record: dict[str, Any]) -> int | None:
 def _message(content: Any, text: Any = None) -> Message:
     """The gateway's reading of a user message: its text blocks, trimmed and collapsed, the
     empty ones dropped; with none, the message's ``text`` (or nothing)."""
-    blocks: list[str] = []
+    raw: list[str] = []
     if isinstance(content, list):
         for block in content:
             if isinstance(block, dict) and block.get("type") == "text":
                 value = block.get("text")
                 if isinstance(value, str) and normalize_text(value):
-                    blocks.append(normalize_text(value))
-    if not blocks:
-        blocks = [normalize_text(text) if isinstance(text, str) else ""]
-    return Message(text_hash(" ".join(blocks)), tuple(text_hash(b) for b in blocks))
+                    raw.append(value)
+    if not raw:
+        raw = [text if isinstance(text, str) else ""]
+    blocks = [normalize_text(b) for b in raw]
+    header = PROVENANCE.match(raw[0])
+    sent = None
+    if header is not None:
+        sent = text_hash(" ".join([normalize_text(raw[0][header.end() :]), *blocks[1:]]))
+    return Message(text_hash(" ".join(blocks)), tuple(text_hash(b) for b in blocks), sent)
 
 
 class TurnBuilder:
@@ -518,8 +535,9 @@ def read_marker(marker: Marker) -> GatewayMarker | None:
 
 def own_echo(message: Message, own: frozenset[str]) -> bool:
     """The gateway's self-echo: the message's text is one of its own recent texts, or it has
-    several blocks and each is."""
-    if message.joined in own:
+    several blocks and each is; or, past the provenance line of a prompt the gateway's
+    plugin sent, it is one of them."""
+    if message.joined in own or (message.sent is not None and message.sent in own):
         return True
     return len(message.blocks) > 1 and all(b in own for b in message.blocks)
 
@@ -633,10 +651,22 @@ def _hint(ref: Ref) -> str | None:
     return hint if isinstance(hint, str) and hint else None
 
 
+def busy(stored: Any, now_ms: int) -> str | None:
+    """The gateway holds the binding's lease while it works on the thread (a run, a
+    compaction), renewed while it lasts: its own prompt is then in the thread, and its own
+    monitor checks only idle sessions. So the link waits, as for any run in progress."""
+    lease = stored.get("lease") if isinstance(stored, dict) else None
+    expires = lease.get("expiresAt") if isinstance(lease, dict) else None
+    if isinstance(expires, (int, float)) and not isinstance(expires, bool) and expires > now_ms:
+        return "run active: the gateway holds its Codex binding's lease"
+    return None
+
+
 class CodexAppServerAdapter:
     kind = KIND
     binding_entry = staticmethod(binding_entry)
     probed_ref = staticmethod(probed_ref)
+    busy = staticmethod(busy)
 
     def __init__(self, settings: Settings) -> None:
         root = settings.root("codex")

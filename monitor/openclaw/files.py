@@ -36,6 +36,7 @@ from monitor.openclaw.home import (
     profile_of,
     state_db,
     state_dir,
+    state_dir_of,
     user_path,
 )
 
@@ -356,8 +357,16 @@ def _user_text(raw: str | None, packed: bytes | None) -> str | None:
 
 def gateway_transcripts(db: str | os.PathLike[str] | None) -> GatewayTranscripts | None:
     """The gateway's transcripts when ``db`` (a SQLite file; None for PostgreSQL) is an
-    OpenClaw install's own state database."""
+    OpenClaw install's own state database: the one this environment locates, or one named
+    by its place (``<state dir>/state/openclaw.sqlite`` beside the state directory's
+    ``agents/``), as a sidecar run by another user with ``--db`` names it."""
     if db is None:
         return None
     install = locate()
-    return GatewayTranscripts(install) if _same_file(db, install.db) else None
+    if _same_file(db, install.db):
+        return GatewayTranscripts(install)
+    state = state_dir_of(os.path.abspath(db))
+    if state is None or not os.path.isdir(os.path.join(state, "agents")):
+        return None
+    found = Install(Path(state), Path(state, "openclaw.json"), Path(db), "the database's place")
+    return GatewayTranscripts(found)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -21,20 +21,32 @@ if TYPE_CHECKING:
     from monitor.upstream.links import UpstreamLink
 
 
+class Bound(NamedTuple):
+    """What the gateway's state says of the links it drives: the ref to read where it is
+    not the link's own, and why a link waits (the gateway is working on its source)."""
+
+    refs: dict[tuple[str, str], Ref]
+    busy: dict[tuple[str, str], str]
+
+
+NONE = Bound({}, {})
+
+
 def probe_refs(
     conn: Conn,
     bound: Iterable[tuple[UpstreamLink, GatewayBound]],
     session_id: Callable[[UpstreamLink], str | None],
     now: int,
-) -> dict[tuple[str, str], Ref]:
-    """For each link whose adapter reads another ref than the link's own, that ref."""
+) -> Bound:
+    """For each link whose adapter reads another ref than the link's own, that ref; and
+    the links the gateway is busy with."""
     wanted = {
         adapter.binding_entry(link.agent_id, link.session_key): (link, adapter)
         for link, adapter in bound
         if link.thread_id
     }
     if not wanted or not _has_table(conn):
-        return {}
+        return NONE
     stored: dict[tuple[str, str, str], Any] = {}
     for plugin, namespace, key in wanted:
         row = conn.execute(
@@ -45,13 +57,17 @@ def probe_refs(
         # an unreadable binding is no binding, as the gateway reads it too
         with contextlib.suppress(orjson.JSONDecodeError):
             stored[(plugin, namespace, key)] = orjson.loads(row[0]) if row else None
-    refs: dict[tuple[str, str], Ref] = {}
+    found = Bound({}, {})
     for entry, (link, adapter) in wanted.items():
         assert link.thread_id is not None
-        ref = adapter.probed_ref(link.ref, link.thread_id, stored.get(entry), session_id(link))
+        binding = stored.get(entry)
+        ref = adapter.probed_ref(link.ref, link.thread_id, binding, session_id(link))
         if ref != link.ref:
-            refs[link.key] = ref
-    return refs
+            found.refs[link.key] = ref
+        reason = adapter.busy(binding, now)
+        if reason:
+            found.busy[link.key] = reason
+    return found
 
 
 def _has_table(conn: Conn) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from adapters.base import Adapter, GatewayBound, Outcome, Probe, Ref, own_text_hash
+from adapters.base import Adapter, GatewayBound, Outcome, Probe, own_text_hash
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
@@ -23,7 +23,7 @@ from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
 from monitor.metrics import Metrics
 from monitor.upstream import links
-from monitor.upstream.bindings import probe_refs
+from monitor.upstream.bindings import NONE, Bound, probe_refs
 from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult, settle
@@ -45,7 +45,7 @@ class Snapshot:
     sessions: dict[tuple[str, str], SessionFlags]
     own: dict[tuple[str, str], list[tuple[int, str]]]
     stateful: dict[tuple[str, str], str | None]
-    refs: dict[tuple[str, str], Ref]  # a ref the adapter reads instead of the link's own
+    bound: Bound  # refs read instead of the links' own, links the gateway is busy with
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,7 +174,7 @@ class Ticker:
             sessions=sessions,
             own=recent_own(conn, self.settings.own_text_limit),
             stateful=links.stateful_links(conn),
-            refs=self.probe_refs(conn, watched, sessions),
+            bound=self.probe_refs(conn, watched, sessions),
         )
 
     def probe_refs(
@@ -182,12 +182,13 @@ class Ticker:
         conn: Conn,
         linked: list[UpstreamLink],
         sessions: dict[tuple[str, str], SessionFlags] | None = None,
-    ) -> dict[tuple[str, str], Ref]:
-        """The refs adapters read instead of the links' own: the thread the gateway probes
-        for its Codex links (next to the gateway's own store only)."""
+    ) -> Bound:
+        """The refs adapters read instead of the links' own (the thread the gateway probes
+        for its Codex links), and the links the gateway is busy with; next to the gateway's
+        own store only."""
         lookup = self.gateway_session
         if lookup is None:
-            return {}
+            return NONE
         known = all_session_flags(conn) if sessions is None else sessions
 
         def session_id(link: UpstreamLink) -> str | None:
@@ -200,7 +201,7 @@ class Ticker:
             adapter = self.adapters.get(link.kind or "")
             if isinstance(adapter, GatewayBound):
                 bound.append((link, adapter))
-        return probe_refs(conn, bound, session_id, self.kernel.clock()) if bound else {}
+        return probe_refs(conn, bound, session_id, self.kernel.clock()) if bound else NONE
 
     async def _tick(self, only: set[str] | None) -> list[LinkResult]:
         """One round, then the links another checker moved meanwhile, from their new
@@ -229,7 +230,9 @@ class Ticker:
                 continue
             if not self._ours(link, shared):
                 continue  # another host's file, or shared links another sidecar ticks
-            skip = self._skip_reason(link, agents_per_key, snapshot.sessions)
+            skip = snapshot.bound.busy.get(link.key) or self._skip_reason(
+                link, agents_per_key, snapshot.sessions
+            )
             if skip:
                 plan.results.append(
                     LinkResult(session_key=link.session_key, outcome="skipped", reason=skip)
@@ -239,7 +242,7 @@ class Ticker:
                 continue
             probe = Probe(
                 session_key=link.session_key,
-                ref=snapshot.refs.get(link.key, link.ref),
+                ref=snapshot.bound.refs.get(link.key, link.ref),
                 marker=link.marker,
                 own=(*snapshot.own.get(link.key, ()), *self._gateways_own(link)),
                 last_scanned_at=link.last_scanned_at,

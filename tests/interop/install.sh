@@ -11,6 +11,10 @@
 set -euo pipefail
 DIR="${1:-${SESSIONWATCH_INTEROP_DIR:-$HOME/.cache/sessionwatch/interop}}"
 OPENCLAW_VERSION="${OPENCLAW_VERSION:-2026.9.6}"
+# The gateway's Codex plugin (adoption of Codex threads through its app-server), a package of
+# its own. The gateway trusts it only when it installed it from npm itself, so it goes into
+# an npm cache here, from which a test's gateway installs it offline.
+OPENCLAW_CODEX_VERSION="${OPENCLAW_CODEX_VERSION:-2026.9.5}"
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
@@ -39,6 +43,15 @@ if ! have openclaw "$OPENCLAW_VERSION" || ! have @anthropic-ai/claude-code "$CLA
     npm install --no-audit --no-fund "openclaw@$OPENCLAW_VERSION" \
         "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
         "opencode-ai@$OPENCODE_VERSION" "@earendil-works/pi-coding-agent@$PI_VERSION"
+fi
+CACHED="npm-cache/.openclaw-codex-$OPENCLAW_CODEX_VERSION"
+if [ ! -f "$CACHED" ]; then
+    scratch=$(mktemp -d)
+    echo '{"name": "scratch", "private": true}' > "$scratch/package.json"
+    (cd "$scratch" && npm install --no-audit --no-fund --cache "$DIR/npm-cache" \
+        "@openclaw/codex@$OPENCLAW_CODEX_VERSION")
+    rm -rf "$scratch"
+    touch "$CACHED"
 fi
 chmod -R a+rX "$DIR"
 echo "installed in $DIR"

@@ -90,8 +90,11 @@ class Install:
                 (KEY, self.source, orjson.dumps(ref).decode(), orjson.dumps(marker).decode()),
             )
 
-    def gateway_materializes_the_branch(self, session_id: str = SESSION) -> None:
-        """The binding now names the branch; the branch's rollout is written."""
+    def gateway_materializes_the_branch(
+        self, session_id: str = SESSION, lease_until: int | None = None
+    ) -> None:
+        """The binding now names the branch; the branch's rollout is written. With
+        ``lease_until``, the gateway holds the binding's lease (it is running the session)."""
         digest = base64.urlsafe_b64encode(hashlib.sha256(KEY.encode()).digest()).rstrip(b"=")
         stored = {
             "version": 1,
@@ -108,6 +111,8 @@ class Install:
                 "modelProvider": "mock",
             },
         }
+        if lease_until is not None:
+            stored["lease"] = {"token": "t", "expiresAt": lease_until}
         with sqlite3.connect(self.db) as conn:
             conn.executescript(PLUGIN_STATE_DDL)
             conn.execute(
@@ -259,3 +264,23 @@ async def test_whichever_sees_a_prompt_first_records_it_once(rig: Any) -> None:
     results = await monitor.tick()
     assert [r.outcome for r in results] == ["quiet"]
     assert [n for _, n in install.records()] == [2]
+
+
+async def test_a_link_waits_while_the_gateway_holds_its_bindings_lease(rig: Any) -> None:
+    """The gateway holds its binding's lease while it runs the session (its own prompt is
+    then in the thread): the link is skipped as a run in progress, and checked once the
+    lease is released or has expired."""
+    install, kernel, monitor = rig
+    install.codex_types_until(1)
+    install.gateway_adopts({"turnId": turn_ids(install.source)[0], "userMessageCount": 1})
+    assert await kernel.watch(watcher=MAIN, target=KEY)
+    now = kernel.clock()
+    install.gateway_materializes_the_branch(lease_until=now + 65_000)
+    (result,) = await monitor.tick()
+    assert (result.outcome, result.reason) == (
+        "skipped",
+        "run active: the gateway holds its Codex binding's lease",
+    )
+    assert install.records() == []
+    install.gateway_materializes_the_branch(lease_until=now - 1)  # expired: a gateway gone
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
