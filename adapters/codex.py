@@ -358,7 +358,7 @@ def _turn_goes_on(state: CodexState) -> Verdict | None:
     return UNCLASSIFIED
 
 
-def _unknown_subtype(kind: str, payload: Any) -> str | None:
+def unknown_subtype(kind: str, payload: Any) -> str | None:
     """``event_msg:X``, ``response_item:X`` or ``item_completed:X`` for a subtype Codex
     never declared; a subtype that is not a string is left to the rules (unclassified where
     it looks like a user's)."""
@@ -390,7 +390,7 @@ def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict 
         return None if state.subagent else _legacy(record)
     if kind not in KNOWN_TYPES:
         return Verdict(unknown_type=str(kind))
-    unknown = _unknown_subtype(str(kind), payload)
+    unknown = unknown_subtype(str(kind), payload)
     if unknown is not None:
         return Verdict(unknown_type=unknown)
     if state.subagent or not isinstance(payload, dict):

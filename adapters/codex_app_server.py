@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import glob
 import hashlib
-import logging
 import os
 import re
 import sqlite3
@@ -59,11 +58,10 @@ from adapters.base import (
     text_hash,
 )
 from adapters.catalog import Catalog
+from adapters.codex import KNOWN_TYPES, may_be_turn, unknown_subtype
 from adapters.tailer import open_regular
 from adapters.zst import SUFFIX, chunks
 from monitor.errors import BadInput
-
-log = logging.getLogger(__name__)
 
 KIND = "codex-app-server"
 TURN_LIMIT = 100  # the gateway's ``thread/turns/list`` page: the newest 100 turns
@@ -127,6 +125,7 @@ class FileTurns:
     paginated: bool
     base_paths: tuple[str, ...] = ()  # the files it points back to (watched with it)
     pending: list[dict[str, Any]] = field(default_factory=list)  # read, not yet listed
+    drift: Drift = field(default_factory=Drift)  # record types never declared, so far
 
     def upto(self, cutoff: int | None) -> list[RolloutTurn]:
         """The turns as the app-server lists them when its projection has taken the
@@ -240,15 +239,32 @@ def _matters(line: bytes) -> bool:
     return any(needle in line for needle in _NEEDLES)
 
 
-def _records(data: bytes) -> list[dict[str, Any]]:
-    """The turn records among ``data``'s complete lines."""
+def _records(data: bytes, drift: Drift | None = None) -> list[dict[str, Any]]:
+    """The turn records among ``data``'s complete lines. A line of a record type or subtype
+    Codex never declared (the classifier's test: :func:`adapters.codex.may_be_turn`, then
+    the declared lists) is counted in ``drift``: a new form of a prompt would be one."""
     found = []
     for line in _lines(data):
         if _matters(line):
             record = _parse(line)
             if record is not None and record.get("type") != "session_meta":
                 found.append(record)
+        elif drift is not None and may_be_turn(line):
+            _count_unknown(line, drift)
     return found
+
+
+def _count_unknown(line: bytes, drift: Drift) -> None:
+    record = _parse(line)
+    if record is None:
+        return  # a torn or foreign line: the app-server skips it too
+    kind = record.get("type")
+    if kind not in KNOWN_TYPES:
+        drift.count_type(str(kind))
+        return
+    unknown = unknown_subtype(str(kind), record.get("payload"))
+    if unknown is not None:
+        drift.count_type(unknown)
 
 
 def _meta(line: bytes) -> dict[str, Any]:
@@ -309,19 +325,9 @@ class RolloutReader:
         return None
 
     def _from_state_db(self, home: str, thread_id: str) -> str | None:
-        path = os.path.join(home, STATE_DB)
-        if not os.path.isfile(path):
-            return None
-        try:
-            conn = sqlite3.connect(f"file:{_quoted(path)}?mode=ro", uri=True, timeout=1.0)
-            try:
-                row = conn.execute(
-                    "SELECT rollout_path FROM threads WHERE id = ?", (thread_id,)
-                ).fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            return None  # another schema or a locked file: the file name finds it
+        row = _one_row(
+            os.path.join(home, STATE_DB), "SELECT rollout_path FROM threads WHERE id = ?", thread_id
+        )
         if not row or not isinstance(row[0], str):
             return None
         for candidate in (row[0], row[0] + SUFFIX):
@@ -359,15 +365,13 @@ class RolloutReader:
         if known is not None and known[0] == stamp:
             return known[1]
         try:
-            conn = sqlite3.connect(f"file:{_quoted(db)}?mode=ro", uri=True, timeout=1.0)
-            try:
-                row = conn.execute(
-                    "SELECT next_rollout_ordinal FROM thread_history_projection_state"
-                    " WHERE thread_id = ?",
-                    (thread_id,),
-                ).fetchone()
-            finally:
-                conn.close()
+            row = _one_row(
+                db,
+                "SELECT next_rollout_ordinal FROM thread_history_projection_state"
+                " WHERE thread_id = ?",
+                thread_id,
+                quiet=False,
+            )
         except sqlite3.Error:
             return None  # another schema: the rollout as read
         cutoff = int(row[0]) if row and isinstance(row[0], int) else 0
@@ -399,7 +403,7 @@ class RolloutReader:
             if st.st_size > cached.offset:
                 f.seek(cached.offset)
                 data = f.read(st.st_size - cached.offset)
-                cached.pending += _records(data)
+                cached.pending += _records(data, cached.drift)
                 cached.offset += data.rfind(b"\n") + 1
             cached.size = st.st_size
         return cached
@@ -464,7 +468,7 @@ class RolloutReader:
         paginated = payload.get("history_mode") == "paginated"
         end = head_end + data[head_end:].rfind(b"\n") + 1
         files = FileTurns(st.st_ino, st.st_size, end, turns, paginated, bases)
-        files.pending = _records(data[head_end:])
+        files.pending = _records(data[head_end:], files.drift)
         self._files[path] = files
         return files
 
@@ -506,10 +510,24 @@ def _copy(turns: list[RolloutTurn]) -> list[RolloutTurn]:
     return [RolloutTurn(t.id, list(t.messages), t.started_s, t.completed_s, t.open) for t in turns]
 
 
-def _quoted(path: str) -> str:
+def _one_row(db: str, sql: str, arg: str, *, quiet: bool = True) -> tuple[Any, ...] | None:
+    """One row of a read-only query on one of Codex's SQLite files (None when the file is
+    not there; when it cannot be read, None too, or the error when not ``quiet``)."""
     from urllib.parse import quote
 
-    return quote(path)
+    if not os.path.isfile(db):
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{quote(db)}?mode=ro", uri=True, timeout=1.0)
+        try:
+            row: tuple[Any, ...] | None = conn.execute(sql, (arg,)).fetchone()
+            return row
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        if quiet:
+            return None  # another schema or a locked file: the file names find it
+        raise
 
 
 # -- the gateway monitor's check ---------------------------------------------------------
@@ -673,6 +691,7 @@ class CodexAppServerAdapter:
         self.home = os.path.dirname(os.path.abspath(root)) if root else ""
         self.reader = RolloutReader(self.home)
         self._drift_said: dict[str, str] = {}
+        self._drift_seen: dict[str, dict[str, int]] = {}  # per file, the types reported
         self._watched: set[str] = set()  # the files file watching was last given
 
     def resolve(self, path: str, thread: str | None) -> Source:
@@ -713,9 +732,25 @@ class CodexAppServerAdapter:
         own = frozenset(h for _, h in probe.own)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         outcome = gateway_check(files.upto(cutoff), probe.marker, own, now)
-        if path in self._watched:
-            return outcome
-        return replace(outcome, rewatch=True)  # a file to watch from now on (a new branch)
+        new = self._new_drift(path, files.drift)
+        if new is not None:
+            kinds = ", ".join(f"{k} ({n})" for k, n in sorted(new.unknown_types.items()))
+            reason = f"drift: record types Codex never declared: {kinds}"
+            outcome = replace(outcome, drift=new, reason=reason)
+        if path not in self._watched:
+            outcome = replace(outcome, rewatch=True)  # a file to watch from now on
+        return outcome
+
+    def _new_drift(self, path: str, drift: Drift) -> Drift | None:
+        """What of a file's drift was not reported yet (reported once: to the metrics,
+        and as the link's status)."""
+        said = self._drift_seen.setdefault(path, {})
+        fresh = {k: n - said.get(k, 0) for k, n in drift.unknown_types.items()}
+        fresh = {k: n for k, n in fresh.items() if n > 0}
+        if not fresh:
+            return None
+        said.update(drift.unknown_types)
+        return Drift(unknown_types=fresh)
 
     async def catalog(self) -> Catalog:
         return Catalog()  # the gateway's own catalog lists what it adopts

@@ -7,11 +7,8 @@ reader and incrementally by one that followed the file since the start."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from adapters.codex_app_server import RolloutReader
 from tests.harnesses.drivers import CodexAppServer, text_input
@@ -21,14 +18,6 @@ from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess
 
 LAG_S = 10.0  # how long the listing may trail the rollout
-
-
-@pytest.fixture
-def model(tmp_path: Path) -> Iterator[MockModelProcess]:
-    (tmp_path / "model").mkdir()
-    mock = MockModelProcess(tmp_path / "model")
-    yield mock
-    mock.stop()
 
 
 class Compared:

@@ -298,3 +298,29 @@ def test_the_gateways_own_prompt_with_its_provenance_line_is_its_own() -> None:
     typed = RolloutTurn(id="C", messages=[_message([{"type": "text", "text": quoted}])])
     out = gateway_check([turn("A", "x"), typed], {"turnId": "A", "userMessageCount": 1}, own, 0)
     assert out.status == "activity"
+
+
+async def test_a_record_type_codex_never_declared_is_drift_said_once(tmp_path: Path) -> None:
+    """A new form of a prompt would be a type or subtype the reader does not know: it is
+    counted, shown once as the link's status, and the turns go on as the app-server lists."""
+    from adapters.base import Settings
+    from adapters.codex_app_server import build
+
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURES / "legacy", home)
+    thread, answer = next(iter(LISTED["legacy"]["threads"].items()))
+    path = next(home.rglob("*.jsonl"))
+    adapter = build(Settings(roots={"codex": str(home / "sessions")}))
+    marker = {"turnId": answer[0][0], "userMessageCount": answer[0][1]}
+    probe = Probe(session_key="k", ref={"threadId": thread}, marker=marker)
+    (plain,) = await adapter.check([probe])
+    assert (plain.status, plain.drift, plain.reason) == ("quiet", None, None)
+    novel = {"type": "event_msg", "payload": {"type": "user_message_v2", "message": "hi"}}
+    with path.open("ab") as f:
+        f.write(json.dumps(novel).encode() + b"\n")
+    (first,) = await adapter.check([probe])
+    assert first.drift is not None
+    assert first.drift.unknown_types == {"event_msg:user_message_v2": 1}
+    assert "user_message_v2" in (first.reason or "")
+    (again,) = await adapter.check([probe])
+    assert (again.drift, again.reason) == (None, None)
