@@ -84,20 +84,21 @@ _NEEDLES = (
 
 class Message(NamedTuple):
     """One user message of a turn, as the gateway's self-echo compares it: the hash of its
-    text blocks joined (each trimmed, whitespace collapsed), each block's hash, and, for a
-    message the gateway's Codex plugin sent, the hash of its text without the provenance
-    line it puts first (see :data:`PROVENANCE`)."""
+    text blocks joined (each trimmed, whitespace collapsed), each block's hash, and whether
+    it carries the provenance line of a prompt the gateway sent (:data:`PROVENANCE`)."""
 
     joined: str
     blocks: tuple[str, ...]
-    sent: str | None = None
+    sent: bool = False
 
 
 # The line the gateway's Codex plugin puts before a prompt it sends into a thread it runs
-# (``[OpenClaw conversation info: sender={...}]``, its ``buildCodexHistoryProvenancePrefix``);
-# the rest is the text its transcript keeps. Its own monitor compares the whole text with
-# its transcript's and so takes its own run's prompt for a person's, a minute later; the
-# sidecar, checking first, compares the rest and advances the marker past it.
+# (``[OpenClaw conversation info: sender={...}]``, its ``buildCodexHistoryProvenancePrefix``):
+# such a prompt is the gateway's, never a person's typing in the thread. Its own monitor
+# compares only texts: the transcript text it compares with is set after the prompt is
+# already in the thread (about 40 ms later, seen with OpenClaw 2026.9.6), and it is the text
+# without this line, so the monitor takes its own run's prompt for a person's a minute
+# later. The sidecar, checking first, advances the marker past it instead.
 PROVENANCE = re.compile(r"\A\s*\[OpenClaw conversation info: sender=[^\n]*\]\n")
 
 
@@ -165,10 +166,7 @@ def _message(content: Any, text: Any = None) -> Message:
     if not raw:
         raw = [text if isinstance(text, str) else ""]
     blocks = [normalize_text(b) for b in raw]
-    header = PROVENANCE.match(raw[0])
-    sent = None
-    if header is not None:
-        sent = text_hash(" ".join([normalize_text(raw[0][header.end() :]), *blocks[1:]]))
+    sent = PROVENANCE.match(raw[0]) is not None
     return Message(text_hash(" ".join(blocks)), tuple(text_hash(b) for b in blocks), sent)
 
 
@@ -553,9 +551,9 @@ def read_marker(marker: Marker) -> GatewayMarker | None:
 
 def own_echo(message: Message, own: frozenset[str]) -> bool:
     """The gateway's self-echo: the message's text is one of its own recent texts, or it has
-    several blocks and each is; or, past the provenance line of a prompt the gateway's
-    plugin sent, it is one of them."""
-    if message.joined in own or (message.sent is not None and message.sent in own):
+    several blocks and each is; and a prompt its Codex plugin sent, by its provenance
+    line."""
+    if message.sent or message.joined in own:
         return True
     return len(message.blocks) > 1 and all(b in own for b in message.blocks)
 
@@ -670,9 +668,10 @@ def _hint(ref: Ref) -> str | None:
 
 
 def busy(stored: Any, now_ms: int) -> str | None:
-    """The gateway holds the binding's lease while it works on the thread (a run, a
-    compaction), renewed while it lasts: its own prompt is then in the thread, and its own
-    monitor checks only idle sessions. So the link waits, as for any run in progress."""
+    """The gateway holds the binding's lease while it changes the session's thread (it makes
+    its branch, compacts, sets a goal), renewed while it lasts; its own monitor checks only
+    idle sessions. So the link waits meanwhile, as for any run in progress. (The prompt of
+    a run is written after the lease is released: its provenance line tells it.)"""
     lease = stored.get("lease") if isinstance(stored, dict) else None
     expires = lease.get("expiresAt") if isinstance(lease, dict) else None
     if isinstance(expires, (int, float)) and not isinstance(expires, bool) and expires > now_ms:

@@ -431,28 +431,30 @@ class Sidecar:
 
 
 @contextlib.contextmanager
-def throwaway_user() -> Iterator[str]:
-    """A system user with its own home in a fresh directory; removed afterwards."""
+def throwaway_user(user: str = USER) -> Iterator[str]:
+    """A system user with its own home in a fresh directory; removed afterwards. Modules
+    that may run at once (in two workers) each take a name of their own: making the user
+    kills whatever runs as it."""
     base = Path(tempfile.mkdtemp(prefix="sw-e2e-", dir="/tmp"))
     base.chmod(0o755)
     home = base / "home"
     with contextlib.suppress(KeyError):  # left by a run that was killed: its processes too
-        pwd.getpwnam(USER)
-        subprocess.run(["pkill", "-KILL", "-u", USER], capture_output=True, check=False)
+        pwd.getpwnam(user)
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True, check=False)
         for _ in range(50):  # userdel refuses a user whose processes are still exiting
-            if subprocess.run(["userdel", "-r", USER], capture_output=True).returncode == 0:
+            if subprocess.run(["userdel", "-r", user], capture_output=True).returncode == 0:
                 break
             time.sleep(0.1)
     subprocess.run(
-        ["useradd", "-r", "-m", "-d", str(home), "-s", "/bin/sh", USER],
+        ["useradd", "-r", "-m", "-d", str(home), "-s", "/bin/sh", user],
         check=True,
         capture_output=True,
     )
     try:
-        yield USER
+        yield user
     finally:
-        subprocess.run(["pkill", "-KILL", "-u", USER], capture_output=True, check=False)
-        subprocess.run(["userdel", "-r", USER], capture_output=True, check=False)
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True, check=False)
+        subprocess.run(["userdel", "-r", user], capture_output=True, check=False)
         shutil.rmtree(base, ignore_errors=True)
 
 

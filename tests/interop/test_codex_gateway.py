@@ -68,7 +68,8 @@ class CodexGateway(Gateway):
     def write_config(self) -> None:
         before = json.loads(self.config_path.read_text()) if self.config_path.exists() else {}
         super().write_config()
-        config = json.loads(self.config_path.read_text())
+        # what the gateway wrote (its meta, the plugin's install), then this rig's settings
+        config = {**before, **json.loads(self.config_path.read_text())}
         plugins = before.get("plugins", {})  # what the plugin's install recorded
         entry = plugins.setdefault("entries", {}).setdefault("codex", {})
         entry["enabled"] = True
@@ -189,7 +190,7 @@ class CodexRig:
 def codex(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CodexRig]:
     work = tmp_path_factory.mktemp("codex-gateway")
     work.chmod(0o755)
-    with throwaway_user() as user:
+    with throwaway_user("sw-e2e-codex") as user:
         model = MockModelProcess(work)
         gateway = CodexGateway(work, model, user=user)
         sidecar: Sidecar | None = None
@@ -239,6 +240,23 @@ def codex_config(model_base: str) -> str:
         "[features]\nplugins = false\nremote_plugin = false\nplugin_sharing = false\n"
         "apps = false\n"
     )
+
+
+def diagnose(rig: CodexRig, branch: str) -> str:
+    """What the sidecar had to go by when it took the gateway's prompt for a person's."""
+    from monitor.openclaw.files import gateway_transcripts
+
+    said = []
+    for path in (rig.gateway.home / ".codex").rglob(f"rollout-*{branch}*.jsonl"):
+        for line in path.read_text().splitlines():
+            payload = json.loads(line).get("payload", {})
+            item = payload.get("item") if isinstance(payload, dict) else None
+            if isinstance(item, dict) and item.get("type") == "UserMessage":
+                said.append(json.dumps(item.get("content"))[:300])
+    texts = gateway_transcripts(rig.gateway.db)
+    own = [t[:300] for t in texts.recent("main", rig.key)] if texts else None
+    log = [x for x in rig.sidecar.log_text().splitlines() if "codex" in x or rig.key in x]
+    return f"branch said {said}; gateway's texts {own}; sidecar log {log[-20:]}"
 
 
 def typed_into(rig: CodexRig, thread: str, text: str) -> float:
@@ -302,7 +320,7 @@ def test_each_prompt_is_recorded_once_before_and_after_the_branch(codex: CodexRi
         lambda: rig.marker().get("turnId") not in (None, first.rsplit(":", 2)[-2]) or None,
         120,
     )
-    assert [first] == rig.records()
+    assert [first] == rig.records(), diagnose(rig, branch)
 
     # 3. After it, the gateway probes the branch: typed there, recorded once; the source no
     # longer counts.

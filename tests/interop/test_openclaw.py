@@ -231,8 +231,9 @@ def test_openclaw_checker_reads_a_link_the_sidecar_wrote(setup: Setup) -> None:
 
 def test_the_sidecar_continues_what_openclaw_wrote(setup: Setup) -> None:
     """On a database OpenClaw created: its events read identically, its cursor's notice shows
-    with no flags, its claude-cli link is ticked from its marker, a codex-app-server link is
-    foreign and left alone, and OpenClaw still accepts the database afterwards."""
+    with no flags, its claude-cli link is ticked from its marker, a codex-app-server link
+    whose thread has no rollout here is left to the gateway (read, its marker untouched), and
+    OpenClaw still accepts the database afterwards."""
     transcript = setup.claude / "proj" / "77aa.jsonl"
     transcript.write_bytes(jsonl(PROMPT, REPLY))
     marker = transcript.stat().st_size
@@ -286,7 +287,7 @@ def test_the_sidecar_continues_what_openclaw_wrote(setup: Setup) -> None:
 
     listed = {x["sessionKey"]: x for x in setup.sw("links")["links"]}
     assert (False, "claude") == (listed[ADOPTED]["foreign"], listed[ADOPTED]["kind"])
-    assert (True, None) == (
+    assert (False, "codex-app-server") == (
         listed[codex["sessionKey"]]["foreign"],
         listed[codex["sessionKey"]]["kind"],
     )
@@ -295,7 +296,8 @@ def test_the_sidecar_continues_what_openclaw_wrote(setup: Setup) -> None:
         f.write(jsonl(PROMPT, REPLY))
     results = {r["sessionKey"]: r for r in setup.sw("tick")["outcomes"]}
     assert ("activity", 1) == (results[ADOPTED]["outcome"], results[ADOPTED]["turns"])
-    assert "skipped" == results[codex["sessionKey"]]["outcome"]
+    assert "inconclusive" == results[codex["sessionKey"]]["outcome"]
+    assert "left to the gateway" in results[codex["sessionKey"]]["reason"]
     again = {r["sessionKey"]: r for r in setup.sw("tick")["outcomes"]}
     assert ("quiet", 0) == (again[ADOPTED]["outcome"], again[ADOPTED]["turns"])
 

@@ -283,21 +283,19 @@ async def test_a_marker_moves_only_to_a_turn_the_listing_shows(tmp_path: Path) -
 
 
 def test_the_gateways_own_prompt_with_its_provenance_line_is_its_own() -> None:
-    """The gateway's Codex plugin sends its run's prompt with a first line of provenance;
-    past that line the text is its transcript's, so it is the gateway's, not a person's.
-    A person's text that merely mentions it is not."""
+    """The gateway's Codex plugin sends its run's prompt with a first line of provenance:
+    the prompt is the gateway's, whether or not its transcript has the text yet. A person's
+    text that merely mentions the line is not."""
     from adapters.codex_app_server import _message
 
-    own_text = "OpenClaw runtime context for this turn:\n\nplease go on with the tests"
     header = '[OpenClaw conversation info: sender={"id":"cli"}]\n'
-    own = frozenset({text_hash(own_text)})
-    sent = RolloutTurn(id="B", messages=[_message([{"type": "text", "text": header + own_text}])])
-    out = gateway_check([turn("A", "x"), sent], {"turnId": "A", "userMessageCount": 1}, own, 0)
+    sent = RolloutTurn(id="B", messages=[_message([{"type": "text", "text": header + "go on"}])])
+    marker = {"turnId": "A", "userMessageCount": 1}
+    out = gateway_check([turn("A", "x"), sent], marker, NO_OWN, 0)
     assert (out.status, out.marker) == ("quiet", {"turnId": "B", "userMessageCount": 1})
-    quoted = "I saw " + header + own_text
+    quoted = "I saw " + header + "go on"
     typed = RolloutTurn(id="C", messages=[_message([{"type": "text", "text": quoted}])])
-    out = gateway_check([turn("A", "x"), typed], {"turnId": "A", "userMessageCount": 1}, own, 0)
-    assert out.status == "activity"
+    assert gateway_check([turn("A", "x"), typed], marker, NO_OWN, 0).status == "activity"
 
 
 async def test_a_record_type_codex_never_declared_is_drift_said_once(tmp_path: Path) -> None:

@@ -267,9 +267,9 @@ async def test_whichever_sees_a_prompt_first_records_it_once(rig: Any) -> None:
 
 
 async def test_a_link_waits_while_the_gateway_holds_its_bindings_lease(rig: Any) -> None:
-    """The gateway holds its binding's lease while it runs the session (its own prompt is
-    then in the thread): the link is skipped as a run in progress, and checked once the
-    lease is released or has expired."""
+    """The gateway holds its binding's lease while it changes the session's thread (it makes
+    its branch): the link is skipped as a run in progress, and checked once the lease is
+    released or has expired."""
     install, kernel, monitor = rig
     install.codex_types_until(1)
     install.gateway_adopts({"turnId": turn_ids(install.source)[0], "userMessageCount": 1})
