@@ -94,7 +94,7 @@ class Install:
         self, session_id: str = SESSION, lease_until: int | None = None
     ) -> None:
         """The binding now names the branch; the branch's rollout is written. With
-        ``lease_until``, the gateway holds the binding's lease (it is running the session)."""
+        ``lease_until``, the gateway holds the binding's lease (it is changing the thread)."""
         digest = base64.urlsafe_b64encode(hashlib.sha256(KEY.encode()).digest()).rstrip(b"=")
         stored = {
             "version": 1,
