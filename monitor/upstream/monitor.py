@@ -231,7 +231,7 @@ class UpstreamMonitor:
         by_path: dict[str, set[str]] = {}
         watched = await self._watched()
         refs = await self.kernel.read(
-            lambda c: self.ticker.probe_refs(c, [link for link, _ in watched]).refs
+            lambda c: self.ticker.gateway_bound(c, [link for link, _ in watched]).refs
         )
         for link, adapter in watched:
             for path in adapter.watched_paths(refs.get(link.key, link.ref)):

@@ -130,7 +130,7 @@ class Ticker:
         from its store next to OpenClaw; each counts as the gateway's (self-echo), as the
         messages a gateway pushes through the API do. ``gateway_session(agent, key)``: the
         session's current id in the gateway's own store, which says whose binding a
-        gateway-adopted Codex link probes (:mod:`monitor.openclaw.codex_bindings`)."""
+        gateway-adopted Codex link probes (:mod:`monitor.upstream.bindings`)."""
         self.gateway_texts = gateway_texts
         self.gateway_session = gateway_session
         self.kernel = kernel
@@ -174,10 +174,10 @@ class Ticker:
             sessions=sessions,
             own=recent_own(conn, self.settings.own_text_limit),
             stateful=links.stateful_links(conn),
-            bound=self.probe_refs(conn, watched, sessions),
+            bound=self.gateway_bound(conn, watched, sessions),
         )
 
-    def probe_refs(
+    def gateway_bound(
         self,
         conn: Conn,
         linked: list[UpstreamLink],
