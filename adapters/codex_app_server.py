@@ -198,11 +198,9 @@ class TurnBuilder:
             return
         event, at = payload.get("type"), _seconds(record)
         if event == "task_started":
-            turn_id = payload.get("turn_id")
-            known = self._find(turn_id)
+            known = self._find(payload.get("turn_id"))
             if known is None:
-                ident = turn_id if isinstance(turn_id, str) and turn_id else None
-                self.turns.append(RolloutTurn(id=ident, started_s=at))
+                self.turns.append(RolloutTurn(id=_turn_id(payload), started_s=at))
             else:
                 known.open = True
         elif event in ("task_complete", "turn_aborted"):
@@ -215,9 +213,7 @@ class TurnBuilder:
             if isinstance(item, dict) and item.get("type") == "UserMessage":
                 turn = self._find(payload.get("turn_id"))
                 if turn is None:
-                    turn_id = payload.get("turn_id")
-                    ident = turn_id if isinstance(turn_id, str) and turn_id else None
-                    turn = RolloutTurn(id=ident, started_s=at)
+                    turn = RolloutTurn(id=_turn_id(payload), started_s=at)
                     self.turns.append(turn)
                 turn.messages.append(_message(item.get("content"), item.get("text")))
         elif event == "user_message" and not self.paginated:
@@ -226,6 +222,11 @@ class TurnBuilder:
             n = payload.get("num_turns")
             if isinstance(n, int) and not isinstance(n, bool) and n > 0:
                 del self.turns[-n:]
+
+
+def _turn_id(payload: dict[str, Any]) -> str | None:
+    turn_id = payload.get("turn_id")
+    return turn_id if isinstance(turn_id, str) and turn_id else None
 
 
 def _lines(data: bytes) -> list[bytes]:
