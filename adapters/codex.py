@@ -144,7 +144,8 @@ def may_be_turn(line: bytes) -> bool:
     """Whether a raw line could matter: a turn, a state change, a compaction, or a record of
     a type or subtype we may not know. Only lines that positively are model traffic of a
     known subtype are skipped: ``reasoning``, function calls and their outputs, assistant
-    messages, token counts."""
+    messages as response items; never an event that says the turn went on (see
+    :data:`TURN_GOES_ON`)."""
     head = line[:160]
     response = b'"type":"response_item"' in head
     if not response and b'"type":"event_msg"' not in head:
@@ -155,6 +156,8 @@ def may_be_turn(line: bytes) -> bool:
         return True
     if subtype == "item_completed":
         return True  # few, and its item's type may be one nobody declared
+    if subtype in TURN_GOES_ON:
+        return True  # it reports a prompt seen only as a role-user item (_turn_goes_on)
     if response:
         return b'"role":"user"' in line
     return b'"user' in line or b"UserMessage" in line or b"user_message" in line
