@@ -312,9 +312,9 @@ class RolloutReader:
         other = _home_of(hint) if hint else None
         if other and other not in homes:
             homes.append(other)
+        known = self._paths.get(thread_id)
         for home in homes:
             stamp = _stamp(os.path.join(home, STATE_DB))
-            known = self._paths.get(thread_id)
             if known and stamp and known[1] == stamp and os.path.isfile(known[0]):
                 return known[0]
             found = self._from_state_db(home, thread_id) or self._by_name(thread_id, home)

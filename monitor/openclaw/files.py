@@ -243,58 +243,55 @@ class GatewayTranscripts:
 
     def __init__(self, install: Install) -> None:
         self.install = install
-        self._cache: dict[tuple[str, str], tuple[tuple[int, int, int], list[str]]] = {}
+        self._cache: dict[tuple[str, str], tuple[tuple[int, int, int], GatewaySession]] = {}
 
     def recent(self, agent_id: str, session_key: str) -> list[str]:
+        return self._session(agent_id, session_key).texts
+
+    def session_id(self, agent_id: str, session_key: str) -> str | None:
+        """The session's current id in the gateway's agent database (what its own lookups
+        of a session entry answer), or None when it has none or cannot be read."""
+        return self._session(agent_id, session_key).session_id
+
+    def _session(self, agent_id: str, session_key: str) -> GatewaySession:
         path = Path(agent_db(str(self.install.state_dir), agent_id))
         try:
             wal = Path(f"{path}-wal")
             st, wst = path.stat(), (wal.stat() if wal.exists() else None)
         except OSError:
-            return []
+            return GatewaySession(None, [])
         seen = (st.st_mtime_ns, st.st_size, wst.st_mtime_ns + wst.st_size if wst else 0)
         cached = self._cache.get((agent_id, session_key))
         if cached is not None and cached[0] == seen:
             return cached[1]
-        texts = _read_user_texts(path, session_key, self.LIMIT, self.SCAN)
-        self._cache[(agent_id, session_key)] = (seen, texts)
-        return texts
-
-    def session_id(self, agent_id: str, session_key: str) -> str | None:
-        """The session's current id in the gateway's agent database (what its own lookups
-        of a session entry answer), or None when it has none or cannot be read."""
-        import sqlite3
-
-        path = agent_db(str(self.install.state_dir), agent_id)
-        if not os.path.isfile(path):
-            return None
-        try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
-            try:
-                row = conn.execute(
-                    "SELECT current_session_id FROM session_nodes WHERE session_key = ?",
-                    (session_key,),
-                ).fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            return None
-        return str(row[0]).strip() or None if row and row[0] else None
+        found = _read_session(path, session_key, self.LIMIT, self.SCAN)
+        self._cache[(agent_id, session_key)] = (seen, found)
+        return found
 
 
-def _read_user_texts(path: Path, session_key: str, limit: int, scan: int) -> list[str]:
+class GatewaySession(NamedTuple):
+    """A session as the gateway's agent database has it: its current id, and its recent
+    user texts, oldest first."""
+
+    session_id: str | None
+    texts: list[str]
+
+
+def _read_session(path: Path, session_key: str, limit: int, scan: int) -> GatewaySession:
     import sqlite3
 
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
     except sqlite3.Error:
-        return []
+        return GatewaySession(None, [])
+    session_id: str | None = None
     try:
         row = conn.execute(
             "SELECT current_session_id FROM session_nodes WHERE session_key = ?", (session_key,)
         ).fetchone()
-        if row is None:
-            return []
+        if row is None or not row[0]:
+            return GatewaySession(None, [])
+        session_id = str(row[0]).strip() or None
         rows = (
             conn.execute(
                 "SELECT e.event_json, e.event_zstd FROM session_transcript_active_events a"
@@ -310,7 +307,7 @@ def _read_user_texts(path: Path, session_key: str, limit: int, scan: int) -> lis
             ).fetchall()
         )
     except sqlite3.Error:  # another schema, a locked file: no texts, the API's own remain
-        return []
+        return GatewaySession(session_id, [])
     finally:
         conn.close()
     texts: list[str] = []
@@ -320,7 +317,7 @@ def _read_user_texts(path: Path, session_key: str, limit: int, scan: int) -> lis
             texts.append(text)
             if len(texts) >= limit:
                 break
-    return texts[::-1]
+    return GatewaySession(session_id, texts[::-1])
 
 
 def _user_text(raw: str | None, packed: bytes | None) -> str | None:
