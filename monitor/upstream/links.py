@@ -324,12 +324,36 @@ def touch(conn: Conn, links: Iterable[UpstreamLink], now: int) -> None:
     )
 
 
-def advance_marker(conn: Conn, link: UpstreamLink, marker: Marker, now: int) -> None:
+def advance_marker(conn: Conn, link: UpstreamLink, marker: Marker, now: int) -> UpstreamLink:
+    """Move the link's marker, as the link now stands.
+
+    A moved marker also moves ``updated_at``, as OpenClaw's own marker update does: the
+    gateway's monitor settles a check only if ``updated_at`` is still the one it scanned
+    from (it never compares markers), so a check of its that read the old marker records
+    nothing once the sidecar has recorded the turn. The stamp always moves forward, even
+    under a wall clock stepped back.
+    """
+    if marker == link.marker:
+        conn.execute(
+            "UPDATE session_upstream_links SET last_scanned_at = ?"
+            " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
+            (now, link.session_key, link.agent_id, link.updated_at),
+        )
+        return link
+    stamp = max(now, link.updated_at + 1)
     conn.execute(
-        "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?"
-        " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
-        (orjson.dumps(marker).decode(), now, link.session_key, link.agent_id, link.updated_at),
+        "UPDATE session_upstream_links SET last_marker_json = ?, last_scanned_at = ?,"
+        " updated_at = ? WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
+        (
+            orjson.dumps(marker).decode(),
+            now,
+            stamp,
+            link.session_key,
+            link.agent_id,
+            link.updated_at,
+        ),
     )
+    return link._replace(marker=marker, last_scanned_at=now, updated_at=stamp)
 
 
 def delete_links(conn: Conn, scope: str, params: tuple[str, ...]) -> int:

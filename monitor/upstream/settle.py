@@ -1,14 +1,17 @@
 """The tick's one transaction per link: what a check found, settled beside ``record_event``.
 
-Compare-and-set against the link as it was when the scan began, its marker included: a
-link refreshed mid-scan, or whose marker another check moved meanwhile (``serve``'s tick and
-its early checks, a ``sessionwatch tick``, another host on a shared store), records nothing
-and writes no marker; the moved one is checked again from the new marker
-(:data:`MARKER_MOVED`). So any number of checkers record each turn once. In the same
-transaction: the ``human_direct_message``
-(or ``upstream_missing``) event, the ``compacted`` events of native compactions, the marker
-(or the link's deletion), the self-echo memory the check used up, and the link's state
-(missing streak, blocked offset, last outcome and its reason, shown by ``links``).
+Compare-and-set against the link as it was when the scan began: its source, its
+``updated_at`` and its marker. A link whose source changed mid-scan records nothing. One
+whose marker another check moved meanwhile (``serve``'s tick and its early checks, a
+``sessionwatch tick``, another host on a shared store, or the gateway's own monitor, whose
+marker update moves ``updated_at``) records nothing and writes no marker, and is checked
+again from the new marker (:data:`MARKER_MOVED`). A marker moved here moves ``updated_at``
+too (:func:`links.advance_marker`), which is what the gateway's monitor compares before it
+records. So any number of checkers, the gateway's included, record each turn once. In the
+same transaction: the ``human_direct_message`` (or ``upstream_missing``) event, the
+``compacted`` events of native compactions, the marker (or the link's deletion), the
+self-echo memory the check used up, and the link's state (missing streak, blocked offset,
+last outcome and its reason, shown by ``links``).
 """
 
 from __future__ import annotations
@@ -53,9 +56,9 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
     """Settle one check of ``link`` (see the module docstring)."""
     conn, now, key = record.conn, record.now, link.session_key
     current = read_link(conn, key, link.agent_id)
-    if current is None or current.updated_at != link.updated_at or current.ref != link.ref:
+    if current is None or current.source_key != link.source_key or current.ref != link.ref:
         return LinkResult(session_key=key, outcome="skipped", reason="link changed during the scan")
-    if current.marker != link.marker:
+    if current.updated_at != link.updated_at or current.marker != link.marker:
         return LinkResult(session_key=key, outcome="skipped", reason=MARKER_MOVED, moved=True)
     session = session_flags(conn, key, link.agent_id)
     if session and session[1]:
@@ -84,10 +87,10 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
     if outcome.turns:
         record(_human_turns(link, outcome, now))
     forget_own(conn, outcome.consumed_own)
-    links.advance_marker(conn, link, outcome.marker, now)
+    advanced = links.advance_marker(conn, link, outcome.marker, now)
     status: TickOutcome = "activity" if outcome.turns else "quiet"
     noted = status if outcome.reason else None  # a plain check leaves no status behind
-    write_link_state(conn, link, session_id, LinkState(outcome=noted, reason=outcome.reason))
+    write_link_state(conn, advanced, session_id, LinkState(outcome=noted, reason=outcome.reason))
     return LinkResult(
         session_key=key, outcome=status, turns=len(outcome.turns), reason=outcome.reason
     )

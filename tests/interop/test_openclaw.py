@@ -229,6 +229,47 @@ def test_openclaw_checker_reads_a_link_the_sidecar_wrote(setup: Setup) -> None:
     assert ["adopted from claude", "human message via claude"] == [e["summary"] for e in events]
 
 
+def test_a_gateway_check_from_the_old_marker_settles_nothing_once_the_sidecar_has(
+    setup: Setup,
+) -> None:
+    """OpenClaw's monitor settles a check only while the link's ``updatedAt`` is the one it
+    scanned from: it compares it before it records, and its marker update takes it as
+    ``expectedUpdatedAt``; it never compares markers. Its check reads a prompt; the reply is
+    appended; the sidecar records the prompt at the new end (a dedupe id the gateway's
+    check does not share). The sidecar's marker moves ``updatedAt``, so the gateway's
+    check would record nothing, and OpenClaw's own marker update refuses it."""
+    setup.db.parent.mkdir(parents=True)
+    transcript = setup.claude / "proj" / "3f2a.jsonl"
+    transcript.write_bytes(b"")
+    setup.sw("adopt", "--kind", "claude", "--path", str(transcript), "--session-key", ADOPTED)
+    setup.sw("watch", "--watcher", MAIN, "--target", ADOPTED)
+    transcript.write_bytes(jsonl(PROMPT))
+    (scanned,) = setup.openclaw(("readSessionUpstreamLink", [ADOPTED, "main"]))
+    (activity,) = setup.openclaw(
+        ("checkClaudeUpstreamActivity", [[{**scanned, "ownRecentUserTexts": []}]])
+    )
+    (found,) = activity
+    assert (1, transcript.stat().st_size) == (found["humanTurns"], found["nextMarker"]["offset"])
+
+    with transcript.open("ab") as f:
+        f.write(jsonl(REPLY))
+    (result,) = setup.sw("tick")["outcomes"]
+    assert ("activity", 1) == (result["outcome"], result["turns"])
+
+    current, updated = setup.openclaw(
+        ("readSessionUpstreamLink", [ADOPTED, "main"]),
+        (
+            "updateSessionUpstreamLinkMarker",
+            [ADOPTED, "main", found["nextMarker"], {"expectedUpdatedAt": scanned["updatedAt"]}],
+        ),
+    )
+    assert current["updatedAt"] > scanned["updatedAt"]  # the gateway's check stops here
+    assert updated is False  # and its marker update refuses
+    assert transcript.stat().st_size == current["marker"]["offset"]
+    events = setup.sw("status", ADOPTED, "--changes-since", "0")["stateChanges"]["events"]
+    assert ["adopted from claude", "human message via claude"] == [e["summary"] for e in events]
+
+
 def test_the_sidecar_continues_what_openclaw_wrote(setup: Setup) -> None:
     """On a database OpenClaw created: its events read identically, its cursor's notice shows
     with no flags, its claude-cli link is ticked from its marker, a codex-app-server link

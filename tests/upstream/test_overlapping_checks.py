@@ -1,15 +1,16 @@
 """Checkers that overlap: each turn is recorded once, and none is lost.
 
 Several checkers of one link (``serve``'s tick and its early checks, a ``sessionwatch tick``,
-another host on a shared store) each read from the marker they loaded and settle what they
-found. The harness here interleaves them at the store boundary: a checker's read happens
-when its check runs, and its settle (the one transaction) is held at a gate until the order
-under test releases it. Prompts are appended between the steps.
+another host on a shared store, the gateway's own monitor) each read from the marker they
+loaded and settle what they found. The harness here interleaves them at the store boundary:
+a checker's read happens when its check runs, and its settle (the one transaction) is held
+at a gate until the order under test releases it. Prompts are appended between the steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,11 @@ from hypothesis import strategies as st
 from adapters.base import Adapter, Outcome, Probe
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
-from monitor.upstream import UpstreamMonitor
+from monitor.kernel.events import ActorType, EventKind
+from monitor.kernel.recorder import Recorder
+from monitor.kernel.signal_log import make_draft
+from monitor.upstream import UpstreamMonitor, links
+from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import MARKER_MOVED
 from tests.helpers import ManualClock, user_line
 
@@ -49,6 +54,62 @@ class Gate:
         return outcomes
 
 
+class GatewayCheck:
+    """The gateway's own monitor, settling as OpenClaw 2026.9.6 does: it scans from the link
+    it loaded, and records only if the link's ``updated_at`` is still the one it loaded (it
+    never compares markers); then, in a transaction of its own, it moves the marker and sets
+    ``updated_at`` to its clock, if ``updated_at`` is still that one. Its dedupe id is the
+    offset its scan ended at, which is the Claude reader's too (the interop check proves it
+    against OpenClaw's checker); a second scan that ends elsewhere records a second event."""
+
+    def __init__(self, kernel: Kernel, inner: Adapter) -> None:
+        self.kernel = kernel
+        self.inner = inner
+        self.read = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def tick(self) -> None:
+        link = await self.kernel.read(lambda c: links.read_link(c, KEY, "main"))
+        assert link is not None
+        probe = Probe(session_key=KEY, ref=link.ref, marker=link.marker)
+        (outcome,) = await self.inner.check([probe])
+        self.read.set()
+        await self.release.wait()
+        assert outcome.marker is not None
+
+        def record(r: Recorder) -> bool:
+            current = links.read_link(r.conn, KEY, "main")
+            if current is None or current.updated_at != link.updated_at:
+                return False
+            if outcome.turns:
+                r(_gateway_turns(link, len(outcome.turns), str(outcome.dedupe_id), r.now))
+            return True
+
+        if not await self.kernel.commit(record):
+            return
+
+        def advance(r: Recorder) -> None:
+            r.conn.execute(
+                "UPDATE session_upstream_links SET last_marker_json = ?, updated_at = ?"
+                " WHERE session_key = ? AND agent_id = ? AND updated_at = ?",
+                (json.dumps(outcome.marker), r.now, KEY, "main", link.updated_at),
+            )
+
+        await self.kernel.commit(advance)
+
+
+def _gateway_turns(link: UpstreamLink, turns: int, dedupe_id: str, now: int) -> Any:
+    return make_draft(
+        session_key=KEY,
+        agent_id="main",
+        kind=EventKind.HUMAN_DIRECT_MESSAGE,
+        actor_type=ActorType.HUMAN,
+        now=now,
+        payload={"channel": "claude", **({"turns": turns} if turns > 1 else {})},
+        dedupe_key=f"upstream:{KEY}:{link.source_key}:{dedupe_id}",
+    )
+
+
 @dataclass
 class Rig:
     kernel: Kernel
@@ -63,10 +124,20 @@ class Rig:
         adapters = {**plain.adapters, "claude": gate}
         return UpstreamMonitor(self.kernel, adapters, plain.ticker.settings), gate
 
+    def gateway(self) -> GatewayCheck:
+        plain = UpstreamMonitor.from_config(self.kernel, self.config)
+        return GatewayCheck(self.kernel, plain.adapters["claude"])
+
     def type_prompt(self) -> None:
         self.typed += 1
         with self.path.open("ab") as f:
             f.write(user_line(f"prompt {self.typed}", f"u{self.typed}"))
+
+    def answer(self) -> None:
+        """The agent's reply to the last prompt: bytes that are no one's turn."""
+        reply = {"type": "assistant", "message": {"role": "assistant", "content": "on it"}}
+        with self.path.open("ab") as f:
+            f.write(json.dumps(reply).encode() + b"\n")
 
     async def turns(self) -> int:
         status = await self.kernel.status(KEY, changes_since=0)
@@ -133,6 +204,49 @@ async def test_a_check_that_keeps_losing_the_race_says_why(
     assert r.typed == await r.turns()
 
 
+async def test_the_gateways_check_from_the_old_marker_records_nothing_once_we_have(
+    kernel: Kernel, roots: RootsConfig
+) -> None:
+    """What a real gateway did in CI: its one-minute check read a prompt; the agent's reply
+    was appended; the sidecar read both and recorded the prompt at the new end; the
+    gateway's check then settled. Its dedupe id (the end it read) is not ours, and it
+    compares ``updated_at`` only: the sidecar's marker moves ``updated_at``, so the gateway's
+    check records nothing."""
+    r = await rig(kernel, roots)
+    gateway = r.gateway()
+    r.type_prompt()
+    slow = asyncio.ensure_future(gateway.tick())
+    await gateway.read.wait()
+    r.answer()
+    ours, gate = r.checker()
+    gate.release.set()
+    assert [("activity", 1)] == [(x.outcome, x.turns) for x in await ours.tick()]
+    gateway.release.set()
+    await slow
+    assert 1 == await r.turns()
+
+
+async def test_our_check_from_before_the_gateways_marker_reads_on_from_it(
+    kernel: Kernel, roots: RootsConfig
+) -> None:
+    """The other way round: the gateway records the prompt and moves the marker while a
+    check of ours that read the same prompt waits to settle. Ours records nothing, and
+    reads again from the gateway's marker: the prompt typed since is recorded, once."""
+    r = await rig(kernel, roots)
+    gateway = r.gateway()
+    gateway.release.set()
+    ours, gate = r.checker()
+    r.type_prompt()
+    slow = asyncio.ensure_future(ours.tick())
+    await gate.read.wait()
+    await gateway.tick()
+    r.answer()
+    r.type_prompt()
+    gate.release.set()
+    assert [("activity", 1)] == [(x.outcome, x.turns) for x in await slow]
+    assert 2 == await r.turns()
+
+
 def orders(n: int) -> st.SearchStrategy[list[tuple[str, int]]]:
     """Interleavings of ``n`` checkers' starts and releases, with prompts between: each
     checker starts before it is released."""
@@ -143,7 +257,7 @@ def orders(n: int) -> st.SearchStrategy[list[tuple[str, int]]]:
         released: set[int] = set()
         steps: list[tuple[str, int]] = []
         while len(released) < n:
-            choices: list[tuple[str, int]] = [("type", 0)]
+            choices: list[tuple[str, int]] = [("type", 0), ("answer", 0)]
             if len(started) < n:
                 choices.append(("start", len(started)))
             choices += [("release", i) for i in started if i not in released]
@@ -162,17 +276,24 @@ def orders(n: int) -> st.SearchStrategy[list[tuple[str, int]]]:
     return build()
 
 
-async def interleaved(tmp: Path, steps: Iterable[tuple[str, int]], n: int) -> tuple[int, int]:
+async def interleaved(
+    tmp: Path, steps: Iterable[tuple[str, int]], n: int, gateway: bool = False
+) -> tuple[int, int]:
     roots = RootsConfig(claude=str(tmp / "claude"))
     Path(roots.claude).mkdir(parents=True)
     kernel = await Kernel.open(tmp / "state.db", clock=ManualClock())
     try:
         r = await rig(kernel, roots)
-        checkers = [r.checker() for _ in range(n)]
+        checkers: list[tuple[Any, Gate | GatewayCheck]] = [r.checker() for _ in range(n)]
+        if gateway:  # the first checker is the gateway's monitor
+            check = r.gateway()
+            checkers[0] = (check, check)
         running: dict[int, asyncio.Future[Any]] = {}
         for what, i in steps:
             if what == "type":
                 r.type_prompt()
+            elif what == "answer":
+                r.answer()
             elif what == "start":
                 monitor, gate = checkers[i]
                 running[i] = asyncio.ensure_future(monitor.tick())
@@ -191,13 +312,14 @@ async def interleaved(tmp: Path, steps: Iterable[tuple[str, int]], n: int) -> tu
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(data=st.data(), n=st.integers(min_value=2, max_value=4))
+@given(data=st.data(), n=st.integers(min_value=2, max_value=4), gateway=st.booleans())
 def test_any_interleaving_of_checkers_records_each_prompt_once(
-    tmp_path_factory: Any, data: st.DataObject, n: int
+    tmp_path_factory: Any, data: st.DataObject, n: int, gateway: bool
 ) -> None:
-    """Whatever the order of reads, prompts and settles, the turns recorded are the prompts
-    typed: none twice, none lost."""
+    """Whatever the order of reads, prompts, replies and settles, the turns recorded are
+    the prompts typed: none twice, none lost; with the gateway's monitor among the
+    checkers or not."""
     steps = data.draw(orders(n))
     tmp = tmp_path_factory.mktemp("interleaved")
-    typed, recorded = asyncio.run(interleaved(tmp, steps, n))
+    typed, recorded = asyncio.run(interleaved(tmp, steps, n, gateway))
     assert typed == recorded
