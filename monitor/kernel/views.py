@@ -16,6 +16,7 @@ from monitor.kernel.signal_log import (
     recent_events,
     session_status,
     state_versions,
+    status_answer,
 )
 
 TYPE_CHECKING = False
@@ -41,6 +42,15 @@ class Views:
         if changes_since is not None and changes_since < 0:
             raise BadInput("changesSince must be a non-negative integer")
         return await self.store.peek(lambda conn: session_status(conn, k, agent, changes_since))
+
+    async def changes_answer(self, key: str, *, agent_id: str | None, since: int) -> bytes:
+        """``session_status`` with ``changesSince``, as the JSON the API answers, built by
+        the database (:func:`~monitor.kernel.signal_log.status_answer`)."""
+        k = normalize_key(key)
+        agent = resolve_agent(k, agent_id)
+        if since < 0:
+            raise BadInput("changesSince must be a non-negative integer")
+        return await self.store.peek(lambda c: status_answer(c, k, agent, since), single=True)
 
     async def state_versions(self, keys: list[str]) -> list[StateVersion]:
         """The state version per session; all sessions with a head when ``keys`` is empty."""

@@ -204,9 +204,11 @@ async def post_watch(request: web.Request) -> web.Response:
 @routes.get("/v1/sessions/{key}/status")
 async def status(request: web.Request) -> web.Response:
     q = query(request, StatusQuery)
-    found = await request.app[KERNEL].status(
-        request.match_info["key"], agent_id=given(q.agent_id), changes_since=given(q.changes_since)
-    )
+    key, agent, since = request.match_info["key"], given(q.agent_id), given(q.changes_since)
+    if since is not None:  # the events' JSON is built by the database
+        body = await request.app[KERNEL].changes_answer(key, agent_id=agent, since=since)
+        return web.Response(body=body, content_type="application/json")
+    found = await request.app[KERNEL].status(key, agent_id=agent)
     return respond(models.Status, wire.status(found))
 
 

@@ -8,7 +8,9 @@
 // limited to the session-state tables) and "rows" (a read-only query). A call with
 // "repeat": N runs N times, one after the other, and its result is
 // {"elapsed_ms": <the N calls, timed here>, "last": <the last call's result>}
-// (bench/kernel.py times OpenClaw's recording with it, without Node's start-up).
+// (bench/kernel.py times OpenClaw's recording with it, without Node's start-up). A call with
+// "each": [[args], ...] runs once per argument list and its result is {"ms": [each call's
+// time], "last": <the last call's result>} (bench/openclaw_side.py takes percentiles of it).
 //
 // The package's chunks have hashed names, so functions are found by the names they are
 // exported under; nothing of OpenClaw's is copied into this repository.
@@ -75,6 +77,16 @@ for (const op of ops) {
       } finally {
         db.close();
       }
+    } else if (op.each) {
+      // one call per argument list in op.each, each timed: {"ms": [...], "last": ...}
+      const ms = [];
+      let last;
+      for (const args of op.each) {
+        const started = process.hrtime.bigint();
+        last = await fns[op.fn](...args);
+        ms.push(Number(process.hrtime.bigint() - started) / 1e6);
+      }
+      result = { ms, last };
     } else if (op.repeat) {
       const started = process.hrtime.bigint();
       let last;

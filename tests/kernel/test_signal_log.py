@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from monitor.clock import DAY_MS, HOUR_MS
@@ -18,6 +19,14 @@ from monitor.web import wire
 from tests.helpers import KernelFactory, ManualClock, human
 
 CHILD = "agent:main:subagent:child"
+
+
+async def changes(kernel: Kernel, key: str, since: int) -> Any:
+    """``session_status`` with ``changesSince``, as the API answers it (the database builds
+    the JSON), checked equal to the answer made in Python from the kernel's rows."""
+    built = orjson.loads(await kernel.changes_answer(key, agent_id=None, since=since))
+    assert wire.status(await kernel.status(key, changes_since=since)) == built
+    return built
 
 
 async def test_duplicate_dedupe_key_returns_the_existing_row(kernel: Kernel) -> None:
@@ -140,20 +149,60 @@ async def test_status_without_changes_since_has_only_the_version(kernel: Kernel)
 async def test_deltas_are_typed_ascending_and_truncated_at_200(kernel: Kernel) -> None:
     for _ in range(205):
         await human(kernel, CHILD, payload={"channel": "telegram"})
-    status = wire.status(await kernel.status(CHILD, changes_since=2))
-    changes = status["stateChanges"]
-    assert list(range(3, 203)) == [e["sequence"] for e in changes["events"]]
-    assert changes["truncated"] is True
-    assert (changes["earliestAvailableSequence"], changes["historyGap"]) == (1, False)
+    status = await changes(kernel, CHILD, 2)
+    delta = status["stateChanges"]
+    assert list(range(3, 203)) == [e["sequence"] for e in delta["events"]]
+    assert delta["truncated"] is True
+    assert (delta["earliestAvailableSequence"], delta["historyGap"]) == (1, False)
     assert {
         "sequence": 3,
         "kind": "human_direct_message",
         "actorType": "human",
         "summary": "human message via telegram",
-        "occurredAt": changes["events"][0]["occurredAt"],
+        "occurredAt": delta["events"][0]["occurredAt"],
         "payload": {"channel": "telegram"},
-    } == changes["events"][0]
+    } == delta["events"][0]
+    assert (await changes(kernel, CHILD, 5))["stateChanges"]["truncated"] is False
     assert status["stateVersion"] == 205
+
+
+async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
+    kernel: Kernel,
+) -> None:
+    """Every kind, with and without actor, run and payload fields; rows as the gateway may
+    write them (a payload field held as null, a payload that is not an object, fields the
+    answer leaves out, another agent under the same key); an unknown session."""
+    await human(kernel, CHILD)
+    await human(kernel, CHILD, payload={"channel": "claude", "turns": 3})
+    for kind in EventKind:
+        actor = "agent:main:subagent:peer"
+        await kernel.record(
+            NewEvent(session_key=CHILD, kind=kind, actor_type=ActorType.AGENT, actor_id=actor,
+                     run_id=f"run-{kind.value}", payload={"channel": "api"}, dedupe_key=kind.value)
+        )  # fmt: skip
+
+    def gateway_rows(r: Any) -> None:
+        for agent, payload in [
+            ("main", '{"channel": null, "turns": 2, "extra": {"a": [1, null]}}'),
+            ("main", "[1, 2]"),
+            ("main", '"text"'),
+            ("main", None),
+            ("main", '{"outcome": "failed", "catalogId": "claude"}'),
+            ("other", '{"channel": "x"}'),
+        ]:
+            r.conn.execute(
+                "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+                " occurred_at, summary, payload_json) VALUES (?, ?, 'human_direct_message',"
+                " 'human', 5, 'human message via x', ?)",
+                (CHILD, agent, payload),
+            )
+
+    await kernel.commit(gateway_rows)
+    last = (await changes(kernel, CHILD, 0))["stateVersion"]
+    for since in (0, 1, 2, last - 1, last, last + 7, 10**12):
+        await changes(kernel, CHILD, since)
+    assert 5 == len((await changes(kernel, CHILD, last))["stateChanges"]["events"])
+    assert [] == (await changes(kernel, "agent:main:never", 0))["stateChanges"]["events"]
 
 
 async def test_history_gap_only_when_really_pruned(kernel: Kernel, clock: ManualClock) -> None:
@@ -169,7 +218,7 @@ async def test_history_gap_only_when_really_pruned(kernel: Kernel, clock: Manual
     clock.advance(31 * DAY_MS)
     await human(kernel, CHILD)  # 5
     await kernel.retention.prune()
-    status = wire.status(await kernel.status(CHILD, changes_since=3))
+    status = await changes(kernel, CHILD, 3)
     assert status["stateChanges"]["historyGap"] is True
     assert status["stateChanges"]["earliestAvailableSequence"] == 5
     assert not (wire.status(await kernel.status(CHILD, changes_since=4)))["stateChanges"][

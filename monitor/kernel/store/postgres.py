@@ -184,7 +184,7 @@ class PgStore:
     async def read(self, fn: Callable[[Conn], T]) -> T:
         return await asyncio.to_thread(self._read, fn)
 
-    async def peek(self, fn: Callable[[Conn], T]) -> T:
+    async def peek(self, fn: Callable[[Conn], T], *, single: bool = False) -> T:
         return await self.read(fn)
 
     def version(self) -> int:

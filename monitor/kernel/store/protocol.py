@@ -74,9 +74,10 @@ class StateStore(Protocol):
         waits for a writer. Store failures are :class:`~monitor.errors.StoreError`."""
         ...
 
-    async def peek(self, fn: Callable[[Conn], T]) -> T:
+    async def peek(self, fn: Callable[[Conn], T], *, single: bool = False) -> T:
         """A small read on one snapshot: inline where that costs less than a thread hop
-        (SQLite), else as :meth:`read`."""
+        (SQLite), else as :meth:`read`. ``single``: ``fn`` runs one statement, a snapshot
+        by itself, so the store may leave out the transaction around it."""
         ...
 
     def version(self) -> int:

@@ -272,17 +272,18 @@ class Store:
             result: T = await bulk.run(fn)
         return result
 
-    def read_now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def read_now(self, fn: Callable[[sqlite3.Connection], T], *, single: bool = False) -> T:
         """Run a small read inline on the read-only connection (the API's hot point reads,
-        which cost less than the hop to a thread)."""
+        which cost less than the hop to a thread). ``single``: ``fn`` runs one statement,
+        which is a snapshot by itself, with no transaction around it."""
         with self._reader_lock, translated(self.on_error):
             if self._reader is None:
                 raise StoreError("the state database is closed")
-            return run_read(self._reader, fn)
+            return fn(self._reader) if single else run_read(self._reader, fn)
 
-    async def peek(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def peek(self, fn: Callable[[sqlite3.Connection], T], *, single: bool = False) -> T:
         """A small read: inline here (a PostgreSQL store awaits a round trip)."""
-        return self.read_now(fn)
+        return self.read_now(fn, single=single)
 
     def version(self) -> int:
         """Moves with every commit of another connection (``PRAGMA data_version`` of the

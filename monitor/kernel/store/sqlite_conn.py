@@ -266,7 +266,7 @@ class DirectStore:
             finally:
                 conn.execute("PRAGMA query_only = OFF")
 
-    async def peek(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def peek(self, fn: Callable[[sqlite3.Connection], T], *, single: bool = False) -> T:
         return self.read_now(fn)
 
     def version(self) -> int:

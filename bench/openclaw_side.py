@@ -1,0 +1,215 @@
+"""OpenClaw's own code beside ours, on the same inputs, in interleaved rounds of one run.
+
+Run: python bench/openclaw_side.py [--rounds 3] [--samples 1000] [--events 3000]
+
+OpenClaw's compiled functions run under Node 24 through ``tests/interop/openclaw_driver.mjs``
+(each call timed inside Node, so Node's start-up is not counted); ours run in this process.
+Needs ``tests/interop/install.sh`` (``SESSIONWATCH_INTEROP_DIR``, default
+``~/.cache/sessionwatch/interop``).
+
+(a) changesSince: one database of 50,000 events over 200 sessions, made by OpenClaw and
+    shared by both. Each call asks a session for its events after a version ``back`` of
+    its own events ago (200: a full page; 10: a few). OpenClaw: ``listSessionStateEventsSince``
+    (what its ``session_status`` tool calls). Ours: the API's answer, JSON built by the
+    database (``Kernel.changes_answer``), and the answer as it was made before: the rows
+    (``Kernel.status``), then the JSON in Python (``wire.status``, ``models.answer``).
+(b) recording, one event at a time on a target with 10 watchers: OpenClaw's
+    ``recordSessionStateEvent`` against ``Kernel.record`` (as ``bench/kernel.py`` (d)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this folder is first on sys.path and bench/monitor.py would shadow the
+# ``monitor`` package; take it off.
+sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
+
+from monitor.clock import now_ms  # noqa: E402
+from monitor.kernel import Kernel  # noqa: E402
+from monitor.web import models, wire  # noqa: E402
+
+BENCH = Path(__file__).resolve().parent
+sys.path.append(str(BENCH))
+from kernel import DRIVER, INTEROP, NODE, OPENCLAW, kernel_async, openclaw_records  # noqa: E402
+
+ROWS = 50_000
+SESSIONS = 200
+
+
+def openclaw(state: Path, ops: list[dict[str, Any]]) -> list[Any]:
+    ops_file = state.parent / "ops.json"
+    ops_file.write_text(json.dumps(ops))
+    env = {**os.environ, "HOME": str(state.parent), "OPENCLAW_STATE_DIR": str(state)}
+    proc = subprocess.run(
+        [str(NODE), str(DRIVER), str(OPENCLAW), str(ops_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=True,
+    )
+    out = [json.loads(x[9:]) for x in proc.stdout.splitlines() if x.startswith("@@RESULT ")]
+    for result in out:
+        if isinstance(result, dict) and "error" in result:
+            raise SystemExit(f"OpenClaw failed: {result['error']}")
+    return out
+
+
+def fill(state: Path) -> Path:
+    """OpenClaw makes its database; the events go in as it would write them."""
+    watch = {"watcherSessionKey": "agent:main:main", "targetSessionKey": "agent:main:none"}
+    openclaw(state, [{"fn": "registerSessionStateWatch", "args": [watch]}])
+    db = state / "state" / "openclaw.sqlite"
+    conn = sqlite3.connect(db)
+    now = now_ms()
+    with conn:
+        conn.executemany(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary, payload_json) VALUES (?, 'main', 'human_direct_message',"
+            " 'human', ?, 'human message via bench', '{\"channel\":\"bench\"}')",
+            ((f"agent:main:s{i % SESSIONS}", now) for i in range(ROWS)),
+        )
+        conn.execute(
+            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"
+            " pruned_max_sequence, updated_at) SELECT session_key, agent_id, max(sequence), 0,"
+            " ? FROM session_state_events GROUP BY session_key, agent_id",
+            (now,),
+        )
+    conn.close()
+    return db
+
+
+def queries(db: Path, back: int, samples: int, seed: int) -> list[tuple[str, int]]:
+    """(session, since): the version ``back`` of the session's own events ago."""
+    conn = sqlite3.connect(db)
+    starts = dict(
+        conn.execute(
+            "SELECT session_key, sequence FROM (SELECT session_key, sequence, row_number()"
+            " OVER (PARTITION BY session_key ORDER BY sequence DESC) AS n"
+            " FROM session_state_events) WHERE n = ?",
+            (back + 1,),
+        ).fetchall()
+    )
+    conn.close()
+    rng = random.Random(seed)
+    keys = sorted(starts)
+    return [(k, starts[k]) for k in (rng.choice(keys) for _ in range(samples))]
+
+
+async def ours(db: Path, asked: list[tuple[str, int]]) -> tuple[list[float], list[float]]:
+    kernel = await Kernel.open(db)
+    built: list[float] = []
+    rows: list[float] = []
+    try:
+        for key, since in asked:
+            start = time.perf_counter()
+            await kernel.changes_answer(key, agent_id="main", since=since)
+            built.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            found = await kernel.status(key, agent_id="main", changes_since=since)
+            models.answer(models.Status, wire.status(found))
+            rows.append((time.perf_counter() - start) * 1000)
+    finally:
+        await kernel.close()
+    return built, rows
+
+
+FLOOR_SQL = (
+    "SELECT sequence, session_key, agent_id, kind, actor_type, actor_id, session_id, run_id,"
+    " occurred_at, summary, payload_json, dedupe_key FROM session_state_events"
+    " WHERE session_key = ? AND agent_id = 'main' AND sequence > ? ORDER BY sequence LIMIT 201"
+)
+
+
+def floor(db: Path, asked: list[tuple[str, int]]) -> list[float]:
+    """The page's rows, read by sqlite3 alone in one statement: what any reader pays."""
+    conn = sqlite3.connect(db)
+    out = []
+    for key, since in asked:
+        start = time.perf_counter()
+        conn.execute(FLOOR_SQL, (key, since)).fetchall()
+        out.append((time.perf_counter() - start) * 1000)
+    conn.close()
+    return out
+
+
+def theirs(state: Path, asked: list[tuple[str, int]]) -> list[float]:
+    each = [[key, "main", since, 200] for key, since in asked]
+    (result,) = openclaw(state, [{"fn": "listSessionStateEventsSince", "each": each}])
+    assert len(result["last"]["events"]) > 0
+    return [float(x) for x in result["ms"]]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--events", type=int, default=3000, help="recorded per side (b)")
+    args = parser.parse_args()
+    if not (NODE.exists() and (OPENCLAW / "dist").is_dir()):
+        raise SystemExit(f"OpenClaw's package is not installed in {INTEROP}")
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "openclaw-state"
+        db = fill(state)
+        for back in (200, 10):
+            oc: list[float] = []
+            built: list[float] = []
+            rows: list[float] = []
+            bare: list[float] = []
+            for r in range(args.rounds):
+                asked = queries(db, back, args.samples, seed=r)
+                oc += theirs(state, asked)
+                bare += floor(db, asked)
+                b, w = asyncio.run(ours(db, asked))
+                built += b
+                rows += w
+            o50, o99 = statistics.median(oc), pct(oc, 0.99)
+            pairs = (
+                ("JSON by the database", built),
+                ("rows, JSON in Python (before)", rows),
+                ("floor: the rows by sqlite3 alone", bare),
+            )
+            for name, mine in pairs:
+                m50, m99 = statistics.median(mine), pct(mine, 0.99)
+                print(
+                    f"(a) changesSince {back} events back, {name}: p50 {m50:.3f} ms, p99"
+                    f" {m99:.3f} ms; OpenClaw p50 {o50:.3f} ms, p99 {o99:.3f} ms; ratio"
+                    f" p50 {o50 / m50:.1f}x, p99 {o99 / m99:.1f}x (target >= 5x)"
+                )
+        recorded: list[tuple[float, float]] = []
+        for r in range(args.rounds):
+            (Path(tmp) / f"rec{r}").mkdir()
+            theirs_rate = openclaw_records(Path(tmp) / f"rec{r}", args.events)
+            assert theirs_rate is not None
+            ours_rate = asyncio.run(kernel_async(Path(tmp) / f"rec{r}.db", args.events))
+            recorded.append((ours_rate, theirs_rate))
+        ratios = sorted(o / t for o, t in recorded)
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        print(
+            f"(b) recording, 10 watchers: ours {statistics.median(o for o, _ in recorded):,.0f}"
+            f" events/s, OpenClaw {statistics.median(t for _, t in recorded):,.0f};"
+            f" ratio {statistics.median(ratios):.2f}x (rounds {each};"
+            " target >= 4x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
