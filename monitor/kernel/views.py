@@ -37,19 +37,13 @@ class Views:
         self, key: str, *, agent_id: str | None = None, changes_since: int | None = None
     ) -> SessionStatus:
         """A session's state version, and its changes after ``changes_since`` on ask."""
-        k = normalize_key(key)
-        agent = resolve_agent(k, agent_id)
-        if changes_since is not None and changes_since < 0:
-            raise BadInput("changesSince must be a non-negative integer")
+        k, agent = _scope(key, agent_id, changes_since)
         return await self.store.peek(lambda conn: session_status(conn, k, agent, changes_since))
 
     async def changes_answer(self, key: str, *, agent_id: str | None, since: int) -> bytes:
         """``session_status`` with ``changesSince``, as the JSON the API answers, built by
         the database (:func:`~monitor.kernel.signal_log.status_answer`)."""
-        k = normalize_key(key)
-        agent = resolve_agent(k, agent_id)
-        if since < 0:
-            raise BadInput("changesSince must be a non-negative integer")
+        k, agent = _scope(key, agent_id, since)
         return await self.store.peek(lambda c: status_answer(c, k, agent, since), single=True)
 
     async def state_versions(self, keys: list[str]) -> list[StateVersion]:
@@ -83,3 +77,12 @@ class Views:
         return await self.store.peek(
             lambda conn: [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
         )
+
+
+def _scope(key: str, agent_id: str | None, since: int | None) -> tuple[str, str]:
+    """The session's key and agent, from what a caller asked; a bad ``since`` refused."""
+    k = normalize_key(key)
+    agent = resolve_agent(k, agent_id)
+    if since is not None and since < 0:
+        raise BadInput("changesSince must be a non-negative integer")
+    return k, agent
