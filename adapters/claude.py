@@ -7,7 +7,7 @@ and the versions they were checked against, are in docs/formats.md.
 
 from __future__ import annotations
 
-import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,30 +119,94 @@ _EXCLUDING_FLAGS = (
 )
 
 
-# Record types that are most of a transcript's bytes and never a turn, a compaction or drift.
+# What the pre-filter reads of a line: its head, where the record's own type sits when it
+# precedes the message (older releases, and records that start with their type), and its
+# tail, where 2.1.x writes it after the message or attachment object.
+HEAD = 1024
+TAIL = 2048
+_TYPE_FIRST = b'{"type":"'
 _ASSISTANT = b'"type":"assistant"'
-_PROGRESS = b'"type":"progress"'
-_SNAPSHOT = b'"type":"file-history-snapshot"'
+# the first of these types in the head: a user record, or one that is never a turn
+_HEAD_TYPE = re.compile(rb'"type":"(assistant|progress|file-history-snapshot|user)"')
+_TOOL_RESULT = b'"type":"tool_result"'
+_TOOL_USE_RESULT = b'"toolUseResult":'
+_ATTACHMENT = b'"type":"attachment"'
+_ASSISTANT_MESSAGE = b'"message":{"id":"'
+_ROLE_ASSISTANT = b'"role":"assistant"'
+_ATTACHMENT_FIRST = b'"attachment":{"type":"'
+# Record types whose every record classifies as nothing, whatever it holds (see
+# classify_claude_record: the known types but user, attachment, queue-operation and system).
+_QUIET_TYPES = frozenset(
+    t.encode() for t in KNOWN_TYPES - {"user", "attachment", "queue-operation", "system"}
+)
+_QUIET_ATTACHMENTS = frozenset(
+    t.encode() for t in KNOWN_ATTACHMENTS - {"queued_command", "poll_events"}
+)
+
+
+def _name_at(buf: bytes, at: int, stop: int) -> bytes | None:
+    """The raw bytes of the string value starting at ``at`` (just past its opening quote),
+    when it ends before ``stop``. A value with an escape equals no name: its bytes hold the
+    backslash."""
+    end = buf.find(b'"', at, stop)
+    return buf[at:end] if end >= 0 else None
+
+
+def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
+    """Whether the line ``buf[start:stop]`` could matter; lines that cannot are never parsed.
+
+    An unescaped quote cannot occur inside a JSON string, so a match of ``"type":"…"`` in
+    the raw bytes is JSON structure, never text someone typed. Skipped, as they classify as
+    nothing whatever they hold:
+
+    - a record whose first key is its type, of a type that is never a turn, a compaction or
+      drift (request bookkeeping, snapshots, titles: most of a 2.1.x transcript's bytes);
+    - an assistant, progress or snapshot record whose type is in the head (older releases
+      write it before the message);
+    - an assistant record as 2.1.x writes it: its message (``"message":{"id":"`` …
+      ``"role":"assistant"``) in the head, no user type there, and its own type in the tail,
+      after the message;
+    - an attachment of a kind that is never a turn or drift, its kind first in the head and
+      the record's type in the tail;
+    - a user record carrying a tool result.
+
+    Everything else is parsed.
+    """
+    head = min(stop, start + HEAD)
+    find = buf.find
+    if buf.startswith(_TYPE_FIRST, start):
+        end = find(b'"', start + 9, head)
+        kind = buf[start + 9 : end] if end >= 0 else None
+        if kind in _QUIET_TYPES:
+            return False
+        if kind != b"user":
+            return True
+    else:
+        found = _HEAD_TYPE.search(buf, start, head)
+        if found is not None and found.group(1) != b"user":
+            return False  # an assistant, progress or snapshot record
+        if found is None:
+            return _other(buf, start, stop, head)
+    # a user record: only a tool result is skipped
+    return find(_TOOL_RESULT, start, stop) < 0 and find(_TOOL_USE_RESULT, start, stop) < 0
+
+
+def _other(buf: bytes, start: int, stop: int, head: int) -> bool:
+    """:func:`may_be_turn_at` of a record with no known type in its head: an attachment or
+    an assistant record as 2.1.x writes them, its own type in the tail."""
+    find = buf.find
+    tail = max(start, stop - TAIL)
+    at = find(_ATTACHMENT_FIRST, start, head)
+    if at >= 0:
+        kind = _name_at(buf, at + 22, head)
+        return kind not in _QUIET_ATTACHMENTS or find(_ATTACHMENT, tail, stop) < 0
+    at = find(_ASSISTANT_MESSAGE, start, head)
+    return at < 0 or find(_ROLE_ASSISTANT, at, head) < 0 or find(_ASSISTANT, tail, stop) < 0
 
 
 def may_be_turn(line: bytes) -> bool:
-    """Whether a raw line could matter; lines that cannot are never parsed.
-
-    An unescaped quote cannot occur inside a JSON string, so a match of
-    ``"type":"assistant"`` (or ``progress``, ``file-history-snapshot``) near the start,
-    ``"type":"tool_result"`` or ``"toolUseResult":`` in a user record is JSON structure:
-    an assistant, progress or snapshot record, or a tool result; never a human turn, a
-    compaction or a record of an unknown type. Those records are most of a transcript's
-    bytes, and their type tokens sit near the start of the line. Everything else is parsed.
-    """
-    head = line[:1024]
-    if _ASSISTANT in head or _PROGRESS in head or _SNAPSHOT in head:
-        return False
-    if b'"type":"tool_result"' not in line and b'"toolUseResult":' not in line:
-        return True
-    # a user record carrying a tool result is never a turn; any other record holding one
-    # (a queued prompt, a type nobody knows) is rare and parsed
-    return b'"type":"user"' not in head
+    """:func:`may_be_turn_at` of a whole line."""
+    return may_be_turn_at(line, 0, len(line))
 
 
 @dataclass
@@ -286,7 +350,9 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
     if isinstance(version, str):
         if verdict is None:
             return Verdict(version=version)
-        return dataclasses.replace(verdict, version=version)
+        return Verdict(
+            turn=verdict.turn, unclassified=verdict.unclassified, version=version
+        )  # a user record's verdict holds nothing else
     return verdict
 
 
@@ -324,8 +390,9 @@ def _unknown_blocks(content: Any) -> bool:
 def _user_turn(
     record: dict[str, Any], message: dict[str, Any], state: ClaudeState
 ) -> Verdict | None:
-    if any(record.get(flag) is True for flag in _EXCLUDING_FLAGS):
-        return None
+    for flag in _EXCLUDING_FLAGS:
+        if record.get(flag) is True:
+            return None
     if "planContent" in record:
         return None
     origin = record.get("origin")
@@ -385,7 +452,7 @@ FORMAT = JsonlFormat[ClaudeState](
     native_id=claude_native_id,
     state_from_marker=ClaudeState.from_marker,
     state_from_first=_first,
-    prefilter=may_be_turn,
+    prefilter=may_be_turn_at,
     strict=False,
     tested_version=TESTED_VERSION,
     prompt_text=claude_prompt_text,

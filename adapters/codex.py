@@ -140,17 +140,18 @@ INPUT_BLOCKS = frozenset({"input_text", "text"})
 _SUBTYPE = re.compile(rb'"payload":\s*\{\s*"type":\s*"([^"\\]{1,64})"')
 
 
-def may_be_turn(line: bytes) -> bool:
-    """Whether a raw line could matter: a turn, a state change, a compaction, or a record of
-    a type or subtype we may not know. Only lines that positively are model traffic of a
-    known subtype are skipped: ``reasoning``, function calls and their outputs, assistant
-    messages as response items; never an event that says the turn went on (see
-    :data:`TURN_GOES_ON`)."""
-    head = line[:160]
-    response = b'"type":"response_item"' in head
-    if not response and b'"type":"event_msg"' not in head:
+def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
+    """Whether the line ``buf[start:stop]`` could matter: a turn, a state change, a
+    compaction, or a record of a type or subtype we may not know. Only lines that positively
+    are model traffic of a known subtype are skipped: ``reasoning``, function calls and their
+    outputs, assistant messages as response items; never an event that says the turn went on
+    (see :data:`TURN_GOES_ON`)."""
+    head = min(stop, start + 160)
+    find = buf.find
+    response = find(b'"type":"response_item"', start, head) >= 0
+    if not response and find(b'"type":"event_msg"', start, head) < 0:
         return True
-    found = _SUBTYPE.search(head)
+    found = _SUBTYPE.search(buf, start, head)
     subtype = found.group(1).decode("utf-8", "replace") if found else None
     if subtype not in SUBTYPES["response_item" if response else "event_msg"]:
         return True
@@ -159,8 +160,17 @@ def may_be_turn(line: bytes) -> bool:
     if subtype in TURN_GOES_ON:
         return True  # it reports a prompt seen only as a role-user item (_turn_goes_on)
     if response:
-        return b'"role":"user"' in line
-    return b'"user' in line or b"UserMessage" in line or b"user_message" in line
+        return find(b'"role":"user"', start, stop) >= 0
+    return (
+        find(b'"user', start, stop) >= 0
+        or find(b"UserMessage", start, stop) >= 0
+        or find(b"user_message", start, stop) >= 0
+    )
+
+
+def may_be_turn(line: bytes) -> bool:
+    """:func:`may_be_turn_at` of a whole line."""
+    return may_be_turn_at(line, 0, len(line))
 
 
 @dataclass
@@ -512,7 +522,7 @@ FORMAT = JsonlFormat[CodexState](
     native_id=codex_native_id,
     state_from_marker=CodexState.from_marker,
     state_from_first=_first,
-    prefilter=may_be_turn,
+    prefilter=may_be_turn_at,
     strict=False,
     tested_version=TESTED_VERSION,
     prompt_text=codex_prompt_text,

@@ -23,7 +23,7 @@ import functools
 import logging
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from adapters import zst
@@ -45,10 +45,13 @@ from adapters.jsonl_format import JsonlFormat
 from adapters.jsonl_scan import (
     Cutoff,
     ScanResult,
+    Selection,
     parse_line,
     remembered,
     reread_from,
     scan,
+    select,
+    selected,
 )
 from adapters.tailer import (
     NotRegularFile,
@@ -130,8 +133,8 @@ def resolve_file(kind: str, path: str, root: str) -> str:
 
 def first_line(path: str, cap: int = DEFAULT_SCAN_CAP) -> bytes | None:
     """The file's first complete line (None when there is none within ``cap``)."""
-    read = read_tail(path, 0, cap, None)
-    return read.lines[0][1] if read.lines else None
+    lines = read_tail(path, 0, cap, None).lines()
+    return lines[0][1] if lines else None
 
 
 def first_record(path: str, cap: int = DEFAULT_SCAN_CAP) -> Any:
@@ -205,14 +208,19 @@ def check_file(
             return idle(marker, read)
         if read.status in ("long", "waiting"):
             return _hold(real, offset, resume, read, marker, settings, held)
-        lines = read.lines if not resume else _join(real, offset, resume, read, held)
-        lines, read = up_to_a_long_line(real, lines, read, settings.max_line)
-        if not lines:
+        if resume:
+            joined = _join(real, offset, resume, read, held)
+            joined, read = up_to_a_long_line(real, joined, read, settings.max_line)
+            whole = Selection(selected(fmt, joined), joined[0][0]) if joined else None
+            pick = whole or Selection([], read.end, long_at=read.end)  # too long whole
+        else:
+            pick, read = complete_lines(fmt, real, read, settings.max_line)
+        if pick.long_at is not None and pick.long_at == pick.first:
             reason = f"a line longer than max_line_bytes ({settings.max_line}) starts at {read.end}"
             return Outcome(status="blocked", blocked_offset=read.end, reason=reason)
         state = fmt.state_from_marker(marker)
         own = OwnPool(probe.own)
-        result = scan(fmt, lines, state, own, Cutoff.of(marker))
+        result = scan(fmt, pick.lines, state, own, Cutoff.of(marker), selected=True)
     except FileNotFoundError:
         kept = kept_elsewhere(fmt, real, settings.root)
         if kept:  # compressed or archived by the harness: idle, not gone
@@ -222,7 +230,7 @@ def check_file(
         return Outcome(status="inconclusive", reason=str(exc))
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
-    return settled(fmt, probe, read, lines, result, state, own)
+    return settled(fmt, probe, read, pick.first, result, state, own)
 
 
 def kept_elsewhere(fmt: JsonlFormat[Any], real: str, root: str) -> str | None:
@@ -241,13 +249,29 @@ def up_to_a_long_line(
     read), and the read ending where it starts: the next check blocks on it."""
     for i, (offset, line) in enumerate(lines):
         if len(line) > max_line:
-            fd, _ = open_regular(path)
-            try:
-                tail = tail_digest(fd, offset)
-            finally:
-                os.close(fd)
-            return lines[:i], dataclasses.replace(read, end=offset, tail=tail)
+            return lines[:i], ending_at(path, read, offset)
     return lines, read
+
+
+def complete_lines(
+    fmt: JsonlFormat[Any], path: str, read: TailRead, max_line: int
+) -> tuple[Selection, TailRead]:
+    """What the scan reads of the read's complete lines (:func:`select`), up to the first
+    longer than ``max_line``, and the read ending where that one starts."""
+    pick = select(fmt, read.chunk, read.start, read.end - read.start, max_line)
+    if pick.long_at is None:
+        return pick, read
+    return pick, ending_at(path, read, pick.long_at)
+
+
+def ending_at(path: str, read: TailRead, offset: int) -> TailRead:
+    """``read`` ending at ``offset``, a line's start, with the fingerprint taken there."""
+    fd, _ = open_regular(path)
+    try:
+        tail = tail_digest(fd, offset)
+    finally:
+        os.close(fd)
+    return dataclasses.replace(read, end=offset, tail=tail)
 
 
 def idle(marker: Marker, read: TailRead) -> Outcome:
@@ -265,13 +289,15 @@ def settled(
     fmt: JsonlFormat[Any],
     probe: Probe,
     read: TailRead,
-    lines: Sequence[tuple[int, bytes | None]],
+    first: int | None,
     result: ScanResult,
     state: Any,
     own: OwnPool,
 ) -> Outcome:
+    """The outcome of a read whose lines were scanned; ``first``: the offset of its first
+    line that is not blank (None: there is none)."""
     marker = probe.marker
-    first = lines[0][0] if lines else read.end
+    first = read.end if first is None else first
     if result.stopped_at is not None and result.stopped_at == first:
         reason = f"invalid row at offset {first}"
         return Outcome(status="blocked", blocked_offset=first, reason=reason)

@@ -36,7 +36,9 @@ class JsonlFormat(Generic[S]):
     native_id: Callable[[dict[str, Any]], str | None]
     state_from_marker: Callable[[Marker], S]
     state_from_first: Callable[[Any], S]  # the first record (None for an empty file)
-    prefilter: Callable[[bytes], bool] | None  # False: cannot matter; None: parse every line
+    # whether the line ``buffer[start:stop]`` could matter (False: it cannot, and is never
+    # parsed); None: parse every line
+    prefilter: Callable[[bytes, int, int], bool] | None
     strict: bool  # stop at the first invalid row instead of counting it
     tested_version: str  # the newest format version the classifier was checked against
     prompt_text: Callable[[dict[str, Any]], str]  # the text of a record counted as a turn

@@ -5,10 +5,11 @@ local link (:mod:`adapters.tailer`): from the marker's byte offset, the scan cap
 to the last complete line, with the same rotated/truncated fingerprints, the same "compressed
 or archived by the harness" rule for a file gone from its path, and the same line-length
 bound. Of the lines it read it sends only what the format's scanner would read
-(:func:`adapters.jsonl_scan.selected`): the lines its pre-filter lets through, and the
+(:func:`adapters.jsonl_scan.select`): the lines its pre-filter lets through, and the
 offsets of lines that are not records at all, each record as its format's ``wire`` reduces
-it (Pi's, which parses every line: to what its classifier reads; Codex's: without the system
-prompt a ``session_meta`` carries). Tool output and agent text never cross the wire.
+it (Pi's: to what its classifier reads; Codex's: without the system prompt a
+``session_meta`` carries), and the offset of the first line read. Tool output and agent text
+never cross the wire.
 
 On the sidecar, :class:`NodeJsonlAdapter` keeps the same marker as a local link (``offset``,
 ``head``, ``ino``, ``tail``, ``recent``, ``drift``, the format's state) plus ``file``, the
@@ -44,15 +45,15 @@ from adapters.base import (
 )
 from adapters.catalog import Catalog
 from adapters.jsonl_adapter import (
+    complete_lines,
     file_end,
     idle,
     kept_elsewhere,
     reread_marker,
     settled,
-    up_to_a_long_line,
 )
 from adapters.jsonl_format import JsonlFormat, format_of
-from adapters.jsonl_scan import Cutoff, parse_line, scan, selected
+from adapters.jsonl_scan import Cutoff, parse_line, scan
 from adapters.node_client import Gone, NodeError
 from adapters.tailer import NotRegularFile, TailRead, read_tail
 from monitor.errors import BadInput, Declined, NotFound
@@ -186,8 +187,8 @@ def read_lines(
             return {"status": read.status, "file": file}
         if read.status in ("idle", "waiting"):
             return {"status": "idle", "file": file, **_where(read)}
-        lines, read = up_to_a_long_line(path, read.lines, read, max_line)
-        if not lines:
+        pick, read = complete_lines(fmt, path, read, max_line)
+        if pick.long_at is not None and pick.long_at == pick.first:
             return _blocked(read.end, max_line)
     except FileNotFoundError:
         kept = kept_elsewhere(fmt, path, root)
@@ -202,7 +203,8 @@ def read_lines(
         "file": file,
         **_where(read),
         "size": read.size,
-        "lines": to_wire(projected(fmt, selected(fmt, lines))),
+        "lines": to_wire(projected(fmt, pick.lines)),
+        "first": pick.first,
     }
 
 
@@ -320,7 +322,9 @@ class NodeJsonlAdapter:
         state = self.format.state_from_marker(marker)
         own = OwnPool(probe.own)
         result = scan(self.format, lines, state, own, Cutoff.of(marker))
-        return settled(self.format, probe, read, lines, result, state, own)
+        first = answer.get("first")  # a node before 2026-12 sends none: its first line's
+        first = first if isinstance(first, int) else (lines[0][0] if lines else None)
+        return settled(self.format, probe, read, first, result, state, own)
 
 
 def _read_of(answer: dict[str, Any]) -> TailRead:

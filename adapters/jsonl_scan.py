@@ -139,20 +139,73 @@ def _note(result: ScanResult, fmt: JsonlFormat[Any], verdict: Verdict) -> None:
         drift.unclassified += 1
 
 
+def _shaped(buf: bytes, start: int, stop: int) -> bool:
+    """Whether ``buf[start:stop]`` is shaped like a record: ``{`` … ``}``."""
+    return buf[start] == 0x7B and buf[stop - 1] == 0x7D
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What :func:`select` found: the lines :func:`scan` reads, the offset of the first
+    line that is not blank (None: none is), and that of the first line longer than
+    ``max_line`` (the selection ends before it)."""
+
+    lines: list[tuple[int, bytes | None]]
+    first: int | None
+    long_at: int | None = None
+
+
+def select(
+    fmt: JsonlFormat[Any], chunk: bytes, base: int, stop: int, max_line: int | None = None
+) -> Selection:
+    """What :func:`scan` reads of the complete lines of ``chunk[:stop]`` (file offset
+    ``base``), found in place: every line the pre-filter lets through, and (as None) every
+    line it does not that is not even shaped like a record. The rest cannot matter, and is
+    never copied out of the chunk. Leading NUL padding and blank lines are dropped, as
+    :func:`adapters.tailer.split_lines` drops them."""
+    prefilter = fmt.prefilter
+    limit = max_line if max_line is not None else stop
+    out: list[tuple[int, bytes | None]] = []
+    append = out.append
+    find = chunk.find
+    first: int | None = None
+    pos = 0
+    while pos < stop:
+        end = find(b"\n", pos)
+        start, pos = pos, end + 1
+        if start == end:
+            continue
+        if chunk[start] == 0x7B and chunk[end - 1] == 0x7D:  # shaped like a record, unpadded
+            buf, s, e, shaped = chunk, start, end, True
+        else:
+            line = chunk[start:end].lstrip(b"\x00").strip()
+            if not line:
+                continue
+            buf, s, e, shaped = line, 0, len(line), _shaped(line, 0, len(line))
+        offset = base + start
+        if first is None:
+            first = offset
+        if e - s > limit:
+            return Selection(out, first, offset)
+        if prefilter is None or prefilter(buf, s, e):
+            append((offset, buf[s:e] if buf is chunk else buf))
+        elif not shaped:
+            append((offset, None))
+    return Selection(out, first)
+
+
 def selected(
     fmt: JsonlFormat[Any], lines: list[tuple[int, bytes]]
 ) -> list[tuple[int, bytes | None]]:
-    """What :func:`scan` would read of ``lines``: every line the pre-filter lets through,
-    and (as None) every line it does not that is not even shaped like a record. The rest
-    cannot matter. A paired node sends this much, and :func:`scan` takes it as it is."""
+    """:func:`select` of lines already split."""
     prefilter = fmt.prefilter
     if prefilter is None:
         return list(lines)
     out: list[tuple[int, bytes | None]] = []
     for offset, line in lines:
-        if prefilter(line):
+        if prefilter(line, 0, len(line)):
             out.append((offset, line))
-        elif not (line[:1] == b"{" and line[-1:] == b"}"):
+        elif not _shaped(line, 0, len(line)):
             out.append((offset, None))
     return out
 
@@ -163,21 +216,21 @@ def scan(
     state: Any,
     own: OwnPool,
     cutoff: Cutoff | None = None,
+    *,
+    selected: bool = False,
 ) -> ScanResult:
     """Classify complete lines in order; updates ``state`` and consumes from ``own``. A
-    line given as None was judged invalid where it was read (see :func:`selected`)."""
+    line given as None was judged invalid where it was read (see :func:`select`);
+    ``selected``: the pre-filter has already been applied to the rest."""
     result = ScanResult()
-    prefilter = fmt.prefilter
+    prefilter = None if selected else fmt.prefilter
     records: list[tuple[int | None, dict[str, Any]]] = []
     for offset, line in lines:
-        if line is None:
-            _invalid(result, offset)
-            continue
-        if prefilter is not None and not prefilter(line):
-            if not (line[:1] == b"{" and line[-1:] == b"}"):
-                _invalid(result, offset)
-            continue
-        record = parse_line(line, recover=not fmt.strict)
+        if line is not None and prefilter is not None and not prefilter(line, 0, len(line)):
+            if _shaped(line, 0, len(line)):
+                continue
+            line = None
+        record = parse_line(line, recover=not fmt.strict) if line is not None else None
         if not isinstance(record, dict):
             if fmt.strict:
                 result.stopped_at = offset

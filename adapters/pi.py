@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from adapters.base import (
     UNCLASSIFIED,
     Adapter,
@@ -140,6 +142,47 @@ def classify_pi_record(record: dict[str, Any], state: PiState) -> Verdict | None
     return Verdict(turn=text_hash(text)) if normalize_text(text) else None
 
 
+HEAD = 256  # id, parentId and timestamp come before the message
+_MESSAGE_FIRST = b'{"type":"message",'
+_ROLE = b'"message":{"role":"'
+_QUIET_ROLES = frozenset({b"assistant", b"toolResult", b"system", b"custom"})
+
+
+class _Anything(msgspec.Struct):
+    """Decoding into a struct with no fields checks that the bytes are JSON and builds no
+    object for what they hold."""
+
+
+_CHECK = msgspec.json.Decoder(_Anything)
+
+
+def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
+    """Whether the line ``buf[start:stop]`` could matter; lines that cannot are never parsed.
+
+    Skipped: a ``message`` entry (its type is its first key) whose message, the first object
+    in the head, is the model's (``assistant``), a tool's (``toolResult``), the system
+    prompt or an extension's (``custom``): most of a session's bytes, and never a turn, a
+    compaction or drift. An unescaped quote cannot
+    occur inside a JSON string, so these matches are JSON structure. Pi stops at an invalid
+    line, so a line is skipped only once it is known to be JSON (checked without building
+    its objects); any other line is parsed, and one that is not JSON stops the link as
+    before."""
+    if not buf.startswith(_MESSAGE_FIRST, start):
+        return True
+    head = min(stop, start + HEAD)
+    at = buf.find(_ROLE, start, head)
+    if at < 0:
+        return True
+    end = buf.find(b'"', at + 19, head)
+    if end < 0 or buf[at + 19 : end] not in _QUIET_ROLES:
+        return True
+    try:
+        _CHECK.decode(memoryview(buf)[start:stop])
+    except msgspec.DecodeError:
+        return True
+    return False
+
+
 def pi_native_id(record: dict[str, Any]) -> str | None:
     entry_id = record.get("id")
     return entry_id if isinstance(entry_id, str) else None
@@ -218,7 +261,7 @@ FORMAT = JsonlFormat[PiState](
     native_id=pi_native_id,
     state_from_marker=PiState.from_marker,
     state_from_first=state_from_header,
-    prefilter=None,
+    prefilter=may_be_turn_at,
     strict=True,
     tested_version=TESTED_VERSION,
     prompt_text=pi_prompt_text,

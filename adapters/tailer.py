@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 HEAD_BYTES = 4096
@@ -70,13 +70,18 @@ def open_regular(path: str, *, checked: bool = False) -> tuple[int, os.stat_resu
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TailRead:
     status: ReadStatus
-    lines: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, line)
+    start: int = 0  # the offset ``chunk`` was read from
     end: int = 0  # the offset after the last complete line read
     size: int = 0
     head: str | None = None  # the file's head digest
     tail: str | None = None  # the digest of the bytes just before ``end``
     ino: int | None = None
-    chunk: bytes = b""  # "long": the bytes read of a line longer than the cap
+    chunk: bytes = b""  # the bytes read (its complete lines end at ``end``); "long": of a
+    # line longer than the cap
+
+    def lines(self) -> list[tuple[int, bytes]]:
+        """The complete lines read, with their offsets (:func:`split_lines`)."""
+        return split_lines(self.chunk, self.start, self.end - self.start)
 
 
 def head_digest(fd: int) -> str | None:
@@ -196,6 +201,7 @@ def read_tail(
         status: ReadStatus = "long" if len(chunk) >= cap else "waiting"
         return TailRead(
             status=status,
+            start=start,
             end=offset,
             size=size,
             head=current_head,
@@ -205,7 +211,7 @@ def read_tail(
         )
     return TailRead(
         status="lines",
-        lines=split_lines(chunk, start, last_nl + 1),
+        start=start,
         end=end,
         size=size,
         head=current_head,

@@ -15,12 +15,19 @@ Needs ``tests/interop/install.sh`` (``SESSIONWATCH_INTEROP_DIR``, default
     (``Kernel.status``), then the JSON in Python (``wire.status``, ``models.answer``).
 (b) recording, one event at a time on a target with 10 watchers: OpenClaw's
     ``recordSessionStateEvent`` against ``Kernel.record`` (as ``bench/kernel.py`` (d)).
+(c) Claude classification of a generated transcript (``--mb``, bench/monitor.py's realistic
+    generator, or ``--transcript``), checked from its start to its end one scan cap (1 MiB) at
+    a time, each check from the marker the one before it left. OpenClaw:
+    ``checkClaudeUpstreamActivity`` (what its Claude provider's ``checkUpstreamActivity``
+    runs for a local link). Ours: the monitor's own check of a link, ``check_file`` (read,
+    pre-filter, parse, classify, the next marker). Both count the same turns.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import random
@@ -37,6 +44,9 @@ from typing import Any
 # ``monitor`` package; take it off.
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
+from adapters import claude  # noqa: E402
+from adapters.base import Probe  # noqa: E402
+from adapters.jsonl_adapter import TailSettings, check_file  # noqa: E402
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402
 from monitor.web import models, wire  # noqa: E402
@@ -153,6 +163,70 @@ def theirs(state: Path, asked: list[tuple[str, int]]) -> list[float]:
     return [float(x) for x in result["ms"]]
 
 
+CAP = 1 << 20  # both sides' scan cap
+
+
+def transcript(path: Path, megabytes: int) -> None:
+    spec = importlib.util.spec_from_file_location("bench_monitor", BENCH / "monitor.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.generate(path, megabytes)
+
+
+def checked_from(path: Path) -> list[int]:
+    """The markers a check from 0 steps through: up to the last line end of each cap."""
+    data = path.read_bytes()
+    out, offset = [], 0
+    while offset < len(data):
+        nl = data.rfind(b"\n", offset, offset + CAP)
+        if nl < 0:
+            raise SystemExit(f"{path}: a line longer than {CAP} bytes at {offset}")
+        out.append(offset)
+        offset = nl + 1
+    return out
+
+
+def classify_theirs(state: Path, path: Path, markers: list[int]) -> tuple[float, int]:
+    """OpenClaw's check over the whole transcript: seconds, turns found."""
+    each = [
+        [
+            [
+                {
+                    "sessionKey": "agent:main:bench",
+                    "hostId": "gateway:local",
+                    "threadId": "bench",
+                    "upstreamKind": "claude-cli",
+                    "upstreamRef": {"filePath": str(path)},
+                    "marker": {"offset": m},
+                    "ownRecentUserTexts": [],
+                }
+            ]
+        ]
+        for m in markers
+    ]
+    (result,) = openclaw(state, [{"fn": "checkClaudeUpstreamActivity", "each": each, "keep": True}])
+    turns = sum(a["humanTurns"] for found in result["all"] for a in found)
+    return sum(result["ms"]) / 1000, turns
+
+
+def classify_ours(path: Path) -> tuple[float, int]:
+    """The monitor's check over the whole transcript: seconds, turns found."""
+    settings = TailSettings(cap=CAP)
+    marker: dict[str, Any] = {"offset": 0}
+    turns = 0
+    elapsed = 0.0
+    while True:
+        probe = Probe(session_key="agent:main:bench", ref={"filePath": str(path)}, marker=marker)
+        start = time.perf_counter()
+        outcome = check_file(claude.FORMAT, probe, settings, {})
+        elapsed += time.perf_counter() - start
+        turns += len(outcome.turns)
+        if outcome.marker is None or outcome.marker == marker:
+            return elapsed, turns
+        marker = outcome.marker
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
@@ -163,13 +237,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--events", type=int, default=3000, help="recorded per side (b)")
+    parser.add_argument("--mb", type=int, default=150, help="the transcript's size (c)")
+    parser.add_argument("--transcript", type=Path, help="classify this one instead (c)")
+    parser.add_argument("--only", choices=["a", "b", "c"], help="run one part")
     args = parser.parse_args()
     if not (NODE.exists() and (OPENCLAW / "dist").is_dir()):
         raise SystemExit(f"OpenClaw's package is not installed in {INTEROP}")
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "openclaw-state"
         db = fill(state)
-        for back in (200, 10):
+        for back in (200, 10) if args.only in (None, "a") else ():
             oc: list[float] = []
             built: list[float] = []
             rows: list[float] = []
@@ -195,20 +272,49 @@ def main() -> None:
                     f" p50 {o50 / m50:.1f}x, p99 {o99 / m99:.1f}x (target >= 5x)"
                 )
         recorded: list[tuple[float, float]] = []
-        for r in range(args.rounds):
+        for r in range(args.rounds if args.only in (None, "b") else 0):
             (Path(tmp) / f"rec{r}").mkdir()
             theirs_rate = openclaw_records(Path(tmp) / f"rec{r}", args.events)
             assert theirs_rate is not None
             ours_rate = asyncio.run(kernel_async(Path(tmp) / f"rec{r}.db", args.events))
             recorded.append((ours_rate, theirs_rate))
-        ratios = sorted(o / t for o, t in recorded)
-        each = ", ".join(f"{x:.2f}" for x in ratios)
-        print(
-            f"(b) recording, 10 watchers: ours {statistics.median(o for o, _ in recorded):,.0f}"
-            f" events/s, OpenClaw {statistics.median(t for _, t in recorded):,.0f};"
-            f" ratio {statistics.median(ratios):.2f}x (rounds {each};"
-            " target >= 4x)"
-        )
+        if recorded:
+            ratios = sorted(o / t for o, t in recorded)
+            each = ", ".join(f"{x:.2f}" for x in ratios)
+            print(
+                f"(b) recording, 10 watchers: ours"
+                f" {statistics.median(o for o, _ in recorded):,.0f} events/s, OpenClaw"
+                f" {statistics.median(t for _, t in recorded):,.0f}; ratio"
+                f" {statistics.median(ratios):.2f}x (rounds {each}; target >= 4x)"
+            )
+        if args.only in (None, "c"):
+            classification(args, state, Path(tmp))
+
+
+def classification(args: argparse.Namespace, state: Path, tmp: Path) -> None:
+    path = args.transcript
+    if path is None:
+        path = tmp / "claude.jsonl"
+        transcript(path, args.mb)
+    size = path.stat().st_size
+    markers = checked_from(path)
+    path.read_bytes()  # in the page cache for both
+    pairs = []
+    for _ in range(args.rounds):
+        t_theirs, n_theirs = classify_theirs(state, path, markers)
+        t_ours, n_ours = classify_ours(path)
+        if n_ours != n_theirs:
+            print(f"(c) the two found different turns: ours {n_ours}, OpenClaw {n_theirs}")
+        pairs.append((t_ours, t_theirs))
+    ratios = sorted(t / o for o, t in pairs)
+    ours_rate = size / min(o for o, _ in pairs) / 1e6
+    theirs_rate = size / min(t for _, t in pairs) / 1e6
+    print(
+        f"(c) Claude classification of {size / 1e6:.0f} MB, {len(markers)} checks of 1 MiB,"
+        f" {n_ours} turns: ours {ours_rate:,.0f} MB/s, OpenClaw checkUpstreamActivity"
+        f" {theirs_rate:,.0f} MB/s (best rounds); ratio {statistics.median(ratios):.2f}x"
+        f" (rounds {', '.join(f'{x:.2f}' for x in ratios)}; target >= 5x)"
+    )
 
 
 if __name__ == "__main__":

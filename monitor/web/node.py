@@ -209,7 +209,7 @@ def project(line: bytes) -> dict[str, Any]:
         return {"uuid": None, "type": "invalid"}
     if not isinstance(record, dict):
         return {"uuid": None, "type": "invalid"}
-    if _PREFILTER is None or _PREFILTER(line):
+    if _PREFILTER is None or _PREFILTER(line, 0, len(line)):
         return record
     uuid = record.get("uuid")
     return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}

@@ -3,20 +3,16 @@ drift."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
-
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.base import OwnPool
-from adapters.jsonl_format import JsonlFormat, format_of
-from adapters.jsonl_scan import scan
-from adapters.tailer import split_lines
+from adapters.jsonl_format import format_of
+from tests.adapters.full_parse import both_ways
 from tests.helpers import REPO
 
 SAMPLES = REPO / "sample_transcripts"
+FIXTURES = REPO / "tests" / "fixtures" / "codex_app_server"
 TOKENS = [
     '"type":"assistant"',
     '"type":"tool_result"',
@@ -79,21 +75,6 @@ RECORD = st.one_of(
 )
 
 
-Decisions = tuple[list[int], dict[str, int], int]
-
-
-def both_ways(fmt: JsonlFormat[Any], data: bytes) -> tuple[Decisions, Decisions]:
-    """The turns' offsets, the unknown types and the unclassified count, with the format's
-    pre-filter and without it."""
-    lines = split_lines(data if data.endswith(b"\n") else data + b"\n", 0)
-    fast = scan(fmt, lines, fmt.state_from_marker({}), OwnPool())
-    slow = scan(replace(fmt, prefilter=None), lines, fmt.state_from_marker({}), OwnPool())
-    return tuple(  # type: ignore[return-value]
-        ([t.offset or 0 for t in r.turns], r.drift.unknown_types, r.drift.unclassified)
-        for r in (fast, slow)
-    )
-
-
 @settings(max_examples=300, deadline=None)
 @given(records=st.lists(RECORD, max_size=12), kind=st.sampled_from(["claude", "codex"]))
 def test_generated_records_decide_the_same_with_and_without_the_prefilter(
@@ -104,9 +85,13 @@ def test_generated_records_decide_the_same_with_and_without_the_prefilter(
     assert slow == fast
 
 
-def test_samples_decide_the_same_with_and_without_the_prefilter() -> None:
-    for path in SAMPLES.glob("*.jsonl"):
-        kind = path.name.split("_")[0]
-        if kind in {"claude", "codex"}:
-            fast, slow = both_ways(format_of(kind), path.read_bytes())
-            assert slow == fast, path.name
+def test_samples_and_recorded_sessions_decide_the_same_with_and_without_the_prefilter() -> None:
+    """sample_transcripts/, and the real Codex 0.171.0 rollouts kept as fixtures."""
+    paths = [*SAMPLES.glob("*.jsonl"), *FIXTURES.rglob("*.jsonl")]
+    kinds = {"claude": 0, "codex": 0, "pi": 0}
+    for path in paths:
+        kind = "codex" if path.name.startswith("rollout-") else path.name.split("_")[0]
+        fast, slow = both_ways(format_of(kind), path.read_bytes())
+        assert slow == fast, path.name
+        kinds[kind] += 1
+    assert min(kinds.values()) >= 2, kinds

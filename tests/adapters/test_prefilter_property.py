@@ -1,28 +1,36 @@
 """The byte pre-filters classify exactly as a full parse does.
 
 A format's pre-filter skips, unparsed, lines whose bytes show they can never be a person's
-turn (an assistant record, a tool result, model traffic of a known subtype). The property:
-over any sequence of records of the format's real shapes, whose texts hold every key and
-marker the pre-filters look for (inside strings, so escaped), in unicode, with backslashes,
-in compact and in spaced or ASCII-escaped JSON, the pre-filtered scan finds the same turns,
-compactions and drift, and leaves the same classifier state, as a scan that parses every
-line.
+turn (an assistant record, a tool result, request bookkeeping, model traffic of a known
+subtype). The property: over any sequence of records of the format's real shapes (for
+Claude, in the key order of older releases and of 2.1.x, which writes an assistant's or an
+attachment's type after its payload), whose texts hold every key and marker the pre-filters
+look for (inside strings, so escaped), in unicode, with backslashes, in compact and in
+spaced or ASCII-escaped JSON, padded so that the markers fall on either side of the head
+and tail windows the pre-filters read, the pre-filtered reading finds the same turns,
+compactions and drift, leaves the same classifier state, and stops where a strict format
+stops (Pi: at a line that is not JSON, torn, or torn with a record written after it), as
+one that parses every line. It holds whole (:func:`select` over the file) and read a scan
+cap at a time through the monitor's own check, the cap splitting lines anywhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters import claude, codex
-from adapters.base import OwnPool
+from adapters import claude, codex, pi
+from adapters.base import Probe
+from adapters.jsonl_adapter import TailSettings, check_file
 from adapters.jsonl_format import JsonlFormat
-from adapters.jsonl_scan import scan
+from tests.adapters.full_parse import both_ways
 
 TOKENS = [
     '"type":"assistant"',
@@ -31,6 +39,14 @@ TOKENS = [
     '"type":"tool_result"',
     '"toolUseResult":',
     '"type":"user"',
+    '{"type":"api-request-blob"',
+    '"type":"attachment"',
+    '"attachment":{"type":"date"',
+    '"message":{"id":"m","type":"message","role":"assistant"',
+    '"role":"assistant"',
+    '"role":"toolResult"',
+    '{"type":"message",',
+    '"message":{"role":"assistant"',
     '"type":"response_item"',
     '"type":"event_msg"',
     '"payload":{"type":"reasoning"',
@@ -77,6 +93,46 @@ def claude_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
             {"type": "system", "subtype": "compact_boundary", "content": text},
             {"type": "queue-operation", "operation": "enqueue", "content": text},
             {"type": text[:20] or "odd", "message": {"content": text}},
+            # 2.1.x: the record's type after its payload, or first
+            {
+                "parentUuid": "p",
+                "message": {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": text}],
+                },
+                "type": "assistant",
+                "uuid": "a",
+            },
+            {
+                "parentUuid": "p",
+                "message": {"id": "m", "type": "message", "role": "assistant", "content": text},
+                "type": text[:20] or "odd",
+            },
+            {
+                "parentUuid": "p",
+                "promptId": "q",
+                "type": "user",
+                "message": {"role": "user", "content": text},
+                "uuid": "u",
+            },
+            {
+                "parentUuid": "p",
+                "attachment": {"type": "date", "date": text},
+                "type": "attachment",
+                "uuid": "t",
+            },
+            {
+                "parentUuid": "p",
+                "attachment": {"type": "queued_command", "prompt": text, "commandMode": "prompt"},
+                "type": "attachment",
+            },
+            {"parentUuid": "p", "attachment": {"type": text[:20] or "odd"}, "type": "attachment"},
+            {"parentUuid": "p", "attachment": {"type": "date", "date": text}, "type": "oddity"},
+            {"type": "api-request-blob", "message": {"role": "user", "content": text}},
+            {"type": "cost-state", "content": text},
+            {"type": "last-prompt", "lastPrompt": text},
         ]
     )
 
@@ -125,6 +181,36 @@ def codex_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+def pi_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
+    def entry(role: str, content: Any) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": "e1",
+            "parentId": None,
+            "timestamp": "2026-03-01T10:00:01.000Z",
+            "message": {"role": role, "content": content},
+        }
+
+    blocks = [{"type": "text", "text": text}]
+    return st.sampled_from(
+        [
+            entry("user", text),
+            entry("user", blocks),
+            entry("assistant", blocks),
+            entry("assistant", [{"type": "toolCall", "id": "c", "arguments": {"a": text}}]),
+            entry("toolResult", blocks),
+            entry("system", text),
+            entry("custom", blocks),
+            entry(text[:20] or "odd", text),
+            {**entry("bashExecution", None), "message": {"role": "bashExecution", "command": text}},
+            {"type": "compaction", "id": "c1", "summary": text},
+            {"type": "custom", "id": "x", "data": {"message": {"role": "assistant"}, "t": text}},
+            {"type": text[:20] or "odd", "id": "x", "message": {"role": "assistant"}},
+            {"type": "message", "id": "e2", "message": {"role": "assistant"}, "extra": text},
+        ]
+    )
+
+
 def dumped(record: dict[str, Any], style: int) -> bytes:
     """Compact as the harnesses write it, spaced, or with every non-ASCII escaped."""
     if style == 0:
@@ -134,8 +220,35 @@ def dumped(record: dict[str, Any], style: int) -> bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
 
-def sequences(records: Any, first: dict[str, Any] | None) -> st.SearchStrategy[list[bytes]]:
-    line = st.tuples(texts.flatmap(records), st.integers(0, 2)).map(lambda x: dumped(*x))
+def padded(record: dict[str, Any], pad: int) -> dict[str, Any]:
+    """The record with a string of ``pad`` characters before its other keys (for Pi, after
+    its type and id), moving its markers across the pre-filters' windows."""
+    if pad == 0:
+        return record
+    if record.get("type") == "message" and "id" in record:
+        return {"type": "message", "id": record["id"], "pad": "p" * pad, **record}
+    return {"cwd": "p" * pad, **record}
+
+
+def torn(line: bytes, cut: int, after: bytes | None) -> bytes:
+    """A writer that died mid-line: the line cut at ``cut``, maybe with a whole record
+    written after it on the same line."""
+    return line[: cut % max(1, len(line))] + (after or b"")
+
+
+def sequences(
+    records: Any, first: dict[str, Any] | None, *, broken: bool = False
+) -> st.SearchStrategy[list[bytes]]:
+    pads = st.sampled_from([0, 0, 1, 900, 1000, 1010, 1020, 1100, 2040, 2100])
+    line = st.tuples(texts.flatmap(records), pads, st.integers(0, 2)).map(
+        lambda x: dumped(padded(x[0], x[1]), x[2])
+    )
+    if broken:  # now and then a line that is not whole
+        line = st.one_of(
+            line,
+            st.tuples(line, st.integers(0, 5000), st.none() | line).map(lambda x: torn(*x)),
+            line.map(lambda b: b[: len(b) // 2] + b"\x00" + b[len(b) // 2 :]),
+        )
     head = [orjson.dumps(first)] if first else []
     return st.lists(line, min_size=1, max_size=12).map(lambda lines: head + lines)
 
@@ -143,26 +256,44 @@ def sequences(records: Any, first: dict[str, Any] | None) -> st.SearchStrategy[l
 CODEX_META = {"type": "session_meta", "payload": {"id": "t", "cli_version": "0.171.0"}}
 
 
-def same_as_a_full_parse(fmt: JsonlFormat[Any], lines: list[bytes]) -> None:
+PI_HEADER = {"type": "session", "version": 3, "id": "s", "timestamp": "2026-03-01T10:00:00Z"}
+
+
+def ticked(fmt: JsonlFormat[Any], path: Path, cap: int) -> Any:
+    """The file read through the monitor's check, ``cap`` bytes a tick, to its end or to
+    where it blocks."""
+    settings = TailSettings(cap=cap, max_line=1 << 20)
+    data = path.read_bytes()
+    state = fmt.state_from_first(orjson.loads(data[: data.index(b"\n")]))
+    marker: dict[str, Any] = {**state.to_marker(), "offset": 0}
+    turns: list[tuple[int | None, str | None, str | None]] = []
+    compactions: list[str] = []
+    held: dict[Any, Any] = {}
+    for _ in range(10_000):
+        probe = Probe(session_key="k", ref={"filePath": str(path)}, marker=marker)
+        out = check_file(fmt, probe, settings, held)
+        turns += [(t.offset, t.native_id, t.text_hash) for t in out.turns]
+        compactions += out.compactions
+        if out.status == "blocked":
+            return turns, compactions, out.blocked_offset
+        if out.marker is None or out.marker == marker:
+            break
+        marker = out.marker
+    drift = marker.get("drift") or {}
+    return turns, compactions, drift.get("invalidLines", 0), None
+
+
+def same_as_a_full_parse(
+    fmt: JsonlFormat[Any], lines: list[bytes], cap: int | None = None, tmp: Path | None = None
+) -> None:
     full = dataclasses.replace(fmt, prefilter=None)
-    numbered = []
-    offset = 0
-    for line in lines:
-        numbered.append((offset, line))
-        offset += len(line) + 1
-    results = []
-    for each in (fmt, full):
-        state = each.state_from_first(orjson.loads(lines[0]))
-        result = scan(each, numbered, state, OwnPool())
-        results.append(
-            (
-                [(t.offset, t.native_id, t.text_hash) for t in result.turns],
-                result.compactions,
-                result.drift.to_json(),
-                state.to_marker(),
-            )
-        )
-    assert results[0] == results[1]
+    data = b"".join(line + b"\n" for line in lines)
+    with_prefilter, every_line = both_ways(fmt, data)
+    assert with_prefilter == every_line
+    if cap is not None and tmp is not None:
+        path = tmp / "session.jsonl"
+        path.write_bytes(data)
+        assert ticked(fmt, path, cap) == ticked(full, path, cap)
 
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -178,3 +309,27 @@ def test_claudes_prefilter_classifies_as_a_full_parse(lines: list[bytes]) -> Non
 @given(sequences(codex_records, CODEX_META))
 def test_codexs_prefilter_classifies_as_a_full_parse(lines: list[bytes]) -> None:
     same_as_a_full_parse(codex.FORMAT, lines)
+
+
+@SETTINGS
+@given(sequences(pi_records, PI_HEADER, broken=True))
+def test_pis_prefilter_classifies_and_stops_as_a_full_parse(lines: list[bytes]) -> None:
+    same_as_a_full_parse(pi.FORMAT, lines)
+
+
+FORMATS = {
+    "claude": (claude.FORMAT, claude_records, None),
+    "codex": (codex.FORMAT, codex_records, CODEX_META),
+    "pi": (pi.FORMAT, pi_records, PI_HEADER),
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.sampled_from(sorted(FORMATS)), st.integers(64, 8192))
+def test_read_a_scan_cap_at_a_time_as_a_full_parse(
+    data: st.DataObject, kind: str, cap: int
+) -> None:
+    fmt, records, first = FORMATS[kind]
+    lines = data.draw(sequences(records, first, broken=kind == "pi"))
+    with tempfile.TemporaryDirectory() as tmp:
+        same_as_a_full_parse(fmt, lines, cap, Path(tmp))

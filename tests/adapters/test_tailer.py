@@ -139,7 +139,7 @@ def test_a_new_inode_with_the_same_bytes_continues_and_another_first_line_is_rot
     again.write_bytes(b'{"a":1}\n{"b":2}\n{"c":3}\n')
     again.replace(path)
     read = read_tail(str(path), first.end, 1024, first.head, first.ino, 0, first.tail)
-    assert (read.status, [line for _, line in read.lines]) == ("lines", [b'{"c":3}'])
+    assert (read.status, [line for _, line in read.lines()]) == ("lines", [b'{"c":3}'])
     assert read.ino != first.ino
     other = tmp_path / "v.jsonl"
     other.write_bytes(b'{"z":0}\n{"b":2}\n{"c":3}\n')

@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from adapters.jsonl_format import format_of
+from tests.adapters.full_parse import both_ways
 from tests.helpers import REPO
 from tests.interop import MODULES, NODE
 from tests.interop.gateway_rig import MockModelProcess
@@ -334,6 +336,13 @@ class Sidecar:
 
 
 def replay_summary(sw: Sidecar, harness: Harness, entry: dict[str, Any]) -> dict[str, Any]:
+    """``sessionwatch replay`` of a session the harness wrote; a JSONL session is also read
+    with its format's pre-filter and by parsing every line, which must find the same."""
+    if harness.kind in ("claude", "codex", "pi"):
+        with_prefilter, every_line = both_ways(
+            format_of(harness.kind), Path(entry["path"]).read_bytes()
+        )
+        assert with_prefilter == every_line, entry["path"]
     args = ["replay", "--adapter", harness.kind, entry["path"]]
     if harness.kind == "opencode":
         args += ["--session", entry["nativeId"]]

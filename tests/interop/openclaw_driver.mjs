@@ -10,7 +10,8 @@
 // {"elapsed_ms": <the N calls, timed here>, "last": <the last call's result>}
 // (bench/kernel.py times OpenClaw's recording with it, without Node's start-up). A call with
 // "each": [[args], ...] runs once per argument list and its result is {"ms": [each call's
-// time], "last": <the last call's result>} (bench/openclaw_side.py takes percentiles of it).
+// time], "last": <the last call's result>} (bench/openclaw_side.py takes percentiles of it);
+// with "keep": true, "all" holds every call's result too.
 //
 // The package's chunks have hashed names, so functions are found by the names they are
 // exported under; nothing of OpenClaw's is copied into this repository.
@@ -80,13 +81,15 @@ for (const op of ops) {
     } else if (op.each) {
       // one call per argument list in op.each, each timed: {"ms": [...], "last": ...}
       const ms = [];
+      const all = [];
       let last;
       for (const args of op.each) {
         const started = process.hrtime.bigint();
         last = await fns[op.fn](...args);
         ms.push(Number(process.hrtime.bigint() - started) / 1e6);
+        if (op.keep) all.push(last);
       }
-      result = { ms, last };
+      result = op.keep ? { ms, last, all } : { ms, last };
     } else if (op.repeat) {
       const started = process.hrtime.bigint();
       let last;
