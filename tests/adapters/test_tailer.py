@@ -109,6 +109,22 @@ def test_a_line_longer_than_max_line_blocks(tmp_path: Path) -> None:
     assert ("blocked", 0) == (out.status, out.blocked_offset)
 
 
+def test_a_read_of_only_blank_lines_moves_on(tmp_path: Path) -> None:
+    """Blank lines and NUL padding carry nothing: a read of only them is not a line too
+    long (it read as one, and blocked the link, before 2026-12-02)."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"type":"summary"}\n')
+    marker: dict[str, Any] = {"offset": path.stat().st_size}
+    with path.open("ab") as f:
+        f.write(b"\n \n\x00\x00\n")
+    found, marker, blocked = tail_all(path, marker, 1024, {})
+    assert (found, blocked, marker["offset"]) == ([], None, path.stat().st_size)
+    with path.open("ab") as f:
+        f.write(orjson.dumps({"type": "user", "message": {"role": "user", "content": "hi"}}))
+        f.write(b"\n")
+    assert tail_all(path, marker, 1024, {})[0] == [marker["offset"]]
+
+
 def test_a_partial_last_line_waits(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_bytes(b'{"type":"user"')
