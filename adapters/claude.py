@@ -124,16 +124,18 @@ _EXCLUDING_FLAGS = (
 # tail, where 2.1.x writes it after the message or attachment object.
 HEAD = 1024
 TAIL = 2048
-_TYPE_FIRST = b'{"type":"'
 _ASSISTANT = b'"type":"assistant"'
-# the first of these types in the head: a user record, or one that is never a turn
-_HEAD_TYPE = re.compile(rb'"type":"(assistant|progress|file-history-snapshot|user)"')
+_ATTACHMENT = b'"type":"attachment"'
+_ROLE_ASSISTANT = b'"role":"assistant"'
 _TOOL_RESULT = b'"type":"tool_result"'
 _TOOL_USE_RESULT = b'"toolUseResult":'
-_ATTACHMENT = b'"type":"attachment"'
-_ASSISTANT_MESSAGE = b'"message":{"id":"'
-_ROLE_ASSISTANT = b'"role":"assistant"'
-_ATTACHMENT_FIRST = b'"attachment":{"type":"'
+# The first in the head of: a type (the record's, when it is its first key or when older
+# releases write it before the message), or the start of a message with an id (an API
+# message, as 2.1.x writes an assistant record's before its type) or of an attachment (its
+# kind read).
+_HEAD = re.compile(rb'"(?:type":"([^"]*)"|message":\{"id":"|attachment":\{"type":"([^"]*)")')
+_OPERATION = b',"operation":"'
+_QUIET_IN_HEAD = frozenset({b"assistant", b"progress", b"file-history-snapshot"})
 # Record types whose every record classifies as nothing, whatever it holds (see
 # classify_claude_record: the known types but user, attachment, queue-operation and system).
 _QUIET_TYPES = frozenset(
@@ -144,14 +146,6 @@ _QUIET_ATTACHMENTS = frozenset(
 )
 
 
-def _name_at(buf: bytes, at: int, stop: int) -> bytes | None:
-    """The raw bytes of the string value starting at ``at`` (just past its opening quote),
-    when it ends before ``stop``. A value with an escape equals no name: its bytes hold the
-    backslash."""
-    end = buf.find(b'"', at, stop)
-    return buf[at:end] if end >= 0 else None
-
-
 def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     """Whether the line ``buf[start:stop]`` could matter; lines that cannot are never parsed.
 
@@ -160,48 +154,47 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     nothing whatever they hold:
 
     - a record whose first key is its type, of a type that is never a turn, a compaction or
-      drift (request bookkeeping, snapshots, titles: most of a 2.1.x transcript's bytes);
+      drift (request bookkeeping, snapshots, titles: most of a 2.1.x transcript's bytes), or
+      a queue operation that is not an enqueue, its operation its second key;
     - an assistant, progress or snapshot record whose type is in the head (older releases
       write it before the message);
     - an assistant record as 2.1.x writes it: its message (``"message":{"id":"`` …
-      ``"role":"assistant"``) in the head, no user type there, and its own type in the tail,
-      after the message;
+      ``"role":"assistant"``) first in the head, its own type in the tail, after the
+      message;
     - an attachment of a kind that is never a turn or drift, its kind first in the head and
       the record's type in the tail;
     - a user record carrying a tool result.
 
     Everything else is parsed.
     """
-    head = min(stop, start + HEAD)
-    find = buf.find
-    if buf.startswith(_TYPE_FIRST, start):
-        end = find(b'"', start + 9, head)
-        kind = buf[start + 9 : end] if end >= 0 else None
-        if kind in _QUIET_TYPES:
-            return False
-        if kind != b"user":
-            return True
-    else:
-        found = _HEAD_TYPE.search(buf, start, head)
-        if found is not None and found.group(1) != b"user":
-            return False  # an assistant, progress or snapshot record
-        if found is None:
-            return _other(buf, start, stop, head)
+    head = start + HEAD if start + HEAD < stop else stop
+    found = _HEAD.search(buf, start, head)
+    if found is None:
+        return True
+    kind = found.group(1)
+    if kind is None:  # its payload first, its own type in the tail (2.1.x)
+        return _payload_first(buf, found.end(), stop, head, found.group(2))
+    if kind != b"user":
+        if found.start() != start + 1:
+            return kind not in _QUIET_IN_HEAD
+        if kind == b"queue-operation":  # only an enqueue can be a turn
+            at = found.end()
+            end = buf.find(b'"', at + 14, head) if buf.startswith(_OPERATION, at) else -1
+            return end < 0 or buf[at + 14 : end] == b"enqueue"
+        return kind not in _QUIET_TYPES  # the record's first key
     # a user record: only a tool result is skipped
-    return find(_TOOL_RESULT, start, stop) < 0 and find(_TOOL_USE_RESULT, start, stop) < 0
+    return buf.find(_TOOL_RESULT, start, stop) < 0 and buf.find(_TOOL_USE_RESULT, start, stop) < 0
 
 
-def _other(buf: bytes, start: int, stop: int, head: int) -> bool:
-    """:func:`may_be_turn_at` of a record with no known type in its head: an attachment or
-    an assistant record as 2.1.x writes them, its own type in the tail."""
-    find = buf.find
-    tail = max(start, stop - TAIL)
-    at = find(_ATTACHMENT_FIRST, start, head)
-    if at >= 0:
-        kind = _name_at(buf, at + 22, head)
-        return kind not in _QUIET_ATTACHMENTS or find(_ATTACHMENT, tail, stop) < 0
-    at = find(_ASSISTANT_MESSAGE, start, head)
-    return at < 0 or find(_ROLE_ASSISTANT, at, head) < 0 or find(_ASSISTANT, tail, stop) < 0
+def _payload_first(buf: bytes, at: int, stop: int, head: int, attachment: bytes | None) -> bool:
+    """:func:`may_be_turn_at` of a record whose first object is its message or attachment
+    (``at``: just past ``"message":{"id":"``, or past ``"attachment":{"type":"`` with the
+    attachment's kind read): an assistant's message, or an attachment of a kind that is
+    never a turn or drift, with the record's own type in the tail, is skipped."""
+    tail = max(at, stop - TAIL)
+    if attachment is None:
+        return buf.find(_ROLE_ASSISTANT, at, head) < 0 or buf.rfind(_ASSISTANT, tail, stop) < 0
+    return attachment not in _QUIET_ATTACHMENTS or buf.rfind(_ATTACHMENT, tail, stop) < 0
 
 
 def may_be_turn(line: bytes) -> bool:

@@ -163,7 +163,7 @@ def select(
     line it does not that is not even shaped like a record. The rest cannot matter, and is
     never copied out of the chunk. Leading NUL padding and blank lines are dropped, as
     :func:`adapters.tailer.split_lines` drops them."""
-    prefilter = fmt.prefilter
+    prefilter = fmt.prefilter or _every
     limit = max_line if max_line is not None else stop
     out: list[tuple[int, bytes | None]] = []
     append = out.append
@@ -171,27 +171,32 @@ def select(
     first: int | None = None
     pos = 0
     while pos < stop:
-        end = find(b"\n", pos)
-        start, pos = pos, end + 1
-        if start == end:
+        start = pos
+        end = find(b"\n", start)
+        pos = end + 1
+        if end - start <= limit and chunk[start] == 0x7B and chunk[end - 1] == 0x7D:
+            # the common case: shaped like a record, unpadded, not too long
+            if prefilter(chunk, start, end):
+                append((base + start, chunk[start:end]))
+            if first is None:
+                first = base + start
             continue
-        if chunk[start] == 0x7B and chunk[end - 1] == 0x7D:  # shaped like a record, unpadded
-            buf, s, e, shaped = chunk, start, end, True
-        else:
-            line = chunk[start:end].lstrip(b"\x00").strip()
-            if not line:
-                continue
-            buf, s, e, shaped = line, 0, len(line), _shaped(line, 0, len(line))
-        offset = base + start
+        line = chunk[start:end].lstrip(b"\x00").strip()
+        if not line:
+            continue
         if first is None:
-            first = offset
-        if e - s > limit:
-            return Selection(out, first, offset)
-        if prefilter is None or prefilter(buf, s, e):
-            append((offset, buf[s:e] if buf is chunk else buf))
-        elif not shaped:
-            append((offset, None))
+            first = base + start
+        if len(line) > limit:
+            return Selection(out, first, base + start)
+        if prefilter(line, 0, len(line)):
+            append((base + start, line))
+        elif not _shaped(line, 0, len(line)):
+            append((base + start, None))
     return Selection(out, first)
+
+
+def _every(buf: bytes, start: int, stop: int) -> bool:
+    return True
 
 
 def selected(

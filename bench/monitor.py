@@ -83,13 +83,133 @@ def claude_lines(rng: random.Random) -> list[bytes]:
     return [orjson.dumps(r) for r in out]
 
 
-def generate(path: Path, megabytes: int) -> int:
+def claude_lines_2_1(rng: random.Random) -> list[bytes]:
+    """One turn as Claude Code 2.1.332 writes it (read off the harness corpus): the queued
+    prompt, the prompt (its type before its message), attachments (their own type after
+    their payload), request bookkeeping (its type first), assistant blocks (their type after
+    the message), tool results, the last prompt and the cost."""
+    pad = "lorem ipsum dolor sit amet " * rng.randint(20, 400)
+    session = {"sessionId": "0b9c-41f2"}
+    tail = {"userType": "external", "cwd": "/w/project", **session, "version": "2.1.332"}
+    uuid = f"u{rng.random()}"
+    at = "2026-03-01T10:00:00.000Z"
+    out: list[dict[str, object]] = [
+        {
+            "type": "queue-operation",
+            "operation": "enqueue",
+            "timestamp": at,
+            **session,
+            "content": "fix the tests",
+        },
+        {"type": "queue-operation", "operation": "dequeue", "timestamp": at, **session},
+        {
+            "parentUuid": "p",
+            "isSidechain": False,
+            "promptId": "q",
+            "type": "user",
+            "message": {"role": "user", "content": "fix the tests"},
+            "uuid": uuid,
+            "timestamp": at,
+            "permissionMode": "default",
+            "promptSource": "user",
+            **tail,
+        },
+        {
+            "parentUuid": uuid,
+            "isSidechain": False,
+            "attachment": {"type": "prompt_snapshot", "systemPrompt": [pad]},
+            "type": "attachment",
+            "uuid": "s",
+            "timestamp": at,
+            **tail,
+        },
+        {
+            "type": "api-request-shape",
+            **session,
+            "shapeHash": "h",
+            "timestamp": at,
+            "shape": {"tools": [pad[:2000]]},
+        },
+        {
+            "type": "api-request-blob",
+            **session,
+            "hash": "b",
+            "message": {"role": "user", "content": [{"type": "text", "text": pad}]},
+        },
+    ]
+    for _ in range(rng.randint(2, 6)):
+        out.append(
+            {
+                "type": "api-request",
+                **session,
+                "id": "r",
+                "timestamp": at,
+                "params": {"model": "claude"},
+            }
+        )
+        out.append(
+            {
+                "parentUuid": "p",
+                "isSidechain": False,
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude",
+                    "content": [
+                        {"type": "text", "text": pad},
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_1",
+                            "name": "Bash",
+                            "input": {"command": "pytest"},
+                        },
+                    ],
+                },
+                "requestRef": "r",
+                "type": "assistant",
+                "uuid": "a",
+                "timestamp": at,
+                "effort": "medium",
+                **tail,
+            }
+        )
+        out.append(
+            {
+                "parentUuid": "a",
+                "isSidechain": False,
+                "promptId": "q",
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [{"tool_use_id": "toolu_1", "type": "tool_result", "content": pad}],
+                },
+                "uuid": "t",
+                "timestamp": at,
+                "toolUseResult": {"stdout": pad, "stderr": ""},
+                "sourceToolAssistantUUID": "a",
+                **tail,
+            }
+        )
+    out.append({"type": "last-prompt", "lastPrompt": "fix the tests", "leafUuid": "a", **session})
+    out.append({"type": "cost-state", **session, "totalCostUSD": 0.1})
+    return [orjson.dumps(r) for r in out]
+
+
+ORDERS = {"old": claude_lines, "2.1": claude_lines_2_1}
+
+
+def generate(path: Path, megabytes: int, order: str = "old") -> int:
+    """A Claude transcript of about ``megabytes`` MiB, turn after turn in one release's key
+    order: ``old`` (each record's type before its message) or ``2.1`` (Claude Code
+    2.1.332's)."""
     rng = random.Random(7)
     target = megabytes * 1024 * 1024
     written = lines = 0
+    turn = ORDERS[order]
     with path.open("wb") as f:
         while written < target:
-            for line in claude_lines(rng):
+            for line in turn(rng):
                 f.write(line + b"\n")
                 written += len(line) + 1
                 lines += 1

@@ -166,12 +166,12 @@ def theirs(state: Path, asked: list[tuple[str, int]]) -> list[float]:
 CAP = 1 << 20  # both sides' scan cap
 
 
-def transcript(path: Path, megabytes: int) -> None:
+def transcript(path: Path, megabytes: int, order: str) -> None:
     spec = importlib.util.spec_from_file_location("bench_monitor", BENCH / "monitor.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.generate(path, megabytes)
+    module.generate(path, megabytes, order)
 
 
 def checked_from(path: Path) -> list[int]:
@@ -187,8 +187,9 @@ def checked_from(path: Path) -> list[int]:
     return out
 
 
-def classify_theirs(state: Path, path: Path, markers: list[int]) -> tuple[float, int]:
-    """OpenClaw's check over the whole transcript: seconds, turns found."""
+def classify_theirs(state: Path, path: Path, markers: list[int], passes: int) -> tuple[float, int]:
+    """OpenClaw's check over the whole transcript, ``passes`` times in one Node process:
+    the best pass's seconds, the turns found."""
     each = [
         [
             [
@@ -205,26 +206,35 @@ def classify_theirs(state: Path, path: Path, markers: list[int]) -> tuple[float,
         ]
         for m in markers
     ]
-    (result,) = openclaw(state, [{"fn": "checkClaudeUpstreamActivity", "each": each, "keep": True}])
-    turns = sum(a["humanTurns"] for found in result["all"] for a in found)
-    return sum(result["ms"]) / 1000, turns
+    op = {"fn": "checkClaudeUpstreamActivity", "each": each, "keep": True}
+    results = openclaw(state, [op] * passes)
+    turns = {sum(a["humanTurns"] for found in r["all"] for a in found) for r in results}
+    assert len(turns) == 1, turns
+    return min(sum(r["ms"]) for r in results) / 1000, turns.pop()
 
 
-def classify_ours(path: Path) -> tuple[float, int]:
-    """The monitor's check over the whole transcript: seconds, turns found."""
+def classify_ours(path: Path, passes: int) -> tuple[float, int]:
+    """The monitor's check over the whole transcript, ``passes`` times: the best pass's
+    seconds, the turns found."""
     settings = TailSettings(cap=CAP)
-    marker: dict[str, Any] = {"offset": 0}
-    turns = 0
-    elapsed = 0.0
-    while True:
-        probe = Probe(session_key="agent:main:bench", ref={"filePath": str(path)}, marker=marker)
-        start = time.perf_counter()
-        outcome = check_file(claude.FORMAT, probe, settings, {})
-        elapsed += time.perf_counter() - start
-        turns += len(outcome.turns)
-        if outcome.marker is None or outcome.marker == marker:
-            return elapsed, turns
-        marker = outcome.marker
+    best = float("inf")
+    for _ in range(passes):
+        marker: dict[str, Any] = {"offset": 0}
+        turns = 0
+        elapsed = 0.0
+        while True:
+            probe = Probe(
+                session_key="agent:main:bench", ref={"filePath": str(path)}, marker=marker
+            )
+            start = time.perf_counter()
+            outcome = check_file(claude.FORMAT, probe, settings, {})
+            elapsed += time.perf_counter() - start
+            turns += len(outcome.turns)
+            if outcome.marker is None or outcome.marker == marker:
+                break
+            marker = outcome.marker
+        best = min(best, elapsed)
+    return best, turns
 
 
 def pct(values: list[float], q: float) -> float:
@@ -238,7 +248,17 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--events", type=int, default=3000, help="recorded per side (b)")
     parser.add_argument("--mb", type=int, default=150, help="the transcript's size (c)")
+    parser.add_argument(
+        "--order",
+        choices=["old", "2.1"],
+        action="append",
+        help="the generated transcript's key order (c): older releases', or Claude Code"
+        " 2.1.332's; repeat for both (default: both)",
+    )
     parser.add_argument("--transcript", type=Path, help="classify this one instead (c)")
+    parser.add_argument(
+        "--passes", type=int, default=3, help="each side's passes over it a round, best kept (c)"
+    )
     parser.add_argument("--only", choices=["a", "b", "c"], help="run one part")
     args = parser.parse_args()
     if not (NODE.exists() and (OPENCLAW / "dist").is_dir()):
@@ -292,17 +312,24 @@ def main() -> None:
 
 
 def classification(args: argparse.Namespace, state: Path, tmp: Path) -> None:
-    path = args.transcript
-    if path is None:
-        path = tmp / "claude.jsonl"
-        transcript(path, args.mb)
+    if args.transcript is not None:
+        classify_one(args, state, args.transcript, str(args.transcript))
+        return
+    for order in args.order or ["old", "2.1"]:
+        path = tmp / f"claude-{order}.jsonl"
+        transcript(path, args.mb, order)
+        classify_one(args, state, path, f"generated, {order} key order")
+        path.unlink()
+
+
+def classify_one(args: argparse.Namespace, state: Path, path: Path, name: str) -> None:
     size = path.stat().st_size
     markers = checked_from(path)
     path.read_bytes()  # in the page cache for both
     pairs = []
     for _ in range(args.rounds):
-        t_theirs, n_theirs = classify_theirs(state, path, markers)
-        t_ours, n_ours = classify_ours(path)
+        t_theirs, n_theirs = classify_theirs(state, path, markers, args.passes)
+        t_ours, n_ours = classify_ours(path, args.passes)
         if n_ours != n_theirs:
             print(f"(c) the two found different turns: ours {n_ours}, OpenClaw {n_theirs}")
         pairs.append((t_ours, t_theirs))
@@ -310,9 +337,9 @@ def classification(args: argparse.Namespace, state: Path, tmp: Path) -> None:
     ours_rate = size / min(o for o, _ in pairs) / 1e6
     theirs_rate = size / min(t for _, t in pairs) / 1e6
     print(
-        f"(c) Claude classification of {size / 1e6:.0f} MB, {len(markers)} checks of 1 MiB,"
+        f"(c) Claude classification of {size / 1e6:.0f} MB ({name}), {len(markers)} checks,"
         f" {n_ours} turns: ours {ours_rate:,.0f} MB/s, OpenClaw checkUpstreamActivity"
-        f" {theirs_rate:,.0f} MB/s (best rounds); ratio {statistics.median(ratios):.2f}x"
+        f" {theirs_rate:,.0f} MB/s (best passes); ratio {statistics.median(ratios):.2f}x"
         f" (rounds {', '.join(f'{x:.2f}' for x in ratios)}; target >= 5x)"
     )
 

@@ -40,6 +40,8 @@ TOKENS = [
     '"toolUseResult":',
     '"type":"user"',
     '{"type":"api-request-blob"',
+    '"operation":"enqueue"',
+    ',"operation":"dequeue"',
     '"type":"attachment"',
     '"attachment":{"type":"date"',
     '"message":{"id":"m","type":"message","role":"assistant"',
@@ -92,6 +94,9 @@ def claude_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
             {"type": "progress", "data": {"message": text}},
             {"type": "system", "subtype": "compact_boundary", "content": text},
             {"type": "queue-operation", "operation": "enqueue", "content": text},
+            {"type": "queue-operation", "operation": "dequeue", "content": text},
+            {"type": "queue-operation", "operation": text[:10], "content": "typed"},
+            {"type": "queue-operation", "content": text, "operation": "enqueue"},
             {"type": text[:20] or "odd", "message": {"content": text}},
             # 2.1.x: the record's type after its payload, or first
             {
