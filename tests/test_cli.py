@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.helpers import notice
+from tests.helpers import notice, user_line
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
@@ -497,3 +497,20 @@ def test_a_command_that_ends_at_once_prints_all_of_a_long_answer(tmp_path: Path)
     assert len(orjson.dumps(answer)) > 16_384  # stdio buffers 8 KiB
     sw(db, "record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human")
     assert 251 == sw(db, "status", CHILD)["stateVersion"]
+
+
+def test_replay_ends_at_once_and_prints_every_turn(tmp_path: Path) -> None:
+    """``replay`` ends without the interpreter's teardown too, once no other thread is
+    alive: every turn's line arrives through a pipe, then the summary."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(user_line(f"prompt {i}", f"u{i}") for i in range(3000)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "replay", "--adapter", "claude", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    assert 0 == proc.returncode, proc.stderr
+    lines = [orjson.loads(x) for x in proc.stdout.splitlines()]
+    assert len(proc.stdout) > 65_536  # more than a pipe holds
+    assert [x["id"] for x in lines[:-1]] == [f"u{i}" for i in range(3000)]
+    assert (lines[-1]["type"], lines[-1]["humanTurns"]) == ("summary", 3000)

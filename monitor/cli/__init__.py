@@ -44,12 +44,14 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> NoReturn:
     """The ``sessionwatch`` entry point: :func:`main`, then the exit.
 
-    A command that ran on the calling thread (a kernel command on SQLite: no event loop, no
-    thread, its database closed) ends as soon as what it printed is flushed, without the
-    interpreter's teardown of every module and object: about 6 ms, most of it orjson's,
-    a tenth of such a command's whole run. Anything else exits as Python does."""
+    A command that ran on the calling thread (a kernel command on SQLite: no event loop, its
+    database closed; ``replay``), with no other thread alive, ends as soon as what it printed
+    is flushed, without the interpreter's teardown of every module and object: about 6 ms,
+    most of it orjson's, a tenth of such a command's whole run (and for ``replay``, the
+    freeing of what it read). Anything else exits as Python does."""
     code, direct = _main(sys.argv[1:])
-    if direct and "threading" not in sys.modules:  # no thread was ever started
+    threading = sys.modules.get("threading")
+    if direct and (threading is None or threading.active_count() == 1):
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -77,7 +79,7 @@ def _main(given: list[str]) -> tuple[int, bool]:
             roots_of(args.config_obj.roots.given)
         if declared.needs == "config":
             config_handler: ConfigHandler = declared.handler  # type: ignore[assignment]
-            return config_handler(args), False
+            return config_handler(args), declared.alone
         target = db_target(args, args.config_obj)  # found once: next to OpenClaw, stats
         # PostgreSQL is reached over the network: its store needs an event loop
         direct = not declared.loop and not is_pg_url(target)

@@ -142,7 +142,9 @@ class Command(NamedTuple):  # a NamedTuple: a dataclass costs every command's st
     needs (``kernel``: it is handed the kernel and answers the JSON object printed; ``config``:
     it is handed the parsed arguments, with the configuration, and prints itself); how its
     answer ends the run (``done``: printing it and choosing the exit code); whether it needs
-    an event loop; whether it reads ``[roots]``; and whether it only reads the database."""
+    an event loop; whether it reads ``[roots]``; whether it only reads the database; and
+    whether a ``config`` handler runs to its end on the calling thread (``alone``: the run
+    then ends without the interpreter's teardown, as a kernel command's on SQLite does)."""
 
     help: str
     arguments: tuple[Argument, ...]
@@ -154,6 +156,7 @@ class Command(NamedTuple):  # a NamedTuple: a dataclass costs every command's st
     # it only reads the database (given its arguments): a SQLite file that does not exist
     # is refused, never created; "scratch": it runs on an empty one it removes afterwards
     reads: bool | str | Callable[[Args], bool] = False
+    alone: bool = False
 
 
 COMMANDS: dict[str, Command] = {}
@@ -168,11 +171,12 @@ def command(
     loop: bool = False,
     roots: bool = False,
     reads: bool | str | Callable[[Args], bool] = False,
+    alone: bool = False,
 ) -> Callable[[H], H]:
     """Declare the command its handler is: ``needs`` says what the handler is handed."""
 
     def register(fn: H) -> H:
-        COMMANDS[name] = Command(help, arguments, fn, needs, done, loop, roots, reads)
+        COMMANDS[name] = Command(help, arguments, fn, needs, done, loop, roots, reads, alone)
         return fn
 
     return register

@@ -132,6 +132,7 @@ def _open(args: Args) -> int:
     arg("--scan-cap", type=positive, help="bytes read per tick (default [monitor])"),
     arg("--max-line-bytes", type=positive, help="the longest line read (default [monitor])"),
     needs="config",
+    alone=True,
 )
 def _replay(args: Args) -> int:
     from adapters.base import Settings
