@@ -50,8 +50,8 @@ def _given(
 ) -> list[str]:
     """Words for declared ``arguments``, as a person might give them: every positional
     (``?`` and ``*`` ones some of the time), every required flag and some others, in any
-    order, spelled ``--flag VALUE`` or ``--flag=VALUE``, values of every shape a type or
-    choices may refuse."""
+    order, some before the positionals, spelled ``--flag VALUE`` or ``--flag=VALUE``,
+    values of every shape a type or choices may refuse."""
     positionals: list[str] = []
     flags: list[list[str]] = []
     for names, options in arguments:
@@ -69,7 +69,9 @@ def _given(
             else:
                 flags.append([f"{flag}={draw(st.sampled_from(VALUES))}"])
     order = draw(st.permutations(flags))
-    return [*positionals, *(word for flag in order for word in flag)]
+    first = draw(st.integers(0, len(order)))  # flags before the positionals, then the rest
+    before = [word for flag in order[:first] for word in flag]
+    return [*before, *positionals, *(word for flag in order[first:] for word in flag)]
 
 
 @st.composite

@@ -4,7 +4,8 @@ argparse costs a one-shot command (``status``, ``record``, ``notices --drain``) 
 its start-up: its import, its parsers, and gettext's look-up of a translation for each of
 their strings. A command line that gives the globals, then a command, then that command's
 positionals, then its declared flags, each spelled out, is read here into the namespace
-argparse makes of it.
+argparse makes of it; so is one whose flags come before the positionals, or some before
+and the rest after them (``replay --adapter claude FILE``).
 
 Anything else returns None and goes to argparse (:mod:`monitor.cli.parser`), which reads it or
 explains what is wrong in its words: ``--help``, an abbreviated or unknown flag, ``--``, a
@@ -55,6 +56,7 @@ def _parse(argv: list[str]) -> Args:
     flags = _flags(tuple(a for a in declared if a[0][0].startswith("-")))
     positionals = [_positional(a) for a in declared if not a[0][0].startswith("-")]
     at += 1
+    at = _options(argv, at, flags, values, stop_at_word=True)
     words = []
     while at < len(argv) and not argv[at].startswith("-"):
         words.append(argv[at])
