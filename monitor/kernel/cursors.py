@@ -205,15 +205,16 @@ def advance_watchers(
         f" WHERE target_session_key = ? AND {_QUALIFIED}"
         " AND watcher_store_path IS NOT NULL AND watcher_session_key IS DISTINCT FROM ?"
         " AND material_sequence < ?"
-        f" RETURNING {_NOTICE_COLUMNS}",
+        f" RETURNING {_NOTICE_COLUMNS}, {_MARKED_HERE}",
         (sequence, sequence, now, target, actor_id, sequence),
     ).fetchall()
     # A notice that opens now (notified == sequence) is a new mark. One already pending
     # that this sidecar did not open (the gateway did, or an earlier sidecar that did not
     # mark) is marked too, and so becomes this sidecar's to wake: a change on its pair
     # reaches the gateway, and no pair stays behind a frozen notice nobody wakes. Either
-    # way the mark changed; a notice already marked as ours is not opened again.
-    moved = [WatchCursor.from_row(row) for row in rows]
+    # way the mark changed; a notice already marked as ours (the update says which) is not
+    # opened again, and is not written.
+    moved = [WatchCursor.from_row(row[:7]) for row in rows if not row[7]]
     if not moved:
         return []
     if len(moved) == 1:
@@ -223,6 +224,19 @@ def advance_watchers(
     return [c.notice() for c in moved if c.watcher in marked]
 
 
+def _marked(cursor: str) -> str:
+    """SQL: the pending notice of the cursor row named ``cursor`` carries this sidecar's
+    mark."""
+    return (
+        "EXISTS (SELECT 1 FROM sessionwatch_opened_notices o"
+        f" WHERE o.watcher_session_key = {cursor}.watcher_session_key"
+        f" AND o.target_session_key = {cursor}.target_session_key"
+        f" AND o.notified_sequence = {cursor}.notified_sequence)"
+    )
+
+
+_MARKED = _marked("c")  # in a query of session_watch_cursors c
+_MARKED_HERE = _marked("session_watch_cursors")  # in an UPDATE's RETURNING
 _MARKS_PER_STATEMENT = 500  # 1,500 parameters, far below SQLite's and PostgreSQL's limits
 
 
@@ -243,14 +257,6 @@ def _mark_all(conn: Conn, target: str, cursors: list[WatchCursor]) -> set[str]:
         ).fetchall()  # fmt: skip
         changed.update(str(r[0]) for r in rows)
     return changed
-
-
-_MARKED = (  # the pending notice of cursor ``c`` carries this sidecar's mark
-    "EXISTS (SELECT 1 FROM sessionwatch_opened_notices o"
-    " WHERE o.watcher_session_key = c.watcher_session_key"
-    " AND o.target_session_key = c.target_session_key"
-    " AND o.notified_sequence = c.notified_sequence)"
-)
 
 
 def list_pending(
