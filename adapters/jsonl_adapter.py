@@ -220,7 +220,7 @@ def check_file(
             return Outcome(status="blocked", blocked_offset=read.end, reason=reason)
         state = fmt.state_from_marker(marker)
         own = OwnPool(probe.own)
-        result = scan(fmt, pick.lines, state, own, Cutoff.of(marker), selected=True)
+        result = scan(fmt, pick.lines, state, own, Cutoff.of(marker), prefiltered=True)
     except FileNotFoundError:
         kept = kept_elsewhere(fmt, real, settings.root)
         if kept:  # compressed or archived by the harness: idle, not gone

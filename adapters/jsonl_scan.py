@@ -222,13 +222,13 @@ def scan(
     own: OwnPool,
     cutoff: Cutoff | None = None,
     *,
-    selected: bool = False,
+    prefiltered: bool = False,
 ) -> ScanResult:
     """Classify complete lines in order; updates ``state`` and consumes from ``own``. A
     line given as None was judged invalid where it was read (see :func:`select`);
-    ``selected``: the pre-filter has already been applied to the rest."""
+    ``prefiltered``: the pre-filter has already been applied to the rest."""
     result = ScanResult()
-    prefilter = None if selected else fmt.prefilter
+    prefilter = None if prefiltered else fmt.prefilter
     records: list[tuple[int | None, dict[str, Any]]] = []
     for offset, line in lines:
         if line is not None and prefilter is not None and not prefilter(line, 0, len(line)):

@@ -28,7 +28,7 @@ def outcome(fmt: JsonlFormat[Any], data: bytes) -> Any:
     except Declined as exc:  # never read by the monitor
         return "declined", str(exc)
     pick = select(fmt, data, 0, len(data))
-    result = scan(fmt, pick.lines, state, OwnPool(), selected=True)
+    result = scan(fmt, pick.lines, state, OwnPool(), prefiltered=True)
     return (
         [(t.offset, t.native_id, t.text_hash) for t in result.turns],
         result.compactions,
