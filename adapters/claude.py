@@ -135,6 +135,7 @@ _TOOL_USE_RESULT = b'"toolUseResult":'
 # kind read).
 _HEAD = re.compile(rb'"(?:type":"([^"]*)"|message":\{"id":"|attachment":\{"type":"([^"]*)")')
 _OPERATION = b',"operation":"'
+_head_search = _HEAD.search
 _QUIET_IN_HEAD = frozenset({b"assistant", b"progress", b"file-history-snapshot"})
 # Record types whose every record classifies as nothing, whatever it holds (see
 # classify_claude_record: the known types but user, attachment, queue-operation and system).
@@ -168,12 +169,12 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     Everything else is parsed.
     """
     head = start + HEAD if start + HEAD < stop else stop
-    found = _HEAD.search(buf, start, head)
+    found = _head_search(buf, start, head)
     if found is None:
         return True
-    kind = found.group(1)
+    kind = found[1]
     if kind is None:  # its payload first, its own type in the tail (2.1.x)
-        return _payload_first(buf, found.end(), stop, head, found.group(2))
+        return _payload_first(buf, found.end(), stop, head, found[2])
     if kind != b"user":
         if found.start() != start + 1:
             return kind not in _QUIET_IN_HEAD
