@@ -157,8 +157,8 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     - a record whose first key is its type, of a type that is never a turn, a compaction or
       drift (request bookkeeping, snapshots, titles: most of a 2.1.x transcript's bytes), or
       a queue operation that is not an enqueue, its operation its second key;
-    - an assistant, progress or snapshot record whose type is in the head (older releases
-      write it before the message);
+    - an assistant, progress or snapshot record whose type is the first in the head (older
+      releases write it before the message);
     - an assistant record as 2.1.x writes it: its message (``"message":{"id":"`` …
       ``"role":"assistant"``) first in the head, its own type in the tail, after the
       message;
@@ -344,9 +344,8 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
     if isinstance(version, str):
         if verdict is None:
             return Verdict(version=version)
-        return Verdict(
-            turn=verdict.turn, unclassified=verdict.unclassified, version=version
-        )  # a user record's verdict holds nothing else
+        # a user record's verdict is a turn or unclassified, never more
+        return Verdict(turn=verdict.turn, unclassified=verdict.unclassified, version=version)
     return verdict
 
 
