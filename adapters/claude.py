@@ -130,10 +130,9 @@ _ROLE_ASSISTANT = b'"role":"assistant"'
 _TOOL_RESULT = b'"type":"tool_result"'
 _TOOL_USE_RESULT = b'"toolUseResult":'
 # The first in the head of: a type (the record's, when it is its first key or when older
-# releases write it before the message), or the start of a message with an id (an API
-# message, as 2.1.x writes an assistant record's before its type) or of an attachment (its
-# kind read).
-_HEAD = re.compile(rb'"(?:type":"([^"]*)"|message":\{"id":"|attachment":\{"type":"([^"]*)")')
+# releases write it before the message), or the start of a message (as 2.1.x writes an
+# assistant record's, before its type) or of an attachment (its kind read).
+_HEAD = re.compile(rb'"(?:type":"([^"]*)"|message":\{|attachment":\{"type":"([^"]*)")')
 _OPERATION = b',"operation":"'
 _head_search = _HEAD.search
 _QUIET_IN_HEAD = frozenset({b"assistant", b"progress", b"file-history-snapshot"})
@@ -159,7 +158,7 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
       a queue operation that is not an enqueue, its operation its second key;
     - an assistant, progress or snapshot record whose type is the first in the head (older
       releases write it before the message);
-    - an assistant record as 2.1.x writes it: its message (``"message":{"id":"`` …
+    - an assistant record as 2.1.x writes it: its message (``"message":{`` …
       ``"role":"assistant"``) first in the head, its own type in the tail, after the
       message;
     - an attachment of a kind that is never a turn or drift, its kind first in the head and
@@ -189,7 +188,7 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
 
 def _payload_first(buf: bytes, at: int, stop: int, head: int, attachment: bytes | None) -> bool:
     """:func:`may_be_turn_at` of a record whose first object is its message or attachment
-    (``at``: just past ``"message":{"id":"``, or past ``"attachment":{"type":"`` with the
+    (``at``: just past ``"message":{``, or past ``"attachment":{"type":"`` with the
     attachment's kind read): an assistant's message, or an attachment of a kind that is
     never a turn or drift, with the record's own type in the tail, is skipped."""
     tail = max(at, stop - TAIL)

@@ -117,6 +117,17 @@ def claude_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
             },
             {
                 "parentUuid": "p",
+                "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+                "type": "assistant",
+            },
+            {"parentUuid": "p", "message": {"role": "user", "content": text}, "type": "user"},
+            {
+                "parentUuid": "p",
+                "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+                "type": "assistant",
+            },
+            {
+                "parentUuid": "p",
                 "promptId": "q",
                 "type": "user",
                 "message": {"role": "user", "content": text},
@@ -274,18 +285,20 @@ def ticked(fmt: JsonlFormat[Any], path: Path, cap: int) -> Any:
     turns: list[tuple[int | None, str | None, str | None]] = []
     compactions: list[str] = []
     held: dict[Any, Any] = {}
+    blocked = None
     for _ in range(10_000):
         probe = Probe(session_key="k", ref={"filePath": str(path)}, marker=marker)
         out = check_file(fmt, probe, settings, held)
         turns += [(t.offset, t.native_id, t.text_hash) for t in out.turns]
         compactions += out.compactions
         if out.status == "blocked":
-            return turns, compactions, out.blocked_offset
+            blocked = out.blocked_offset
+            break
         if out.marker is None or out.marker == marker:
             break
         marker = out.marker
     drift = marker.get("drift") or {}
-    return turns, compactions, drift.get("invalidLines", 0), None
+    return turns, compactions, drift.get("invalidLines", 0), blocked
 
 
 def same_as_a_full_parse(
