@@ -197,11 +197,6 @@ def _payload_first(buf: bytes, at: int, stop: int, head: int, attachment: bytes 
     return attachment not in _QUIET_ATTACHMENTS or buf.rfind(_ATTACHMENT, tail, stop) < 0
 
 
-def may_be_turn(line: bytes) -> bool:
-    """:func:`may_be_turn_at` of a whole line."""
-    return may_be_turn_at(line, 0, len(line))
-
-
 @dataclass
 class ClaudeState:
     """Hashes of prompts enqueued while Claude was busy and not yet seen again."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,10 +189,7 @@ def select(
             first = base + start
         if len(line) > limit:
             return Selection(out, first, base + start)
-        if prefilter(line, 0, len(line)):
-            append((base + start, line))
-        elif not _shaped(line, 0, len(line)):
-            append((base + start, None))
+        _pick(prefilter, base + start, line, append)
     return Selection(out, first)
 
 
@@ -199,19 +197,34 @@ def _every(buf: bytes, start: int, stop: int) -> bool:
     return True
 
 
+def _pick(
+    prefilter: Callable[[bytes, int, int], bool],
+    offset: int,
+    line: bytes,
+    append: Callable[[tuple[int, bytes | None]], None],
+) -> None:
+    """Append ``line`` as :func:`scan` reads it: as it is when the pre-filter lets it
+    through, as None when it is not even shaped like a record, not at all otherwise."""
+    if prefilter(line, 0, len(line)):
+        append((offset, line))
+    elif not _shaped(line, 0, len(line)):
+        append((offset, None))
+
+
 def selected(
-    fmt: JsonlFormat[Any], lines: list[tuple[int, bytes]]
+    fmt: JsonlFormat[Any], lines: list[tuple[int, bytes]] | list[tuple[int, bytes | None]]
 ) -> list[tuple[int, bytes | None]]:
-    """:func:`select` of lines already split."""
+    """:func:`select` of lines already split (a line given as None stays None)."""
     prefilter = fmt.prefilter
     if prefilter is None:
         return list(lines)
     out: list[tuple[int, bytes | None]] = []
+    append = out.append
     for offset, line in lines:
-        if prefilter(line, 0, len(line)):
-            out.append((offset, line))
-        elif not _shaped(line, 0, len(line)):
-            out.append((offset, None))
+        if line is None:
+            append((offset, None))
+        else:
+            _pick(prefilter, offset, line, append)
     return out
 
 
@@ -228,13 +241,8 @@ def scan(
     line given as None was judged invalid where it was read (see :func:`select`);
     ``prefiltered``: the pre-filter has already been applied to the rest."""
     result = ScanResult()
-    prefilter = None if prefiltered else fmt.prefilter
     records: list[tuple[int | None, dict[str, Any]]] = []
-    for offset, line in lines:
-        if line is not None and prefilter is not None and not prefilter(line, 0, len(line)):
-            if _shaped(line, 0, len(line)):
-                continue
-            line = None
+    for offset, line in lines if prefiltered else selected(fmt, lines):
         record = parse_line(line, recover=not fmt.strict) if line is not None else None
         if not isinstance(record, dict):
             if fmt.strict:

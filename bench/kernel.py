@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # Run as a script, this folder is first on sys.path and bench/monitor.py would shadow the
 # ``monitor`` package; take it off.
@@ -114,23 +115,31 @@ def openclaw_records(tmp: Path, n: int) -> float | None:
         "summary": "human message via bench",
     }
     ops = [*watches, {"fn": "recordSessionStateEvent", "args": [event], "repeat": n}]
-    ops_file = tmp / "ops.json"
+    timed = run_openclaw(tmp / "openclaw-state", ops, timeout=600)[-1]
+    if "elapsed_ms" not in timed:
+        raise SystemExit(f"OpenClaw's recording failed: {timed}")
+    return n / (timed["elapsed_ms"] / 1000)
+
+
+def run_openclaw(state: Path, ops: list[dict[str, Any]], timeout: float = 900) -> list[Any]:
+    """``ops`` through OpenClaw's own functions (``tests/interop/openclaw_driver.mjs``), on
+    its state directory ``state`` (its parent is the home): each call's result, in order."""
+    ops_file = state.parent / "ops.json"
     ops_file.write_text(json.dumps(ops))
-    state = tmp / "openclaw-state"
-    env = {**os.environ, "HOME": str(tmp), "OPENCLAW_STATE_DIR": str(state)}
+    env = {**os.environ, "HOME": str(state.parent), "OPENCLAW_STATE_DIR": str(state)}
     proc = subprocess.run(
         [str(NODE), str(DRIVER), str(OPENCLAW), str(ops_file)],
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=timeout,
         check=True,
     )
-    last = [line for line in proc.stdout.splitlines() if line.startswith("@@RESULT ")][-1]
-    timed = json.loads(last.removeprefix("@@RESULT "))
-    if "elapsed_ms" not in timed:
-        raise SystemExit(f"OpenClaw's recording failed: {timed}")
-    return n / (timed["elapsed_ms"] / 1000)
+    out = [json.loads(x[9:]) for x in proc.stdout.splitlines() if x.startswith("@@RESULT ")]
+    for result in out:
+        if isinstance(result, dict) and "error" in result:
+            raise SystemExit(f"OpenClaw failed: {result['error']}")
+    return out
 
 
 def fill(path: Path, rows: int, sessions: int) -> None:

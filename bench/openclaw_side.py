@@ -28,12 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
-import os
 import random
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,35 +50,16 @@ from monitor.web import models, wire  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 sys.path.append(str(BENCH))
-from kernel import DRIVER, INTEROP, NODE, OPENCLAW, kernel_async, openclaw_records  # noqa: E402
+from kernel import INTEROP, NODE, OPENCLAW, kernel_async, openclaw_records, run_openclaw  # noqa: E402
 
 ROWS = 50_000
 SESSIONS = 200
 
 
-def openclaw(state: Path, ops: list[dict[str, Any]]) -> list[Any]:
-    ops_file = state.parent / "ops.json"
-    ops_file.write_text(json.dumps(ops))
-    env = {**os.environ, "HOME": str(state.parent), "OPENCLAW_STATE_DIR": str(state)}
-    proc = subprocess.run(
-        [str(NODE), str(DRIVER), str(OPENCLAW), str(ops_file)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=True,
-    )
-    out = [json.loads(x[9:]) for x in proc.stdout.splitlines() if x.startswith("@@RESULT ")]
-    for result in out:
-        if isinstance(result, dict) and "error" in result:
-            raise SystemExit(f"OpenClaw failed: {result['error']}")
-    return out
-
-
 def fill(state: Path) -> Path:
     """OpenClaw makes its database; the events go in as it would write them."""
     watch = {"watcherSessionKey": "agent:main:main", "targetSessionKey": "agent:main:none"}
-    openclaw(state, [{"fn": "registerSessionStateWatch", "args": [watch]}])
+    run_openclaw(state, [{"fn": "registerSessionStateWatch", "args": [watch]}])
     db = state / "state" / "openclaw.sqlite"
     conn = sqlite3.connect(db)
     now = now_ms()
@@ -158,7 +136,7 @@ def floor(db: Path, asked: list[tuple[str, int]]) -> list[float]:
 
 def theirs(state: Path, asked: list[tuple[str, int]]) -> list[float]:
     each = [[key, "main", since, 200] for key, since in asked]
-    (result,) = openclaw(state, [{"fn": "listSessionStateEventsSince", "each": each}])
+    (result,) = run_openclaw(state, [{"fn": "listSessionStateEventsSince", "each": each}])
     assert len(result["last"]["events"]) > 0
     return [float(x) for x in result["ms"]]
 
@@ -207,7 +185,7 @@ def classify_theirs(state: Path, path: Path, markers: list[int], passes: int) ->
         for m in markers
     ]
     op = {"fn": "checkClaudeUpstreamActivity", "each": each, "keep": True}
-    results = openclaw(state, [op] * passes)
+    results = run_openclaw(state, [op] * passes)
     turns = {sum(a["humanTurns"] for found in r["all"] for a in found) for r in results}
     assert len(turns) == 1, turns
     return min(sum(r["ms"]) for r in results) / 1000, turns.pop()
