@@ -21,7 +21,7 @@ from monitor.kernel.store.batch import PendingWrite
 from monitor.kernel.store.postgres import PgStore
 from monitor.kernel.store.sqlite import Store, run_group
 from monitor.kernel.store.sqlite_conn import configure
-from tests.helpers import PgServer, pg_database
+from tests.helpers import PgServer, pg_database, until
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -201,6 +201,33 @@ async def test_a_postgresql_batch_that_does_not_commit_reports_every_write_faile
         )
         assert [True, True] == [isinstance(a, StoreError) for a in answers]
         assert [(0,)] == await store.read(lambda c: c.execute("SELECT count(*) FROM t").fetchall())
+    finally:
+        await store.close()
+
+
+async def test_a_postgresql_store_listens_before_it_is_handed_out(pg_server: PgServer) -> None:
+    """The listener's first connection is made while the store opens, and is not a change
+    (a reconnection is: notices may have been missed). Counted later, it woke a waiter whose
+    mark was taken the moment the store opened (seen in CI as a stop that ended a wait with
+    a change)."""
+    target = pg_database(pg_server)
+    store = await open_store(target, clock=now_ms)
+    try:
+        assert isinstance(store, PgStore)
+        opened = store.version()
+        await store.changed(0.5)
+        assert opened == store.version()
+        await store.write(lambda c: None)
+        await until("the write heard", lambda: store.version() > opened)
+        written = store.version()
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as pg:  # the listener's connection cut
+            pg.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+            )
+        await until("the reconnection counted", lambda: store.version() > written)
     finally:
         await store.close()
 

@@ -119,6 +119,8 @@ class PgStore:
         self._changes = Pulse()  # beats at every change heard: the version
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()  # set once the first LISTEN is in place
+        self._opened = False  # open has returned: a version may have been read
         self._writer = Batcher(self._write_group, _as_is, name="sessionwatch-pg-writer")
         self.write_timeout = WRITE_TIMEOUT_MS / 1000  # a write's wait for the lock, at most
 
@@ -155,6 +157,11 @@ class PgStore:
             await store.close()
             raise
         store._listener = asyncio.ensure_future(store._listen())
+        # Listening before the store is handed out, so that the first version read is
+        # already heard from; past the wait, the listener counts its connection as a change.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(store._listening.wait(), CONNECT_TIMEOUT_S)
+        store._opened = True
         return store
 
     def _open_pools(self) -> None:
@@ -314,7 +321,9 @@ class PgStore:
                     self.url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    self._bump()  # whatever happened while not listening
+                    if self._opened:  # whatever happened while not listening
+                        self._bump()
+                    self._listening.set()
                     backoff.reset()
                     async for _ in conn.notifies():
                         self._bump()
