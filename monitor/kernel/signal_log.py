@@ -186,6 +186,18 @@ def make_draft(
     return EventDraft(row, watcher_store_path, ambient_watcher)
 
 
+def payload_of(text: str | None) -> dict[str, Any]:
+    """An event's payload as stored; a row whose payload is not a JSON object (written by
+    hand, or by a gateway we do not know) reads as one without a payload."""
+    if not text:
+        return {}
+    try:
+        payload = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
 def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
     (
         seq,
@@ -201,7 +213,6 @@ def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
         payload_json,
         dedupe,
     ) = row
-    payload = orjson.loads(payload_json) if payload_json else {}
     return StateEvent(
         sequence=seq,
         session_key=key,
@@ -213,7 +224,7 @@ def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
         run_id=run,
         occurred_at=occurred,
         summary=summary,
-        payload=payload if isinstance(payload, dict) else {},
+        payload=payload_of(payload_json),
         dedupe_key=dedupe,
     )
 
@@ -426,12 +437,24 @@ def session_status(conn: Conn, key: str, agent_id: str, changes_since: int | Non
 
 def status_answer(conn: Conn, key: str, agent_id: str, since: int) -> bytes:
     """``session_status`` with ``changesSince``, as the API answers it (the JSON of
-    :func:`monitor.web.wire.status`): the database builds the events' JSON in the one
-    statement that also reads the head, the earliest sequence and whether more follow, so
-    no Python object is made per event."""
-    sql = _STATUS_SQLITE if isinstance(conn, sqlite3.Connection) else _STATUS_PG
+    :func:`status_object`): the database builds the events' JSON in the one statement that
+    also reads the head, the earliest sequence and whether more follow, so no Python object
+    is made per event. PostgreSQL 15 cannot check that a text is JSON without failing on
+    it, so where its statement meets a payload that is not JSON, the answer is made in
+    Python from the rows (in a transaction of its own), as :func:`status_object` makes it.
+    SQLite checks each payload (``json_valid``)."""
     params = {"key": key, "agent": agent_id, "since": since, "limit": CHANGES_LIMIT}
-    version, pruned, earliest, events, more = conn.execute(sql, params).fetchone()
+    if isinstance(conn, sqlite3.Connection):
+        row = conn.execute(_STATUS_SQLITE, params).fetchone()
+    else:
+        try:
+            row = conn.execute(_STATUS_PG, params).fetchone()
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != "22P02":  # invalid_text_representation
+                raise
+            conn.execute("ROLLBACK")  # the failed transaction; the next read begins one
+            return orjson.dumps(status_object(session_status(conn, key, agent_id, since)))
+    version, pruned, earliest, events, more = row
     version, pruned = version or 0, pruned or 0
     if earliest is None:
         earliest = version + 1 if version else 0
@@ -443,6 +466,44 @@ def status_answer(conn: Conn, key: str, agent_id: str, since: int) -> bytes:
     }
     answer = {"ok": True, "sessionKey": key, "stateVersion": version, "stateChanges": changes}
     return orjson.dumps(answer)
+
+
+def delta_object(event: StateEvent) -> dict[str, Any]:
+    """An event of a ``stateChanges`` answer: absent fields are left out, and the payload is
+    projected to the fields OpenClaw's ``session_status`` shows."""
+    out: dict[str, Any] = {
+        "sequence": event.sequence,
+        "kind": event.kind,
+        "actorType": event.actor_type,
+    }
+    if event.actor_id is not None:
+        out["actorId"] = event.actor_id
+    if event.run_id is not None:
+        out["runId"] = event.run_id
+    out["summary"] = event.summary
+    out["occurredAt"] = event.occurred_at
+    payload = {k: event.payload[k] for k in DELTA_PAYLOAD_FIELDS if k in event.payload}
+    if payload:
+        out["payload"] = payload
+    return out
+
+
+def status_object(found: SessionStatus) -> dict[str, Any]:
+    """The ``session_status`` object: ``stateVersion`` always, ``stateChanges`` on ask."""
+    out: dict[str, Any] = {
+        "ok": True,
+        "sessionKey": found.session_key,
+        "stateVersion": found.state_version,
+    }
+    changes = found.state_changes
+    if changes is not None:
+        out["stateChanges"] = {
+            "events": [delta_object(e) for e in changes.events],
+            "truncated": changes.truncated,
+            "earliestAvailableSequence": changes.earliest_available_sequence,
+            "historyGap": changes.history_gap,
+        }
+    return out
 
 
 # One event of a stateChanges answer, as text: absent fields left out, the payload projected
@@ -535,8 +596,7 @@ def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
         (kind, now - DAY_MS),
     ).fetchall()
     for key, at, payload_json in rows:
-        payload = orjson.loads(payload_json) if payload_json else {}
-        turns = payload.get("turns", 1) if isinstance(payload, dict) else 1
+        turns = payload_of(payload_json).get("turns", 1)
         n = turns if isinstance(turns, int) and turns > 0 else 1
         day[key] = day.get(key, 0) + n
         if at >= now - HOUR_MS:

@@ -1,6 +1,7 @@
 """The wire format: the typed values of the kernel and the upstream monitor as the JSON
 objects the API answers and the CLI prints. Each camelCase key is spelled here, once, or
-derived from the field name of a kernel row answered as it is (:func:`fields_of`).
+derived from the field name of a kernel row answered as it is (:func:`fields_of`), but
+``session_status``'s, which the kernel spells (it builds that answer in SQL).
 
 The HTTP API passes every object built here through its answer model
 (:func:`monitor.web.models.answer`), the one the OpenAPI document is generated from, so an
@@ -10,7 +11,7 @@ that check: it must not pay msgspec's import on every one-shot command.
 
 from __future__ import annotations
 
-from monitor.kernel.events import DELTA_PAYLOAD_FIELDS
+from monitor.kernel.signal_log import status_object
 
 TYPE_CHECKING = False
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from monitor.kernel.events import StateEvent
     from monitor.kernel.retention import PruneResult
     from monitor.kernel.sessions import SessionRow
-    from monitor.kernel.signal_log import SessionStatus, StateVersion
+    from monitor.kernel.signal_log import StateVersion
     from monitor.upstream.adoption import Adopted
     from monitor.upstream.links import LinkView, UpstreamLink
     from monitor.upstream.settle import LinkResult
@@ -45,34 +46,9 @@ def event_record(event: StateEvent, *, duplicate: bool) -> Json:
     }
 
 
-def delta_event(event: StateEvent) -> Json:
-    """An event of a ``stateChanges`` answer: absent fields are left out, and the payload is
-    projected to the fields OpenClaw's ``session_status`` shows."""
-    out: Json = {"sequence": event.sequence, "kind": event.kind, "actorType": event.actor_type}
-    if event.actor_id is not None:
-        out["actorId"] = event.actor_id
-    if event.run_id is not None:
-        out["runId"] = event.run_id
-    out["summary"] = event.summary
-    out["occurredAt"] = event.occurred_at
-    payload = {k: event.payload[k] for k in DELTA_PAYLOAD_FIELDS if k in event.payload}
-    if payload:
-        out["payload"] = payload
-    return out
-
-
-def status(found: SessionStatus) -> Json:
-    """The ``session_status`` object: ``stateVersion`` always, ``stateChanges`` on ask."""
-    out: Json = {"ok": True, "sessionKey": found.session_key, "stateVersion": found.state_version}
-    changes = found.state_changes
-    if changes is not None:
-        out["stateChanges"] = {
-            "events": [delta_event(e) for e in changes.events],
-            "truncated": changes.truncated,
-            "earliestAvailableSequence": changes.earliest_available_sequence,
-            "historyGap": changes.history_gap,
-        }
-    return out
+# ``session_status``'s object is the kernel's: it builds it in SQL
+# (:func:`monitor.kernel.signal_log.status_answer`), and in Python where SQL cannot.
+status = status_object
 
 
 def state_versions(versions: list[StateVersion]) -> list[Json]:

@@ -189,6 +189,8 @@ async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
             ("main", None),
             ("main", '{"outcome": "failed", "catalogId": "claude"}'),
             ("other", '{"channel": "x"}'),
+            ("main", '{"note": "channel", "turns" : 3}'),  # a name as a value; spaced
+            ("main", r'{"note": "a \"channel\" named", "outcome": "ok"}'),  # escaped
         ]:
             r.conn.execute(
                 "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
@@ -201,8 +203,27 @@ async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
     last = (await changes(kernel, CHILD, 0))["stateVersion"]
     for since in (0, 1, 2, last - 1, last, last + 7, 10**12):
         await changes(kernel, CHILD, since)
-    assert 5 == len((await changes(kernel, CHILD, last))["stateChanges"]["events"])
+    assert 7 == len((await changes(kernel, CHILD, last))["stateChanges"]["events"])
     assert [] == (await changes(kernel, "agent:main:never", 0))["stateChanges"]["events"]
+
+    def broken_rows(r: Any) -> None:  # not JSON: PostgreSQL's cast of it fails
+        for payload in ['{"channel": "x"', "not json", '{"turns": [1, 2}']:
+            r.conn.execute(
+                "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+                " occurred_at, summary, payload_json) VALUES (?, 'main', 'human_direct_message',"
+                " 'human', ?, 'human message via x', ?)",
+                (CHILD, kernel.store.clock(), payload),
+            )
+
+    before = (await kernel.activity())[CHILD].last_hour
+    await kernel.commit(broken_rows)
+    after = (await kernel.activity())[CHILD].last_hour
+    assert before + 3 == after  # a turn each: no payload says more
+    for since in (0, last, last + 1, last + 3):
+        await changes(kernel, CHILD, since)
+    assert [None] * 3 == [
+        e.get("payload") for e in (await changes(kernel, CHILD, last + 1))["stateChanges"]["events"]
+    ][-3:]
 
 
 async def test_history_gap_only_when_really_pruned(kernel: Kernel, clock: ManualClock) -> None:
