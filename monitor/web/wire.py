@@ -11,8 +11,6 @@ that check: it must not pay msgspec's import on every one-shot command.
 
 from __future__ import annotations
 
-from monitor.kernel.signal_log import status_object
-
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
@@ -22,7 +20,7 @@ if TYPE_CHECKING:
     from monitor.kernel.events import StateEvent
     from monitor.kernel.retention import PruneResult
     from monitor.kernel.sessions import SessionRow
-    from monitor.kernel.signal_log import StateVersion
+    from monitor.kernel.signal_log import SessionStatus, StateVersion
     from monitor.upstream.adoption import Adopted
     from monitor.upstream.links import LinkView, UpstreamLink
     from monitor.upstream.settle import LinkResult
@@ -46,9 +44,12 @@ def event_record(event: StateEvent, *, duplicate: bool) -> Json:
     }
 
 
-# ``session_status``'s object is the kernel's: it builds it in SQL
-# (:func:`monitor.kernel.signal_log.status_answer`), and in Python where SQL cannot.
-status = status_object
+def status(found: SessionStatus) -> Json:
+    """The ``session_status`` object: the kernel's, which also builds it in SQL
+    (:func:`monitor.kernel.signal_log.status_answer`), and in Python where SQL cannot."""
+    from monitor.kernel.signal_log import status_object  # not on every command's start
+
+    return status_object(found)
 
 
 def state_versions(versions: list[StateVersion]) -> list[Json]:
