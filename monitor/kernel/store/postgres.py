@@ -153,14 +153,15 @@ class PgStore:
             await asyncio.to_thread(store._open_pools)
             if await store.read(schema_version) < SCHEMA_VERSION:  # else opening writes nothing
                 await store.write(lambda conn: migrate(conn, clock()))
-        except BaseException:
+            store._listener = asyncio.ensure_future(store._listen())
+            # Listening before the store is handed out, so that the first version read is
+            # already heard from; past the wait, the listener counts its connection as a
+            # change.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(store._listening.wait(), CONNECT_TIMEOUT_S)
+        except BaseException:  # the listener too, when opening is cancelled while it waits
             await store.close()
             raise
-        store._listener = asyncio.ensure_future(store._listen())
-        # Listening before the store is handed out, so that the first version read is
-        # already heard from; past the wait, the listener counts its connection as a change.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(store._listening.wait(), CONNECT_TIMEOUT_S)
         store._opened = True
         return store
 
