@@ -207,7 +207,12 @@ async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
     assert [] == (await changes(kernel, "agent:main:never", 0))["stateChanges"]["events"]
 
     def broken_rows(r: Any) -> None:  # not JSON: PostgreSQL's cast of it fails
-        for payload in ['{"channel": "x"', "not json", '{"turns": [1, 2}']:
+        for payload in [
+            '{"channel": "x"',
+            "not json",
+            '{"turns": [1, 2}',
+            r'{"channel": "a\u0000"}',
+        ]:
             r.conn.execute(
                 "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
                 " occurred_at, summary, payload_json) VALUES (?, 'main', 'human_direct_message',"
@@ -218,12 +223,12 @@ async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
     before = (await kernel.activity())[CHILD].last_hour
     await kernel.commit(broken_rows)
     after = (await kernel.activity())[CHILD].last_hour
-    assert before + 3 == after  # a turn each: no payload says more
-    for since in (0, last, last + 1, last + 3):
+    assert before + 4 == after  # a turn each: no payload says more
+    for since in (0, last, last + 1, last + 4):
         await changes(kernel, CHILD, since)
-    assert [None] * 3 == [
-        e.get("payload") for e in (await changes(kernel, CHILD, last + 1))["stateChanges"]["events"]
-    ][-3:]
+    assert [None, None, None, {"channel": "a\u0000"}] == [
+        e.get("payload") for e in (await changes(kernel, CHILD, last))["stateChanges"]["events"]
+    ][-4:]
 
 
 async def test_history_gap_only_when_really_pruned(kernel: Kernel, clock: ManualClock) -> None:
