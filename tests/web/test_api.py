@@ -163,6 +163,27 @@ async def test_a_database_failure_answers_503_recorded_false(client: Client) -> 
     assert "sessionwatch_database_errors_total 1.0" in metrics
 
 
+async def test_a_stored_payload_that_is_not_json_answers_as_none(client: Client) -> None:
+    """A row another writer left with a payload that is not JSON is an event without one:
+    changesSince and the status page answer 200, on both stores (PostgreSQL's statement
+    fails on it and the answer is made from the rows)."""
+    kernel = client.sidecar.kernel
+    await kernel.store.write(
+        lambda conn: conn.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary, payload_json) VALUES (?, 'main', 'human_direct_message',"
+            " 'human', ?, 'human message via x', '{\"channel\": ')",
+            (CHILD, kernel.store.clock()),
+        )
+    )
+    status, answer = await client.call("GET", f"/v1/sessions/{CHILD}/status?changesSince=0")
+    assert 200 == status
+    [event] = answer["stateChanges"]["events"]
+    assert ("human_direct_message", None) == (event["kind"], event.get("payload"))
+    status, page = await client.call("GET", "/")
+    assert (200, True) == (status, "<html" in page)
+
+
 async def test_links_catalog_and_metrics(client: Client, tmp_path: Path) -> None:
     transcript = tmp_path / "claude" / "proj" / "abc.jsonl"
     transcript.parent.mkdir()
