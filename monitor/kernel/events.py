@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+import orjson
+
 from monitor.errors import BadInput, did_you_mean
 from monitor.records import NamedTuple
 
@@ -54,6 +56,19 @@ RUN_FAILED_OUTCOMES = {"error": "failed", "timeout": "timed out", "cancelled": "
 _TOKEN = r"^[a-z0-9][a-z0-9._:/@+-]{0,63}$"  # compiled at first use (re caches it)
 _MAX_TURNS = 1_000_000
 MAX_INT64 = 2**63 - 1  # SQLite's integers
+
+
+def json_object(raw: str | None) -> dict[str, Any]:
+    """A JSON column (an event's payload, a link's ref or marker) as an object: anything else
+    (NULL, not JSON, not an object; left by hand or by a writer we do not know) reads as
+    empty."""
+    if not raw:
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if type(value) is dict else {}
 
 
 def parse_kind(raw: str) -> EventKind:

@@ -21,6 +21,7 @@ from monitor.kernel.events import (
     EventKind,
     StateEvent,
     compact_payload,
+    json_object,
     render_summary,
 )
 from monitor.kernel.keys import normalize_key, parse_agent_key, resolve_agent
@@ -186,18 +187,6 @@ def make_draft(
     return EventDraft(row, watcher_store_path, ambient_watcher)
 
 
-def payload_of(text: str | None) -> dict[str, Any]:
-    """An event's payload as stored; a row whose payload is not a JSON object (written by
-    hand, or by a gateway we do not know) reads as one without a payload."""
-    if not text:
-        return {}
-    try:
-        payload = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {}
-    return payload if isinstance(payload, dict) else {}
-
-
 def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
     (
         seq,
@@ -224,7 +213,7 @@ def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
         run_id=run,
         occurred_at=occurred,
         summary=summary,
-        payload=payload_of(payload_json),
+        payload=json_object(payload_json),
         dedupe_key=dedupe,
     )
 
@@ -596,7 +585,7 @@ def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
         (kind, now - DAY_MS),
     ).fetchall()
     for key, at, payload_json in rows:
-        turns = payload_of(payload_json).get("turns", 1)
+        turns = json_object(payload_json).get("turns", 1)
         n = turns if isinstance(turns, int) and turns > 0 else 1
         day[key] = day.get(key, 0) + n
         if at >= now - HOUR_MS:

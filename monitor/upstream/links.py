@@ -17,6 +17,7 @@ import orjson
 
 from adapters.base import Drift, Marker
 from adapters.registry import LOCAL_HOST, adapter_for_link, entry, host_id_for
+from monitor.kernel.events import json_object
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -48,9 +49,9 @@ class UpstreamLink(NamedTuple):
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> UpstreamLink:
         key, agent, catalog, host, thread, kind, ref_json, marker_json, scanned, made, at = row
-        ref = _json_object(ref_json)
+        ref = json_object(ref_json)
         ours = adapter_for_link(kind, host, ref)
-        marker = _json_object(marker_json)
+        marker = json_object(marker_json)
         return cls(key, agent, catalog, host, thread, kind, ours, ref, marker, scanned, made, at)
 
     @property
@@ -69,15 +70,6 @@ class UpstreamLink(NamedTuple):
         ref = orjson.dumps(self.ref).decode()
         raw = f"{self.host_id or ''}\0{self.thread_id or ''}\0{ref}"
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-
-def _json_object(raw: str | None) -> dict[str, Any]:
-    """A ref or marker column as an object; anything else (NULL, garbage) reads as empty."""
-    try:
-        value = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        return {}
-    return value if type(value) is dict else {}
 
 
 _PRIVATE_MARKER_FIELDS = frozenset({"pending", "head", "tail", "echo", "recent", "drift", "ino"})
