@@ -178,9 +178,9 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
         if found.start() != start + 1:
             return kind not in _QUIET_IN_HEAD
         if kind == b"queue-operation":  # only an enqueue can be a turn
-            at = found.end()
-            end = buf.find(b'"', at + 14, head) if buf.startswith(_OPERATION, at) else -1
-            return end < 0 or buf[at + 14 : end] == b"enqueue"
+            at = found.end() + len(_OPERATION)  # the operation's value, when it is next
+            end = buf.find(b'"', at, head) if buf.startswith(_OPERATION, found.end()) else -1
+            return end < 0 or buf[at:end] == b"enqueue"
         return kind not in _QUIET_TYPES  # the record's first key
     # a user record: only a tool result is skipped
     return buf.find(_TOOL_RESULT, start, stop) < 0 and buf.find(_TOOL_USE_RESULT, start, stop) < 0

@@ -173,8 +173,9 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     at = buf.find(_ROLE, start, head)
     if at < 0:
         return True
-    end = buf.find(b'"', at + 19, head)
-    if end < 0 or buf[at + 19 : end] not in _QUIET_ROLES:
+    at += len(_ROLE)  # the role's value
+    end = buf.find(b'"', at, head)
+    if end < 0 or buf[at:end] not in _QUIET_ROLES:
         return True
     try:
         _CHECK.decode(memoryview(buf)[start:stop])

@@ -214,7 +214,7 @@ def advance_watchers(
     # reaches the gateway, and no pair stays behind a frozen notice nobody wakes. Either
     # way the mark changed; a notice already marked as ours (the update says which) is not
     # opened again, and is not written.
-    moved = [WatchCursor.from_row(row[:7]) for row in rows if not row[7]]
+    moved = [WatchCursor.from_row(row[:-1]) for row in rows if not row[-1]]  # marked: last
     if not moved:
         return []
     if len(moved) == 1:
