@@ -133,8 +133,8 @@ _TOOL_USE_RESULT = b'"toolUseResult":'
 # releases write it before the message), or the start of a message (as 2.1.x writes an
 # assistant record's, before its type) or of an attachment (its kind read).
 _HEAD = re.compile(rb'"(?:type":"([^"]*)"|message":\{|attachment":\{"type":"([^"]*)")')
-_OPERATION = b',"operation":"'
 _head_search = _HEAD.search
+_OPERATION = b',"operation":"'
 _QUIET_IN_HEAD = frozenset({b"assistant", b"progress", b"file-history-snapshot"})
 # Record types whose every record classifies as nothing, whatever it holds (see
 # classify_claude_record: the known types but user, attachment, queue-operation and system).
@@ -155,46 +155,55 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
 
     - a record whose first key is its type, of a type that is never a turn, a compaction or
       drift (request bookkeeping, snapshots, titles: most of a 2.1.x transcript's bytes), or
-      a queue operation that is not an enqueue, its operation its second key;
+      a queue operation whose operation, its next key, is written plainly and is not an
+      enqueue;
     - an assistant, progress or snapshot record whose type is the first in the head (older
-      releases write it before the message);
+      releases write it after metadata, before the message);
+    - a user record carrying a tool result;
     - an assistant record as 2.1.x writes it: its message (``"message":{`` …
       ``"role":"assistant"``) first in the head, its own type in the tail, after the
       message;
     - an attachment of a kind that is never a turn or drift, its kind first in the head and
-      the record's type in the tail;
-    - a user record carrying a tool result.
+      the record's type in the tail.
 
-    Everything else is parsed.
+    Everything else is parsed. What bytes cannot show is taken on the writers' word
+    (docs/formats.md): the first type, message or attachment in a record's head is the
+    record's own, as is a ``"type":"assistant"`` or ``"type":"attachment"`` in the tail
+    after such a payload, and a tool result in a user record; a line shaped as a record is
+    one whole record.
     """
     head = start + HEAD if start + HEAD < stop else stop
     found = _head_search(buf, start, head)
     if found is None:
         return True
     kind = found[1]
-    if kind is None:  # its payload first, its own type in the tail (2.1.x)
-        return _payload_first(buf, found.end(), stop, head, found[2])
-    if kind != b"user":
-        if found.start() != start + 1:
+    if kind is not None:  # a type
+        if kind == b"user":  # only a tool result is skipped
+            return buf.find(_TOOL_RESULT, start, stop) < 0 and (
+                buf.find(_TOOL_USE_RESULT, start, stop) < 0
+            )
+        if found.start() != start + 1:  # after other keys, as older releases write it
             return kind not in _QUIET_IN_HEAD
-        if kind == b"queue-operation":  # only an enqueue can be a turn
-            at = found.end() + len(_OPERATION)  # the operation's value, when it is next
-            end = buf.find(b'"', at, head) if buf.startswith(_OPERATION, found.end()) else -1
-            return end < 0 or buf[at:end] == b"enqueue"
-        return kind not in _QUIET_TYPES  # the record's first key
-    # a user record: only a tool result is skipped
-    return buf.find(_TOOL_RESULT, start, stop) < 0 and buf.find(_TOOL_USE_RESULT, start, stop) < 0
-
-
-def _payload_first(buf: bytes, at: int, stop: int, head: int, attachment: bytes | None) -> bool:
-    """:func:`may_be_turn_at` of a record whose first object is its message or attachment
-    (``at``: just past ``"message":{``, or past ``"attachment":{"type":"`` with the
-    attachment's kind read): an assistant's message, or an attachment of a kind that is
-    never a turn or drift, with the record's own type in the tail, is skipped."""
-    tail = max(at, stop - TAIL)
-    if attachment is None:
+        if kind == b"queue-operation":
+            return _may_be_enqueue(buf, found.end(), head)
+        return kind not in _QUIET_TYPES
+    # its payload first, its own type in the tail (2.1.x)
+    at = found.end()
+    tail = stop - TAIL if stop - TAIL > at else at
+    attachment = found[2]
+    if attachment is None:  # a message
         return buf.find(_ROLE_ASSISTANT, at, head) < 0 or buf.rfind(_ASSISTANT, tail, stop) < 0
     return attachment not in _QUIET_ATTACHMENTS or buf.rfind(_ATTACHMENT, tail, stop) < 0
+
+
+def _may_be_enqueue(buf: bytes, at: int, head: int) -> bool:
+    """Whether a queue operation, its type ending at ``at``, may be an enqueue: it is not
+    when its operation is the next key and reads as another, unescaped."""
+    if not buf.startswith(_OPERATION, at):
+        return True
+    at += len(_OPERATION)
+    end = buf.find(b'"', at, head)
+    return end < 0 or buf[at:end] == b"enqueue" or b"\\" in buf[at:end]
 
 
 @dataclass

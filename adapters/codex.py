@@ -137,6 +137,7 @@ ECHO_LIMIT = 16
 INPUT_BLOCKS = frozenset({"input_text", "text"})
 
 
+_ROLE = b'"role":"'
 _SUBTYPE = re.compile(rb'"payload":\s*\{\s*"type":\s*"([^"\\]{1,64})"')
 
 
@@ -160,12 +161,24 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     if subtype in TURN_GOES_ON:
         return True  # it reports a prompt seen only as a role-user item (_turn_goes_on)
     if response:
-        return find(b'"role":"user"', start, stop) >= 0
+        return _role_may_be_user(buf, start, stop)
     return (
         find(b'"user', start, stop) >= 0
         or find(b"UserMessage", start, stop) >= 0
         or find(b"user_message", start, stop) >= 0
     )
+
+
+def _role_may_be_user(buf: bytes, start: int, stop: int) -> bool:
+    """Whether a role in the line may be ``user``: written so, or with an escape in it."""
+    at = buf.find(_ROLE, start, stop)
+    while at >= 0:
+        at += len(_ROLE)
+        end = buf.find(b'"', at, stop)
+        if end < 0 or buf[at:end] == b"user" or b"\\" in buf[at:end]:
+            return True
+        at = buf.find(_ROLE, end, stop)
+    return False
 
 
 def may_be_turn(line: bytes) -> bool:

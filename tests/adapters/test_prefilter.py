@@ -95,3 +95,21 @@ def test_samples_and_recorded_sessions_decide_the_same_with_and_without_the_pref
         assert slow == fast, path.name
         kinds[kind] += 1
     assert min(kinds.values()) >= 2, kinds
+
+
+def test_a_value_written_with_escapes_is_parsed() -> None:
+    """JSON may escape any letter: an enqueue's operation or a Codex message's role so
+    written still reads as ``enqueue`` or ``user`` once parsed, so the pre-filter parses it
+    (it once skipped both, and the enqueue was a person's turn lost)."""
+    claude = b'{"type":"queue-operation","operation":"\\u0065nqueue","content":"fix it"}\n'
+    fast, slow = both_ways(format_of("claude"), claude)
+    assert slow == fast
+    assert 1 == len(fast[0])
+    codex = (
+        b'{"type":"session_meta","payload":{"id":"t","cli_version":"0.171.0"}}\n'
+        b'{"type":"response_item","payload":{"type":"message","role":"us\\u0065r",'
+        b'"content":[{"type":"input_text","text":"fix it"}]}}\n'
+    )
+    fast, slow = both_ways(format_of("codex"), codex)
+    assert slow == fast
+    assert fast[4]["unmatched"]

@@ -6,12 +6,13 @@ subtype). The property: over any sequence of records of the format's real shapes
 Claude, in the key order of older releases and of 2.1.x, which writes an assistant's or an
 attachment's type after its payload), whose texts hold every key and marker the pre-filters
 look for (inside strings, so escaped), in unicode, with backslashes, in compact and in
-spaced or ASCII-escaped JSON, padded so that the markers fall on either side of the head
-and tail windows the pre-filters read, the pre-filtered reading finds the same turns,
-compactions and drift, leaves the same classifier state, and stops where a strict format
-stops (Pi: at a line that is not JSON, torn, or torn with a record written after it), as
-one that parses every line. It holds whole (:func:`select` over the file) and read a scan
-cap at a time through the monitor's own check, the cap splitting lines anywhere.
+spaced or ASCII-escaped JSON or with letters of its values escaped (``"\\u0065nqueue"``),
+padded so that the markers fall on either side of the head and tail windows the
+pre-filters read, the pre-filtered reading finds the same turns, compactions and drift,
+leaves the same classifier state, and stops where a strict format stops (Pi: at a line
+that is not JSON, torn, or torn with a record written after it), as one that parses every
+line. It holds whole (:func:`select` over the file) and read a scan cap at a time through
+the monitor's own check, the cap splitting lines anywhere.
 """
 
 from __future__ import annotations
@@ -227,13 +228,35 @@ def pi_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def dumped(record: dict[str, Any], style: int) -> bytes:
-    """Compact as the harnesses write it, spaced, or with every non-ASCII escaped."""
+def dumped(record: dict[str, Any], style: int, letters: frozenset[str] = frozenset()) -> bytes:
+    """Compact as the harnesses write it, spaced, with every non-ASCII escaped, or with
+    ``letters`` escaped (``\\u0065``) in every value but a type."""
     if style == 0:
         return orjson.dumps(record)
     if style == 1:
         return json.dumps(record, ensure_ascii=False).encode()
-    return json.dumps(record, separators=(",", ":")).encode()
+    if style == 2:
+        return json.dumps(record, separators=(",", ":")).encode()
+    return escaped(record, letters).encode()
+
+
+def escaped(value: Any, letters: frozenset[str], key: str = "") -> str:
+    """``value`` as compact JSON, ``letters`` escaped in its strings but keys and types."""
+    if isinstance(value, dict):
+        members = (f"{json.dumps(k)}:{escaped(v, letters, k)}" for k, v in value.items())
+        return "{" + ",".join(members) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(escaped(v, letters) for v in value) + "]"
+    if not isinstance(value, str) or key == "type":
+        return json.dumps(value, ensure_ascii=False)
+    return (
+        '"'
+        + "".join(
+            f"\\u{ord(c):04x}" if c in letters else json.dumps(c, ensure_ascii=False)[1:-1]
+            for c in value
+        )
+        + '"'
+    )
 
 
 def padded(record: dict[str, Any], pad: int) -> dict[str, Any]:
@@ -256,8 +279,9 @@ def sequences(
     records: Any, first: dict[str, Any] | None, *, broken: bool = False
 ) -> st.SearchStrategy[list[bytes]]:
     pads = st.sampled_from([0, 0, 1, 900, 1000, 1010, 1020, 1100, 2040, 2100])
-    line = st.tuples(texts.flatmap(records), pads, st.integers(0, 2)).map(
-        lambda x: dumped(padded(x[0], x[1]), x[2])
+    letters = st.frozensets(st.sampled_from("acdeilmnopqrstuy"), min_size=1, max_size=3)
+    line = st.tuples(texts.flatmap(records), pads, st.integers(0, 3), letters).map(
+        lambda x: dumped(padded(x[0], x[1]), x[2], x[3])
     )
     if broken:  # now and then a line that is not whole
         line = st.one_of(
