@@ -32,7 +32,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
 
 from monitor.errors import BadInput
 
@@ -83,8 +83,7 @@ def own_text_hash(text: str) -> str:
     return text_hash(text)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What a classifier found in one record (most records give None: nothing to report).
 
     ``turn``: the text hash of a direct human turn. ``compaction``: the native id of a
@@ -103,8 +102,7 @@ class Verdict:
 UNCLASSIFIED = Verdict(unclassified=True)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Turn:
+class Turn(NamedTuple):
     """One direct human turn found upstream."""
 
     offset: int | None

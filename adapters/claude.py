@@ -30,6 +30,8 @@ NOT_PROMPT_PREFIXES = (
 )
 ACTION_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
 IDE_BLOCKS = (("<ide_opened_file>", "</ide_opened_file>"), ("<ide_selection>", "</ide_selection>"))
+_IDE_OPENINGS = tuple(opening for opening, _ in IDE_BLOCKS)
+_NOT_ENQUEUED = ("/", *ACTION_PREFIXES, *NOT_PROMPT_PREFIXES)
 PENDING_LIMIT = 20
 COMPACTING_COMMANDS = frozenset({"/compact"})  # the harness's own compaction
 TESTED_VERSION = "2.1.332"  # tests/harnesses drives this release of the real CLI
@@ -243,6 +245,8 @@ def block_text(content: Any) -> tuple[str, bool]:
 def strip_ide_blocks(text: str) -> str:
     """Drop leading ``<ide_opened_file>``/``<ide_selection>`` blocks an IDE injects."""
     rest = text.lstrip()
+    if not rest.startswith(_IDE_OPENINGS):
+        return rest
     changed = True
     while changed:
         changed = False
@@ -284,7 +288,7 @@ def _prompt_hash(text: str, state: ClaudeState, *, slash_allowed: bool) -> str |
 def _enqueue(content: Any, state: ClaudeState) -> str | None:
     text, _ = block_text(content)
     body = strip_ide_blocks(text)
-    if not normalize_text(body) or body.startswith(("/", *ACTION_PREFIXES, *NOT_PROMPT_PREFIXES)):
+    if not normalize_text(body) or body.startswith(_NOT_ENQUEUED):
         return None  # a queued slash command counts as its <command-name> row
     digest = text_hash(body)
     state.pending.append(digest)
