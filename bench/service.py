@@ -4,7 +4,9 @@ Run: python bench/service.py [--requests 5000] [--samples 30] [--rounds 3] [--co
 
 ``--compare DIR`` also runs the sessionwatch whose ``monitor`` and ``adapters`` packages are
 in DIR (say ``git archive <commit> monitor adapters | tar -x -C DIR``) in the same rounds,
-so a change is measured against the code before it at the same moments of the machine.
+so a change is measured against the code before it at the same moments of the machine: the
+two take turns going first, and the rate of one over the other in each round is printed
+too (this shared machine moves more between rounds than within one).
 
 The sidecar runs as a real ``sessionwatch serve`` process; the baseline is a bare aiohttp
 server process answering a constant JSON body; the load comes from this process over
@@ -209,12 +211,17 @@ async def bench_requests(
     ]
     for label, method, path, bodies in routes:
         runs: dict[str, list[tuple[float, float, float, float, float]]] = {}
-        for _ in range(rounds):
+        paired: list[float] = []  # this tree's rate over the compared one's, round by round
+        for r in range(rounds):
             base_rps, base_p99 = await load(f"{baseline}/x", method, bodies, "")
-            for name, url, token in servers:
+            rates = {}
+            for name, url, token in servers if r % 2 == 0 else servers[::-1]:
                 since = str(rounds * n - 20) if path.endswith("=") else ""
                 rps, p99 = await load(f"{url}{path}{since}", method, bodies, token)
+                rates[name] = rps
                 runs.setdefault(name, []).append((rps / base_rps, rps, p99, base_rps, base_p99))
+            if len(servers) > 1:
+                paired.append(rates[servers[0][0]] / rates[servers[1][0]])
         for name, each in runs.items():
             each.sort()
             ratio, rps, p99, base_rps, base_p99 = each[len(each) // 2]
@@ -223,6 +230,13 @@ async def bench_requests(
                 f"{label}{name}: {rps:,.0f} req/s, p99 {p99:.1f} ms; constant-JSON aiohttp"
                 f" baseline {base_rps:,.0f} req/s, p99 {base_p99:.1f} ms; ratio {ratio:.2f}"
                 f" (median of {rounds} rounds: {ratios})"
+            )
+        if paired:
+            in_turn = ", ".join(f"{x:.2f}" for x in sorted(paired))
+            print(
+                f"{label}: this tree over{servers[1][0]}, round by round (the two run in"
+                f" turn, first one then the other): median {statistics.median(paired):.2f}"
+                f" ({in_turn})"
             )
 
 
