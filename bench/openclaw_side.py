@@ -28,12 +28,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
 import random
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +44,9 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
 from adapters import claude  # noqa: E402
-from adapters.base import Probe  # noqa: E402
+from adapters.base import OwnPool, Probe  # noqa: E402
 from adapters.jsonl_adapter import TailSettings, check_file  # noqa: E402
+from adapters.jsonl_scan import scan, select  # noqa: E402
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402
 from monitor.web import models, wire  # noqa: E402
@@ -320,6 +323,71 @@ def classify_one(args: argparse.Namespace, state: Path, path: Path, name: str) -
         f" {theirs_rate:,.0f} MB/s (best passes); ratio {statistics.median(ratios):.2f}x"
         f" (rounds {', '.join(f'{x:.2f}' for x in ratios)}; target >= 5x)"
     )
+    parts = classify_parts(path, markers, args.passes)
+    theirs_best = min(t for _, t in pairs)
+    print(
+        "(c)   where ours goes, each step alone and best of the passes (OpenClaw's best"
+        " over it): "
+        + "; ".join(f"{what} {t * 1000:.1f} ms ({theirs_best / t:.1f}x)" for what, t in parts)
+    )
+
+
+def classify_parts(path: Path, markers: list[int], passes: int) -> list[tuple[str, float]]:
+    """The check's steps timed alone over the same scan caps: reading them, visiting every
+    line (its end found, its shape looked at), one head search a line (the pre-filter's
+    first step), the whole pre-filter (:func:`select`), and the parse and classification of
+    the lines it lets through."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        for m in markers:
+            chunk = os.pread(fd, CAP, m)
+            chunks.append(chunk[: chunk.rfind(b"\n") + 1])
+    finally:
+        os.close(fd)
+    fmt = claude.FORMAT
+    picks = [select(fmt, c, 0, len(c)) for c in chunks]
+
+    def read() -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for m in markers:
+                os.pread(fd, CAP, m)
+        finally:
+            os.close(fd)
+
+    def visit(search: Callable[[bytes, int, int], object] | None) -> Callable[[], None]:
+        def run() -> None:
+            for chunk in chunks:
+                pos, stop, find = 0, len(chunk), chunk.find
+                while pos < stop:
+                    start, end = pos, find(b"\n", pos)
+                    pos = end + 1
+                    if chunk[start] == 0x7B and chunk[end - 1] == 0x7D and search is not None:
+                        search(chunk, start, min(end, start + claude.HEAD))
+
+        return run
+
+    def scanned() -> None:
+        for pick in picks:
+            scan(fmt, pick.lines, fmt.state_from_marker({}), OwnPool(), prefiltered=True)
+
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("reading", read),
+        ("visiting the lines", visit(None)),
+        ("with one head search", visit(claude._HEAD.search)),
+        ("the pre-filter", lambda: [select(fmt, c, 0, len(c)) for c in chunks]),
+        ("parsing and classifying", scanned),
+    ]
+    out = []
+    for what, step in steps:
+        best = float("inf")
+        for _ in range(passes):
+            start = time.perf_counter()
+            step()
+            best = min(best, time.perf_counter() - start)
+        out.append((what, best))
+    return out
 
 
 if __name__ == "__main__":
