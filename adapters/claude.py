@@ -121,11 +121,10 @@ _EXCLUDING_FLAGS = (
 )
 
 
-# What the pre-filter reads of a line: its head, where the record's own type sits when it
-# precedes the message (older releases, and records that start with their type), and its
-# tail, where 2.1.x writes it after the message or attachment object.
+# What the pre-filter reads of a line first: its head, where the record's own type sits when
+# it precedes the message (older releases, and records that start with their type); 2.1.x
+# writes it after the message or attachment object, and then the rest of the line is read.
 HEAD = 1024
-TAIL = 2048
 _ASSISTANT = b'"type":"assistant"'
 _ATTACHMENT = b'"type":"attachment"'
 _ROLE_ASSISTANT = b'"role":"assistant"'
@@ -163,15 +162,15 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
       releases write it after metadata, before the message);
     - a user record carrying a tool result;
     - an assistant record as 2.1.x writes it: its message (``"message":{`` …
-      ``"role":"assistant"``) first in the head, its own type in the tail, after the
-      message;
+      ``"role":"assistant"``) first in the head, its own type after the message;
     - an attachment of a kind that is never a turn or drift, its kind first in the head and
-      the record's type in the tail.
+      the record's type after the attachment (2.1.332 writes the attachment's text again
+      after it, ``rendered``, often KiBs of it).
 
     Everything else is parsed. What bytes cannot show is taken on the writers' word
     (docs/formats.md): the first type, message or attachment in a record's head is the
-    record's own, as is a ``"type":"assistant"`` or ``"type":"attachment"`` in the tail
-    after such a payload, and a tool result in a user record; a line shaped as a record is
+    record's own, as is the last ``"type":"assistant"`` or ``"type":"attachment"`` after
+    such a payload, and a tool result in a user record; a line shaped as a record is
     one whole record.
     """
     head = start + HEAD if start + HEAD < stop else stop
@@ -189,13 +188,12 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
         if kind == b"queue-operation":
             return _may_be_enqueue(buf, found.end(), head)
         return kind not in _QUIET_TYPES
-    # its payload first, its own type in the tail (2.1.x)
+    # its payload first, its own type after it (2.1.x): the last one, read from the line's end
     at = found.end()
-    tail = stop - TAIL if stop - TAIL > at else at
     attachment = found[2]
     if attachment is None:  # a message
-        return buf.find(_ROLE_ASSISTANT, at, head) < 0 or buf.rfind(_ASSISTANT, tail, stop) < 0
-    return attachment not in _QUIET_ATTACHMENTS or buf.rfind(_ATTACHMENT, tail, stop) < 0
+        return buf.find(_ROLE_ASSISTANT, at, head) < 0 or buf.rfind(_ASSISTANT, at, stop) < 0
+    return attachment not in _QUIET_ATTACHMENTS or buf.rfind(_ATTACHMENT, at, stop) < 0
 
 
 def _may_be_enqueue(buf: bytes, at: int, head: int) -> bool:

@@ -7,8 +7,8 @@ Claude, in the key order of older releases and of 2.1.x, which writes an assista
 attachment's type after its payload), whose texts hold every key and marker the pre-filters
 look for (inside strings, so escaped), in unicode, with backslashes, in compact and in
 spaced or ASCII-escaped JSON or with letters of its values escaped (``"\\u0065nqueue"``),
-padded so that the markers fall on either side of the head and tail windows the
-pre-filters read, the pre-filtered reading finds the same turns, compactions and drift,
+padded so that the markers fall on either side of the head windows the pre-filters
+read, the pre-filtered reading finds the same turns, compactions and drift,
 leaves the same classifier state, and stops where a strict format stops (Pi: at a line
 that is not JSON, torn, or torn with a record written after it), as one that parses every
 line. It holds whole (:func:`select` over the file) and read a scan cap at a time through
@@ -146,6 +146,25 @@ def claude_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
                 "type": "attachment",
             },
             {"parentUuid": "p", "attachment": {"type": text[:20] or "odd"}, "type": "attachment"},
+            # 2.1.332 writes an attachment's text again after its type, often KiBs of it
+            {
+                "parentUuid": "p",
+                "attachment": {"type": "date", "date": text},
+                "type": "attachment",
+                "rendered": [{"content": text + "r" * 2100}],
+            },
+            {
+                "parentUuid": "p",
+                "attachment": {"type": "queued_command", "prompt": text, "commandMode": "prompt"},
+                "type": "attachment",
+                "rendered": [{"content": "r" * 2100 + text}],
+            },
+            {
+                "parentUuid": "p",
+                "attachment": {"type": "date", "date": text},
+                "type": text[:20] or "odd",
+                "rendered": [{"content": "r" * 2100 + text}],
+            },
             {"parentUuid": "p", "attachment": {"type": "date", "date": text}, "type": "oddity"},
             {"type": "api-request-blob", "message": {"role": "user", "content": text}},
             {"type": "cost-state", "content": text},
