@@ -7,12 +7,12 @@ Claude, in the key order of older releases and of 2.1.x, which writes an assista
 attachment's type after its payload), whose texts hold every key and marker the pre-filters
 look for (inside strings, so escaped), in unicode, with backslashes, in compact and in
 spaced or ASCII-escaped JSON or with letters of its values escaped (``"\\u0065nqueue"``),
-padded so that the markers fall on either side of the head windows the pre-filters
-read, the pre-filtered reading finds the same turns, compactions and drift,
-leaves the same classifier state, and stops where a strict format stops (Pi: at a line
-that is not JSON, torn, or torn with a record written after it), as one that parses every
-line. It holds whole (:func:`select` over the file) and read a scan cap at a time through
-the monitor's own check, the cap splitting lines anywhere.
+padded so that the markers fall on either side of the head windows the pre-filters read,
+the pre-filtered reading finds the same turns, compactions and drift, leaves the same
+classifier state, and stops where a strict format stops (Pi: at a line that is not JSON,
+torn, or torn with a record written after it), as one that parses every line. It holds
+whole (:func:`select` over the file) and read a scan cap at a time through the monitor's
+own check, the cap splitting lines anywhere.
 """
 
 from __future__ import annotations
