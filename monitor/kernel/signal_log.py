@@ -514,6 +514,8 @@ _DELTA_SQLITE = (
     " || ',\"summary\":' || json_quote(summary) || ',\"occurredAt\":' || occurred_at"
     " || " + _PAYLOAD_SQLITE + " || '}'"
 )
+# Whether more follow is looked up only after a full page: a page that is not full ends
+# the session's events (10% of a 10-event answer).
 _STATUS_SQLITE = (
     "WITH page AS (SELECT " + _DELTA_SQLITE + " AS delta FROM session_state_events"
     " WHERE session_key = :key AND agent_id = :agent AND sequence > :since"
@@ -521,11 +523,12 @@ _STATUS_SQLITE = (
     " SELECT h.last_sequence, h.pruned_max_sequence,"
     " (SELECT min(sequence) FROM session_state_events"
     " WHERE session_key = :key AND agent_id = :agent),"
-    " (SELECT '[' || group_concat(delta, ',') || ']' FROM page),"
-    " EXISTS (SELECT 1 FROM session_state_events"
+    " g.events,"
+    " CASE WHEN g.n < :limit THEN 0 ELSE EXISTS (SELECT 1 FROM session_state_events"
     " WHERE session_key = :key AND agent_id = :agent AND sequence > :since"
-    " LIMIT 1 OFFSET :limit)"
-    " FROM (SELECT 1) LEFT JOIN session_state_heads h"
+    " LIMIT 1 OFFSET :limit) END"
+    " FROM (SELECT '[' || group_concat(delta, ',') || ']' AS events, count(*) AS n"
+    " FROM page) AS g LEFT JOIN session_state_heads h"
     " ON h.session_key = :key AND h.agent_id = :agent"
 )
 _PAYLOAD_PG = (

@@ -163,6 +163,9 @@ async def test_deltas_are_typed_ascending_and_truncated_at_200(kernel: Kernel) -
         "payload": {"channel": "telegram"},
     } == delta["events"][0]
     assert (await changes(kernel, CHILD, 5))["stateChanges"]["truncated"] is False
+    for since, left in ((4, 201), (100, 105), (205, 0)):  # one more, a part, none
+        page = (await changes(kernel, CHILD, since))["stateChanges"]
+        assert (min(left, 200), left > 200) == (len(page["events"]), page["truncated"])
     assert status["stateVersion"] == 205
 
 
