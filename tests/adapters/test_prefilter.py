@@ -7,6 +7,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapters import claude
 from adapters.jsonl_format import format_of
 from tests.adapters.full_parse import both_ways
 from tests.helpers import REPO
@@ -113,3 +114,23 @@ def test_a_value_written_with_escapes_is_parsed() -> None:
     fast, slow = both_ways(format_of("codex"), codex)
     assert slow == fast
     assert fast[4]["unmatched"]
+
+
+def test_an_attachment_is_skipped_however_far_its_type_is_from_the_end() -> None:
+    """Claude Code 2.1.332 writes an attachment's text again after the record's type
+    (``rendered``), often KiBs of it: the type is still found, and the line is not parsed;
+    a record of another type so written is."""
+    listing = "- dataviz: charts and graphs\n" * 400
+    record = {
+        "parentUuid": "p",
+        "isSidechain": False,
+        "attachment": {"type": "skill_listing", "content": listing},
+        "type": "attachment",
+        "uuid": "a",
+        "rendered": [{"content": f"<system-reminder>\n{listing}</system-reminder>"}],
+    }
+    line = orjson.dumps(record)
+    assert len(line) - line.rfind(b'"type":"attachment"') > 8192
+    assert not claude.may_be_turn_at(line, 0, len(line))
+    odd = orjson.dumps({**record, "type": "attachment-v2"})
+    assert claude.may_be_turn_at(odd, 0, len(odd))
