@@ -121,6 +121,9 @@ def openclaw_records(tmp: Path, n: int) -> float | None:
     return n / (timed["elapsed_ms"] / 1000)
 
 
+RESULT = "@@RESULT "  # how the driver prints each call's result
+
+
 def run_openclaw(state: Path, ops: list[dict[str, Any]], timeout: float = 900) -> list[Any]:
     """``ops`` through OpenClaw's own functions (``tests/interop/openclaw_driver.mjs``), on
     its state directory ``state`` (its parent is the home): each call's result, in order."""
@@ -135,7 +138,9 @@ def run_openclaw(state: Path, ops: list[dict[str, Any]], timeout: float = 900) -
         timeout=timeout,
         check=True,
     )
-    out = [json.loads(x[9:]) for x in proc.stdout.splitlines() if x.startswith("@@RESULT ")]
+    out = [
+        json.loads(x.removeprefix(RESULT)) for x in proc.stdout.splitlines() if x.startswith(RESULT)
+    ]
     for result in out:
         if isinstance(result, dict) and "error" in result:
             raise SystemExit(f"OpenClaw failed: {result['error']}")

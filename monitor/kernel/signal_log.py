@@ -447,14 +447,8 @@ def status_answer(conn: Conn, key: str, agent_id: str, since: int) -> bytes:
     version, pruned = version or 0, pruned or 0
     if earliest is None:
         earliest = version + 1 if version else 0
-    changes = {
-        "events": orjson.Fragment(events or "[]"),
-        "truncated": bool(more),
-        "earliestAvailableSequence": earliest,
-        "historyGap": since < pruned,
-    }
-    answer = {"ok": True, "sessionKey": key, "stateVersion": version, "stateChanges": changes}
-    return orjson.dumps(answer)
+    changes = _changes(orjson.Fragment(events or "[]"), bool(more), earliest, since < pruned)
+    return orjson.dumps(_status(key, version, changes))
 
 
 def delta_object(event: StateEvent) -> dict[str, Any]:
@@ -479,20 +473,34 @@ def delta_object(event: StateEvent) -> dict[str, Any]:
 
 def status_object(found: SessionStatus) -> dict[str, Any]:
     """The ``session_status`` object: ``stateVersion`` always, ``stateChanges`` on ask."""
-    out: dict[str, Any] = {
-        "ok": True,
-        "sessionKey": found.session_key,
-        "stateVersion": found.state_version,
-    }
     changes = found.state_changes
+    if changes is None:
+        return _status(found.session_key, found.state_version, None)
+    events = [delta_object(e) for e in changes.events]
+    return _status(
+        found.session_key,
+        found.state_version,
+        _changes(
+            events, changes.truncated, changes.earliest_available_sequence, changes.history_gap
+        ),
+    )
+
+
+def _status(key: str, version: int, changes: dict[str, Any] | None) -> dict[str, Any]:
+    """The answer's keys, spelled once for the statement's answer and for Python's."""
+    out: dict[str, Any] = {"ok": True, "sessionKey": key, "stateVersion": version}
     if changes is not None:
-        out["stateChanges"] = {
-            "events": [delta_object(e) for e in changes.events],
-            "truncated": changes.truncated,
-            "earliestAvailableSequence": changes.earliest_available_sequence,
-            "historyGap": changes.history_gap,
-        }
+        out["stateChanges"] = changes
     return out
+
+
+def _changes(events: Any, truncated: bool, earliest: int, gap: bool) -> dict[str, Any]:
+    return {
+        "events": events,
+        "truncated": truncated,
+        "earliestAvailableSequence": earliest,
+        "historyGap": gap,
+    }
 
 
 # One event of a stateChanges answer, as text: absent fields left out, the payload projected
