@@ -505,8 +505,11 @@ def _changes(events: Any, truncated: bool, earliest: int, gap: bool) -> dict[str
 
 # One event of a stateChanges answer, as text: absent fields left out, the payload projected
 # to DELTA_PAYLOAD_FIELDS (a field held as JSON null stays null, as the projection in Python
-# keeps it; a payload that is not a JSON object counts as empty). Concatenation, with
-# json_quote for text, costs SQLite a third of json_object and json_patch.
+# keeps it; a payload that is not a JSON object counts as empty). The fields every event
+# has go through json_object, one of four (with or without an actor, with or without a
+# run): a call per row costs SQLite a quarter less than concatenating each field with
+# json_quote. occurredAt (an integer) is its last member, so the one brace rtrim takes off
+# is the object's own, and the payload goes in before it is put back.
 _PAYLOAD_SQLITE = (
     "CASE WHEN json_valid(payload_json) THEN coalesce(',\"payload\":{' || nullif(substr("
     + " || ".join(
@@ -514,13 +517,22 @@ _PAYLOAD_SQLITE = (
     )
     + ", 2), '') || '}', '') ELSE '' END"
 )
+
+
+def _delta_object_sqlite(actor: bool, run: bool) -> str:
+    members = ["'sequence', sequence", "'kind', kind", "'actorType', actor_type"]
+    members += ["'actorId', actor_id"] if actor else []
+    members += ["'runId', run_id"] if run else []
+    members += ["'summary', summary", "'occurredAt', occurred_at"]
+    return "json_object(" + ", ".join(members) + ")"
+
+
 _DELTA_SQLITE = (
-    "'{\"sequence\":' || sequence || ',\"kind\":' || json_quote(kind)"
-    " || ',\"actorType\":' || json_quote(actor_type)"
-    " || iif(actor_id IS NULL, '', ',\"actorId\":' || json_quote(actor_id))"
-    " || iif(run_id IS NULL, '', ',\"runId\":' || json_quote(run_id))"
-    " || ',\"summary\":' || json_quote(summary) || ',\"occurredAt\":' || occurred_at"
-    " || " + _PAYLOAD_SQLITE + " || '}'"
+    "rtrim(CASE WHEN actor_id IS NULL THEN CASE WHEN run_id IS NULL"
+    f" THEN {_delta_object_sqlite(False, False)} ELSE {_delta_object_sqlite(False, True)} END"
+    " ELSE CASE WHEN run_id IS NULL"
+    f" THEN {_delta_object_sqlite(True, False)} ELSE {_delta_object_sqlite(True, True)} END"
+    " END, '}') || " + _PAYLOAD_SQLITE + " || '}'"
 )
 # Whether more follow is looked up only after a full page: a page that is not full ends
 # the session's events (10% of a 10-event answer).
