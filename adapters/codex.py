@@ -139,14 +139,20 @@ INPUT_BLOCKS = frozenset({"input_text", "text"})
 
 _ROLE = b'"role":"'
 _SUBTYPE = re.compile(rb'"payload":\s*\{\s*"type":\s*"([^"\\]{1,64})"')
+_ITEM = re.compile(rb'"item":\{"type":"([^"\\]{1,64})"')
+_ITEM_REACH = 512  # from the event's type to its item's: two ids in 0.171.0, ~130 bytes
+# what a completed item never is: a person's turn (``UserMessage``, or a misspelling of it
+# that is reported as unclassified, is parsed)
+_QUIET_ITEMS = frozenset(n.encode() for n in KNOWN_ITEMS if n.lower() != "usermessage")
 
 
 def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     """Whether the line ``buf[start:stop]`` could matter: a turn, a state change, a
     compaction, or a record of a type or subtype we may not know. Only lines that positively
     are model traffic of a known subtype are skipped: ``reasoning``, function calls and their
-    outputs, assistant messages as response items; never an event that says the turn went on
-    (see :data:`TURN_GOES_ON`)."""
+    outputs, assistant messages as response items, completed items of a declared type that
+    is not a person's; never an event that says the turn went on (see
+    :data:`TURN_GOES_ON`)."""
     head = min(stop, start + 160)
     find = buf.find
     response = find(b'"type":"response_item"', start, head) >= 0
@@ -157,7 +163,7 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     if subtype not in SUBTYPES["response_item" if response else "event_msg"]:
         return True
     if subtype == "item_completed":
-        return True  # few, and its item's type may be one nobody declared
+        return _item_may_be_user(buf, found.end() if found else start, stop)
     if subtype in TURN_GOES_ON:
         return True  # it reports a prompt seen only as a role-user item (_turn_goes_on)
     if response:
@@ -167,6 +173,16 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
         or find(b"UserMessage", start, stop) >= 0
         or find(b"user_message", start, stop) >= 0
     )
+
+
+def _item_may_be_user(buf: bytes, start: int, stop: int) -> bool:
+    """Whether a completed item may be a person's. 0.171.0 writes one for every item of a
+    turn, a command's whole output among them (most of a rollout's bytes). The item's type
+    is read where Codex writes it, its first key, soon after the event's own type: a type
+    Codex declared, other than ``UserMessage``, is skipped; any other, or none found, is
+    parsed."""
+    found = _ITEM.search(buf, start, min(stop, start + _ITEM_REACH))
+    return found is None or found.group(1) not in _QUIET_ITEMS
 
 
 def _role_may_be_user(buf: bytes, start: int, stop: int) -> bool:

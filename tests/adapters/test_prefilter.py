@@ -7,7 +7,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import claude
+from adapters import claude, codex
 from adapters.jsonl_format import format_of
 from tests.adapters.full_parse import both_ways
 from tests.helpers import REPO
@@ -134,3 +134,31 @@ def test_an_attachment_is_skipped_however_far_its_type_is_from_the_end() -> None
     assert not claude.may_be_turn_at(line, 0, len(line))
     odd = orjson.dumps({**record, "type": "attachment-v2"})
     assert claude.may_be_turn_at(odd, 0, len(odd))
+
+
+def test_a_completed_item_is_parsed_only_when_it_may_be_a_persons() -> None:
+    """Codex 0.171.0 completes every item of a turn, a command's whole output among them:
+    a declared item that is not a person's is skipped; a person's, one nobody declared, and
+    one whose type is not where Codex writes it are parsed."""
+
+    def completed(item: dict[str, object], turn: str = "01a235f5-031f-7621") -> bytes:
+        payload = {"type": "item_completed", "thread_id": "01a235f5", "turn_id": turn}
+        record = {"timestamp": "2026-12-02T08:52:59.640Z", "ordinal": 21, "type": "event_msg"}
+        return orjson.dumps({**record, "payload": {**payload, "item": item}}) + b"\n"
+
+    output = "1\n2\n3\n" * 2000
+    command = {"type": "CommandExecution", "id": "call_2", "aggregated_output": output}
+    said = {"type": "AgentMessage", "id": "msg_3", "content": [{"type": "Text", "text": "ok"}]}
+    typed = {"type": "UserMessage", "id": "u", "content": [{"type": "text", "text": "fix it"}]}
+    skipped = [completed(command), completed(said)]
+    parsed = [
+        completed(typed),
+        completed({**command, "type": "CommandExecutionV2"}),
+        completed({"id": "u", **typed}),  # its type is not its first key
+        completed(typed, turn="t" * 600),  # its type is beyond where the pre-filter looks
+    ]
+    assert [codex.may_be_turn(line) for line in skipped + parsed] == [False] * 2 + [True] * 4
+    meta = b'{"type":"session_meta","payload":{"id":"t","cli_version":"0.171.0"}}\n'
+    fast, slow = both_ways(format_of("codex"), meta + b"".join(skipped + parsed))
+    assert slow == fast
+    assert fast[0] and {"item_completed:CommandExecutionV2": 1} == fast[2]["unknownTypes"]

@@ -54,6 +54,9 @@ TOKENS = [
     '"type":"event_msg"',
     '"payload":{"type":"reasoning"',
     '"payload":{"type":"agent_message"',
+    '"payload":{"type":"item_completed"',
+    '"item":{"type":"AgentMessage"',
+    '"item":{"type":"UserMessage"',
     '"role":"user"',
     "UserMessage",
     "user_message",
@@ -173,6 +176,13 @@ def claude_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+def completed(item: dict[str, Any], turn: str = "t") -> dict[str, Any]:
+    """Codex's ``item_completed`` event as 0.171.0 writes it (a long turn id puts the item
+    beyond where the pre-filter looks for its type)."""
+    payload = {"type": "item_completed", "thread_id": "th", "turn_id": turn, "item": item}
+    return {"type": "event_msg", "payload": payload}
+
+
 def codex_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
     return st.sampled_from(
         [
@@ -210,6 +220,19 @@ def codex_records(text: str) -> st.SearchStrategy[dict[str, Any]]:
                 },
             },
             {"type": "response_item", "payload": {"type": "function_call_output", "output": text}},
+            # 0.171.0 completes every item of a turn, a command's whole output among them
+            completed(
+                {"type": "CommandExecution", "id": "c", "aggregated_output": text + "o" * 2100}
+            ),
+            completed({"type": "AgentMessage", "content": [{"type": "Text", "text": text}]}),
+            completed({"type": text[:20] or "odd", "content": [{"type": "text", "text": text}]}),
+            completed({"type": "usermessage", "content": [{"type": "text", "text": text}]}),
+            completed(
+                {"id": "i", "type": "UserMessage", "content": [{"type": "text", "text": text}]}
+            ),
+            completed(
+                {"type": "UserMessage", "content": [{"type": "text", "text": text}]}, "x" * 600
+            ),
             {"type": "event_msg", "payload": {"type": "token_count", "info": text}},
             {"type": "compacted", "payload": {"message": text}},
             {"type": "event_msg", "payload": {"type": text[:20] or "odd", "message": text}},

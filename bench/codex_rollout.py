@@ -1,0 +1,174 @@
+"""Codex classification over a rollout the real Codex wrote, against parsing every line.
+
+Run: python bench/codex_rollout.py [--turns 80] [--mb 100] [--rounds 3] [--passes 3]
+
+The real ``codex exec`` (``tests/interop/install.sh``, ``SESSIONWATCH_INTEROP_DIR``) runs
+``--turns`` turns on the mock model of the tests; three turns in four, the model runs a
+command (``exec_command``) whose output is some 13 KB, as a working session's are. Codex
+0.171.0 writes that output twice (the call's output, and the command's completed item), and
+completes every other item of a turn too. The rollout's lines after its first are repeated
+to ``--mb`` MB, and checked from its start to its end one scan cap (1 MiB) at a time, each
+check from the marker the one before left, as the monitor checks a link (``check_file``).
+Against it, in the same rounds: the same check with completed items always parsed (the
+pre-filter before it read an item's type), and a loop of ``orjson.loads`` over every line.
+Each prints its best pass of each round; the ratios are medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+# Run as a script, this folder is first on sys.path and bench/monitor.py would shadow the
+# ``monitor`` package; take it off.
+sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' harness driver
+
+from adapters import codex  # noqa: E402
+from adapters.base import Probe  # noqa: E402
+from adapters.jsonl_adapter import TailSettings, check_file  # noqa: E402
+from adapters.jsonl_scan import select  # noqa: E402
+from tests.harnesses.harnesses import Harness, installed_version, why_not_runnable  # noqa: E402
+from tests.interop.gateway_rig import MockModelProcess  # noqa: E402
+
+CAP = 1 << 20
+COMMAND = "seq 1 1500; head -c 6000 /etc/services"
+
+
+def rollout(work: Path, turns: int) -> Path:
+    """A rollout of ``turns`` turns written by the real Codex."""
+    work.mkdir(parents=True)
+    model = MockModelProcess(work)
+    try:
+        harness = Harness("codex", work, model)
+        model.script(
+            text=("I read the output; the listing looks complete. " * 30).strip(),
+            tool={"when": "please run", "name": "exec_command", "input": {"cmd": COMMAND}},
+        )
+        for i in range(turns):
+            harness.prompt(f"please run the listing, step {i}" if i % 4 else f"a word, step {i}")
+    finally:
+        model.stop()
+    (found,) = (work / "codex-home" / "sessions").rglob("*.jsonl")
+    return found
+
+
+def grown(source: Path, path: Path, megabytes: int) -> None:
+    """``source``'s first line, then the rest again and again to ``megabytes`` MB."""
+    first, _, body = source.read_bytes().partition(b"\n")
+    with path.open("wb") as out:
+        out.write(first + b"\n")
+        written = len(first) + 1
+        while written < megabytes * 1_000_000:
+            out.write(body)
+            written += len(body)
+
+
+def check_all(path: Path) -> int:
+    """The monitor's check from the start to the end: the turns found."""
+    settings = TailSettings(cap=CAP)
+    marker: dict[str, Any] = {"offset": 0}
+    turns = 0
+    while True:
+        probe = Probe(session_key="agent:main:bench", ref={"filePath": str(path)}, marker=marker)
+        outcome = check_file(codex.FORMAT, probe, settings, {})
+        turns += len(outcome.turns)
+        if outcome.marker is None or outcome.marker == marker:
+            return turns
+        marker = outcome.marker
+
+
+def parse_all(path: Path) -> int:
+    lines = 0
+    with path.open("rb") as f:
+        for line in f:
+            orjson.loads(line)
+            lines += 1
+    return lines
+
+
+def items_always_parsed(fn: Callable[[Path], int]) -> Callable[[Path], int]:
+    """``fn`` with the pre-filter as it was before it read a completed item's type."""
+
+    def run(path: Path) -> int:
+        rule = codex._item_may_be_user
+        codex._item_may_be_user = lambda buf, start, stop: True
+        try:
+            return fn(path)
+        finally:
+            codex._item_may_be_user = rule
+
+    return run
+
+
+def parsed_bytes(path: Path) -> int:
+    data = path.read_bytes()
+    return sum(len(line) for _, line in select(codex.FORMAT, data, 0, len(data)).lines)
+
+
+def best(fn: Callable[[Path], int], path: Path, passes: int) -> tuple[float, int]:
+    times, found = [], set()
+    for _ in range(passes):
+        start = time.perf_counter()
+        found.add(fn(path))
+        times.append(time.perf_counter() - start)
+    assert len(found) == 1, found
+    return min(times), found.pop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=80)
+    parser.add_argument("--mb", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--passes", type=int, default=3)
+    args = parser.parse_args()
+    why = why_not_runnable("codex")
+    if why:
+        raise SystemExit(why)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = rollout(Path(tmp) / "codex", args.turns)
+        path = Path(tmp) / "big.jsonl"
+        grown(source, path, args.mb)
+        size = path.stat().st_size / 1e6
+        total = path.stat().st_size
+        now, before = parsed_bytes(path), items_always_parsed(parsed_bytes)(path)
+        print(
+            f"a rollout of {args.turns} turns by Codex {installed_version('codex')}"
+            f" ({source.stat().st_size / 1e6:.1f} MB), repeated to {size:.0f} MB; bytes"
+            f" parsed: {now / total:.1%} (completed items always parsed: {before / total:.1%})"
+        )
+        sides: dict[str, Callable[[Path], int]] = {
+            "ours": check_all,
+            "ours, completed items always parsed": items_always_parsed(check_all),
+            "orjson.loads of every line": parse_all,
+        }
+        seconds: dict[str, list[float]] = {name: [] for name in sides}
+        turns: dict[str, int] = {}
+        for r in range(args.rounds):
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for name in order:
+                took, found = best(sides[name], path, args.passes)
+                seconds[name].append(took)
+                turns.setdefault(name, found)
+        assert turns["ours"] == turns["ours, completed items always parsed"], turns
+        floor = seconds["orjson.loads of every line"]
+        for name, taken in seconds.items():
+            ratios = sorted(f / t for f, t in zip(floor, taken, strict=True))
+            each = ", ".join(f"{x:.2f}" for x in ratios)
+            print(
+                f"{name}: {size / statistics.median(taken):,.0f} MB/s;"
+                f" {statistics.median(ratios):.2f}x the orjson loop (rounds {each})"
+            )
+
+
+if __name__ == "__main__":
+    main()
