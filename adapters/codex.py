@@ -139,8 +139,26 @@ INPUT_BLOCKS = frozenset({"input_text", "text"})
 
 _ROLE = b'"role":"'
 _SUBTYPE = re.compile(rb'"payload":\s*\{\s*"type":\s*"([^"\\]{1,64})"')
-_ITEM = re.compile(rb'"item":\{"type":"([^"\\]{1,64})"')
-_ITEM_REACH = 512  # from the event's type to its item's: two ids in 0.171.0, ~130 bytes
+# A record as Codex writes it, read from its first byte: its time (and, in 0.171.0, its
+# ordinal), its type, and the first member of its payload when that is the payload's type
+# (for a message, with its role after it and its id). Matched from the line's start, each
+# part is a whole JSON token, so what it reads is the record's own, never text in a string.
+_ENVELOPE = re.compile(
+    rb'\{"timestamp":"[^"\\]{0,64}",(?:"ordinal":\d{1,20},)?"type":"([a-z_]{1,64})"'
+    rb'(?:,"payload":\{"type":"([^"\\]{1,64})"'
+    rb'(?:(?:,"id":"[^"\\]{0,128}")?,"role":"([^"\\]{0,64})")?)?'
+)
+_ENVELOPE_REACH = 256
+# the events after which a prompt seen only as a role-user item is reported (_turn_goes_on)
+TURN_GOES_ON = frozenset({"task_started", "task_complete", "agent_message", "token_count"})
+_GOES_ON = frozenset(n.encode() for n in TURN_GOES_ON)
+_EVENTS = frozenset(n.encode() for n in KNOWN_EVENTS)
+_RESPONSES = frozenset(n.encode() for n in KNOWN_RESPONSE_ITEMS)
+# an item_completed event's members before its item, as 0.171.0 writes them (its ids)
+_ITEM = re.compile(
+    rb'(?:,"thread_id":"[^"\\]{0,128}")?(?:,"turn_id":"[^"\\]{0,128}")?'
+    rb',"item":\{"type":"([^"\\]{1,64})"'
+)
 # what a completed item never is: a person's turn (``UserMessage``, or a misspelling of it
 # that is reported as unclassified, is parsed)
 _QUIET_ITEMS = frozenset(n.encode() for n in KNOWN_ITEMS if n.lower() != "usermessage")
@@ -151,8 +169,12 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     compaction, or a record of a type or subtype we may not know. Only lines that positively
     are model traffic of a known subtype are skipped: ``reasoning``, function calls and their
     outputs, assistant messages as response items, completed items of a declared type that
-    is not a person's; never an event that says the turn went on (see
-    :data:`TURN_GOES_ON`)."""
+    is not a person's, token accounting; never an event that says the turn went on (see
+    :data:`TURN_GOES_ON`), which :func:`idle` leaves unparsed while no prompt waits for
+    it."""
+    envelope = _ENVELOPE.match(buf, start, min(stop, start + _ENVELOPE_REACH))
+    if envelope is not None:
+        return _envelope_may_matter(envelope, buf, stop)
     head = min(stop, start + 160)
     find = buf.find
     response = find(b'"type":"response_item"', start, head) >= 0
@@ -175,13 +197,51 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     )
 
 
+def _envelope_may_matter(envelope: re.Match[bytes], buf: bytes, stop: int) -> bool:
+    """:func:`may_be_turn_at` of a record whose type and payload type are read for sure
+    (:data:`_ENVELOPE`): most of what 0.171.0 writes is decided by them alone."""
+    kind, subtype, role = envelope.groups()
+    if kind == b"token_usage_record":
+        return False  # 0.171.0's token accounting, never a turn
+    if subtype is None:
+        return True
+    if kind == b"response_item":
+        if subtype not in _RESPONSES:
+            return True
+        if subtype != b"message":
+            return False  # only a message is ever a person's
+        if role is None:
+            return _role_may_be_user(buf, envelope.start(), stop)
+        return role == b"user"
+    if kind != b"event_msg" or subtype not in _EVENTS:
+        return True
+    if subtype == b"item_completed":
+        return _item_may_be_user(buf, envelope.end(), stop)
+    return subtype == b"user_message" or subtype in _GOES_ON
+
+
+def idle(state: CodexState, line: bytes) -> bool:
+    """Whether a line the pre-filter let through cannot matter now: an event that says a
+    turn went on, or a turn's context, matters only while a prompt seen only as a role-user
+    item waits for it (:func:`_turn_goes_on`); with none waiting it is not parsed. 0.171.0
+    writes five of them a turn, half of what the pre-filter lets through. Only a record
+    whose type is read for sure (:data:`_ENVELOPE`) is left."""
+    if state.unmatched:
+        return False
+    envelope = _ENVELOPE.match(line, 0, _ENVELOPE_REACH)
+    if envelope is None:
+        return False
+    kind, subtype, _ = envelope.groups()
+    return kind == b"turn_context" or (kind == b"event_msg" and subtype in _GOES_ON)
+
+
 def _item_may_be_user(buf: bytes, start: int, stop: int) -> bool:
     """Whether a completed item may be a person's. 0.171.0 writes one for every item of a
-    turn, a command's whole output among them (most of a rollout's bytes). The item's type
-    is read where Codex writes it, its first key, soon after the event's own type: a type
-    Codex declared, other than ``UserMessage``, is skipped; any other, or none found, is
-    parsed."""
-    found = _ITEM.search(buf, start, min(stop, start + _ITEM_REACH))
+    turn, a command's whole output among them (most of a rollout's bytes). The item's type,
+    its first key, is read right after the event's own type and ids (``start``: where the
+    event's type ends): a type Codex declared, other than ``UserMessage``, is skipped; any
+    other, or an item not found there, is parsed."""
+    found = _ITEM.match(buf, start, stop)
     return found is None or found.group(1) not in _QUIET_ITEMS
 
 
@@ -388,9 +448,6 @@ def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None
     return _once(state, "response", _typed(text))
 
 
-TURN_GOES_ON = frozenset({"task_started", "task_complete", "agent_message", "token_count"})
-
-
 def _turn_goes_on(state: CodexState) -> Verdict | None:
     """The turn went on past a typed prompt seen only as a role-user item: no form of it we
     count was written, so it is reported as unclassified (once), never dropped silently."""
@@ -552,6 +609,7 @@ FORMAT = JsonlFormat[CodexState](
     state_from_marker=CodexState.from_marker,
     state_from_first=_first,
     prefilter=may_be_turn_at,
+    idle=idle,
     strict=False,
     tested_version=TESTED_VERSION,
     prompt_text=codex_prompt_text,

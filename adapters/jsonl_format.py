@@ -39,6 +39,9 @@ class JsonlFormat(Generic[S]):
     # whether the line ``buffer[start:stop]`` could matter (False: it cannot, and is never
     # parsed); None: parse every line
     prefilter: Callable[[bytes, int, int], bool] | None
+    # given the classifier's state, whether a line the pre-filter let through cannot
+    # matter now (True: it is not parsed); None: every such line is parsed
+    idle: Callable[[S, bytes], bool] | None = None
     strict: bool  # stop at the first invalid row instead of counting it
     tested_version: str  # the newest format version the classifier was checked against
     prompt_text: Callable[[dict[str, Any]], str]  # the text of a record counted as a turn

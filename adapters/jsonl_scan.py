@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,22 +241,39 @@ def scan(
     line given as None was judged invalid where it was read (see :func:`select`);
     ``prefiltered``: the pre-filter has already been applied to the rest."""
     result = ScanResult()
-    records: list[tuple[int | None, dict[str, Any]]] = []
-    for offset, line in lines if prefiltered else selected(fmt, lines):
+    picked = lines if prefiltered else selected(fmt, lines)
+    records = _records(fmt, picked, state, result)
+    return classify_records(fmt, records, state, own, cutoff, result)
+
+
+def _records(
+    fmt: JsonlFormat[Any],
+    lines: list[tuple[int, bytes]] | list[tuple[int, bytes | None]],
+    state: Any,
+    result: ScanResult,
+) -> Iterator[tuple[int | None, dict[str, Any]]]:
+    """The records of ``lines``, parsed one at a time as they are classified: a record is
+    let go before the next is made, where a list of a check's records held them all (and
+    made each parse cost a fifth more), and a line is parsed only if, with the state the
+    records before it left, it can matter (``fmt.idle``). A line that is not a record is
+    noted in ``result``, and a strict format stops there."""
+    idle = fmt.idle
+    for offset, line in lines:
+        if idle is not None and line is not None and idle(state, line):
+            continue
         record = parse_line(line, recover=not fmt.strict) if line is not None else None
         if not isinstance(record, dict):
             if fmt.strict:
                 result.stopped_at = offset
-                break
+                return
             _invalid(result, offset)
             continue
-        records.append((offset, record))
-    return classify_records(fmt, records, state, own, cutoff, result)
+        yield offset, record
 
 
 def classify_records(
     fmt: JsonlFormat[Any],
-    records: list[tuple[int | None, dict[str, Any]]],
+    records: Iterable[tuple[int | None, dict[str, Any]]],
     state: Any,
     own: OwnPool,
     cutoff: Cutoff | None = None,
@@ -264,7 +281,9 @@ def classify_records(
 ) -> ScanResult:
     """Classify parsed records (with their offsets, where they have one) in order."""
     result = result if result is not None else ScanResult()
+    last: dict[str, Any] | None = None
     for offset, record in records:
+        last = record
         verdict = fmt.classify(record, state)
         if verdict is None:
             continue
@@ -283,10 +302,10 @@ def classify_records(
             continue
         result.turns.append(Turn(offset=offset, native_id=native, text_hash=verdict.turn))
         result.latest_at = at or result.latest_at
-    if records:
-        last = time_ms(records[-1][1])
-        if last is not None:
-            result.seen_at = max(result.seen_at or 0, last)
+    if last is not None:
+        at = time_ms(last)
+        if at is not None:
+            result.seen_at = max(result.seen_at or 0, at)
     return result
 
 

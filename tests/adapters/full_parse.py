@@ -38,7 +38,12 @@ def outcome(fmt: JsonlFormat[Any], data: bytes) -> Any:
     )
 
 
+def every_line(fmt: JsonlFormat[Any]) -> JsonlFormat[Any]:
+    """``fmt`` parsing every line: no pre-filter, no line left unparsed for the state."""
+    return dataclasses.replace(fmt, prefilter=None, idle=None)
+
+
 def both_ways(fmt: JsonlFormat[Any], data: bytes) -> tuple[Any, Any]:
     """:func:`outcome` with the format's pre-filter, and parsing every line."""
     data = data if data.endswith(b"\n") else data + b"\n"
-    return outcome(fmt, data), outcome(dataclasses.replace(fmt, prefilter=None), data)
+    return outcome(fmt, data), outcome(every_line(fmt), data)
