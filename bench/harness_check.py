@@ -1,14 +1,15 @@
-"""Codex classification over a rollout the real Codex wrote, against parsing every line.
+"""Classification of a session a real harness wrote (Codex, Pi), against parsing every line.
 
-Run: python bench/codex_rollout.py [--turns 80] [--mb 100] [--rounds 3] [--passes 3]
+Run: python bench/harness_check.py [--harness codex] [--turns 80] [--mb 100] [--rounds 3]
 
-The real ``codex exec`` (``tests/interop/install.sh``, ``SESSIONWATCH_INTEROP_DIR``) runs
-``--turns`` turns on the mock model of the tests; three turns in four, the model runs a
-command (``exec_command``) whose output is some 13 KB, as a working session's are. Codex
-0.171.0 writes that output twice (the call's output, and the command's completed item), and
-completes every other item of a turn too. The rollout's lines after its first are repeated
-to ``--mb`` MB, and checked from its start to its end one scan cap (1 MiB) at a time, each
-check from the marker the one before left, as the monitor checks a link (``check_file``).
+The real harness (``codex exec``, ``pi --print``; ``tests/interop/install.sh``,
+``SESSIONWATCH_INTEROP_DIR``) runs ``--turns`` turns on the mock model of the tests; three
+turns in four, the model runs a command (Codex's ``exec_command``, Pi's ``bash``) whose
+output is some 13 KB, as a working session's are. Codex 0.171.0 writes that output twice
+(the call's output, and the command's completed item), and completes every other item of a
+turn too. The session's lines after its first are repeated to ``--mb`` MB, and checked from
+its start to its end one scan cap (1 MiB) at a time, each check from the marker the one
+before left, as the monitor checks a link (``check_file``).
 Against it, in the same rounds: the same check parsing every line (no pre-filter), and a
 loop of ``orjson.loads`` over every line (the floor of issue 40's whole-process replay).
 Each side's best pass of each round counts; the ratios are medians over rounds.
@@ -33,7 +34,7 @@ import orjson
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' harness driver
 
-from adapters import codex  # noqa: E402
+from adapters import codex, pi  # noqa: E402
 from adapters.base import Probe  # noqa: E402
 from adapters.jsonl_adapter import TailSettings, check_file  # noqa: E402
 from adapters.jsonl_format import JsonlFormat  # noqa: E402
@@ -43,23 +44,28 @@ from tests.interop.gateway_rig import MockModelProcess  # noqa: E402
 
 CAP = 1 << 20
 COMMAND = "seq 1 1500; head -c 6000 /etc/services"
+FORMATS: dict[str, JsonlFormat[Any]] = {"codex": codex.FORMAT, "pi": pi.FORMAT}
+TOOLS = {  # each harness's shell tool, as the model calls it
+    "codex": {"name": "exec_command", "input": {"cmd": COMMAND}},
+    "pi": {"name": "bash", "input": {"command": COMMAND}},
+}
 
 
-def rollout(work: Path, turns: int) -> Path:
-    """A rollout of ``turns`` turns written by the real Codex."""
+def session(kind: str, work: Path, turns: int) -> Path:
+    """A session of ``turns`` turns written by the real harness ``kind``."""
     work.mkdir(parents=True)
     model = MockModelProcess(work)
     try:
-        harness = Harness("codex", work, model)
+        harness = Harness(kind, work, model)
         model.script(
             text=("I read the output; the listing looks complete. " * 30).strip(),
-            tool={"when": "please run", "name": "exec_command", "input": {"cmd": COMMAND}},
+            tool={"when": "please run", **TOOLS[kind]},
         )
         for i in range(turns):
             harness.prompt(f"please run the listing, step {i}" if i % 4 else f"a word, step {i}")
     finally:
         model.stop()
-    (found,) = (work / "codex-home" / "sessions").rglob("*.jsonl")
+    (found,) = harness.root()[1].rglob("*.jsonl")
     return found
 
 
@@ -74,7 +80,7 @@ def grown(source: Path, path: Path, megabytes: int) -> None:
             written += len(body)
 
 
-def check_all(path: Path, fmt: JsonlFormat[Any] = codex.FORMAT) -> int:
+def check_all(path: Path, fmt: JsonlFormat[Any]) -> int:
     """The monitor's check from the start to the end: the turns found."""
     settings = TailSettings(cap=CAP)
     marker: dict[str, Any] = {"offset": 0}
@@ -97,7 +103,7 @@ def parse_all(path: Path) -> int:
     return lines
 
 
-def parsed_bytes(path: Path, fmt: JsonlFormat[Any] = codex.FORMAT) -> int:
+def parsed_bytes(path: Path, fmt: JsonlFormat[Any]) -> int:
     """The bytes of the lines the check parses, reading the file from its start."""
     data = path.read_bytes()
     first = orjson.loads(data[: data.index(b"\n")])
@@ -127,27 +133,30 @@ def best(fn: Callable[[Path], int], path: Path, passes: int) -> tuple[float, int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--harness", choices=sorted(FORMATS), default="codex")
     parser.add_argument("--turns", type=int, default=80)
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--passes", type=int, default=3)
     args = parser.parse_args()
-    why = why_not_runnable("codex")
+    kind = args.harness
+    why = why_not_runnable(kind)
     if why:
         raise SystemExit(why)
+    fmt = FORMATS[kind]
     with tempfile.TemporaryDirectory() as tmp:
-        source = rollout(Path(tmp) / "codex", args.turns)
+        source = session(kind, Path(tmp) / kind, args.turns)
         path = Path(tmp) / "big.jsonl"
         grown(source, path, args.mb)
         size = path.stat().st_size / 1e6
-        every = dataclasses.replace(codex.FORMAT, prefilter=None, idle=None)
+        every = dataclasses.replace(fmt, prefilter=None, idle=None)
         print(
-            f"a rollout of {args.turns} turns by Codex {installed_version('codex')}"
+            f"a session of {args.turns} turns by {kind} {installed_version(kind)}"
             f" ({source.stat().st_size / 1e6:.1f} MB), repeated to {size:.0f} MB; bytes"
-            f" parsed: {parsed_bytes(path) / path.stat().st_size:.1%}"
+            f" parsed: {parsed_bytes(path, fmt) / path.stat().st_size:.1%}"
         )
         sides: dict[str, Callable[[Path], int]] = {
-            "ours": check_all,
+            "ours": lambda p: check_all(p, fmt),
             "ours, every line parsed": lambda p: check_all(p, every),
             "orjson.loads of every line": parse_all,
         }
