@@ -520,6 +520,7 @@ _PAYLOAD_SQLITE = (
 
 
 def _delta_object_sqlite(actor: bool, run: bool) -> str:
+    """The json_object of an event's fixed fields, with its actor and its run or without."""
     members = ["'sequence', sequence", "'kind', kind", "'actorType', actor_type"]
     members += ["'actorId', actor_id"] if actor else []
     members += ["'runId', run_id"] if run else []
