@@ -35,10 +35,10 @@ sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' harness driver
 
 from adapters import codex, pi  # noqa: E402
-from adapters.base import Probe  # noqa: E402
+from adapters.base import OwnPool, Probe  # noqa: E402
 from adapters.jsonl_adapter import TailSettings, check_file  # noqa: E402
 from adapters.jsonl_format import JsonlFormat  # noqa: E402
-from adapters.jsonl_scan import select  # noqa: E402
+from adapters.jsonl_scan import scan, select  # noqa: E402
 from tests.harnesses.harnesses import Harness, installed_version, why_not_runnable  # noqa: E402
 from tests.interop.gateway_rig import MockModelProcess  # noqa: E402
 
@@ -104,21 +104,24 @@ def parse_all(path: Path) -> int:
 
 
 def parsed_bytes(path: Path, fmt: JsonlFormat[Any]) -> int:
-    """The bytes of the lines the check parses, reading the file from its start."""
+    """The bytes of the lines the check parses, the file read from its start: counted as
+    ``scan`` hands each line the pre-filter let through to the state's look (``idle``)."""
     data = path.read_bytes()
     first = orjson.loads(data[: data.index(b"\n")])
-    lines = select(fmt, data, 0, len(data)).lines
-    return sum(len(line) for line in _parsed(fmt, lines, fmt.state_from_first(first)))
-
-
-def _parsed(fmt: JsonlFormat[Any], lines: list[tuple[int, bytes | None]], state: Any) -> Any:
+    parsed = 0
     idle = fmt.idle
-    for _, line in lines:
-        if line is None or (idle is not None and idle(state, line)):
-            continue
-        record = orjson.loads(line)
-        fmt.classify(record, state)
-        yield line
+
+    def counted(state: Any, line: bytes) -> bool:
+        nonlocal parsed
+        if idle is not None and idle(state, line):
+            return True
+        parsed += len(line)
+        return False
+
+    counting = dataclasses.replace(fmt, idle=counted)
+    lines = select(fmt, data, 0, len(data)).lines
+    scan(counting, lines, fmt.state_from_first(first), OwnPool(), prefiltered=True)
+    return parsed
 
 
 def best(fn: Callable[[Path], int], path: Path, passes: int) -> tuple[float, int]:
