@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -189,9 +190,70 @@ def classify_user_messages(
 def open_readonly(db_path: str) -> sqlite3.Connection:
     if not os.path.exists(db_path):
         raise FileNotFoundError(db_path)
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=QUERY_TIMEOUT_S)
+    conn = sqlite3.connect(
+        f"file:{db_path}?mode=ro", uri=True, timeout=QUERY_TIMEOUT_S, check_same_thread=False
+    )
     conn.execute(f"PRAGMA busy_timeout = {int(QUERY_TIMEOUT_S * 1000)}")
     return conn
+
+
+class Readers:
+    """One read-only connection per OpenCode database, kept open from read to read.
+
+    The last connection to a WAL database to close locks it exclusively for a moment, to
+    checkpoint its WAL away. ``opencode`` sets its journal mode before its busy timeout, so
+    one that starts in that moment fails with "database is locked": a reader that opened
+    and closed the database for each read made 3 of 15 ``opencode run`` fail; kept open,
+    none. A connection is made again when the path names another file (device and inode:
+    the one held open cannot be freed, so its number cannot come back) or a read failed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[tuple[int, int], sqlite3.Connection, threading.Lock]] = {}
+
+    def run(self, db: str, query: Callable[[sqlite3.Connection], R]) -> R:
+        """``query`` on ``db``'s connection, one read at a time. Raises FileNotFoundError
+        (no database), OSError or ``sqlite3.Error``."""
+        try:
+            found = os.stat(db)
+        except FileNotFoundError:
+            self._drop(db)
+            raise
+        held = self._connection(db, (found.st_dev, found.st_ino))
+        try:
+            with held[2]:
+                return query(held[1])
+        except sqlite3.Error:
+            self._drop(db, held)  # the next read opens it again
+            raise
+
+    def _connection(
+        self, db: str, ident: tuple[int, int]
+    ) -> tuple[tuple[int, int], sqlite3.Connection, threading.Lock]:
+        with self._lock:
+            held = self._held.get(db)
+            if held is not None and held[0] == ident:
+                return held
+        self._drop(db, held)
+        fresh = (ident, open_readonly(db), threading.Lock())
+        with self._lock:
+            self._held.setdefault(db, fresh)
+            kept = self._held[db]
+        if kept is not fresh:  # another thread made one meanwhile
+            fresh[1].close()
+        return kept
+
+    def _drop(self, db: str, held: Any = None) -> None:
+        with self._lock:
+            current = self._held.get(db)
+            if current is None or (held is not None and current is not held):
+                return
+            del self._held[db]
+        with current[2]:
+            current[1].close()
+
+
+READERS = Readers()
 
 
 def has_event_sequence(conn: sqlite3.Connection) -> bool:
@@ -303,11 +365,7 @@ def _reading(db: str, query: Callable[[sqlite3.Connection], R]) -> R:
     """``query`` on the database opened read-only. Raises FileNotFoundError (no database)
     or :class:`QueryFailed`."""
     try:
-        conn = open_readonly(db)
-        try:
-            return query(conn)
-        finally:
-            conn.close()
+        return READERS.run(db, query)
     except FileNotFoundError:
         raise
     except (OSError, sqlite3.Error) as exc:
@@ -529,14 +587,13 @@ def scan_sessions(db: str) -> Catalog:
         return catalog
     real = os.path.realpath(db)
     try:
-        conn = open_readonly(real)
-        try:
-            rows = conn.execute(
+        rows = READERS.run(
+            real,
+            lambda conn: conn.execute(
                 "SELECT s.id, s.parent_id, s.directory, s.title, s.time_updated,"
                 " (SELECT count(*) FROM message m WHERE m.session_id = s.id) FROM session s"
-            ).fetchall()
-        finally:
-            conn.close()
+            ).fetchall(),
+        )
     except (OSError, sqlite3.Error) as exc:
         catalog.errors.append({"path": real, "reason": str(exc)})
         return catalog
@@ -567,14 +624,15 @@ def replay_session(
     writing nothing anywhere."""
     own = OwnPool.of_texts(own_texts)
     try:
-        conn = open_readonly(db_path)
-        try:
-            signals = session_signals(conn, [session_id])
-            messages = export_user_messages(conn, session_id)
-            newest = newest_message(conn, session_id)
-            version = session_version(conn, session_id)
-        finally:
-            conn.close()
+        signals, messages, newest, version = READERS.run(
+            db_path,
+            lambda conn: (
+                session_signals(conn, [session_id]),
+                export_user_messages(conn, session_id),
+                newest_message(conn, session_id),
+                session_version(conn, session_id),
+            ),
+        )
     except (OSError, sqlite3.Error) as exc:
         raise BadInput(f"cannot read the OpenCode database {db_path}: {exc}") from None
     if session_id not in signals:
