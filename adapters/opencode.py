@@ -197,6 +197,9 @@ def open_readonly(db_path: str) -> sqlite3.Connection:
     return conn
 
 
+_Held = tuple[tuple[int, int], sqlite3.Connection, threading.Lock]  # file, connection, turn
+
+
 class Readers:
     """One read-only connection per OpenCode database, kept open from read to read.
 
@@ -209,7 +212,7 @@ class Readers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[str, tuple[tuple[int, int], sqlite3.Connection, threading.Lock]] = {}
+        self._held: dict[str, _Held] = {}
 
     def run(self, db: str, query: Callable[[sqlite3.Connection], R]) -> R:
         """``query`` on ``db``'s connection, one read at a time. Raises FileNotFoundError
@@ -223,18 +226,18 @@ class Readers:
         try:
             with held[2]:
                 return query(held[1])
-        except sqlite3.Error:
-            self._drop(db, held)  # the next read opens it again
+        except sqlite3.Error as exc:
+            if not str(exc).startswith(SCHEMA_DRIFT):  # drift stays until OpenCode changes
+                self._drop(db, held)  # the next read opens it again
             raise
 
-    def _connection(
-        self, db: str, ident: tuple[int, int]
-    ) -> tuple[tuple[int, int], sqlite3.Connection, threading.Lock]:
+    def _connection(self, db: str, ident: tuple[int, int]) -> _Held:
         with self._lock:
             held = self._held.get(db)
             if held is not None and held[0] == ident:
                 return held
-        self._drop(db, held)
+        if held is not None:
+            self._drop(db, held)
         fresh = (ident, open_readonly(db), threading.Lock())
         with self._lock:
             self._held.setdefault(db, fresh)
@@ -243,7 +246,7 @@ class Readers:
             fresh[1].close()
         return kept
 
-    def _drop(self, db: str, held: Any = None) -> None:
+    def _drop(self, db: str, held: _Held | None = None) -> None:
         with self._lock:
             current = self._held.get(db)
             if current is None or (held is not None and current is not held):
