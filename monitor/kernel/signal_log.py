@@ -7,6 +7,7 @@ the head, move the target's cursors) as one synchronous function the store runs 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import orjson
@@ -432,10 +433,10 @@ def status_answer(conn: Conn, key: str, agent_id: str, since: int) -> bytes:
     it, so where its statement meets a payload that is not JSON, the answer is made in
     Python from the rows (in a transaction of its own), as :func:`status_object` makes it.
     SQLite checks each payload (``json_valid``)."""
-    params = {"key": key, "agent": agent_id, "since": since, "limit": CHANGES_LIMIT}
     if isinstance(conn, sqlite3.Connection):
-        row = conn.execute(_STATUS_SQLITE, params).fetchone()
+        row = conn.execute(_STATUS_SQLITE, (key, agent_id, since, CHANGES_LIMIT)).fetchone()
     else:
+        params = {"key": key, "agent": agent_id, "since": since, "limit": CHANGES_LIMIT}
         try:
             row = conn.execute(_STATUS_PG, params).fetchone()
         except Exception as exc:
@@ -535,8 +536,16 @@ _DELTA_SQLITE = (
     f" THEN {_delta_object_sqlite(True, False)} ELSE {_delta_object_sqlite(True, True)} END"
     " END, '}') || " + _PAYLOAD_SQLITE + " || '}'"
 )
+
+
+def _numbered(sql: str, names: tuple[str, ...]) -> str:
+    """``sql`` with each ``:name`` as ``?N``, N its place in ``names``: bound from a tuple,
+    a statement costs sqlite3 a dictionary lookup less per name (0.8 of 25 µs here)."""
+    return re.sub(r":(\w+)", lambda m: f"?{names.index(m.group(1)) + 1}", sql)
+
+
 # Whether more follow is looked up only after a full page: a page that is not full ends
-# the session's events (10% of a 10-event answer).
+# the session's events (10% of a 10-event answer). Bound as (key, agent, since, limit).
 _STATUS_SQLITE = (
     "WITH page AS (SELECT " + _DELTA_SQLITE + " AS delta FROM session_state_events"
     " WHERE session_key = :key AND agent_id = :agent AND sequence > :since"
@@ -552,6 +561,7 @@ _STATUS_SQLITE = (
     " FROM page) AS g LEFT JOIN session_state_heads h"
     " ON h.session_key = :key AND h.agent_id = :agent"
 )
+_STATUS_SQLITE = _numbered(_STATUS_SQLITE, ("key", "agent", "since", "limit"))
 _PAYLOAD_PG = (
     "(SELECT json_object_agg(f.key, f.value) FROM json_each(CASE"
     " WHEN json_typeof(CAST(payload_json AS json)) = 'object'"
