@@ -101,6 +101,9 @@ def queries(db: Path, back: int, samples: int, seed: int) -> list[tuple[str, int
 
 
 async def ours(db: Path, asked: list[tuple[str, int]]) -> tuple[list[float], list[float]]:
+    """Each way of answering over every query in turn, as OpenClaw's calls and the floor's
+    run: one way's calls interleaved with the other's would time each with the caches the
+    other left."""
     kernel = await Kernel.open(db)
     built: list[float] = []
     rows: list[float] = []
@@ -109,6 +112,7 @@ async def ours(db: Path, asked: list[tuple[str, int]]) -> tuple[list[float], lis
             start = time.perf_counter()
             await kernel.changes_answer(key, agent_id="main", since=since)
             built.append((time.perf_counter() - start) * 1000)
+        for key, since in asked:
             start = time.perf_counter()
             found = await kernel.status(key, agent_id="main", changes_since=since)
             models.answer(models.Status, wire.status(found))
