@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
 
@@ -197,7 +197,12 @@ def open_readonly(db_path: str) -> sqlite3.Connection:
     return conn
 
 
-_Held = tuple[tuple[int, int], sqlite3.Connection, threading.Lock]  # file, connection, turn
+class _Held(NamedTuple):
+    """A database's connection as :class:`Readers` holds it."""
+
+    file: tuple[int, int]  # the device and inode it was opened on
+    conn: sqlite3.Connection
+    turn: threading.Lock  # one read at a time
 
 
 class Readers:
@@ -224,8 +229,8 @@ class Readers:
             raise
         held = self._connection(db, (found.st_dev, found.st_ino))
         try:
-            with held[2]:
-                return query(held[1])
+            with held.turn:
+                return query(held.conn)
         except sqlite3.Error as exc:
             if not str(exc).startswith(SCHEMA_DRIFT):  # drift stays until OpenCode changes
                 self._drop(db, held)  # the next read opens it again
@@ -234,16 +239,16 @@ class Readers:
     def _connection(self, db: str, ident: tuple[int, int]) -> _Held:
         with self._lock:
             held = self._held.get(db)
-            if held is not None and held[0] == ident:
+            if held is not None and held.file == ident:
                 return held
         if held is not None:
             self._drop(db, held)
-        fresh = (ident, open_readonly(db), threading.Lock())
+        fresh = _Held(ident, open_readonly(db), threading.Lock())
         with self._lock:
             self._held.setdefault(db, fresh)
             kept = self._held[db]
         if kept is not fresh:  # another thread made one meanwhile
-            fresh[1].close()
+            fresh.conn.close()
         return kept
 
     def _drop(self, db: str, held: _Held | None = None) -> None:
@@ -252,8 +257,8 @@ class Readers:
             if current is None or (held is not None and current is not held):
                 return
             del self._held[db]
-        with current[2]:
-            current[1].close()
+        with current.turn:
+            current.conn.close()
 
 
 READERS = Readers()
