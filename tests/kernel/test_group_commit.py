@@ -262,3 +262,35 @@ async def test_a_small_write_runs_inline_when_free_and_on_the_writer_when_locked
         assert [(1,), (2,)] == await store.read(lambda c: c.execute("SELECT v FROM t").fetchall())
     finally:
         await store.close()
+
+
+async def test_small_writes_that_arrive_together_share_the_writer_and_yield_to_ready_work(
+    tmp_path: Path,
+) -> None:
+    """A small write runs inline only when it is alone. Ten started in one turn of the loop
+    all go to the writer thread's group; and whatever was ready to run before a small
+    write runs before it chooses."""
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+
+        def insert(v: int) -> Callable[[sqlite3.Connection], int]:
+            def fn(c: sqlite3.Connection) -> int:
+                c.execute("INSERT INTO t VALUES (?)", (v,))
+                return threading.get_ident()
+
+            return fn
+
+        threads = await asyncio.gather(*(store.write(insert(v), small=True) for v in range(10)))
+        assert threading.get_ident() not in threads
+        order: list[str] = []
+        asyncio.get_running_loop().call_soon(order.append, "ready before")
+        on_the_loop = threading.get_ident() == await store.write(insert(10), small=True)
+        order.append("written")
+        assert order == ["ready before", "written"]
+        assert on_the_loop  # alone once what was ready has run
+        assert list(range(11)) == await store.read(
+            lambda c: [v for (v,) in c.execute("SELECT v FROM t ORDER BY v")]
+        )
+    finally:
+        await store.close()
