@@ -28,6 +28,7 @@ An adapter is one object, built by its module's ``build(settings)`` (see
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,7 +67,13 @@ def text_hash(text: str) -> str:
     """Prompts are compared by the hash of their normalized text, never stored as text.
 
     Text parsed from odd bytes may hold lone surrogates; they are hashed as they are."""
-    return hashlib.sha256(normalize_text(text).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return normalized_hash(normalize_text(text))
+
+
+def normalized_hash(normalized: str) -> str:
+    """:func:`text_hash` of text that :func:`normalize_text` made: a classifier normalizes
+    a prompt once, to see whether it is blank, and hashes what it got."""
+    return hashlib.sha256(normalized.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def non_negative_int(value: Any) -> int:
@@ -78,9 +85,10 @@ def non_negative_int(value: Any) -> int:
 def own_text_hash(text: str) -> str:
     """The hash an OpenClaw-side message is remembered by for self-echo filtering: the same
     one upstream prompts are compared with. A blank message is refused."""
-    if not normalize_text(text):
+    normalized = normalize_text(text)
+    if not normalized:
         raise BadInput("own message text is empty")
-    return text_hash(text)
+    return normalized_hash(normalized)
 
 
 class Verdict(NamedTuple):
@@ -229,6 +237,7 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+@functools.lru_cache(maxsize=64)  # each check's drift compares the versions it meets anew
 def version_key(version: str) -> tuple[int, ...]:
     """``"2.1.152"`` as ``(2, 1, 152)``; non-numeric parts count as 0."""
     parts = []

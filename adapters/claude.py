@@ -11,7 +11,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.base import UNCLASSIFIED, Adapter, Settings, Verdict, normalize_text, text_hash
+from adapters.base import (
+    UNCLASSIFIED,
+    Adapter,
+    Settings,
+    Verdict,
+    normalize_text,
+    normalized_hash,
+)
 from adapters.jsonl_format import JsonlFormat
 
 NOT_PROMPT_PREFIXES = (
@@ -268,15 +275,16 @@ def _command_name(body: str) -> str | None:
 def _prompt_hash(text: str, state: ClaudeState, *, slash_allowed: bool) -> str | None:
     """Hash of a typed prompt, or None for non-prompts; a pending enqueue is the same turn."""
     body = strip_ide_blocks(text)
-    if not normalize_text(body):
+    normalized = normalize_text(body)
+    if not normalized:
         return None
     if body.startswith(ACTION_PREFIXES):
         if _command_name(body) in COMPACTING_COMMANDS:
             return None  # recorded as ``compacted`` through its boundary, not as a turn
-        return text_hash(body) if slash_allowed else None
+        return normalized_hash(normalized) if slash_allowed else None
     if body.startswith(NOT_PROMPT_PREFIXES):
         return None
-    digest = text_hash(body)
+    digest = normalized_hash(normalized)
     if digest in state.pending:
         state.pending.remove(digest)
         return None
@@ -286,9 +294,10 @@ def _prompt_hash(text: str, state: ClaudeState, *, slash_allowed: bool) -> str |
 def _enqueue(content: Any, state: ClaudeState) -> str | None:
     text, _ = block_text(content)
     body = strip_ide_blocks(text)
-    if not normalize_text(body) or body.startswith(_NOT_ENQUEUED):
+    normalized = normalize_text(body)
+    if not normalized or body.startswith(_NOT_ENQUEUED):
         return None  # a queued slash command counts as its <command-name> row
-    digest = text_hash(body)
+    digest = normalized_hash(normalized)
     state.pending.append(digest)
     del state.pending[:-PENDING_LIMIT]
     return digest
@@ -343,7 +352,7 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
     version = record.get("version")
     if not isinstance(message, dict) or message.get("role") != "user":
         return UNCLASSIFIED
-    if not isinstance(message.get("content"), str | list):
+    if not isinstance(message.get("content"), (str, list)):  # a tuple: a union is built per call
         return UNCLASSIFIED
     verdict = _user_turn(record, message, state)
     if isinstance(version, str):

@@ -33,6 +33,7 @@ from adapters.base import (
     Verdict,
     content_text,
     normalize_text,
+    normalized_hash,
     text_hash,
 )
 from adapters.jsonl_format import JsonlFormat
@@ -347,9 +348,10 @@ def declared_version(record: dict[str, Any]) -> str | None:
 
 def _typed(text: str) -> str | None:
     body = text.lstrip()
-    if not normalize_text(body) or body.startswith(CONTEXTUAL_MARKERS):
+    normalized = normalize_text(body)
+    if not normalized or body.startswith(CONTEXTUAL_MARKERS):
         return None
-    return text_hash(body)
+    return normalized_hash(normalized)
 
 
 def _once(state: CodexState, form: str, digest: str | None) -> Verdict | None:
@@ -442,8 +444,9 @@ def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None
     if isinstance(kinds, list):
         typed = bool(kinds) and set(kinds) <= TYPED_KINDS and "user.text" in kinds
         if not typed:
-            if normalize_text(text):
-                _suppress(state, text_hash(text.lstrip()))
+            normalized = normalize_text(text)
+            if normalized:
+                _suppress(state, normalized_hash(normalized))
             return None
     return _once(state, "response", _typed(text))
 

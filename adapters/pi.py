@@ -132,7 +132,7 @@ def classify_pi_record(record: dict[str, Any], state: PiState) -> Verdict | None
         user_like = isinstance(role, str) and "user" in role.lower()
         return UNCLASSIFIED if user_like or role not in KNOWN_ROLES else None
     content = message.get("content")
-    if not isinstance(content, str | list):
+    if not isinstance(content, (str, list)):  # a tuple: a union is built per call
         return UNCLASSIFIED
     if isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") not in KNOWN_USER_BLOCKS for b in content
