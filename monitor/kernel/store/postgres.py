@@ -273,15 +273,29 @@ class PgStore:
             return (False, exc)
 
     def _read(self, fn: Callable[[Conn], T]) -> T:
-        try:
-            with self._readers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
-                result = fn(PgConn(conn))
-            self._up()
-            return result
-        except SessionwatchError:
-            raise
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise self._error(exc) from exc
+        """``fn`` in a read-only transaction. A read whose connection turns out dead (the
+        server ended it while it sat idle in the pool: a restart, an administrator) runs
+        once more on a fresh one, once the pool has let go of its other dead ones; a read
+        changes nothing, so running it again is safe."""
+        retried = False
+        while True:
+            try:
+                with self._readers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+                    try:
+                        result = fn(PgConn(conn))
+                    except psycopg.OperationalError:
+                        if not retried and conn.broken:
+                            raise _Retry from None
+                        raise
+                self._up()
+                return result
+            except _Retry:
+                retried = True
+                self._readers.check()
+            except SessionwatchError:
+                raise
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self._error(exc) from exc
 
     def _locked(self, waited: float) -> StoreLocked:
         if self.on_error:
