@@ -324,3 +324,33 @@ async def test_a_postgresql_read_outlives_the_pools_connections_dying_idle(
         await store.write(lambda c: None)
     finally:
         await store.close()
+
+
+async def test_a_postgresql_store_answers_soon_after_the_server_comes_back(
+    pg_server: PgServer,
+) -> None:
+    """While the server is down, each of a pool's connections tries to come back, waiting
+    1, 2, 4, 8, 16 s between attempts. Once the server is back, a read must not wait out a
+    wait that grew during the outage. Seen in CI: after a restart a write went through, and
+    the tick's read that followed timed out, its pool's next attempts seconds away."""
+    if pg_server.cluster is None:
+        pytest.skip("the server is not ours to stop ($SESSIONWATCH_TEST_PG)")
+    store = await open_store(pg_database(pg_server), clock=now_ms)
+    one, slow = "SELECT 1", "SELECT pg_sleep(0.5)"
+    try:
+        await store.write(lambda c: None)  # the readers' pool holds four: each comes back alone
+        await asyncio.gather(*(store.read(lambda c: c.execute(slow).fetchall()) for _ in range(4)))
+        await asyncio.to_thread(pg_server.cluster.stop)
+        try:
+            for _ in range(4):  # 20 s down: every connection's next attempt is past 27 s
+                failed = await asyncio.gather(
+                    *(store.read(lambda c: c.execute(one).fetchall()) for _ in range(6)),
+                    return_exceptions=True,
+                )
+                assert all(isinstance(f, StoreError) for f in failed)
+        finally:
+            await asyncio.to_thread(pg_server.cluster.start)
+        assert [(1,)] == await store.read(lambda c: c.execute(one).fetchall())
+        await store.write(lambda c: None)
+    finally:
+        await store.close()

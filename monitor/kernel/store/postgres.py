@@ -130,11 +130,16 @@ class PgStore:
     ) -> PgStore:
         """Connect, create or migrate the schema, and start listening for changes."""
         common = {"connect_timeout": int(CONNECT_TIMEOUT_S), "application_name": "sessionwatch"}
+        # A connection the pool lost is tried again after 1, 2, 4, 8 s...: during an outage
+        # of 20 s the next attempt is 16 s away, and once the server is back every caller
+        # would time out until then. Given up after CONNECT_TIMEOUT_S, the pool connects
+        # again as soon as a caller waits, so no caller waits past its own timeout.
         writers = ConnectionPool(
             url,
             min_size=1,
             max_size=4,
             open=False,
+            reconnect_timeout=CONNECT_TIMEOUT_S,
             kwargs={**common, "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"},
         )
         readers = ConnectionPool(
@@ -142,6 +147,7 @@ class PgStore:
             min_size=1,
             max_size=4,
             open=False,
+            reconnect_timeout=CONNECT_TIMEOUT_S,
             kwargs={
                 **common,
                 "options": "-c default_transaction_isolation=repeatable\\ read"
