@@ -342,7 +342,7 @@ async def test_a_postgresql_store_answers_soon_after_the_server_comes_back(
         await asyncio.gather(*(store.read(lambda c: c.execute(slow).fetchall()) for _ in range(4)))
         await asyncio.to_thread(pg_server.cluster.stop)
         try:
-            for _ in range(4):  # 20 s down: every connection's next attempt is past 27 s
+            for _ in range(4):  # 20 s down: unbounded, each next attempt would be past 27 s
                 failed = await asyncio.gather(
                     *(store.read(lambda c: c.execute(one).fetchall()) for _ in range(6)),
                     return_exceptions=True,
