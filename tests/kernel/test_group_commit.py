@@ -46,6 +46,16 @@ def insert(v: int, *, refuse: bool = False) -> Callable[[sqlite3.Connection], in
     return fn
 
 
+def on_thread(fn: Callable[[sqlite3.Connection], Any]) -> Callable[[sqlite3.Connection], int]:
+    """``fn``, answering which thread ran it."""
+
+    def run(c: sqlite3.Connection) -> int:
+        fn(c)
+        return threading.get_ident()
+
+    return run
+
+
 def writes(*fns: Callable[[sqlite3.Connection], Any]) -> list[PendingWrite]:
     loop = asyncio.new_event_loop()
     try:
@@ -242,17 +252,10 @@ async def test_a_small_write_runs_inline_when_free_and_on_the_writer_when_locked
     try:
         await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
 
-        def where(v: int) -> Callable[[sqlite3.Connection], int]:
-            def fn(c: sqlite3.Connection) -> int:
-                c.execute("INSERT INTO t VALUES (?)", (v,))
-                return threading.get_ident()
-
-            return fn
-
-        assert threading.get_ident() == await store.write(where(1), small=True)
+        assert threading.get_ident() == await store.write(on_thread(insert(1)), small=True)
         other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
         other.execute("BEGIN IMMEDIATE")
-        pending = asyncio.ensure_future(store.write(where(2), small=True))
+        pending = asyncio.ensure_future(store.write(on_thread(insert(2)), small=True))
         for _ in range(20):
             await asyncio.sleep(0.01)  # the loop runs on while the write waits
         assert not pending.done()
@@ -274,18 +277,13 @@ async def test_small_writes_that_arrive_together_share_the_writer_and_yield_to_r
     try:
         await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
 
-        def insert(v: int) -> Callable[[sqlite3.Connection], int]:
-            def fn(c: sqlite3.Connection) -> int:
-                c.execute("INSERT INTO t VALUES (?)", (v,))
-                return threading.get_ident()
-
-            return fn
-
-        threads = await asyncio.gather(*(store.write(insert(v), small=True) for v in range(10)))
+        threads = await asyncio.gather(
+            *(store.write(on_thread(insert(v)), small=True) for v in range(10))
+        )
         assert threading.get_ident() not in threads
         order: list[str] = []
         asyncio.get_running_loop().call_soon(order.append, "ready before")
-        on_the_loop = threading.get_ident() == await store.write(insert(10), small=True)
+        on_the_loop = threading.get_ident() == await store.write(on_thread(insert(10)), small=True)
         order.append("written")
         assert order == ["ready before", "written"]
         assert on_the_loop  # alone once what was ready has run
