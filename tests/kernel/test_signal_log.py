@@ -168,6 +168,19 @@ async def test_deltas_are_typed_ascending_and_truncated_at_200(kernel: Kernel) -
         assert (min(left, 200), left > 200) == (len(page["events"]), page["truncated"])
     assert status["stateVersion"] == 205
 
+    def other_agent(r: Any) -> None:  # the gateway's row for another agent, same key
+        r.conn.execute(
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary) VALUES (?, 'other', 'human_direct_message', 'human', 5,"
+            " 'human message via x')",
+            (CHILD,),
+        )
+
+    await kernel.commit(other_agent)  # a full page, then only the other agent's event
+    assert (await changes(kernel, CHILD, 5))["stateChanges"]["truncated"] is False
+    await human(kernel, CHILD)
+    assert (await changes(kernel, CHILD, 5))["stateChanges"]["truncated"] is True
+
 
 async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
     kernel: Kernel,
