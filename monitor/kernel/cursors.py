@@ -12,6 +12,7 @@ is how a sidecar tells the two apart, so that it wakes the gateway only for its 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 
 from monitor.kernel.keys import parse_agent_key
@@ -177,15 +178,14 @@ def mark_opened(conn: Conn, watcher: str, target: str, notified: int) -> bool:
     """Record that this process opened the notice of ``watcher`` on ``target`` frozen at
     ``notified`` (one row per cursor: a newer notice replaces the older mark). True when the
     mark changed: a notice this sidecar had not marked as its own before."""
-    row = conn.execute(
+    written = conn.execute(  # the rows it wrote, not a RETURNING (9 µs more on SQLite)
         "INSERT INTO sessionwatch_opened_notices (watcher_session_key, target_session_key,"
         " notified_sequence) VALUES (?, ?, ?) ON CONFLICT (watcher_session_key,"
         " target_session_key) DO UPDATE SET notified_sequence = excluded.notified_sequence"
-        " WHERE sessionwatch_opened_notices.notified_sequence <> excluded.notified_sequence"
-        " RETURNING notified_sequence",
+        " WHERE sessionwatch_opened_notices.notified_sequence <> excluded.notified_sequence",
         (watcher, target, notified),
-    ).fetchone()
-    return row is not None
+    ).rowcount
+    return written == 1
 
 
 def advance_watchers(
@@ -197,24 +197,25 @@ def advance_watchers(
     Watchers are never told about events they caused; legacy cursors (no store path) wait
     until they are registered again.
     """
-    rows = conn.execute(
-        "UPDATE session_watch_cursors SET"
-        " notified_sequence = CASE WHEN notified_sequence <= last_seen_sequence"
-        "   THEN ? ELSE notified_sequence END,"
-        " material_sequence = ?, updated_at = ?"
-        f" WHERE target_session_key = ? AND {_QUALIFIED}"
-        " AND watcher_store_path IS NOT NULL AND watcher_session_key IS DISTINCT FROM ?"
-        " AND material_sequence < ?"
-        f" RETURNING {_NOTICE_COLUMNS}, {_MARKED_HERE}",
-        (sequence, sequence, now, target, actor_id, sequence),
-    ).fetchall()
+    params = (sequence, sequence, now, target, actor_id, sequence)
+    if isinstance(conn, sqlite3.Connection):
+        # SQLite (3.40) makes every change of a RETURNING statement and keeps its rows in
+        # memory before it gives back the first: 57 µs for 10 watchers, where the update
+        # alone and a read of the rows it left unmarked take 29. The rows it raised are
+        # those whose material is now ``sequence``, a new event's: no cursor held it before.
+        conn.execute(_ADVANCE, params)
+        rows = conn.execute(_RAISED_UNMARKED, params[3:]).fetchall()
+        moved = [WatchCursor.from_row(row) for row in rows]
+    else:
+        returning = f" RETURNING {_NOTICE_COLUMNS}, {_MARKED_HERE}"  # marked: the last
+        rows = conn.execute(_ADVANCE + returning, params).fetchall()
+        moved = [WatchCursor.from_row(row[:-1]) for row in rows if not row[-1]]
     # A notice that opens now (notified == sequence) is a new mark. One already pending
     # that this sidecar did not open (the gateway did, or an earlier sidecar that did not
     # mark) is marked too, and so becomes this sidecar's to wake: a change on its pair
     # reaches the gateway, and no pair stays behind a frozen notice nobody wakes. Either
-    # way the mark changed; a notice already marked as ours (the update says which) is not
-    # opened again, and is not written.
-    moved = [WatchCursor.from_row(row[:-1]) for row in rows if not row[-1]]  # marked: last
+    # way the mark changed; a notice already marked as ours is not opened again, and is
+    # not written.
     if not moved:
         return []
     if len(moved) == 1:
@@ -237,6 +238,23 @@ def _marked(cursor: str) -> str:
 
 _MARKED = _marked("c")  # in a query of session_watch_cursors c
 _MARKED_HERE = _marked("session_watch_cursors")  # in an UPDATE's RETURNING
+# The cursors an event on a target raises (bound as target, actor, sequence): those behind
+# it, but for its own actor's and those an earlier sidecar left without a store path.
+_BEHIND = (
+    f" WHERE target_session_key = ? AND {_QUALIFIED}"
+    " AND watcher_store_path IS NOT NULL AND watcher_session_key IS DISTINCT FROM ?"
+)
+_ADVANCE = (
+    "UPDATE session_watch_cursors SET"
+    " notified_sequence = CASE WHEN notified_sequence <= last_seen_sequence"
+    " THEN ? ELSE notified_sequence END,"
+    " material_sequence = ?, updated_at = ?" + _BEHIND + " AND material_sequence < ?"
+)
+_RAISED_UNMARKED = (
+    f"SELECT {_NOTICE_COLUMNS} FROM session_watch_cursors c"
+    + _BEHIND
+    + f" AND material_sequence = ? AND NOT {_MARKED}"
+)
 _MARKS_PER_STATEMENT = 500  # 1,500 parameters, far below SQLite's and PostgreSQL's limits
 
 

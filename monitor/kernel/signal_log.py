@@ -239,36 +239,44 @@ def raise_head(conn: Conn, key: str, agent_id: str, sequence: int, now: int) -> 
     )
 
 
+_INSERT_EVENT = (
+    "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id,"
+    " kind, actor_type, actor_id, run_id, occurred_at, summary, payload_json)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dedupe_key) DO NOTHING"
+)
+
+
 def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
     """The recording transaction's body: see the module docstring."""
     row = draft.row
     payload_json = orjson.dumps(row.payload).decode() if row.payload else None
-    inserted = conn.execute(
-        "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id,"
-        " kind, actor_type, actor_id, run_id, occurred_at, summary, payload_json)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT(dedupe_key) DO NOTHING RETURNING sequence",
-        (
-            row.dedupe_key,
-            row.session_key,
-            row.session_id,
-            row.agent_id,
-            row.kind,
-            row.actor_type,
-            row.actor_id,
-            row.run_id,
-            row.occurred_at,
-            row.summary,
-            payload_json,
-        ),
-    ).fetchone()
+    values = (
+        row.dedupe_key,
+        row.session_key,
+        row.session_id,
+        row.agent_id,
+        row.kind,
+        row.actor_type,
+        row.actor_id,
+        row.run_id,
+        row.occurred_at,
+        row.summary,
+        payload_json,
+    )
+    inserted: int | None
+    if isinstance(conn, sqlite3.Connection):  # a RETURNING costs SQLite 9 µs (3.40)
+        cursor = conn.execute(_INSERT_EVENT, values)
+        inserted = cursor.lastrowid if cursor.rowcount == 1 else None
+    else:
+        returned = conn.execute(_INSERT_EVENT + " RETURNING sequence", values).fetchone()
+        inserted = None if returned is None else int(returned[0])
     if inserted is None:
         assert row.dedupe_key is not None  # only a dedupe key can conflict
         existing = find_by_dedupe(conn, row.dedupe_key)
         if existing is None:  # pragma: no cover - the conflict row cannot vanish mid-transaction
             raise StoreError(f"dedupe key {row.dedupe_key} conflicted but is not stored")
         return Recorded(event=existing, duplicate=True)
-    sequence = int(inserted[0])
+    sequence = inserted
     raise_head(conn, row.session_key, row.agent_id, sequence, now)
     notices: list[Notice] = []
     if row.kind == EventKind.CHILD_SPAWNED and row.actor_id and draft.watcher_store_path:
