@@ -238,8 +238,11 @@ def _marked(cursor: str) -> str:
 
 _MARKED = _marked("c")  # in a query of session_watch_cursors c
 _MARKED_HERE = _marked("session_watch_cursors")  # in an UPDATE's RETURNING
-# The cursors an event on a target raises (bound as target, actor, sequence): those behind
-# it, but for its own actor's and those an earlier sidecar left without a store path.
+# The cursors an event on a target raises, bound as (target, actor): every agent's watch of
+# it except its own actor's, and except those an earlier sidecar left without a store path.
+# _ADVANCE raises those behind the event, bound as (sequence, sequence, now, target, actor,
+# sequence); _RAISED_UNMARKED reads back those it raised that carry no mark of ours, bound
+# as (target, actor, sequence).
 _BEHIND = (
     f" WHERE target_session_key = ? AND {_QUALIFIED}"
     " AND watcher_store_path IS NOT NULL AND watcher_session_key IS DISTINCT FROM ?"
