@@ -263,20 +263,19 @@ def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
         row.summary,
         payload_json,
     )
-    inserted: int | None
+    sequence: int | None  # None: the dedupe key is taken
     if isinstance(conn, sqlite3.Connection):  # a RETURNING costs SQLite 9 µs (3.40)
         cursor = conn.execute(_INSERT_EVENT, values)
-        inserted = cursor.lastrowid if cursor.rowcount == 1 else None
+        sequence = cursor.lastrowid if cursor.rowcount == 1 else None
     else:
         returned = conn.execute(_INSERT_EVENT + " RETURNING sequence", values).fetchone()
-        inserted = None if returned is None else int(returned[0])
-    if inserted is None:
+        sequence = None if returned is None else int(returned[0])
+    if sequence is None:
         assert row.dedupe_key is not None  # only a dedupe key can conflict
         existing = find_by_dedupe(conn, row.dedupe_key)
         if existing is None:  # pragma: no cover - the conflict row cannot vanish mid-transaction
             raise StoreError(f"dedupe key {row.dedupe_key} conflicted but is not stored")
         return Recorded(event=existing, duplicate=True)
-    sequence = inserted
     raise_head(conn, row.session_key, row.agent_id, sequence, now)
     notices: list[Notice] = []
     if row.kind == EventKind.CHILD_SPAWNED and row.actor_id and draft.watcher_store_path:
