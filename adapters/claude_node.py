@@ -141,7 +141,7 @@ class ClaudeNodeAdapter:
 def _reread(probe: Probe) -> Probe:
     log.warning("%s: the node no longer has the marker item; re-reading", probe.session_key)
     carried = reread_from(probe.marker, probe.last_scanned_at, "rewritten")
-    return dataclasses.replace(probe, marker={"uuid": None, "tail": 0, **carried})
+    return probe._replace(marker={"uuid": None, "tail": 0, **carried})
 
 
 def _classified(

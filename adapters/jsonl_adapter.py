@@ -18,9 +18,7 @@ symlink swapped in, a moved directory) is not read. Only regular files are opene
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -66,11 +64,13 @@ from adapters.tailer import (
 )
 from adapters.threads import DaemonReads, SourceBusy
 from monitor.errors import BadInput, Declined, OutsideRoots
+from monitor.lazylog import LazyLogger
+from monitor.records import NamedTuple
 
 if TYPE_CHECKING:
     from adapters.catalog import Catalog  # built only by ``catalog()``
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)  # ``replay`` is a one-shot command, and rarely logs
 
 READ_TIMEOUT_S = 10.0
 OUTSIDE_ROOTS = "outside the configured roots"
@@ -78,8 +78,7 @@ OUTSIDE_ROOTS = "outside the configured roots"
 HeldLines = dict[tuple[str, int | None, int], bytearray]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TailSettings:
+class TailSettings(NamedTuple):
     cap: int = DEFAULT_SCAN_CAP
     max_line: int = DEFAULT_MAX_LINE
     root: str = ""  # the configured root the file must resolve inside ("" checks nothing)
@@ -271,7 +270,7 @@ def ending_at(path: str, read: TailRead, offset: int) -> TailRead:
         tail = tail_digest(fd, offset)
     finally:
         os.close(fd)
-    return dataclasses.replace(read, end=offset, tail=tail)
+    return read._replace(end=offset, tail=tail)
 
 
 def idle(marker: Marker, read: TailRead) -> Outcome:
@@ -371,7 +370,7 @@ def _reread(
     fmt: JsonlFormat[Any], probe: Probe, read: TailRead, settings: TailSettings, held: HeldLines
 ) -> Outcome:
     fresh = reread_marker(probe, read.status, str(probe.ref.get("filePath")))
-    return check_file(fmt, dataclasses.replace(probe, marker=fresh), settings, held, None)
+    return check_file(fmt, probe._replace(marker=fresh), settings, held, None)
 
 
 def _hold(
@@ -437,7 +436,7 @@ class JsonlAdapter:
 
     @scan_cap.setter
     def scan_cap(self, cap: int) -> None:
-        self.settings = dataclasses.replace(self.settings, cap=cap)
+        self.settings = self.settings._replace(cap=cap)
 
     def resolve(self, path: str, thread: str | None) -> Source:
         """A file inside the kind's root; its thread id comes from its name. A compressed
@@ -533,7 +532,7 @@ def replay_file(
         raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
     except Declined as exc:
         raise BadInput(str(exc)) from None
-    settings = dataclasses.replace(settings, root="")
+    settings = settings._replace(root="")
     own = list(enumerate(text_hash(t) for t in own_texts))
     held: HeldLines = {}
     marker: Marker = {"offset": 0}

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 from adapters.base import Marker, Verdict
 from adapters.registry import entry
@@ -27,9 +26,13 @@ if TYPE_CHECKING:  # for the type checker only: a Protocol costs start-up time t
 S = TypeVar("S", bound="FormatState")
 
 
-@dataclass(frozen=True, kw_only=True)
-class JsonlFormat(Generic[S]):
-    """One JSONL format; ``S`` is its classifier's state, which every hook agrees on."""
+class JsonlFormat(NamedTuple, Generic[S]):
+    """One JSONL format; ``S`` is its classifier's state, which every hook agrees on.
+
+    A named tuple, not a frozen dataclass, as the seam's values are (``adapters.base``):
+    ``replay`` loads it, and a frozen dataclass of this many fields costs 1.5 ms to make.
+    Generic, so ``typing``'s own (``monitor.records`` takes no second base). Declared with
+    keywords (tuple order is not part of it)."""
 
     kind: str
     classify: Callable[[dict[str, Any], S], Verdict | None]
@@ -39,9 +42,6 @@ class JsonlFormat(Generic[S]):
     # whether the line ``buffer[start:stop]`` could matter (False: it cannot, and is never
     # parsed); None: parse every line
     prefilter: Callable[[bytes, int, int], bool] | None
-    # given the classifier's state, whether a line the pre-filter let through cannot
-    # matter now (True: it is not parsed); None: every such line is parsed
-    idle: Callable[[S, bytes], bool] | None = None
     strict: bool  # stop at the first invalid row instead of counting it
     tested_version: str  # the newest format version the classifier was checked against
     prompt_text: Callable[[dict[str, Any]], str]  # the text of a record counted as a turn
@@ -50,6 +50,9 @@ class JsonlFormat(Generic[S]):
     # counted (False), or not the format's (None); and the native id and working directory
     # its first records declare (None: not adoptable; ValueError: malformed)
     describe: Callable[[dict[str, Any], list[dict[str, Any]]], Described | None]
+    # given the classifier's state, whether a line the pre-filter let through cannot
+    # matter now (True: it is not parsed); None: every such line is parsed
+    idle: Callable[[S, bytes], bool] | None = None
     candidate: Callable[[str, str], bool | None] = lambda folder, name: True
     declines: Callable[[S], str | None] = lambda state: None  # why a source is not adoptable
     ref_thread: bool = False  # the link's ref names the thread id beside the file

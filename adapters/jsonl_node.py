@@ -22,7 +22,6 @@ bound); a line past it blocks the link at its offset, as locally.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -308,7 +307,7 @@ class NodeJsonlAdapter:
         if status in ("rotated", "truncated") and not again:
             fresh = reread_marker(probe, str(status), f"{self.format.kind} {file} on node {name}")
             fresh["file"] = file
-            return await self._check_one(http, dataclasses.replace(probe, marker=fresh), True)
+            return await self._check_one(http, probe._replace(marker=fresh), True)
         try:
             read = _read_of(answer)
             lines = from_wire(answer.get("lines", [])) if status == "lines" else []
@@ -318,7 +317,7 @@ class NodeJsonlAdapter:
             return idle(marker, read)
         if status != "lines":
             return Outcome(status="inconclusive", reason=f"node {name}: {reason}")
-        probe = dataclasses.replace(probe, marker={**marker, "file": file})
+        probe = probe._replace(marker={**marker, "file": file})
         state = self.format.state_from_marker(marker)
         own = OwnPool(probe.own)
         result = scan(self.format, lines, state, own, Cutoff.of(marker))

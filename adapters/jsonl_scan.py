@@ -25,6 +25,7 @@ import orjson
 
 from adapters.base import Drift, Marker, OwnPool, Turn, Verdict, parse_time
 from adapters.jsonl_format import JsonlFormat
+from monitor.records import NamedTuple
 
 RECENT_IDS = 32  # native ids of the last turns reported, kept in the marker
 
@@ -79,8 +80,7 @@ class ScanResult:
     drift: Drift = field(default_factory=Drift)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Cutoff:
+class Cutoff(NamedTuple):
     """While a rotated or truncated file is re-read: only what is newer than ``after`` (ms)
     and not among the ``recent`` native ids is new."""
 
@@ -145,8 +145,7 @@ def _shaped(buf: bytes, start: int, stop: int) -> bool:
     return buf[start] == 0x7B and buf[stop - 1] == 0x7D
 
 
-@dataclass(frozen=True, slots=True)
-class Selection:
+class Selection(NamedTuple):
     """What :func:`select` found: the lines :func:`scan` reads, the offset of the first
     line that is not blank (None: none is), and that of the first line longer than
     ``max_line`` (the selection ends before it)."""

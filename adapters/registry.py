@@ -11,11 +11,11 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from adapters.base import Adapter, Settings
 from monitor.errors import BadInput, did_you_mean
+from monitor.records import NamedTuple
 
 LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
 GATEWAY_HOST_PREFIX = "gateway:"
@@ -27,8 +27,7 @@ ITEMS_SERVES = "claude"
 Form = Literal["file", "database", "node"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One format: our name for it (what the CLI and the API take), its module, and how its
     links are written.
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
 from typing import Literal
+
+from monitor.records import NamedTuple
 
 HEAD_BYTES = 4096
 TAIL_BYTES = 256  # the fingerprint of what was read: the bytes just before the offset
@@ -67,8 +68,7 @@ def open_regular(path: str, *, checked: bool = False) -> tuple[int, os.stat_resu
     return fd, after
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TailRead:
+class TailRead(NamedTuple):
     status: ReadStatus
     start: int = 0  # the offset ``chunk`` was read from
     end: int = 0  # the offset after the last complete line read

@@ -18,7 +18,6 @@ Each side's best pass of each round counts; the ratios are medians over rounds.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import tempfile
@@ -118,7 +117,7 @@ def parsed_bytes(path: Path, fmt: JsonlFormat[Any]) -> int:
         parsed += len(line)
         return False
 
-    counting = dataclasses.replace(fmt, idle=counted)
+    counting = fmt._replace(idle=counted)
     lines = select(fmt, data, 0, len(data)).lines
     scan(counting, lines, fmt.state_from_first(first), OwnPool(), prefiltered=True)
     return parsed
@@ -152,7 +151,7 @@ def main() -> None:
         path = Path(tmp) / "big.jsonl"
         grown(source, path, args.mb)
         size = path.stat().st_size / 1e6
-        every = dataclasses.replace(fmt, prefilter=None, idle=None)
+        every = fmt._replace(prefilter=None, idle=None)
         print(
             f"a session of {args.turns} turns by {kind} {installed_version(kind)}"
             f" ({source.stat().st_size / 1e6:.1f} MB), repeated to {size:.0f} MB; bytes"

@@ -22,7 +22,6 @@ from monitor.cli.declare import COMMANDS, Args, db_origin, db_path, db_target
 from monitor.cli.kernel_commands import printed
 from monitor.config import is_pg_url, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError, one_line
-from monitor.kernel.store.sqlite_conn import run_now
 
 TYPE_CHECKING = False
 
@@ -153,7 +152,9 @@ def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:
 def _run_command(args: Args, target: str, direct: bool) -> dict[str, Any]:
     """The kernel command on ``target``: on the calling thread when ``direct``, else in an
     event loop."""
-    if direct:
+    if direct:  # sqlite3 and the store load here: not for replay, config, serve or node
+        from monitor.kernel.store.sqlite_conn import run_now
+
         return run_now(_run(args, target))
     import asyncio
 
