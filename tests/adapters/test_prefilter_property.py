@@ -60,6 +60,7 @@ TOKENS = [
     '"item":{"type":"AgentMessage"',
     '"item":{"type":"UserMessage"',
     '"role":"user"',
+    '"status":"completed"',
     "UserMessage",
     "user_message",
     '"user',
@@ -238,6 +239,20 @@ def codex_bare(text: str) -> st.SearchStrategy[dict[str, Any]]:
                     },
                 }
                 for role in ("user", "assistant", "developer", text[:10])
+            ),
+            *(  # as 0.171.0 writes a message: its status before its id
+                {
+                    "type": "response_item",
+                    "payload": {
+                        "type": "message",
+                        "status": status,
+                        "id": "msg_1",
+                        "role": role,
+                        "content": [{"type": "output_text", "text": text}],
+                    },
+                }
+                for role in ("user", "assistant", text[:10])
+                for status in ("completed", text[:10])
             ),
             {
                 "type": "response_item",
