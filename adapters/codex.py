@@ -21,6 +21,7 @@ everything in a sub-agent or automation rollout never count.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -178,14 +179,9 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     reach = start + _ENVELOPE_REACH
     envelope = _ENVELOPE.match(buf, start, reach if reach < stop else stop)
     if envelope is not None:
-        groups = envelope.groups()
-        decided = _DECIDED.get(groups, _UNSEEN)
-        if decided is _UNSEEN:
-            decided = _decided(*groups)
-            if len(_DECIDED) < _DECIDED_MAX:
-                _DECIDED[groups] = decided
+        decided = _decided(*envelope.groups())
         if decided is not None:
-            return decided  # type: ignore[return-value]  # a bool, once not unseen
+            return decided
         return _bytes_may_matter(envelope, buf, stop)
     head = min(stop, start + 160)
     find = buf.find
@@ -209,6 +205,9 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
     )
 
 
+# Cached, so a line's decision is one lookup (the branches cost the pre-filter half its
+# time); bounded, since the groups come from the files.
+@functools.lru_cache(maxsize=4096)
 def _decided(kind: bytes, subtype: bytes | None, role: bytes | None) -> bool | None:
     """:func:`may_be_turn_at` of a record whose type, payload type and (for a message) role
     are read for sure (:data:`_ENVELOPE`), as far as they decide it: most of what 0.171.0
@@ -228,15 +227,6 @@ def _decided(kind: bytes, subtype: bytes | None, role: bytes | None) -> bool | N
     if subtype == b"item_completed":
         return None
     return subtype == b"user_message" or subtype in _GOES_ON
-
-
-# What _decided said of each envelope met, by its three groups: a line's decision is then one
-# lookup, where the branches above cost the pre-filter half its time. The groups come from
-# the files, so the memory is bounded; past it, _decided answers each time. The reading
-# threads share it: an item set is atomic, and the bound may be passed by one per thread.
-_DECIDED: dict[tuple[bytes | None, ...], bool | None] = {}
-_DECIDED_MAX = 4096
-_UNSEEN = object()
 
 
 def _bytes_may_matter(envelope: re.Match[bytes], buf: bytes, stop: int) -> bool:
