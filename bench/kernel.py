@@ -4,7 +4,10 @@ Run: python bench/kernel.py [--events N]
 
 (a) single-event recording transactions on a target with 10 watchers, through the async
     kernel, against the same transaction run with plain synchronous sqlite3 (the baseline),
-    in ``--rounds`` rounds, each going first in every other one; the median ratio;
+    in one process, each on its own database: ``--chunk`` events of one, then as many of
+    the other, the two taking turns going first; the median of the chunks' ratios and its
+    quartiles (a machine's slow seconds fall on both sides of a pair). ``--rounds`` repeats
+    it in fresh processes' databases; the median over every pair;
 (b) p50/p99 of session_status changesSince at 50,000 rows;
 (c) one prune at the 50,000-row cap;
 (d) where OpenClaw's package is installed (``tests/interop/install.sh``): (a) side by side
@@ -43,7 +46,8 @@ TARGET = "agent:main:subagent:target"
 WATCHERS = [f"agent:w{i}:main" for i in range(10)]
 
 
-def baseline_sync(path: Path, n: int) -> float:
+def baseline_conn(path: Path) -> sqlite3.Connection:
+    """The baseline's database: the schema and the 10 watchers' cursors."""
     conn = sqlite3.connect(path)
     configure(conn)
     run_write(conn, lambda c: migrate(c, now_ms()))
@@ -53,6 +57,11 @@ def baseline_sync(path: Path, n: int) -> float:
             " target_session_key, updated_at) VALUES (?, 'default', ?, 0)",
             (w, TARGET),
         )
+    return conn
+
+
+def baseline_events(conn: sqlite3.Connection, n: int) -> float:
+    """Seconds for ``n`` events, each its own transaction, in plain sqlite3."""
     start = time.perf_counter()
     for _ in range(n):
         now = now_ms()
@@ -64,15 +73,18 @@ def baseline_sync(path: Path, n: int) -> float:
             now=now,
         )
         run_write(conn, lambda c, d=draft, t=now: record_event(c, d, t))  # type: ignore[misc]
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return n / elapsed
+    return time.perf_counter() - start
 
 
-async def kernel_async(path: Path, n: int) -> float:
+async def watched_kernel(path: Path) -> Kernel:
     kernel = await Kernel.open(path)
     for w in WATCHERS:
         await kernel.watch(watcher=w, target=TARGET)
+    return kernel
+
+
+async def kernel_events(kernel: Kernel, n: int) -> float:
+    """Seconds for ``n`` events through the kernel, one at a time."""
     start = time.perf_counter()
     for _ in range(n):
         await kernel.record(
@@ -83,13 +95,35 @@ async def kernel_async(path: Path, n: int) -> float:
                 payload={"channel": "bench"},
             )
         )
-    elapsed = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+async def kernel_async(path: Path, n: int) -> float:
+    """Events per second through the kernel, one at a time."""
+    kernel = await watched_kernel(path)
+    elapsed = await kernel_events(kernel, n)
     await kernel.close()
     return n / elapsed
 
 
-def _kernel(path: Path, n: int) -> float:
-    return asyncio.run(kernel_async(path, n))
+async def paired(tmp: Path, n: int, chunk: int) -> list[tuple[float, float]]:
+    """(kernel, baseline) seconds of each pair of chunks, the two taking turns going first."""
+    kernel = await watched_kernel(tmp / "kernel.db")
+    conn = baseline_conn(tmp / "baseline.db")
+    pairs = []
+    try:
+        for i in range(max(1, n // chunk)):
+            if i % 2:
+                k = await kernel_events(kernel, chunk)
+                b = baseline_events(conn, chunk)
+            else:
+                b = baseline_events(conn, chunk)
+                k = await kernel_events(kernel, chunk)
+            pairs.append((k, b))
+    finally:
+        await kernel.close()
+        conn.close()
+    return pairs
 
 
 INTEROP = Path(
@@ -206,21 +240,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--samples", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=5, help="(a): rounds, each taking turns")
+    parser.add_argument("--rounds", type=int, default=3, help="(a): rounds, each on new files")
+    parser.add_argument("--chunk", type=int, default=100, help="(a): events a side, a turn")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        rates: list[tuple[float, float]] = []  # (kernel, baseline) each round
-        for r in range(args.rounds):  # each goes first in every other round
-            first, second = (baseline_sync, _kernel) if r % 2 == 0 else (_kernel, baseline_sync)
-            a, b = first(d / f"a{r}.db", args.events), second(d / f"b{r}.db", args.events)
-            rates.append((a, b) if first is _kernel else (b, a))
-        ratios = sorted(k / b for k, b in rates)
+        pairs: list[tuple[float, float]] = []  # (kernel, baseline) seconds of each chunk
+        for r in range(args.rounds):
+            (d / f"a{r}").mkdir()
+            pairs += asyncio.run(paired(d / f"a{r}", args.events, args.chunk))
+        ratios = sorted(b / k for k, b in pairs)
+        quarter = len(ratios) // 4
         print(
-            f"(a) record, 10 watchers: kernel {statistics.median(k for k, _ in rates):,.0f}"
-            f" events/s, sync sqlite3 baseline {statistics.median(b for _, b in rates):,.0f}"
-            f" events/s, ratio {statistics.median(ratios):.2f} (median of {len(ratios)} rounds,"
-            f" {ratios[0]:.2f} to {ratios[-1]:.2f}; target >= 0.5)"
+            f"(a) record, 10 watchers: kernel"
+            f" {args.chunk / statistics.median(k for k, _ in pairs):,.0f} events/s, sync"
+            f" sqlite3 baseline {args.chunk / statistics.median(b for _, b in pairs):,.0f}"
+            f" events/s, ratio {statistics.median(ratios):.2f} (median of {len(ratios)} pairs"
+            f" of {args.chunk} events, quartiles {ratios[quarter]:.2f} to"
+            f" {ratios[-1 - quarter]:.2f}; target >= 0.5)"
         )
         theirs = openclaw_records(d, args.events)
         if theirs is None:
