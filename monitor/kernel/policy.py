@@ -26,15 +26,15 @@ class WatchPolicy:
         self.group_scope = group_scope
         self.rule = rule
 
-    def ambient_watcher(
-        self, kind: EventKind, actor: ActorType, key: str, agent_id: str
-    ) -> str | None:
+    def ambient_watcher(self, kind: str, actor: str, key: str, agent_id: str) -> str | None:
         """A group session's human turn makes the agent's main session watch it ambiently:
-        that main session, else None."""
+        that main session, else None. ``kind`` and ``actor`` as stored: a member of
+        :class:`EventKind` or :class:`ActorType` equals its value, and making one of each
+        for every event recorded cost more than the rest of the routing."""
         if (
-            kind is EventKind.HUMAN_DIRECT_MESSAGE
-            and actor is ActorType.HUMAN
-            and self.group_scope == "per-group"
+            self.group_scope == "per-group"
+            and kind == EventKind.HUMAN_DIRECT_MESSAGE
+            and actor == ActorType.HUMAN
             and is_group_key(key)
         ):
             return main_key_for(agent_id, self.main_key)
@@ -46,9 +46,7 @@ class WatchPolicy:
         watcher's cursor names its default store path."""
         row = draft.row
         watcher = row.actor_id if row.kind == EventKind.CHILD_SPAWNED else None
-        ambient = self.ambient_watcher(
-            EventKind(row.kind), ActorType(row.actor_type), row.session_key, row.agent_id
-        )
+        ambient = self.ambient_watcher(row.kind, row.actor_type, row.session_key, row.agent_id)
         if ambient is not None:
             watcher = ambient
             draft = draft._replace(ambient_watcher=ambient)

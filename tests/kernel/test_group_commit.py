@@ -267,27 +267,25 @@ async def test_a_small_write_runs_inline_when_free_and_on_the_writer_when_locked
         await store.close()
 
 
-async def test_small_writes_that_arrive_together_share_the_writer_and_yield_to_ready_work(
-    tmp_path: Path,
-) -> None:
-    """A small write runs inline only when it is alone. Ten started in one turn of the loop
-    all go to the writer thread's group; and whatever was ready to run before a small
-    write runs before it chooses."""
+async def test_small_writes_that_arrive_together_share_the_writer(tmp_path: Path) -> None:
+    """Of small writes that arrive in one pass of the event loop, the first runs inline and
+    every other goes to the writer thread's group; in a later pass a write is alone again,
+    and one task's writes in a row all run inline."""
     store = await Store.open(tmp_path / "s.db")
     try:
         await store.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+        loop_thread = threading.get_ident()
 
         threads = await asyncio.gather(
             *(store.write(on_thread(insert(v)), small=True) for v in range(10))
         )
-        assert threading.get_ident() not in threads
-        order: list[str] = []
-        asyncio.get_running_loop().call_soon(order.append, "ready before")
-        on_the_loop = threading.get_ident() == await store.write(on_thread(insert(10)), small=True)
-        order.append("written")
-        assert order == ["ready before", "written"]
-        assert on_the_loop  # alone once what was ready has run
-        assert list(range(11)) == await store.read(
+        assert threads[0] == loop_thread
+        assert loop_thread not in threads[1:]
+        await asyncio.sleep(0)  # the next pass
+        assert loop_thread == await store.write(on_thread(insert(10)), small=True)
+        in_a_row = [await store.write(on_thread(insert(v)), small=True) for v in range(11, 14)]
+        assert in_a_row == [loop_thread] * 3
+        assert list(range(14)) == await store.read(
             lambda c: [v for (v,) in c.execute("SELECT v FROM t ORDER BY v")]
         )
     finally:
