@@ -518,12 +518,24 @@ def _changes(events: Any, truncated: bool, earliest: int, gap: bool) -> dict[str
 # run): a call per row costs SQLite a quarter less than concatenating each field with
 # json_quote. occurredAt (an integer) is its last member, so the one brace rtrim takes off
 # is the object's own, and the payload goes in before it is put back.
-_PAYLOAD_SQLITE = (
-    "CASE WHEN json_valid(payload_json) THEN coalesce(',\"payload\":{' || nullif(substr("
+#
+# A payload that holds no field but those (nothing is left once they are removed), as nearly
+# every payload this sidecar and the gateway write does (an adoption's names its catalog and
+# host), goes in as it is stored: it is valid JSON (json_valid), and an object without a
+# colon is empty, and left out. Only another payload is built a field at a time, which cost
+# SQLite about 0.85 µs a row: 40% of a page of 200 events.
+_PROJECTED_SQLITE = (
+    "coalesce(',\"payload\":{' || nullif(substr("
     + " || ".join(
         f"coalesce(',\"{f}\":' || (payload_json -> '$.{f}'), '')" for f in DELTA_PAYLOAD_FIELDS
     )
-    + ", 2), '') || '}', '') ELSE '' END"
+    + ", 2), '') || '}', '')"
+)
+_PAYLOAD_SQLITE = (
+    "CASE WHEN json_valid(payload_json) THEN CASE WHEN json_remove(payload_json, "
+    + ", ".join(f"'$.{f}'" for f in DELTA_PAYLOAD_FIELDS)
+    + ") = '{}' THEN CASE WHEN instr(payload_json, ':') THEN ',\"payload\":' || payload_json"
+    " ELSE '' END ELSE " + _PROJECTED_SQLITE + " END ELSE '' END"
 )
 
 

@@ -187,7 +187,8 @@ async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
 ) -> None:
     """Every kind, with and without actor, run and payload fields; rows as the gateway may
     write them (a payload field held as null, a payload that is not an object, fields the
-    answer leaves out, another agent under the same key); an unknown session."""
+    answer leaves out, only fields it shows, another agent under the same key); an unknown
+    session."""
     await human(kernel, CHILD)
     await human(kernel, CHILD, payload={"channel": "claude", "turns": 3})
     for kind in EventKind:
@@ -207,6 +208,10 @@ async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
             ("other", '{"channel": "x"}'),
             ("main", '{"note": "channel", "turns" : 3}'),  # a name as a value; spaced
             ("main", r'{"note": "a \"channel\" named", "outcome": "ok"}'),  # escaped
+            # only the answer's fields: the payload goes in as stored
+            ("main", '{"turns": 2, "channel": "x"}'),  # in another order, spaced
+            ("main", '{"outcome": null}'),
+            ("main", "{ }"),  # empty: left out
         ]:
             r.conn.execute(
                 "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
@@ -219,7 +224,7 @@ async def test_the_answer_built_by_the_database_is_the_one_made_in_python(
     last = (await changes(kernel, CHILD, 0))["stateVersion"]
     for since in (0, 1, 2, last - 1, last, last + 7, 10**12):
         await changes(kernel, CHILD, since)
-    assert 7 == len((await changes(kernel, CHILD, last))["stateChanges"]["events"])
+    assert 10 == len((await changes(kernel, CHILD, last))["stateChanges"]["events"])
     assert [] == (await changes(kernel, "agent:main:never", 0))["stateChanges"]["events"]
 
     def broken_rows(r: Any) -> None:  # not JSON: PostgreSQL's cast of it fails
