@@ -29,8 +29,8 @@ class WatchPolicy:
     def ambient_watcher(self, kind: str, actor: str, key: str, agent_id: str) -> str | None:
         """A group session's human turn makes the agent's main session watch it ambiently:
         that main session, else None. ``kind`` and ``actor`` as stored: a member of
-        :class:`EventKind` or :class:`ActorType` equals its value, and making one of each
-        for every event recorded cost more than the rest of the routing."""
+        :class:`EventKind` or :class:`ActorType` equals its value, so no member is looked up
+        for each event recorded."""
         if (
             self.group_scope == "per-group"
             and kind == EventKind.HUMAN_DIRECT_MESSAGE
