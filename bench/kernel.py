@@ -7,7 +7,7 @@ Run: python bench/kernel.py [--events N]
     in one process, each on its own database: ``--chunk`` events of one, then as many of
     the other, the two taking turns going first; the median of the chunks' ratios and its
     quartiles (a machine's slow seconds fall on both sides of a pair). ``--rounds`` repeats
-    it in fresh processes' databases; the median over every pair;
+    it on fresh databases; the median is over every pair;
 (b) p50/p99 of session_status changesSince at 50,000 rows;
 (c) one prune at the 50,000-row cap;
 (d) where OpenClaw's package is installed (``tests/interop/install.sh``): (a) side by side
