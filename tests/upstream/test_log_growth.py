@@ -33,9 +33,14 @@ async def test_a_link_that_stays_unreadable_is_said_once_per_change(
             await sidecar.kernel.watch(watcher=MAIN, target=f"agent:main:x{n}")
             files.append(path)
         files[0].chmod(0)  # unreadable
-        files[1].unlink()
-        files[1].symlink_to(tmp_path / "elsewhere.jsonl")  # now leads outside the root
-        (tmp_path / "elsewhere.jsonl").write_bytes(user_line("first"))
+        # Each file is swapped in one rename: the chmod wakes the file watcher, and an early
+        # check that ran between an unlink and what replaced it would find the file missing
+        # (seen in CI: a miss said, then the state after it).
+        elsewhere = tmp_path / "elsewhere.jsonl"
+        elsewhere.write_bytes(user_line("first"))
+        link = tmp_path / "s1-link"
+        link.symlink_to(elsewhere)
+        os.replace(link, files[1])  # now leads outside the root
         caplog.clear()
         with caplog.at_level(logging.INFO):
             for _ in range(30):
@@ -46,8 +51,9 @@ async def test_a_link_that_stays_unreadable_is_said_once_per_change(
             assert sum("agent:main:x1" in m for m in said) == 1, said
             assert len(said) <= 2, said
             files[0].chmod(0o600)
-            files[1].unlink()
-            files[1].write_bytes(user_line("first"))
+            fresh = tmp_path / "s1-fresh"
+            fresh.write_bytes(user_line("first"))
+            os.replace(fresh, files[1])
             caplog.clear()
             for _ in range(5):
                 await sidecar.ticks.run_tick()
