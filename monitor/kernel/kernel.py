@@ -142,34 +142,37 @@ class Kernel(Views):
 
     # -- transactions of the layers above ----------------------------------------------
 
-    async def commit(self, fn: Callable[[Recorder], T], *, small: bool = False) -> T:
+    async def commit(
+        self, fn: Callable[[Recorder], T], *, small: bool = False, now: int | None = None
+    ) -> T:
         """Run ``fn`` as one write transaction (``recorder.conn``): the events it records
         through the recorder commit with whatever else it writes, and are observed after.
-        ``small``: one event, which the store may run inline."""
-        now = self.clock()
-        recorders: list[Recorder] = []
+        ``small``: one event, which the store may run inline; ``now``: the caller's time,
+        when it has read the clock already."""
+        now = self.clock() if now is None else now
+        recorder = Recorder(now, self.policy)
 
         def run(conn: Conn) -> T:
-            recorder = Recorder(conn, now, self.policy)
-            recorders[:] = [recorder]  # a retried transaction starts a fresh recorder
+            recorder.start(conn)
             return fn(recorder)
 
         result = await self.store.write(run, small=small)
-        if recorders and recorders[0].recorded:
-            self._observe(recorders[0])
-            await self.retention.when_due(now)
+        if recorder.recorded:
+            self._observe(recorder)
+            if now >= self.retention.next_at:  # the hot path awaits nothing more
+                await self.retention.when_due(now)
         return result
 
     def _observe(self, recorder: Recorder) -> None:
         """After a commit: count what was recorded, and publish what it changed."""
-        fresh = tuple(r for r in recorder.recorded if not r.duplicate)
+        fresh = [r for r in recorder.recorded if not r.duplicate]
         if not fresh:
             return
         if self.metrics:
             for r in fresh:
                 self.metrics.recorded(r.event.kind, len(r.notices))
         if self.stream.wants(EventsRecorded):  # the hot path builds nothing for no one
-            self.stream.publish(EventsRecorded(fresh))
+            self.stream.publish(EventsRecorded(tuple(fresh)))
         self._opened([n for r in fresh for n in r.notices])
         if recorder.watches_changed:
             self.watches_changed()
@@ -190,8 +193,9 @@ class Kernel(Views):
 
     async def record(self, event: NewEvent) -> Recorded:
         """Validate and record one event; raises :class:`BadInput` or ``StoreError``."""
-        draft = event.draft(self.clock())
-        return await self.commit(lambda record: record(draft), small=True)
+        now = self.clock()
+        draft = event.draft(now)
+        return await self.commit(lambda record: record(draft), small=True, now=now)
 
     async def spawn(self, *, parent: str, child: str, run_id: str) -> Recorded:
         """``child_spawned`` on the child, seeding the parent's cursor at its sequence."""

@@ -16,12 +16,19 @@ class Recorder:
     """Records events inside a :meth:`Kernel.commit` transaction, each routed by the watch
     policy; the kernel observes what was recorded once the transaction committed."""
 
-    def __init__(self, conn: Conn, now: int, policy: WatchPolicy) -> None:
-        self.conn = conn
+    conn: Conn  # the transaction's connection, from :meth:`start`
+
+    def __init__(self, now: int, policy: WatchPolicy) -> None:
         self.now = now
         self.recorded: list[Recorded] = []
         self.watches_changed = False  # a spawn or an ambient watch armed a cursor
         self._policy = policy
+
+    def start(self, conn: Conn) -> None:
+        """A transaction begins on ``conn``; one that is retried starts afresh."""
+        self.conn = conn
+        self.recorded = []
+        self.watches_changed = False
 
     def __call__(self, draft: EventDraft) -> Recorded:
         draft = self._policy.route(draft)

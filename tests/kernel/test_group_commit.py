@@ -16,6 +16,9 @@ import pytest
 
 from monitor.clock import now_ms
 from monitor.errors import BadInput, StoreError, StoreLocked
+from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.changes import EventsRecorded, WatchesChanged
+from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.store import open_store
 from monitor.kernel.store.batch import PendingWrite
 from monitor.kernel.store.postgres import PgStore
@@ -24,6 +27,8 @@ from monitor.kernel.store.sqlite_conn import configure
 from tests.helpers import PgServer, pg_database, until
 
 if TYPE_CHECKING:
+    from monitor.kernel.recorder import Recorder
+    from monitor.kernel.signal_log import Recorded
     from monitor.kernel.store.protocol import Conn
 
 
@@ -130,6 +135,54 @@ async def test_writes_that_wait_for_the_writer_share_one_transaction(tmp_path: P
         assert not [s for s in between if s in {"BEGIN IMMEDIATE", "COMMIT"}]  # one transaction
     finally:
         await store.close()
+
+
+async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path: Path) -> None:
+    """A write that fails sends its group through again, one savepoint each: an event the
+    kernel recorded in the first pass is recorded, counted and published once, and the
+    watches it armed once."""
+    kernel = await Kernel.open(tmp_path / "state.db")
+    try:
+        seen: list[EventsRecorded] = []
+        kernel.stream.subscribe(EventsRecorded, seen.append)
+        busy, release = threading.Event(), threading.Event()
+
+        def hold(c: Conn) -> None:
+            busy.set()
+            release.wait(10)
+
+        def refuse(c: Conn) -> None:
+            raise BadInput("refused")
+
+        def spawned(child: str) -> Callable[[Recorder], Recorded]:
+            draft = NewEvent(
+                session_key=child,
+                kind=EventKind.CHILD_SPAWNED,
+                actor_type=ActorType.AGENT,
+                actor_id="agent:main:main",
+                run_id=f"run-{child}",
+            ).draft(now_ms())
+            return lambda record: record(draft)
+
+        first = asyncio.ensure_future(kernel.store.write(hold))
+        await asyncio.to_thread(busy.wait, 10)
+        armed: list[bool] = []
+        kernel.stream.subscribe(WatchesChanged, lambda _: armed.append(True))
+        before = asyncio.ensure_future(kernel.commit(spawned("agent:main:subagent:a")))
+        failing = asyncio.ensure_future(kernel.store.write(refuse))
+        after = asyncio.ensure_future(kernel.commit(spawned("agent:main:subagent:b")))
+        await asyncio.sleep(0.05)  # all three wait behind the busy writer, in one group
+        release.set()
+        await first
+        assert not (await before).duplicate
+        with pytest.raises(BadInput):
+            await failing
+        assert not (await after).duplicate
+        keys = [r.event.session_key for change in seen for r in change.recorded]
+        assert ["agent:main:subagent:a", "agent:main:subagent:b"] == keys
+        assert [True, True] == armed
+    finally:
+        await kernel.close()
 
 
 async def test_close_finishes_the_writes_already_submitted(tmp_path: Path) -> None:
