@@ -5,15 +5,17 @@ slope, and the allocation sites that grow from week 1 to week 4.
 
 The whole service runs in this process (``running``: the store, the kernel, delivery to a
 hooks stand-in on loopback, the tick component, file watching, retention, the API on
-loopback) on a wall clock the bench moves a day at a time. Each simulated day, over the real
-HTTP API: 40 sub-agent sessions spawned under the main session, ``--events`` events on
-them, a prompt typed into each of three adopted Claude transcripts and an early check, the
-main session's notices drained, a status with ``changesSince``, the links and the metrics
-read; then retention when it is due. It runs the month twice: without tracemalloc, for the
-RSS (sampled from /proc at the end of each week, after a full collection), and with it, to
-compare the allocations at the end of week 1 and week 4 by line (the sites that grew are
-printed, largest first). The slope is least squares over weeks 2 to 5 (week 1 is warm-up:
-caches, the SQLite page cache, the first of everything).
+loopback) on a wall clock and delivery's timers that the bench moves together, a day at a
+time (a wake's coalescing window, timed on the timers' monotonic clock, closes as in a real
+day). Each simulated day, over the real HTTP API: 40 sub-agent sessions spawned under the
+main session, ``--events`` events on them, a prompt typed into each of three adopted Claude
+transcripts and an early check, the main session's notices drained, a status with
+``changesSince``, the links and the metrics read; then retention when it is due; the wakes
+the hooks stand-in took are counted, and let go. It runs the month twice: without
+tracemalloc, for the RSS (sampled from /proc at the end of each week, after a full
+collection), and with it, to compare the allocations at the end of week 1 and week 4 by line
+(the sites that grew are printed, largest first). The slope is least squares over weeks 2
+to 5 (week 1 is warm-up: caches, the SQLite page cache, the first of everything).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import orjson  # noqa: E402
 from monitor.clock import DAY_MS  # noqa: E402
 from monitor.config import ApiConfig, Config, MonitorConfig, RootsConfig  # noqa: E402
 from monitor.serve.root import running  # noqa: E402
-from tests.helpers import T0, ManualClock, user_line  # noqa: E402
+from tests.helpers import T0, ManualClock, ManualTimers, user_line  # noqa: E402
 from tests.hooks_gateway import running_hooks_gateway  # noqa: E402
 
 MAIN = "agent:main:main"
@@ -65,8 +67,10 @@ async def month(days: int, events: int, trace: bool) -> dict[str, Any]:
     root = tmp / "claude"
     root.mkdir()
     clock = ManualClock(T0)
+    timers = ManualTimers(clock)
     weeks: list[float] = []
     snapshots: dict[int, tracemalloc.Snapshot] = {}
+    wakes = 0
     async with running_hooks_gateway() as hooks:
         config = Config(
             roots=RootsConfig(claude=str(root)),
@@ -74,7 +78,7 @@ async def month(days: int, events: int, trace: bool) -> dict[str, Any]:
             monitor=MonitorConfig(initial_delay_s=DAY_MS, interval_s=3600, watch_files=True),
             gateway=hooks.config(tmp),
         )
-        async with running(config, tmp / "state.db", clock=clock) as sidecar:
+        async with running(config, tmp / "state.db", clock=clock, timers=timers) as sidecar:
             assert sidecar is not None
             token = (tmp / "token").read_text().strip()
             headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -96,7 +100,7 @@ async def month(days: int, events: int, trace: bool) -> dict[str, Any]:
                                                      "sessionKey": key})  # fmt: skip
                     await call("POST", "/v1/watches", {"watcher": MAIN, "target": key})
                 for day in range(days):
-                    clock.now = T0 + day * DAY_MS + 9 * 3600_000
+                    await timers.advance(T0 + day * DAY_MS + 9 * 3600_000 - clock.now)
                     children = [f"agent:main:subagent:d{day}-c{i}" for i in range(CHILDREN_PER_DAY)]
                     for i, child in enumerate(children):
                         await call("POST", "/v1/spawns", {"parent": MAIN, "child": child,
@@ -114,10 +118,12 @@ async def month(days: int, events: int, trace: bool) -> dict[str, Any]:
                     await call("GET", f"/v1/sessions/{children[0]}/status?changesSince=0")
                     await call("GET", "/v1/links")
                     await call("GET", "/metrics")
-                    clock.now += 3600_000
+                    await timers.advance(3600_000)
                     await sidecar.kernel.retention.when_due()
                     if sidecar.delivery is not None:
                         await sidecar.delivery.settled()
+                    wakes += len(hooks.wakes)  # counted, and not kept: the stand-in is not
+                    hooks.wakes.clear()  # the sidecar, and its list would grow in this process
                     if day % 7 == 6:
                         gc.collect()
                         weeks.append(rss_mib())
@@ -125,7 +131,7 @@ async def month(days: int, events: int, trace: bool) -> dict[str, Any]:
                         if trace and week in (1, 4):
                             snapshots[week] = tracemalloc.take_snapshot()
                         print(f"  week {week}: RSS {weeks[-1]:.1f} MiB", file=sys.stderr)
-    return {"weeks": weeks, "snapshots": snapshots, "wakes": len(hooks.wakes)}
+    return {"weeks": weeks, "snapshots": snapshots, "wakes": wakes}
 
 
 def main() -> int:

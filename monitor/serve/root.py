@@ -26,7 +26,7 @@ from monitor.clock import Clock, now_ms
 from monitor.config import Config, is_loopback, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient
 from monitor.delivery.ledger import Delivery
-from monitor.delivery.timers import LoopTimers
+from monitor.delivery.timers import LoopTimers, Timers
 from monitor.doctor import node_reachable
 from monitor.errors import (
     ConfigError,
@@ -181,11 +181,13 @@ async def running(
     stopping: asyncio.Event | None = None,
     *,
     clock: Clock = now_ms,
+    timers: Timers | None = None,
 ) -> AsyncIterator[Sidecar | None]:
     """The whole service on one exit stack; None when stopped before the database opened.
     ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL;
-    ``clock``: the wall clock of what is stored (a simulation moves its own through weeks;
-    what is timed stays on the loop's monotonic clock)."""
+    ``clock``: the wall clock of what is stored; ``timers``: what delivery times on (its
+    windows, quiet periods and retries), the loop's monotonic clock unless given. A
+    simulation moves both through weeks; a wall clock moved alone leaves a window open."""
     stopping = stopping or asyncio.Event()
     async with AsyncExitStack() as stack:
         lock = None
@@ -196,7 +198,7 @@ async def running(
             check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
-        timers = LoopTimers(clock)
+        timers = timers or LoopTimers(clock)
         health = TickHealth(
             interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
         )
@@ -268,7 +270,7 @@ async def _sweep(kernel: Kernel, metrics: Metrics) -> None:
 
 
 def _hooks_client(
-    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers, tick: TickHealth
+    config: Config, metrics: Metrics, db: Path | str, timers: Timers, tick: TickHealth
 ) -> HooksClient | None:
     """The hooks client of ``[gateway]``, else of the gateway's own configuration next to it
     (said once at start, the token never), else none."""
@@ -289,7 +291,7 @@ def _hooks_client(
 
 
 def _openclaw_client(
-    config: Config, metrics: Metrics, db: Path | str, timers: LoopTimers, tick: TickHealth
+    config: Config, metrics: Metrics, db: Path | str, timers: Timers, tick: TickHealth
 ) -> HooksClient | None:
     from monitor.openclaw.files import found_hooks
 

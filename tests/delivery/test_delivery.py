@@ -327,6 +327,38 @@ async def test_a_running_sidecar_wakes_over_http(
         await until("the acknowledgement", lambda: _empty(sidecar))
 
 
+async def test_a_running_sidecar_times_its_wakes_on_the_timers_it_is_given(
+    tmp_path: Path, hooks_gateway: HooksGateway
+) -> None:
+    """``running`` hands its timers to delivery (a simulation moves them with its wall
+    clock): a change within the window waits for the timers to pass it, and a wall clock
+    moved on alone does not send it."""
+    clock = ManualClock()
+    timers = ManualTimers(clock)
+    config = make_config(tmp_path, gateway=hooks_gateway.config(tmp_path))
+    async with running(config, tmp_path / "state.db", clock=clock, timers=timers) as sidecar:
+        assert sidecar is not None and sidecar.delivery is not None
+        for target in (PEER, OTHER):
+            await sidecar.kernel.watch(watcher=MAIN, target=target)
+
+        async def turn(key: str) -> None:
+            await sidecar.kernel.record(
+                NewEvent(
+                    session_key=key, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN
+                )
+            )
+            await sidecar.delivery.settled()
+
+        await turn(PEER)
+        assert [notice(PEER, 0)] == hooks_gateway.texts  # the first, at once
+        clock.now += 86_400_000  # a day on the wall clock alone
+        await turn(OTHER)
+        assert [notice(PEER, 0)] == hooks_gateway.texts  # still within the window
+        await timers.advance(20_000)
+        await sidecar.delivery.settled()
+        assert [notice(PEER, 0), notice(OTHER, 0)] == hooks_gateway.texts
+
+
 async def _empty(sidecar: Sidecar) -> bool:
     return not await sidecar.kernel.notices(watcher=MAIN)
 
