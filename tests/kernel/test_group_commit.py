@@ -24,6 +24,7 @@ from monitor.kernel.store.batch import PendingWrite
 from monitor.kernel.store.postgres import PgStore
 from monitor.kernel.store.sqlite import Store, run_group
 from monitor.kernel.store.sqlite_conn import configure
+from monitor.metrics import Metrics
 from tests.helpers import PgServer, pg_database, until
 
 if TYPE_CHECKING:
@@ -141,7 +142,8 @@ async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path:
     """A write that fails sends its group through again, one savepoint each: an event the
     kernel recorded in the first pass is recorded, counted and published once, and the
     watches it armed once."""
-    kernel = await Kernel.open(tmp_path / "state.db")
+    metrics = Metrics()
+    kernel = await Kernel.open(tmp_path / "state.db", metrics=metrics)
     try:
         seen: list[EventsRecorded] = []
         kernel.stream.subscribe(EventsRecorded, seen.append)
@@ -180,6 +182,9 @@ async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path:
         assert not (await after).duplicate
         keys = [r.event.session_key for change in seen for r in change.recorded]
         assert ["agent:main:subagent:a", "agent:main:subagent:b"] == keys
+        assert 'sessionwatch_events_recorded_total{kind="child_spawned"} 2.0' in (
+            metrics.render().decode()
+        )
         assert [True, True] == armed
     finally:
         await kernel.close()
