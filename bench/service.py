@@ -6,7 +6,8 @@ Run: python bench/service.py [--requests 5000] [--samples 30] [--rounds 3] [--co
 in DIR (say ``git archive <commit> monitor adapters | tar -x -C DIR``) in the same rounds,
 so a change is measured against the code before it at the same moments of the machine: the
 two take turns going first, and the rate of one over the other in each round is printed
-too (this shared machine moves more between rounds than within one).
+too (this shared machine moves more between rounds than within one), with each server's
+CPU time per request (its process's, from /proc), which a busy neighbour moves far less.
 
 The sidecar runs as a real ``sessionwatch serve`` process; the baseline is a bare aiohttp
 server process answering a constant JSON body; the load comes from this process over
@@ -187,12 +188,19 @@ def sw(tmp: Path, *args: str) -> Any:
     return orjson.loads(out.stdout)
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds the process has used, its threads together (user and system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def bench_requests(
-    servers: list[tuple[str, str, str]], baseline: str, n: int, rounds: int
+    servers: list[tuple[str, str, str, int]], baseline: str, n: int, rounds: int
 ) -> None:
-    """Each route on each server (label, URL, token) against the baseline, alternating for
-    ``rounds`` rounds so that all see the same moments of this shared machine; the ratio
-    printed is the median round's."""
+    """Each route on each server (label, URL, token, pid) against the baseline, alternating
+    for ``rounds`` rounds so that all see the same moments of this shared machine; the ratio
+    printed is the median round's. Each server's CPU time per request is printed too: the
+    work a request costs, which a busy neighbour moves far less than the rate."""
     key = "agent:main:subagent:bench"
     events: list[bytes | None] = [
         orjson.dumps(
@@ -212,12 +220,15 @@ async def bench_requests(
     for label, method, path, bodies in routes:
         runs: dict[str, list[tuple[float, float, float, float, float]]] = {}
         paired: list[float] = []  # this tree's rate over the compared one's, round by round
+        cpu_us: dict[str, list[float]] = {}  # each server's CPU per request, each round
         for r in range(rounds):
             base_rps, base_p99 = await load(f"{baseline}/x", method, bodies, "")
             rates = {}
-            for name, url, token in servers if r % 2 == 0 else servers[::-1]:
+            for name, url, token, pid in servers if r % 2 == 0 else servers[::-1]:
                 since = str(rounds * n - 20) if path.endswith("=") else ""
+                before = cpu_s(pid)
                 rps, p99 = await load(f"{url}{path}{since}", method, bodies, token)
+                cpu_us.setdefault(name, []).append((cpu_s(pid) - before) / n * 1e6)
                 rates[name] = rps
                 runs.setdefault(name, []).append((rps / base_rps, rps, p99, base_rps, base_p99))
             if len(servers) > 1:
@@ -229,14 +240,16 @@ async def bench_requests(
             print(
                 f"{label}{name}: {rps:,.0f} req/s, p99 {p99:.1f} ms; constant-JSON aiohttp"
                 f" baseline {base_rps:,.0f} req/s, p99 {base_p99:.1f} ms; ratio {ratio:.2f}"
-                f" (median of {rounds} rounds: {ratios})"
+                f" (median of {rounds} rounds: {ratios}); CPU per request"
+                f" {statistics.median(cpu_us[name]):.0f} µs"
             )
         if paired:
             in_turn = ", ".join(f"{x:.2f}" for x in sorted(paired))
+            mine, theirs = (statistics.median(cpu_us[name]) for name, *_ in servers[:2])
             print(
                 f"{label}: this tree over{servers[1][0]}, round by round (the two run in"
                 f" turn, first one then the other): median {statistics.median(paired):.2f}"
-                f" ({in_turn})"
+                f" ({in_turn}); CPU per request, theirs over ours {theirs / mine:.2f}"
             )
 
 
@@ -293,7 +306,7 @@ async def main() -> None:
         proc, base, token = start_serve(tmp, hooks_url)
         procs: list[subprocess.Popen[Any]] = [proc]
         procs.append(subprocess.Popen([sys.executable, "-c", BASELINE, "18765"]))
-        servers = [("", base, token)]
+        servers = [("", base, token, proc.pid)]
         try:
             if args.compare:
                 (tmp / "compared").mkdir()
@@ -301,7 +314,7 @@ async def main() -> None:
                     tmp / "compared", None, args.compare.resolve()
                 )
                 procs.append(other)
-                servers.append((f" [{args.compare}]", other_base, other_token))
+                servers.append((f" [{args.compare}]", other_base, other_token, other.pid))
             await asyncio.sleep(1.0)
             await bench_requests(servers, "http://127.0.0.1:18765", args.requests, args.rounds)
             await bench_wake(tmp, base, token, args.samples, woken)
