@@ -159,7 +159,7 @@ class Kernel(Views):
         result = await self.store.write(run, small=small)
         if recorder.recorded:
             self._observe(recorder)
-            if now >= self.retention.next_at:  # the hot path awaits nothing more
+            if self.retention.due(now):  # the hot path awaits nothing more
                 await self.retention.when_due(now)
         return result
 

@@ -67,10 +67,15 @@ class Retention:
         self.next_at = at + PRUNE_INTERVAL_MS
         return result
 
+    def due(self, at: int) -> bool:
+        """Whether an hour has passed at ``at`` since the last prune (a caller on a hot
+        path asks before it awaits :meth:`when_due`)."""
+        return at >= self.next_at
+
     async def when_due(self, now: int | None = None) -> None:
         """Prune when an hour has passed since the last time."""
         at = self.store.clock() if now is None else now
-        if at < self.next_at:
+        if not self.due(at):
             return
         self.next_at = at + PRUNE_INTERVAL_MS
         try:
