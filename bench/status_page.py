@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import sys
 import tempfile
 import time
@@ -29,13 +28,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.service import load, start_serve
-
-
-def cpu_s(pid: int) -> float:
-    """User plus system CPU seconds the process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from bench.service import cpu_s, load, start_serve
 
 
 async def tick_mean_s(http: aiohttp.ClientSession, base: str) -> tuple[float, int]:
