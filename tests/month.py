@@ -1,4 +1,4 @@
-"""A month in minutes: the sidecar's kernel, upstream monitor, wake coalescer, host leases
+"""A month in minutes: the sidecar's kernel, upstream monitor, wake ledger, host leases
 and status-page admissions driven through 35 simulated days on one controllable clock, on a
 real SQLite file with real transcripts appended to.
 
@@ -207,11 +207,10 @@ async def simulate(work: Path, days: int = 35) -> Report:
         clock.advance(int(max(TICKET_TTL_S, SESSION_TTL_S) * 1000) + 1)
         admissions.issue()  # expires what is due
         await delivery.settled()
-        coalescer = delivery.coalescer
         report.memory = {
-            "coalescer watchers": len(coalescer._last_fired) + len(coalescer._latest),
-            "trailing wakes": len(coalescer._trailing),
-            "passes and retries": len(delivery._running) + len(delivery._retries),
+            "watchers woken": len(delivery._last_woken),
+            "timed passes": len(delivery._later),
+            "passes in flight": len(delivery._running),
             "status-page tickets and cookies": len(admissions.tickets) + len(admissions.sessions),
         }
         report.links_left = sorted(v.link.session_key for v in await monitor.links())

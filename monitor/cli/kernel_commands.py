@@ -155,8 +155,8 @@ async def _follow(kernel: Kernel, a: Args) -> NoReturn:
         if reader_gone.poll(0):
             raise SystemExit(0)
         if changed:
-            pending = await kernel.inbox(watcher=a.watcher, store_path=a.store_path)
-            for notice in feed.fresh(pending.as_json()):
+            read = await kernel.follow(watcher=a.watcher, store_path=a.store_path, after=feed.after)
+            for notice in feed.fresh(read):
                 sys.stdout.buffer.write(orjson.dumps(notice) + b"\n")
             sys.stdout.flush()
         now = await kernel.changes.after(seen, POLL_S)  # and look at the pipe again

@@ -1,36 +1,161 @@
-"""The owner of ``sessionwatch_wakes``: the last wake call per watcher and the notice it was
-for, claimed in the store so that wake calls stay coalesced per watcher across every
-sidecar on a shared store: one wake per notice, at most one per window."""
+"""The owner of ``sessionwatch_wakes``: per watcher, when its last wake went (the window) and
+who holds the lease to wake it. With the notice outbox (:mod:`monitor.kernel.outbox`) it is
+the wake ledger, in the store, so that every sidecar on it, and a sidecar restarted after a
+crash, see the same: each function here is one step of a pass, run in its own transaction.
+
+1. :func:`claim`: the watcher's lease, for the notices of its own that are due. A lease
+   someone else holds and has not let expire says :class:`Busy`; a wake within the window
+   says :class:`Wait`; else the lease is ours until ``now + lease_ms``, the window starts
+   now, and the due notices are returned. A notice left ``sending`` by a holder whose lease
+   expired was cut mid-call: that call may have reached the gateway, so it counts as one
+   unanswered call (and a notice with :data:`~monitor.kernel.outbox.MAX_UNANSWERED` of
+   them counts as delivered: acknowledged, never sent again).
+2. :func:`hold`: just before each call, the lease is still ours (renewed) and the notice
+   still pending (read again); then it is ``sending``. Else the call is withdrawn.
+3. :func:`settle`: the call's outcome. Accepted: acknowledged as a drain is, in the same
+   transaction that marks it ``woken``. Unanswered: one more unanswered call. Failed: due
+   again.
+4. :func:`release`: the lease ends.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
+
+from monitor.kernel import outbox
+from monitor.kernel.outbox import MAX_UNANSWERED, Entry
+from monitor.records import NamedTuple
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from monitor.kernel.notices import Notice
     from monitor.kernel.store.protocol import Conn
 
 
-Claim = int | Literal["send", "done"]
+class Claimed(NamedTuple):
+    """The lease is ours: wake these, in order. ``settled``: notices an expired holder's
+    cut calls had sent as often as they may go, now counted as delivered."""
+
+    entries: list[Entry]
+    settled: list[Entry]
+    reopened: list[Notice]
 
 
-def claim(conn: Conn, watcher: str, notice: str, *, now: int, window_ms: int) -> Claim:
-    """Claim the wake of ``watcher`` for ``notice`` at ``now``: ``"send"`` when it is ours
-    to send; ``"done"`` when someone already woke it for that notice; else the time of the
-    wake someone sent within the window (one trailing wake may follow when it ends). A wake
-    stored at a time after ``now`` (a wall clock stepped back since) holds no window: a
-    window that would last until the clock caught up would stall every wake meanwhile."""
+class Busy(NamedTuple):
+    """Another holder's lease runs until ``until`` (wall-clock ms)."""
+
+    until: int
+
+
+class Wait(NamedTuple):
+    """The watcher was woken within the window, which ends at ``until`` (wall-clock ms)."""
+
+    until: int
+
+
+Claim = Claimed | Busy | Wait | None  # None: nothing is due
+
+
+def claim(
+    conn: Conn, watcher: str, *, holder: str, now: int, window_ms: int, lease_ms: int
+) -> Claim:
+    """Step 1 (see the module docstring). A wake stored at a time after ``now`` (the wall
+    clock stepped back since) holds no window: one that lasted until the clock caught up
+    would stall every wake meanwhile."""
     row = conn.execute(
-        "SELECT woken_at, notice FROM sessionwatch_wakes WHERE watcher_session_key = ?",
+        "SELECT woken_at, holder, lease_until FROM sessionwatch_wakes"
+        " WHERE watcher_session_key = ?",
         (watcher,),
     ).fetchone()
-    if row is not None and row[1] == notice:
-        return "done"
+    if row is not None and row[1] not in (None, holder) and int(row[2]) > now:
+        return Busy(int(row[2]))
+    settled: list[Entry] = []
+    reopened: list[Notice] = []
+    for entry in outbox.due(conn, watcher, now):
+        if entry.state != outbox.SENDING:
+            continue
+        gave_up, more = settle(conn, entry, "unanswered", now)  # a call cut by a crash
+        if gave_up:
+            settled.append(entry)
+            reopened += more
+    entries = outbox.due(conn, watcher, now)
+    if not entries:
+        release(conn, watcher, holder)
+        return None if not settled else Claimed([], settled, reopened)
     if row is not None and now - window_ms < int(row[0]) <= now:
-        return int(row[0])
+        release(conn, watcher, holder)
+        return Wait(int(row[0]) + window_ms)
     conn.execute(
-        "INSERT INTO sessionwatch_wakes (watcher_session_key, woken_at, notice) VALUES (?, ?, ?)"
-        " ON CONFLICT (watcher_session_key) DO UPDATE SET woken_at = excluded.woken_at,"
-        " notice = excluded.notice",
-        (watcher, now, notice),
+        "INSERT INTO sessionwatch_wakes (watcher_session_key, woken_at, holder, lease_until)"
+        " VALUES (?, ?, ?, ?) ON CONFLICT (watcher_session_key) DO UPDATE SET"
+        " woken_at = excluded.woken_at, holder = excluded.holder,"
+        " lease_until = excluded.lease_until",
+        (watcher, now, holder, now + lease_ms),
     )
-    return "send"
+    return Claimed(entries, settled, reopened)
+
+
+Hold = Literal["go", "gone", "lost"]
+
+
+def hold(conn: Conn, entry: Entry, *, holder: str, now: int, lease_ms: int) -> Hold:
+    """Step 2: ``go`` when the call for ``entry`` may go now (it is then ``sending``, and
+    the lease runs ``lease_ms`` from now); ``gone`` when its notice was acknowledged or
+    drained, or settled by someone else; ``lost`` when the lease expired (someone may have
+    taken it over: the pass ends, and claims again)."""
+    held = conn.execute(
+        "UPDATE sessionwatch_wakes SET lease_until = ? WHERE watcher_session_key = ?"
+        " AND holder = ? AND lease_until > ?",
+        (now + lease_ms, entry.watcher, holder, now),
+    ).rowcount
+    if held != 1:
+        return "lost"
+    current = outbox.read(conn, entry.id)
+    if current is None or current.state not in (outbox.WAKE, outbox.SENDING):
+        return "gone"
+    if current.alive(conn) is None:
+        outbox.set_state(conn, entry.id, outbox.GONE, now)
+        return "gone"
+    outbox.set_state(conn, entry.id, outbox.SENDING, now)
+    return "go"
+
+
+def settle(conn: Conn, entry: Entry, result: str, now: int) -> tuple[bool, list[Notice]]:
+    """Step 3, for a call's ``result`` (``accepted``, ``unanswered`` or anything else, a
+    failure): whether the notice now counts as delivered, and the notices that its
+    acknowledgement reopened (work that came after it froze)."""
+    current = outbox.read(conn, entry.id)
+    if current is None or current.state not in (outbox.WAKE, outbox.SENDING):
+        return False, []  # settled by someone else meanwhile
+    unanswered = current.unanswered + (result == "unanswered")
+    if result != "accepted" and unanswered < MAX_UNANSWERED:
+        outbox.set_state(conn, entry.id, outbox.WAKE, now, unanswered=unanswered)
+        return False, []
+    cursor = current.alive(conn)
+    if cursor is None:
+        outbox.set_state(conn, entry.id, outbox.GONE, now, unanswered=unanswered)
+        return False, []
+    reopened = outbox.acknowledge(conn, [cursor], now)
+    outbox.set_state(conn, entry.id, outbox.WOKEN, now, unanswered=unanswered)
+    return True, reopened
+
+
+def release(conn: Conn, watcher: str, holder: str) -> None:
+    """Step 4: the lease ends (if it is still ``holder``'s)."""
+    conn.execute(
+        "UPDATE sessionwatch_wakes SET holder = NULL, lease_until = 0"
+        " WHERE watcher_session_key = ? AND holder = ?",
+        (watcher, holder),
+    )
+
+
+def release_all(conn: Conn) -> int:
+    """Every lease ends: the one sidecar that may deliver on this store starts, so whoever
+    held them is gone (SQLite: one ``serve`` per database)."""
+    return int(
+        conn.execute(
+            "UPDATE sessionwatch_wakes SET holder = NULL, lease_until = 0"
+            " WHERE holder IS NOT NULL"
+        ).rowcount
+    )

@@ -8,7 +8,11 @@ sidecar process opened reaches the running agent only as the text of a wake, byt
 with ``Authorization: Bearer <hooks token>``. A ``200`` (``queued`` or ``coalesced``) is
 accepted; what each answer means for the notice is :class:`monitor.delivery.ledger.Delivery`'s.
 
-- 5xx, a timeout, a refused connection: three tries, then ``failed``.
+- 5xx, a refused connection, no connection in :data:`CONNECT_S`: the call reached no
+  gateway that took it, so it is tried three times, then ``failed``.
+- No answer in :data:`READ_S` once the request went out, or a connection cut after it did:
+  the gateway may have taken the wake, so it is not tried again here (``unanswered``; the
+  ledger allows one more call, :mod:`monitor.delivery.ledger`).
 - 401: said once, naming the token file; no call at all for ``retry_s``, so the gateway's
   lockout (20 failures a minute) is never reached.
 - 429: no call until its ``Retry-After`` has passed.
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,7 +56,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_S = 5.0
+CONNECT_S = 3.0  # no connection by then: the gateway never saw the call
+READ_S = 10.0  # the request went out and no answer came by then: it may have been taken
 ATTEMPTS = 3
 BACKOFF_S = 0.5
 KEYS_SETTING = (
@@ -72,7 +77,12 @@ class Reply:
 
 
 class CallFailed(Exception):
-    """No answer: refused, reset, timed out. ``str()`` is the reason, in words."""
+    """No answer: refused, reset, timed out. ``str()`` is the reason, in words;
+    ``maybe_taken``: the request went out, so the gateway may have acted on it."""
+
+    def __init__(self, reason: str, *, maybe_taken: bool = False) -> None:
+        super().__init__(reason)
+        self.maybe_taken = maybe_taken
 
 
 class Transport(Protocol):
@@ -86,15 +96,19 @@ class Transport(Protocol):
 class AiohttpTransport:
     """The real one: one aiohttp session, made at the first call."""
 
-    def __init__(self, timeout_s: float = TIMEOUT_S) -> None:
-        self._timeout_s = timeout_s
+    def __init__(self, connect_s: float = CONNECT_S, read_s: float = READ_S) -> None:
+        self._connect_s = connect_s
+        self._read_s = read_s
         self._session: aiohttp.ClientSession | None = None
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         import aiohttp
 
         if self._session is None:
-            timeout = aiohttp.ClientTimeout(total=self._timeout_s)
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=self._connect_s, connect=self._connect_s,
+                sock_read=self._read_s,
+            )  # fmt: skip
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._session.post(
@@ -106,8 +120,10 @@ class AiohttpTransport:
                     resp.headers.get("Retry-After"),
                     resp.headers.get("Location"),
                 )
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise CallFailed(connection_reason(exc)) from exc  # never reached the gateway
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise CallFailed(connection_reason(exc)) from exc
+            raise CallFailed(connection_reason(exc), maybe_taken=True) from exc
 
     async def close(self) -> None:
         if self._session is not None:
@@ -118,7 +134,9 @@ class AiohttpTransport:
 class WakeAnswer:
     """One wake call's outcome: ``result`` is the metric label."""
 
-    result: str  # accepted | refused | unauthorized | throttled | redirected | no_token | failed
+    # accepted | refused | unauthorized | throttled | redirected | no_token | failed |
+    # unanswered (the gateway may have taken it) | withdrawn (no longer to be sent: no call)
+    result: str
     error: str = ""
     retry_after_s: float = 0.0
 
@@ -130,6 +148,9 @@ class LastWake:
     result: str  # as WakeAnswer.result
     error: str
     at_ms: int  # wall-clock, as shown
+
+
+StillToSend = Callable[[], Awaitable[bool]]
 
 
 class HooksClient:
@@ -178,9 +199,14 @@ class HooksClient:
         """How long no call may go (after a 401 or a 429); 0 when calls may go."""
         return max(0.0, self._quiet_until - self.timers.monotonic())
 
-    async def wake(self, watcher: str, text: str) -> WakeAnswer | None:
+    async def wake(
+        self, watcher: str, text: str, *, still: StillToSend | None = None
+    ) -> WakeAnswer | None:
         """One notice in one wake call; None when the gateway refuses caller-chosen keys and
-        ``watcher`` is no main session (its notice stays pending, for its own drains)."""
+        ``watcher`` is no main session (its notice stays pending, for its own drains).
+        ``still``: asked just before each attempt; False withdraws the call (``withdrawn``,
+        no call made: the notice was acknowledged or drained meanwhile, or the lease is
+        lost)."""
         key = parse_agent_key(watcher)
         body: dict[str, Any] = {"text": text, "mode": "now"}
         if key is not None:
@@ -190,7 +216,9 @@ class HooksClient:
             return None
         if not self.keys_refused:
             body["sessionKey"] = watcher
-        answer = await self._post(body)
+        answer = await self._post(body, still)
+        if answer.result == "withdrawn":
+            return answer
         if answer.result == "refused" and _refuses_keys(answer.error):
             if not self.keys_refused:  # two passes in flight may both hear it
                 self._keys_refused_said(answer.error)
@@ -198,7 +226,9 @@ class HooksClient:
             if not is_main:
                 return None
             del body["sessionKey"]
-            answer = await self._post(body)
+            answer = await self._post(body, still)
+            if answer.result == "withdrawn":
+                return answer
         self._explain(answer)
         before = self.last.get(watcher)
         self.last[watcher] = LastWake(answer.result, answer.error, self.timers.now_ms())
@@ -217,7 +247,7 @@ class HooksClient:
             KEYS_SETTING,
         )
 
-    async def _post(self, body: dict[str, Any]) -> WakeAnswer:
+    async def _post(self, body: dict[str, Any], still: StillToSend | None) -> WakeAnswer:
         try:
             if self.credentials is not None:
                 base, token = self.credentials()
@@ -230,12 +260,16 @@ class HooksClient:
         errors: list[str] = []  # each try's, once: a 500 then a timeout are both said
         backoff = Backoff(BACKOFF_S, BACKOFF_S * 2 ** (ATTEMPTS - 2))
         for attempt in range(1, ATTEMPTS + 1):
+            if still is not None and not await still():
+                return WakeAnswer("withdrawn")
             try:
                 answer = _answer(await self.transport.post(self.url, orjson.dumps(body), headers))
                 if answer.result != "failed":  # a redirect is not followed, nor tried again
                     return answer
                 error = answer.error
             except CallFailed as exc:
+                if exc.maybe_taken:  # it may be queued: a second try here would repeat it
+                    return WakeAnswer("unanswered", str(exc))
                 error = str(exc)
             if error not in errors:
                 errors.append(error)
@@ -287,6 +321,14 @@ class HooksClient:
             self.say_once(
                 f"400 {answer.error}",
                 "the gateway refused a wake (400): %s; the notice stays pending",
+                answer.error,
+            )
+        elif answer.result == "unanswered":
+            self.say_once(
+                "unanswered",
+                "the gateway at %s did not answer a wake in time (%s): it may have taken it;"
+                " it is sent at most once more",
+                self.url,
                 answer.error,
             )
         else:  # each way of being down once: a 500, then a timeout, are two reasons

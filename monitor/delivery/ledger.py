@@ -1,45 +1,64 @@
-"""From a notice opened to the gateway's acknowledgement of it.
+"""From a notice opened to the gateway's acknowledgement of it: the wake ledger.
 
-The database is the one memory of what was delivered: a notice a sidecar opened is pending
-until the gateway accepted a wake carrying it, and is then acknowledged exactly as a drain
-is. So whichever path saw a notice (this process's commit, the sweep at start, or another
-process's commit that the change hub heard of), the watcher is asked to be woken; the
-coalescer folds the asks into at most one wake per window (claimed in the store where
-several sidecars share it, :mod:`monitor.delivery.claims`); and each wake is one pass that
-reads what is pending at that moment, sends it, and acknowledges what was accepted. An ask
-for a notice already delivered finds nothing pending, and sends nothing.
+The store is the one memory of delivery, so that its promises hold across processes,
+hosts, restarts and crashes (SQS's visibility timeout and the transactional outbox are the
+models):
 
-What stays in memory is timing (each watcher's window, the passes in flight, the retry
-timers) and one thing the store could not take: notices the gateway accepted whose
-acknowledgement the store refused. They are acknowledged again before anything else, and
-never sent again.
+- every notice a sidecar opens has an outbox row, written in the transaction that opened
+  it (:mod:`monitor.kernel.outbox`); the watch policy decides there, once, whether it is
+  ever woken (``queue`` rows never are);
+- a pass over a watcher holds the watcher's lease in the store (:mod:`.claims`), which
+  expires: a sidecar that crashed mid-pass is taken over once its lease ran out; on SQLite,
+  where one ``serve`` delivers, a restart takes its own old leases back at once;
+- the window (at most one wake per watcher per :data:`WAKE_COALESCE_MS`) is stored with the
+  lease, so that a restart or a peer honours it; in process it is also timed on the
+  monotonic clock, so that a step of the wall clock never wakes twice within it;
+- each call is preceded by a read of its notice, inside the lease: a notice drained or
+  acknowledged meanwhile is withdrawn, never sent;
+- retries are passes too: they go through the claim and the window.
+
+A call either got an answer (accepted; or refused, failed: due again) or it did not
+(``unanswered``: the gateway may have taken it). An unanswered call, or one cut by a crash,
+allows exactly one more call, never more (:data:`monitor.kernel.outbox.MAX_UNANSWERED`):
+the gateway drops a wake whose text equals the one still queued for the session, so a
+repeat that finds the first still queued changes nothing there.
+
+What stays in memory is timing only: the passes in flight, each watcher's next timer and
+its last wake on the monotonic clock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
+import socket
 from typing import TYPE_CHECKING, Protocol
 
+from monitor.clock import SECOND_MS
 from monitor.delivery import claims
-from monitor.delivery.coalescer import WAKE_COALESCE_MS, WakeCoalescer
 from monitor.delivery.timers import Handle, LoopTimers, Timers
 from monitor.errors import SessionwatchError
-from monitor.kernel import cursors
+from monitor.kernel import outbox
 from monitor.kernel.changes import NoticesOpened, StoreMoved
 from monitor.kernel.policy import WatchPolicy
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from contextlib import AsyncExitStack
 
     from monitor.delivery.hooks import WakeAnswer
     from monitor.kernel import Kernel
-    from monitor.kernel.cursors import WatchCursor
     from monitor.kernel.notices import Notice
-    from monitor.kernel.store.protocol import Conn, StateStore
+    from monitor.kernel.outbox import Entry
+    from monitor.kernel.store.protocol import StateStore
     from monitor.metrics import Metrics
 
 log = LazyLogger(__name__)
+
+WAKE_COALESCE_MS = 20 * SECOND_MS
+LEASE_MS = 30 * SECOND_MS  # longer than one attempt (hooks.CONNECT_S + hooks.READ_S)
 
 
 class Sender(Protocol):
@@ -47,8 +66,11 @@ class Sender(Protocol):
 
     retry_s: float
 
-    async def wake(self, watcher: str, text: str) -> WakeAnswer | None:
-        """Send one notice; None when it is not this sender's to send."""
+    async def wake(
+        self, watcher: str, text: str, *, still: Callable[[], Awaitable[bool]] | None = None
+    ) -> WakeAnswer | None:
+        """Send one notice (asking ``still`` just before each attempt); None when it is not
+        this sender's to send."""
         ...
 
     def quiet_s(self) -> float:
@@ -56,6 +78,11 @@ class Sender(Protocol):
         ...
 
     def say_once(self, reason: str, message: str, *args: object) -> None: ...
+
+
+def holder_id() -> str:
+    """This process's name in the leases: its host and pid, and a nonce for a pid reused."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 class Delivery:
@@ -66,168 +93,268 @@ class Delivery:
         *,
         timers: Timers | None = None,
         metrics: Metrics | None = None,
+        window_ms: int = WAKE_COALESCE_MS,
+        lease_ms: int = LEASE_MS,
+        holder: str | None = None,
     ) -> None:
         self.store = store
         self.sender = sender
         self.metrics = metrics
         self.timers = timers or LoopTimers(store.clock)
-        claim = self._claim if store.shared else None
-        self.coalescer = WakeCoalescer(self._start_pass, timers=self.timers, claim=claim)
+        self.window_ms = window_ms
+        self.lease_ms = lease_ms
+        self.holder = holder or holder_id()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
-        self._retries: dict[str, Handle] = {}
-        self._unacked: dict[str, list[WatchCursor]] = {}
-        self._looking: asyncio.Task[None] | None = None  # a read of others' notices
+        self._later: dict[str, Handle] = {}  # the next pass of a watcher that must wait
+        # outcomes of calls the store refused to record, recorded before the next claim
+        self._unsettled: dict[str, list[tuple[Entry, str]]] = {}
+        self._last_woken: dict[str, float] = {}  # monotonic s of each watcher's last wake
+        self._looking: asyncio.Task[None] | None = None  # a read of the outbox
         self._look_again = False
 
     def deliver(self, notices: list[Notice]) -> None:
-        """Ask for the watchers of ``notices`` to be woken (the policy says who is)."""
-        for notice in notices:
-            if WatchPolicy.wakes(notice):
-                self.coalescer.request(notice.watcher, notice.text)
+        """Ask for the watchers of ``notices`` to be woken (those the policy wakes)."""
+        for watcher in dict.fromkeys(n.watcher for n in notices if WatchPolicy.wakes(n)):
+            self.request(watcher)
+
+    def request(self, watcher: str) -> None:
+        """A pass over ``watcher`` now, unless one runs (then one more after it) or one is
+        already timed (the window, a lease, a retry)."""
+        if watcher in self._running:
+            self._again.add(watcher)
+        elif watcher not in self._later:
+            task = asyncio.get_running_loop().create_task(self._pass(watcher))
+            self._running[watcher] = task
+            task.add_done_callback(lambda _: self._passed(watcher))
 
     async def start(self, stack: AsyncExitStack, kernel: Kernel, *, others: bool = True) -> None:
-        """Deliver from now on, until ``stack`` closes: the notices the kernel opens (this
-        process's commits, acknowledgements that reopen one, the start-up sweep) as its
-        stream publishes them, and the notices other processes open (a CLI command, another
-        sidecar on a shared store): at each move of the store the hub hears, what
-        ``kernel.pending`` says a sidecar opened and is pending. What was delivered already
-        is no longer pending. ``others``: False to deliver this process's notices only (a
-        test on a manual clock)."""
+        """Deliver from now on, until ``stack`` closes: the notices this process opens, as
+        the kernel's stream publishes them; what the outbox holds at start (a restart's, a
+        crashed peer's); and, with ``others``, what it holds after each commit of another
+        process (a CLI command, a peer on a shared store). ``others``: False to deliver this
+        process's notices only (a test on a manual clock)."""
         stack.push_async_callback(self.close)
         stream = kernel.stream
         stack.callback(stream.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
+        if not self.store.shared:  # the one serve on this database: old leases were ours
+            await self.store.write(claims.release_all, small=True)
+        self.look()  # what a restart, a crashed peer or a one-shot command left to wake
         if others:
-            stack.callback(stream.subscribe(StoreMoved, lambda _: self._look(kernel)))
+            stack.callback(stream.subscribe(StoreMoved, lambda _: self.look()))
             kernel.changes.mark()  # the hub hears other processes from now on
 
-    def _look(self, kernel: Kernel) -> None:
-        """One read of what is pending at a time; moves meanwhile make one more."""
+    def look(self) -> None:
+        """A pass over every watcher the outbox has notices to wake for: at start, and after
+        another process's commit. One read at a time; asks meanwhile make one more."""
         if self._looking is not None:
             self._look_again = True
             return
-        self._looking = asyncio.get_running_loop().create_task(self._pending(kernel))
-        self._looking.add_done_callback(lambda _: self._looked(kernel))
+        self._looking = asyncio.get_running_loop().create_task(self._look())
+        self._looking.add_done_callback(lambda _: self._looked())
 
-    def _looked(self, kernel: Kernel) -> None:
+    def _looked(self) -> None:
         self._looking = None
         if self._look_again:
             self._look_again = False
-            self._look(kernel)
+            self.look()
 
-    async def _pending(self, kernel: Kernel) -> None:
+    async def _look(self) -> None:
         try:
-            opened = await kernel.pending()
+            watchers = await self.store.peek(outbox.watchers_due)
         except SessionwatchError as exc:  # the store is away: the next move looks again
-            log.debug("notices not checked: %s", exc)
+            log.debug("the outbox was not read: %s", exc)
             return
-        self.deliver(opened)
+        for watcher in watchers:
+            self.request(watcher)
 
     # -- passes --------------------------------------------------------------------------
-
-    def _start_pass(self, watcher: str) -> None:
-        """Send the watcher's undelivered notices in the background; returns at once."""
-        if watcher in self._running:
-            self._again.add(watcher)  # one more pass once the one in flight ends
-            return
-        retry = self._retries.pop(watcher, None)
-        if retry is not None:
-            retry.cancel()
-        task = asyncio.get_running_loop().create_task(self._pass(watcher))
-        self._running[watcher] = task
-        task.add_done_callback(lambda _: self._passed(watcher))
 
     def _passed(self, watcher: str) -> None:
         self._running.pop(watcher, None)
         if watcher in self._again:
             self._again.discard(watcher)
-            self._start_pass(watcher)
+            self.request(watcher)
 
-    def _retry_later(self, watcher: str) -> None:
-        if watcher in self._retries:
+    def _after(self, watcher: str, delay_s: float) -> None:
+        """The next pass over ``watcher`` in ``delay_s`` (monotonic)."""
+        if watcher in self._later:
             return
-        delay = max(self.sender.retry_s, self.sender.quiet_s())
-        self._retries[watcher] = self.timers.call_later(delay, lambda: self._retry(watcher))
+        self._again.discard(watcher)  # that pass will see whatever was asked meanwhile
 
-    def _retry(self, watcher: str) -> None:
-        self._retries.pop(watcher, None)
-        self._start_pass(watcher)
+        def fire() -> None:
+            self._later.pop(watcher, None)
+            self.request(watcher)
+
+        self._later[watcher] = self.timers.call_later(max(0.0, delay_s), fire)
+
+    def _wall_delay(self, until_ms: int, cap_ms: int) -> float:
+        """Seconds until the stored wall-clock ``until_ms``, never more than ``cap_ms``
+        (a clock that stepped does not stretch a wait)."""
+        return min(cap_ms, max(0, until_ms - self.timers.now_ms())) / 1000
 
     async def _pass(self, watcher: str) -> None:
-        if not await self._acknowledge(watcher, self._unacked.pop(watcher, [])):
+        last = self._last_woken.get(watcher)
+        if last is not None:
+            left = last + self.window_ms / 1000 - self.timers.monotonic()
+            if left > 0:  # within the window on this process's monotonic clock
+                self._after(watcher, left)
+                return
+        if not await self._settle_kept(watcher):
+            self._after(watcher, self.sender.retry_s)
             return
-        try:
-            pending = await self.store.peek(
-                lambda conn: cursors.list_pending(conn, watcher=watcher, opened_here=True)
-            )
-        except Exception as exc:  # the store is down: the notice is still there later
-            self.sender.say_once("store", "could not read the notices to wake (%s); retrying", exc)
-            self._retry_later(watcher)
-            return
-        accepted: list[WatchCursor] = []
-        unsent = 0
-        for cursor in pending:
-            if self.sender.quiet_s() > 0:
-                unsent += 1
-                continue
-            answer = await self.sender.wake(watcher, cursor.notice().text)
-            if answer is None:
-                continue  # not ours to send while the gateway refuses this key
-            if answer.result == "accepted":
-                accepted.append(cursor)
-            else:
-                unsent += 1
-        if await self._acknowledge(watcher, accepted) and unsent:
-            self._retry_later(watcher)
-
-    async def _acknowledge(self, watcher: str, accepted: list[WatchCursor]) -> bool:
-        """Acknowledge what the gateway accepted, exactly as a drain does (a notice that
-        moved meanwhile is left alone), and deliver the fresh notice that work after the
-        freeze reopens. When the store refuses, keep them to acknowledge at the next pass
-        (retried), and answer False."""
-        if not accepted:
-            return True
         now = self.timers.now_ms()
         try:
-            reopened = await self.store.write(lambda conn: cursors.acknowledge(conn, accepted, now))
-        except Exception as exc:  # the store is down: the gateway has the notice already
-            self._unacked[watcher] = accepted
+            got = await self.store.write(
+                lambda conn: claims.claim(
+                    conn,
+                    watcher,
+                    holder=self.holder,
+                    now=now,
+                    window_ms=self.window_ms,
+                    lease_ms=self.lease_ms,
+                ),
+                small=True,  # each step of a pass is a few rows: inline when it may be
+            )
+        except SessionwatchError as exc:  # the store is down: the notices are still there
+            self.sender.say_once("store", "could not claim a wake (%s); retrying", exc)
+            self._after(watcher, self.sender.retry_s)
+            return
+        if isinstance(got, claims.Busy):  # another holder: once its lease has run out
+            self._after(watcher, self._wall_delay(got.until, self.lease_ms) + 0.05)
+        elif isinstance(got, claims.Wait):
+            self._after(watcher, self._wall_delay(got.until, self.window_ms))
+        elif got is not None:
+            self._gave_up(got.settled)
+            self.deliver(got.reopened)
+            if got.entries:
+                self._woken(watcher)
+                await self._send(watcher, got.entries)
+
+    def _woken(self, watcher: str) -> None:
+        """``watcher``'s window starts now; the windows that ended are forgotten."""
+        now = self.timers.monotonic()
+        window_s = self.window_ms / 1000
+        for old in [w for w, at in self._last_woken.items() if now - at >= window_s]:
+            del self._last_woken[old]
+        self._last_woken[watcher] = now
+
+    async def _send(self, watcher: str, entries: list[Entry]) -> None:
+        """Each claimed notice in its own call, while the lease holds; then the lease ends."""
+        again = again_now = False
+        try:
+            for entry in entries:
+                if self.sender.quiet_s() > 0:
+                    again = True
+                    break
+                held: list[claims.Hold] = []
+                answer = await self.sender.wake(watcher, entry.text, still=self._still(entry, held))
+                if held and held[-1] == "lost":  # claimed again: by us, or Busy
+                    again_now = True
+                    break
+                if answer is None or answer.result == "withdrawn":
+                    continue  # not ours to send, or no longer pending: no call made
+                if not await self._settle(entry, answer.result):
+                    again = True
+                    break
+                if answer.result != "accepted":
+                    again = True
+                    break  # the gateway is not taking wakes: the rest wait for the retry
+        finally:
+            if watcher not in self._unsettled:  # else it keeps the notice until recorded
+                await self._release(watcher)
+        if again_now:
+            self._again.add(watcher)  # when this pass has ended
+        elif again:
+            self._after(watcher, max(self.sender.retry_s, self.sender.quiet_s()))
+
+    async def _settle(self, entry: Entry, result: str) -> bool:
+        """Record a call's outcome. When the store refuses, it is kept here and recorded
+        before the next claim (the lease keeps the notice meanwhile): a wake the gateway
+        accepted is never sent again for want of its acknowledgement, unless this process
+        dies first (then the taker's one repeat). False when it was kept."""
+        now = self.timers.now_ms()
+        try:
+            delivered, reopened = await self.store.write(
+                lambda conn: claims.settle(conn, entry, result, now), small=True
+            )
+        except SessionwatchError as exc:
+            self._unsettled.setdefault(entry.watcher, []).append((entry, result))
             self.sender.say_once(
                 "ack", "could not acknowledge a delivered notice (%s); retrying", exc
             )
-            self._retry_later(watcher)
             return False
-        if self.metrics:
-            self.metrics.notices_woken.inc(len(accepted))
-        self.deliver(reopened)
+        if delivered:
+            if result != "accepted":
+                self._gave_up([entry])
+            elif self.metrics:
+                self.metrics.notices_woken.inc()
+            self.deliver(reopened)
         return True
 
-    async def _claim(self, watcher: str, notice: str) -> int | str:
-        now = self.timers.now_ms()  # stored: wall-clock
+    async def _settle_kept(self, watcher: str) -> bool:
+        """The outcomes the store refused before, recorded first; False if it still
+        refuses."""
+        kept = self._unsettled.pop(watcher, [])
+        for at, (entry, result) in enumerate(kept):
+            if not await self._settle(entry, result):
+                self._unsettled[watcher] = self._unsettled.pop(watcher, []) + kept[at + 1 :]
+                return False
+        return True
 
-        def run(conn: Conn) -> int | str:
-            return claims.claim(conn, watcher, notice, now=now, window_ms=WAKE_COALESCE_MS)
+    def _still(self, entry: Entry, held: list[claims.Hold]) -> Callable[[], Awaitable[bool]]:
+        """What the sender asks before each attempt: :func:`claims.hold`, its answers
+        appended to ``held``."""
 
-        claimed: int | str = await self.store.write(run)
-        return claimed
+        async def still() -> bool:
+            now = self.timers.now_ms()
+            try:
+                answer: claims.Hold = await self.store.write(
+                    lambda conn: claims.hold(
+                        conn, entry, holder=self.holder, now=now, lease_ms=self.lease_ms
+                    ),
+                    small=True,
+                )
+            except SessionwatchError:
+                answer = "lost"  # unconfirmed: not sent; the pass claims again
+            held.append(answer)
+            return answer == "go"
+
+        return still
+
+    async def _release(self, watcher: str) -> None:
+        try:
+            await self.store.write(
+                lambda conn: claims.release(conn, watcher, self.holder), small=True
+            )
+        except SessionwatchError as exc:  # it expires on its own
+            log.debug("a wake lease was not released: %s", exc)
+
+    def _gave_up(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            log.warning(
+                "the wake of %s for %s went %d times without an answer: counted as"
+                " delivered, not sent again",
+                entry.watcher,
+                entry.target,
+                outbox.MAX_UNANSWERED,
+            )
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def settled(self) -> None:
-        """Wait until the wakes asked for so far were claimed and their passes ended (tests;
-        a clean stop)."""
-        await self.coalescer.settled()
-        while self._running:
-            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
-            await self.coalescer.settled()
+        """Wait until the passes asked for so far ended (tests; a clean stop)."""
+        while self._running or self._looking is not None:
+            tasks = [*self._running.values(), *([self._looking] if self._looking else [])]
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
         self._look_again = False  # the read being cancelled starts no other
         if self._looking is not None:
             self._looking.cancel()
-        for handle in self._retries.values():
+        for handle in self._later.values():
             handle.cancel()
-        self._retries.clear()
+        self._later.clear()
         for task in list(self._running.values()):
             task.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)

@@ -1,5 +1,5 @@
 """The time delivery runs on, given from outside: the clock, the timers and the waits of the
-coalescer, the passes and the hooks client. The running service uses the event loop's;
+ledger's passes and the hooks client. The running service uses the event loop's;
 a test moves a manual one, so that no wake test sleeps for real.
 
 Two clocks: what is stored or shown is wall-clock (``now_ms``); what is timed (a window, a

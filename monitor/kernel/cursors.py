@@ -344,18 +344,19 @@ def acknowledge(conn: Conn, cursors: list[WatchCursor], now: int) -> list[Notice
     return reopened
 
 
-def heal_unfrozen(conn: Conn) -> int:
+def heal_unfrozen(conn: Conn) -> list[Notice]:
     """Startup sweep: a cursor with material work but no frozen watermark gets one (a notice
-    this process opens)."""
+    this process opens, returned)."""
     rows = conn.execute(
         "UPDATE session_watch_cursors SET notified_sequence = material_sequence"
         " WHERE material_sequence > last_seen_sequence"
         " AND notified_sequence <= last_seen_sequence"
-        " RETURNING watcher_session_key, target_session_key, material_sequence"
+        f" RETURNING {_NOTICE_COLUMNS}"
     ).fetchall()
-    for watcher, target, material in rows:
-        mark_opened(conn, watcher, target, int(material))
-    return len(rows)
+    healed = [WatchCursor.from_row(row) for row in rows]
+    for c in healed:
+        mark_opened(conn, c.watcher, c.target, c.notified)
+    return [c.notice() for c in healed if parse_agent_key(c.watcher) and c.store_path]
 
 
 def undecided_legacy(conn: Conn) -> int:

@@ -1,11 +1,11 @@
 """Notices as they open, for a watcher that follows instead of polling.
 
-:class:`NoticeFeed` compares a watcher's pending notices with what it already handed out
-and yields the ones that opened since; the follower looks again at each change the kernel's
-change hub hears (:mod:`monitor.kernel.changes`), so a notice reaches it within about
-``POLL_S`` of the commit that opened it, whoever made it. A notice's text is byte-stable
-while it is pending and names the sequence it was frozen at, so ``(target, text)``
-identifies it: a notice drained and then opened again by new work is a new one.
+The follower reads :meth:`monitor.kernel.Kernel.follow` at each change: the notices that
+opened since its last read (from the notice outbox, so that one acknowledged a moment after
+it opened, by a wake the gateway accepted at once, is still seen), then what is pending.
+:class:`NoticeFeed` hands out each once. A notice's text is byte-stable while it is pending
+and names the sequence it was frozen at, so ``(target, text)`` identifies it: a notice
+drained and then opened again by new work is a new one.
 
 The feed only peeks; draining stays an explicit call. Used by the SSE route
 ``GET /v1/watchers/{key}/notices/stream`` and by ``sessionwatch notices --follow``.
@@ -19,14 +19,22 @@ NoticeJson = dict[str, Any]  # {"target": str | None, "text": str}, as the peek 
 
 
 class NoticeFeed:
-    """One follower's view of a watcher's notices."""
+    """One follower's view of a watcher's notices: where it follows the outbox from, and
+    what it has handed out of what it last read."""
 
     def __init__(self) -> None:
+        self.after: int | None = None  # the outbox row read last; None before the first read
         self._seen: set[tuple[Any, str]] = set()
 
-    def fresh(self, pending: list[NoticeJson]) -> list[NoticeJson]:
-        """The ``pending`` notices (as the peek route answers them) not handed out yet."""
-        keys = [(n["target"], n["text"]) for n in pending]
-        out = [n for n, k in zip(pending, keys, strict=True) if k not in self._seen]
+    def fresh(self, read: tuple[list[NoticeJson], int]) -> list[NoticeJson]:
+        """Of one :meth:`~monitor.kernel.Kernel.follow` answer, the notices not handed out
+        yet."""
+        notices, self.after = read
+        keys = [(n["target"], n["text"]) for n in notices]
+        out: list[NoticeJson] = []
+        for n, k in zip(notices, keys, strict=True):
+            if k not in self._seen:
+                self._seen.add(k)
+                out.append(n)
         self._seen = set(keys)
         return out

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import BadInput
-from monitor.kernel import cursors, retention
+from monitor.kernel import cursors, outbox, retention
 from monitor.kernel.changes import (
     ChangeHub,
     ChangeStream,
@@ -44,7 +44,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import TypeVar
+    from typing import Any, TypeVar
 
     from monitor.kernel.notices import Notice
     from monitor.kernel.store.protocol import Conn, StateStore
@@ -168,6 +168,7 @@ class Kernel(Views):
         fresh = [r for r in recorder.recorded if not r.duplicate]
         if not fresh:
             return
+        self.changes.told()  # the streams and the status page read it now
         if self.metrics:
             for r in fresh:
                 self.metrics.recorded(r.event.kind, len(r.notices))
@@ -277,7 +278,7 @@ class Kernel(Views):
         def run(conn: Conn) -> Inbox:
             pending = cursors.list_pending(conn, watcher=w, store_path=path)
             if drain:
-                reopened[:] = cursors.acknowledge(conn, pending, now)
+                reopened[:] = outbox.acknowledge(conn, pending, now)
             return Inbox([c.notice() for c in pending], created_text(conn, w, drain=drain))
 
         inbox = await (self.store.write(run) if drain else self.store.peek(run))
@@ -286,12 +287,36 @@ class Kernel(Views):
         self._opened(reopened)
         return inbox
 
+    async def follow(
+        self, *, watcher: str, store_path: str | None = None, after: int | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """What a follower of the watcher's notices reads next: the notices that opened
+        after outbox row ``after`` (even those acknowledged since: a wake accepted a moment
+        after the notice opened), then what is pending now; and the row to follow from.
+        ``after`` None: the first read, which starts at the newest row."""
+        w = normalize_key(watcher)
+        if parse_agent_key(w) is None:
+            raise BadInput(f'watcher "{w}" is not an agent-qualified session key')
+        path = self.policy.store_path(store_path, w)
+
+        def run(conn: Conn) -> tuple[list[dict[str, Any]], int]:
+            last = outbox.last_id(conn)
+            opened = [] if after is None else outbox.opened_since(conn, w, after)
+            pending = cursors.list_pending(conn, watcher=w, store_path=path)
+            inbox = Inbox([c.notice() for c in pending], created_text(conn, w))
+            seen = [{"target": e.target, "text": e.text} for e in opened]
+            return seen + inbox.as_json(), last
+
+        return await self.store.peek(run)
+
     async def sweep(self) -> list[Notice]:
         """Startup recovery: freeze unfrozen work, then list every pending notice (and wake
         the watchers of those a sidecar opened)."""
 
+        now = self.clock()
+
         def run(conn: Conn) -> tuple[list[Notice], list[Notice], int]:
-            cursors.heal_unfrozen(conn)
+            outbox.append(conn, cursors.heal_unfrozen(conn), now)
             every = [c.notice() for c in cursors.list_pending(conn)]
             ours = [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
             return every, ours, cursors.undecided_legacy(conn)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.errors import SessionwatchError
-from monitor.kernel import cursors, signal_log
+from monitor.kernel import cursors, outbox, signal_log
 from monitor.kernel.store import sqlite_schema as schema
 from monitor.lazylog import LazyLogger
 from monitor.records import NamedTuple
@@ -44,6 +44,7 @@ def prune(
         conn, before=now - retention_ms, cap=signal_log.row_cap_sequence(conn, max_rows), now=now
     )
     idle = cursors.delete_idle(conn, now - CURSOR_IDLE_MS)
+    outbox.prune(conn, now - outbox.KEEP_MS)
     schema.write_meta(conn, "last_prune_at", str(now))
     return PruneResult(deleted_events=deleted, deleted_cursors=idle, stamped_sessions=stamped)
 

@@ -14,6 +14,7 @@ import orjson
 
 from monitor.clock import DAY_MS, HOUR_MS
 from monitor.errors import BadInput, StoreError
+from monitor.kernel import outbox
 from monitor.kernel.cursors import advance_watchers, register_watch, seed_cursor
 from monitor.kernel.events import (
     DELTA_PAYLOAD_FIELDS,
@@ -295,6 +296,7 @@ def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
             actor_id=row.actor_id,
             now=now,
         )
+        outbox.append(conn, notices, now)
     if draft.ambient_watcher and draft.watcher_store_path:
         register_watch(
             conn,

@@ -242,6 +242,13 @@ async def drain_notices(request: web.Request) -> web.Response:
     return await _notices(request, drain=True)
 
 
+async def _follow(request: web.Request, after: int | None) -> tuple[list[dict[str, Any]], int]:
+    q = query(request, NoticesQuery)
+    return await request.app[KERNEL].follow(
+        watcher=request.match_info["key"], store_path=given(q.store_path), after=after
+    )
+
+
 STREAMS = web.AppKey("streams", asyncio.Event)  # set when the service stops
 
 
@@ -263,7 +270,7 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
     try:
         while not stopping.is_set():
             if changed:
-                for notice in feed.fresh(await _pending(request, drain=False)):
+                for notice in feed.fresh(await _follow(request, feed.after)):
                     await response.write(b"event: notice\ndata: " + orjson.dumps(notice) + b"\n\n")
                     written = loop.time()
             if loop.time() - written >= KEEPALIVE_S:

@@ -268,7 +268,12 @@ async def test_an_acknowledgement_the_store_refused_is_retried_never_the_wake(
     acknowledgement, the acknowledgement is retried, and the wake is not sent again."""
     caplog.set_level(logging.WARNING)
     await rig.kernel.watch(watcher=MAIN, target=PEER)
-    rig.store.refusals = 1
+
+    async def refuse_the_next_write() -> None:  # the outcome's, once the gateway answered
+        rig.transport.before = None
+        rig.store.refusals = 1
+
+    rig.transport.before = refuse_the_next_write
     await rig.human(PEER)
     assert [notice(PEER, 0)] == rig.gateway.texts
     assert [notice(PEER, 0)] == await rig.pending()
@@ -524,17 +529,40 @@ async def test_a_redirect_is_never_followed(
             await runner.cleanup()
 
 
-def test_a_wake_claimed_at_a_later_wall_time_holds_no_window(tmp_path: Path) -> None:
-    """On a shared store, a wake claimed before the wall clock stepped back an hour lies in
-    the future: it holds no window (else every wake would wait for the clock to catch up);
-    one claimed a second ago does."""
-    from monitor.delivery.claims import claim
-    from monitor.kernel.store.sqlite_schema import migrate
+async def test_a_wake_claimed_at_a_later_wall_time_holds_no_window(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A wake stored before the wall clock stepped back an hour lies in the future: it holds
+    no window (else every wake would wait for the clock to catch up); one stored a second
+    ago does, and a lease another holder keeps says who has it until when."""
+    from monitor.delivery import claims
 
-    conn = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
-    migrate(conn, 0)
-    now = 1_790_000_000_000
-    assert "send" == claim(conn, MAIN, "a", now=now, window_ms=20_000)
-    assert now == claim(conn, MAIN, "b", now=now + 1_000, window_ms=20_000)
-    assert "send" == claim(conn, MAIN, "b", now=now - 3_600_000, window_ms=20_000)
-    assert "done" == claim(conn, MAIN, "b", now=now - 3_600_000, window_ms=20_000)
+    kernel = await Kernel.open(tmp_path / "state.db", clock=clock)
+    try:
+        await kernel.watch(watcher=MAIN, target=PEER)
+        await kernel.record(
+            NewEvent(session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type="human")
+        )
+        now = clock()
+
+        async def claim(holder: str, at: int) -> claims.Claim:
+            def run(conn: Any) -> claims.Claim:
+                got = claims.claim(
+                    conn, MAIN, holder=holder, now=at, window_ms=20_000, lease_ms=30_000
+                )
+                claims.release(conn, MAIN, holder)
+                return got
+
+            return await kernel.store.write(run)
+
+        assert isinstance(await claim("a", now), claims.Claimed)
+        assert claims.Wait(now + 20_000) == await claim("a", now + 1_000)
+        assert isinstance(await claim("a", now - 3_600_000), claims.Claimed)
+        await kernel.store.write(
+            lambda conn: claims.claim(
+                conn, MAIN, holder="b", now=now, window_ms=20_000, lease_ms=30_000
+            )
+        )
+        assert claims.Busy(now + 30_000) == await claim("a", now + 25_000)
+    finally:
+        await kernel.close()

@@ -14,7 +14,9 @@ from monitor.errors import SchemaTooNew
 from monitor.kernel.store.sqlite_schema import (
     INDEXES,
     OPENED_MARKS_SINCE,
+    OUTBOX_SINCE,
     SCHEMA_VERSION,
+    fill_outbox,
     mark_legacy_notices,
     read_meta,
     schema_number,
@@ -121,8 +123,27 @@ TABLES = (
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_wakes (
         watcher_session_key {T} PRIMARY KEY,
         woken_at BIGINT NOT NULL,
-        notice {T}
+        notice {T},
+        holder {T},
+        lease_until BIGINT NOT NULL DEFAULT 0
     )""",
+    "ALTER TABLE sessionwatch_wakes ADD COLUMN IF NOT EXISTS holder TEXT COLLATE \"C\"",
+    "ALTER TABLE sessionwatch_wakes ADD COLUMN IF NOT EXISTS lease_until BIGINT NOT NULL"
+    " DEFAULT 0",
+    f"""CREATE TABLE IF NOT EXISTS sessionwatch_notice_outbox (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        watcher_session_key {T} NOT NULL,
+        target_session_key {T} NOT NULL,
+        last_seen_sequence BIGINT NOT NULL,
+        state {T} NOT NULL,
+        unanswered BIGINT NOT NULL DEFAULT 0,
+        opened_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS idx_sessionwatch_notice_outbox_watcher"
+    " ON sessionwatch_notice_outbox (watcher_session_key, id)",
+    "CREATE INDEX IF NOT EXISTS idx_sessionwatch_notice_outbox_due"
+    " ON sessionwatch_notice_outbox (state) WHERE state IN ('wake', 'sending')",
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_opened_notices (
         watcher_session_key {T} NOT NULL,
         target_session_key {T} NOT NULL,
@@ -159,6 +180,8 @@ def migrate(conn: Conn, now_ms: int) -> int:
         conn.execute(statement)
     if 0 < found < OPENED_MARKS_SINCE:  # only sidecars write a PostgreSQL store
         mark_legacy_notices(conn, gateway_shares=False)
+    if 0 < found < OUTBOX_SINCE:
+        fill_outbox(conn, now_ms)
     if found < SCHEMA_VERSION:
         write_meta(conn, "schema_version", str(SCHEMA_VERSION))
         conn.execute(

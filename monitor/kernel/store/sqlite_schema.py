@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # How the links an earlier sessionwatch (schema 1) wrote map to OpenClaw's vocabulary: its
 # adapter name becomes (upstream_kind, catalog_id); a paired node's host is ``node:<nodeId>``.
@@ -173,12 +173,31 @@ _OWN_TABLES = (
         expires_at INTEGER NOT NULL,
         info TEXT
     ) STRICT""",
-    # The last wake call per watcher, claimed by whichever process sends it (schema 3).
+    # Per watcher: when its last wake went (the window) and who holds its lease to send
+    # (schema 3; the lease since schema 6; see monitor.delivery.claims).
     """CREATE TABLE IF NOT EXISTS sessionwatch_wakes (
         watcher_session_key TEXT PRIMARY KEY,
         woken_at INTEGER NOT NULL,
-        notice TEXT
+        notice TEXT,
+        holder TEXT,
+        lease_until INTEGER NOT NULL DEFAULT 0
     ) STRICT""",
+    # Every notice a sidecar opened, written with it: what delivery wakes and readers tail
+    # (schema 6; see monitor.kernel.outbox).
+    """CREATE TABLE IF NOT EXISTS sessionwatch_notice_outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        watcher_session_key TEXT NOT NULL,
+        target_session_key TEXT NOT NULL,
+        last_seen_sequence INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        unanswered INTEGER NOT NULL DEFAULT 0,
+        opened_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) STRICT""",
+    "CREATE INDEX IF NOT EXISTS idx_sessionwatch_notice_outbox_watcher"
+    " ON sessionwatch_notice_outbox (watcher_session_key, id)",
+    "CREATE INDEX IF NOT EXISTS idx_sessionwatch_notice_outbox_due"
+    " ON sessionwatch_notice_outbox (state) WHERE state IN ('wake', 'sending')",
     # The notices a sidecar process opened, by watermark: only these are ours to wake the
     # gateway for (schema 4; see monitor.kernel.cursors).
     """CREATE TABLE IF NOT EXISTS sessionwatch_opened_notices (
@@ -202,6 +221,10 @@ _OWN_ADDABLE = {
         "session_id": "TEXT",
         "last_outcome": "TEXT",
         "last_reason": "TEXT",
+    },
+    "sessionwatch_wakes": {
+        "holder": "TEXT",
+        "lease_until": "INTEGER NOT NULL DEFAULT 0",
     },
 }
 
@@ -274,6 +297,33 @@ def _rebuild_links(conn: sqlite3.Connection, found: int) -> None:
 
 # The schema that first marked the notices a sidecar opened (sessionwatch_opened_notices).
 OPENED_MARKS_SINCE = 4
+
+# The schema that first kept the notice outbox (sessionwatch_notice_outbox).
+OUTBOX_SINCE = 6
+
+
+def fill_outbox(conn: Conn, now_ms: int) -> int:
+    """An upgrade from a schema before :data:`OUTBOX_SINCE`: each pending notice a sidecar
+    marked as its own gets its outbox row, so that it is woken as before (``queue`` where
+    the watch policy never wakes: an ambient watch, a sub-agent watcher). How many."""
+    return int(
+        conn.execute(
+            "INSERT INTO sessionwatch_notice_outbox (watcher_session_key, target_session_key,"
+            " last_seen_sequence, state, unanswered, opened_at, updated_at)"
+            " SELECT c.watcher_session_key, c.target_session_key, c.last_seen_sequence,"
+            " CASE WHEN c.provenance = 'ambient-group' OR c.watcher_session_key LIKE"
+            " 'agent:%:subagent:%' THEN 'queue' ELSE 'wake' END, 0, ?, ?"
+            " FROM session_watch_cursors c JOIN sessionwatch_opened_notices o"
+            " ON o.watcher_session_key = c.watcher_session_key"
+            " AND o.target_session_key = c.target_session_key"
+            " AND o.notified_sequence = c.notified_sequence"
+            " WHERE c.material_sequence > c.last_seen_sequence"
+            " AND c.watcher_session_key LIKE 'agent:%:%'"
+            " ORDER BY c.watcher_session_key, c.target_session_key",
+            (now_ms, now_ms),
+        ).rowcount
+    )
+
 
 # Set in the same transaction as an upgrade from a schema before the marks: how many pending
 # notices the upgrade left unmarked because a gateway shares the database (see
@@ -401,6 +451,8 @@ def migrate(conn: sqlite3.Connection, now_ms: int) -> int:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {clause}")
     if 0 < found < OPENED_MARKS_SINCE:
         mark_legacy_notices(conn, gateway_shares=bool(foreign_tables(conn)))
+    if 0 < found < OUTBOX_SINCE:
+        fill_outbox(conn, now_ms)
     if found < SCHEMA_VERSION:
         write_meta(conn, "schema_version", str(SCHEMA_VERSION))
         conn.execute(
