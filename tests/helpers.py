@@ -64,6 +64,7 @@ class ManualTimers:
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
         self.mono_ms = 0
+        self.stores: list[Any] = []  # stores whose thread writes each step waits for
         self._due: list[_Timer] = []
         self._seq = itertools.count()
 
@@ -91,6 +92,7 @@ class ManualTimers:
     async def advance(self, ms: int) -> None:
         """Move both clocks ``ms`` on, firing each timer due on the way at its own time,
         and letting what it woke run until it waits again."""
+        await self.quiesce()  # what the step before began ends before time moves
         end = self.mono_ms + ms
         while self._due and self._due[0].at_ms <= end:
             timer = heapq.heappop(self._due)
@@ -100,10 +102,20 @@ class ManualTimers:
             self.mono_ms += step
             self.clock.now += step
             timer.fn()
-            await settle_loop()
+            await self.quiesce()
         self.clock.now += end - self.mono_ms
         self.mono_ms = end
+        await self.quiesce()
+
+    async def quiesce(self) -> None:
+        """Let what is ready run, and the writes handed to a store's writer thread end, so
+        that no time passes while a write of the step is still under way."""
         await settle_loop()
+        for _ in range(5_000):
+            if not any(getattr(s, "_queued", 0) for s in self.stores):
+                return
+            await asyncio.sleep(0.001)
+            await settle_loop()
 
 
 class WakeLog:
@@ -119,8 +131,11 @@ class WakeLog:
         self.delivery: Any = None  # the Delivery it is the sender of
         self.timers: ManualTimers | None = None
 
-    async def wake(self, watcher: str, text: str) -> None:
-        self.woken.append(watcher)
+    async def wake(
+        self, watcher: str, text: str, *, still: Callable[[], Awaitable[bool]] | None = None
+    ) -> None:
+        if still is None or await still():
+            self.woken.append(watcher)
 
     def quiet_s(self) -> float:
         return 0.0
@@ -129,7 +144,8 @@ class WakeLog:
         pass
 
     async def settled(self) -> None:
-        await settle_loop()
+        assert self.timers is not None
+        await self.timers.quiesce()
         await self.delivery.settled()
 
 
@@ -142,6 +158,7 @@ async def kernel_waking(
 
     store = await open_store(target, clock=clock)
     wakes.timers = ManualTimers(clock)
+    wakes.timers.stores.append(store)
     wakes.delivery = Delivery(store, wakes, timers=wakes.timers)
     kernel = await Kernel.on_store(store, **kwargs)
     await wakes.delivery.start(contextlib.AsyncExitStack(), kernel, others=False)

@@ -64,7 +64,9 @@ class MonthSender(WakeLog):
         self.clock = clock
         self.times: list[int] = []
 
-    async def wake(self, watcher: str, text: str) -> None:
+    async def wake(self, watcher: str, text: str, *, still: Any = None) -> None:
+        if still is not None and not await still():
+            return
         if not self.times or self.times[-1] != self.clock.now:
             self.times.append(self.clock.now)
 

@@ -155,7 +155,6 @@ def release_all(conn: Conn) -> int:
     held them is gone (SQLite: one ``serve`` per database)."""
     return int(
         conn.execute(
-            "UPDATE sessionwatch_wakes SET holder = NULL, lease_until = 0"
-            " WHERE holder IS NOT NULL"
+            "UPDATE sessionwatch_wakes SET holder = NULL, lease_until = 0 WHERE holder IS NOT NULL"
         ).rowcount
     )

@@ -126,7 +126,7 @@ class Delivery:
         elif watcher not in self._later:
             task = asyncio.get_running_loop().create_task(self._pass(watcher))
             self._running[watcher] = task
-            task.add_done_callback(lambda _: self._passed(watcher))
+            task.add_done_callback(lambda t: self._passed(watcher, t))
 
     async def start(self, stack: AsyncExitStack, kernel: Kernel, *, others: bool = True) -> None:
         """Deliver from now on, until ``stack`` closes: the notices this process opens, as
@@ -170,8 +170,10 @@ class Delivery:
 
     # -- passes --------------------------------------------------------------------------
 
-    def _passed(self, watcher: str) -> None:
+    def _passed(self, watcher: str, task: asyncio.Task[None]) -> None:
         self._running.pop(watcher, None)
+        if not task.cancelled() and task.exception() is not None:  # a bug: said, not lost
+            log.error("a wake pass of %s failed", watcher, exc_info=task.exception())
         if watcher in self._again:
             self._again.discard(watcher)
             self.request(watcher)
@@ -252,6 +254,8 @@ class Delivery:
                 if held and held[-1] == "lost":  # claimed again: by us, or Busy
                     again_now = True
                     break
+                if answer is None and held and held[-1] == "go":
+                    await self._settle(entry, "refused")  # not ours to send after all
                 if answer is None or answer.result == "withdrawn":
                     continue  # not ours to send, or no longer pending: no call made
                 if not await self._settle(entry, answer.result):

@@ -66,7 +66,7 @@ class Rig:
     token_file: Path
 
     async def settled(self) -> None:
-        await settle_loop()
+        await self.timers.quiesce()
         await self.delivery.settled()
 
     async def human(self, key: str) -> None:
@@ -101,6 +101,7 @@ async def rig(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Rig]:
         metrics=metrics,
     )
     store = RefusingStore(await open_store(tmp_path / "state.db", clock=clock))
+    timers.stores.append(store._store)
     delivery = Delivery(store, client, timers=timers, metrics=metrics)  # type: ignore[arg-type]
     kernel = await Kernel.on_store(store._store, metrics=metrics)
     await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
@@ -541,7 +542,9 @@ async def test_a_wake_claimed_at_a_later_wall_time_holds_no_window(
     try:
         await kernel.watch(watcher=MAIN, target=PEER)
         await kernel.record(
-            NewEvent(session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type="human")
+            NewEvent(
+                session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN
+            )
         )
         now = clock()
 

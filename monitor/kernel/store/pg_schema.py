@@ -127,9 +127,8 @@ TABLES = (
         holder {T},
         lease_until BIGINT NOT NULL DEFAULT 0
     )""",
-    "ALTER TABLE sessionwatch_wakes ADD COLUMN IF NOT EXISTS holder TEXT COLLATE \"C\"",
-    "ALTER TABLE sessionwatch_wakes ADD COLUMN IF NOT EXISTS lease_until BIGINT NOT NULL"
-    " DEFAULT 0",
+    'ALTER TABLE sessionwatch_wakes ADD COLUMN IF NOT EXISTS holder TEXT COLLATE "C"',
+    "ALTER TABLE sessionwatch_wakes ADD COLUMN IF NOT EXISTS lease_until BIGINT NOT NULL DEFAULT 0",
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_notice_outbox (
         id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         watcher_session_key {T} NOT NULL,
