@@ -6,6 +6,7 @@ a running sidecar."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sqlite3
@@ -19,6 +20,7 @@ import pytest
 from monitor.config import Config, GatewayConfig, parse_config
 from monitor.delivery.hooks import HooksClient
 from monitor.delivery.ledger import Delivery
+from monitor.delivery.timers import LoopTimers
 from monitor.errors import ConfigError, NotPrivate, StoreError
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
@@ -569,3 +571,92 @@ async def test_a_wake_claimed_at_a_later_wall_time_holds_no_window(
         assert claims.Busy(now + 30_000) == await claim("a", now + 25_000)
     finally:
         await kernel.close()
+
+
+async def test_a_notice_drained_while_its_pass_runs_is_withdrawn_not_woken(rig: Rig) -> None:
+    """Two notices open together; the watcher drains while the first call is in flight:
+    the second is read again just before its call, found acknowledged, and never sent."""
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+
+    async def drain() -> None:
+        rig.transport.before = None
+        await rig.kernel.notices(watcher=MAIN, drain=True)
+
+    rig.transport.before = drain
+
+    def both(record: Any) -> None:
+        for key in (PEER, OTHER):
+            record(
+                NewEvent(
+                    session_key=key,
+                    kind=EventKind.HUMAN_DIRECT_MESSAGE,
+                    actor_type=ActorType.HUMAN,
+                ).draft(rig.timers.now_ms())
+            )
+
+    await rig.kernel.commit(both)
+    await rig.settled()
+    assert 1 == rig.gateway.calls  # the first went out before the drain; the second never
+    assert [] == await rig.pending()
+    await rig.timers.advance(60_000)
+    await rig.settled()
+    assert 1 == rig.gateway.calls
+
+
+async def test_a_queue_only_watcher_is_never_woken_beside_one_that_is(rig: Rig) -> None:
+    """A sub-agent's notice waits for its own read, whatever pass runs beside it."""
+    sub = "agent:main:subagent:helper"
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=sub, target=PEER)
+    await rig.human(PEER)
+    rig.delivery.request(sub)  # asked for anyway: its outbox row is queue-only
+    await rig.timers.advance(60_000)
+    await rig.settled()
+    assert {MAIN} == {w["sessionKey"] for w in rig.gateway.wakes}
+    assert [notice(PEER, 0)] == await rig.pending(sub)
+
+
+async def test_a_slow_gateway_gets_one_wake_over_http(tmp_path: Path, clock: ManualClock) -> None:
+    """A gateway that answers after 6 s, over loopback: the client waits for it (its read
+    timeout is longer), so the notice goes once, and is acknowledged."""
+    from aiohttp import web
+
+    from tests.hooks_gateway import HooksGateway
+
+    gateway = HooksGateway()
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(6)
+        return await gateway.wake(request)
+
+    app = web.Application()
+    app.router.add_post("/hooks/wake", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    token_file = tmp_path / "hooks-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    kernel = await Kernel.open(tmp_path / "state.db")
+    client = HooksClient(f"http://127.0.0.1:{port}/hooks", token_file, timers=LoopTimers())
+    delivery = Delivery(kernel.store, client)
+    try:
+        await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
+        await kernel.watch(watcher=MAIN, target=PEER)
+        await kernel.record(
+            NewEvent(
+                session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN
+            )
+        )
+        await until("the slow wake answered", lambda: bool(gateway.wakes), timeout=30)
+        await delivery.settled()
+        assert [notice(PEER, 0)] == gateway.texts
+        assert [] == await kernel.notices(watcher=MAIN)
+    finally:
+        await delivery.close()
+        await client.close()
+        await kernel.close()
+        await runner.cleanup()
