@@ -202,13 +202,6 @@ async def _reset(kernel: Kernel, a: Args) -> dict[str, Any]:
     arg("--agent", help="the agent id (default: the key's own, agent:<id>:...)"),
 )
 async def _delete(kernel: Kernel, a: Args) -> dict[str, Any]:
-    from monitor.kernel.keys import normalize_key, parse_agent_key
-
-    if parse_agent_key(normalize_key(a.key)) is None and not a.agent:
-        raise BadInput(
-            f'"{a.key}" is a bare key, a session of every agent: name one with --agent'
-            " (the API refuses bare keys the same way)"
-        )
     await kernel.gateway_sessions.delete(a.key, agent_id=a.agent)
     return {"ok": True}
 

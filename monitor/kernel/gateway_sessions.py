@@ -4,6 +4,7 @@ deletion."""
 
 from __future__ import annotations
 
+from monitor.errors import BadInput
 from monitor.kernel import cursors, sessions
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
@@ -11,6 +12,7 @@ from monitor.kernel.keys import (
     is_main_key,
     main_key_for,
     normalize_key,
+    parse_agent_key,
     resolve_agent,
     session_scope,
 )
@@ -114,6 +116,11 @@ class GatewaySessions:
     async def reset(self, key: str) -> None:
         """A watcher's reset: its cursors and self-echo memory go; targets' history stays."""
         k = normalize_key(key)
+        if parse_agent_key(k) is None:
+            raise BadInput(
+                f'"{k}" is a bare key: a reset names one agent-qualified session'
+                " (agent:<agentId>:<rest>)"
+            )
 
         def run(conn: Conn) -> None:
             cursors.delete_watcher_cursors(conn, k)
@@ -126,6 +133,11 @@ class GatewaySessions:
         """Delete a session: its events, head, cursors on both sides, our rows, and what the
         layers above keep of it (``on_delete``: the upstream link)."""
         k = normalize_key(key)
+        if parse_agent_key(k) is None and agent_id is None:
+            raise BadInput(
+                f'"{k}" is a bare key, a session of every agent: name one with agentId'
+                " (--agent on the command line)"
+            )
         scope, params = session_scope(k, agent_id)
 
         def run(conn: Conn) -> None:

@@ -336,3 +336,35 @@ async def test_an_unknown_query_parameter_is_refused_as_an_unknown_body_field_is
     assert (status, answer["error"]["code"]) == (400, "bad_request")
     status, _ = await client.call("GET", "/v1/sessions/agent:main:x/status?changesSince=0")
     assert status == 200
+
+
+async def test_a_bare_key_is_refused_on_delete_and_reset_and_nothing_goes(
+    client: Client,
+) -> None:
+    """``global`` is a session of every agent under OpenClaw's global scope: a deletion must
+    name the agent, and a reset names one agent-qualified session; both refuse it with a
+    400, and both agents' sessions keep their events."""
+    for agent in ("main", "ops"):
+        status, _ = await client.call(
+            "POST",
+            "/v1/events",
+            {"sessionKey": "global", "agentId": agent, "kind": "goal_changed", "actorType": "human"},
+        )
+        assert 200 == status
+    for method, path in (
+        ("DELETE", "/v1/sessions/global"),
+        ("POST", "/v1/sessions/global/reset"),
+    ):
+        status, body = await client.call(method, path)
+        assert (400, "bad_request") == (status, body["error"]["code"]), body
+        assert "bare key" in body["error"]["message"]
+    versions = {}
+    for agent in ("main", "ops"):
+        status, body = await client.call("GET", f"/v1/sessions/global/status?agentId={agent}")
+        assert 200 == status and body["stateVersion"] > 0, body
+        versions[agent] = body["stateVersion"]
+    assert (200, {"ok": True}) == await client.call("DELETE", "/v1/sessions/global?agentId=ops")
+    status, body = await client.call("GET", "/v1/sessions/global/status?agentId=main")
+    assert (200, versions["main"]) == (status, body["stateVersion"])
+    status, body = await client.call("GET", "/v1/sessions/global/status?agentId=ops")
+    assert (200, 0) == (status, body["stateVersion"])
