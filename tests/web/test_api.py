@@ -348,7 +348,12 @@ async def test_a_bare_key_is_refused_on_delete_and_reset_and_nothing_goes(
         status, _ = await client.call(
             "POST",
             "/v1/events",
-            {"sessionKey": "global", "agentId": agent, "kind": "goal_changed", "actorType": "human"},
+            {
+                "sessionKey": "global",
+                "agentId": agent,
+                "kind": "goal_changed",
+                "actorType": "human",
+            },
         )
         assert 200 == status
     for method, path in (
