@@ -26,8 +26,8 @@ acknowledgement moves ``last_seen``, and the row is then dead whatever its state
 from __future__ import annotations
 
 from monitor.kernel import cursors
-from monitor.kernel.keys import is_subagent_key
-from monitor.kernel.notices import PROVENANCE_AMBIENT, Notice, notice_text
+from monitor.kernel.notices import Notice, notice_text
+from monitor.kernel.policy import WatchPolicy
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
@@ -62,14 +62,6 @@ class Entry(NamedTuple):
         return c if c is not None and c.pending and c.last_seen == self.last_seen else None
 
 
-def state_for(watcher: str, provenance: str) -> str:
-    """``wake`` when the watch policy wakes ``watcher`` for a notice of this provenance;
-    ``queue`` when the notice waits for the watcher's own read."""
-    if provenance == PROVENANCE_AMBIENT or is_subagent_key(watcher):
-        return QUEUE
-    return WAKE
-
-
 def append(conn: Conn, notices: list[Notice], now: int) -> None:
     """Each notice that opened in this transaction, as a row of its own."""
     if not notices:
@@ -79,7 +71,7 @@ def append(conn: Conn, notices: list[Notice], now: int) -> None:
         " last_seen_sequence, state, unanswered, opened_at, updated_at)"
         " VALUES (?, ?, ?, ?, 0, ?, ?)",
         [
-            (n.watcher, n.target, n.last_seen, state_for(n.watcher, n.provenance), now, now)
+            (n.watcher, n.target, n.last_seen, WAKE if WatchPolicy.wakes(n) else QUEUE, now, now)
             for n in notices
         ],
     )
