@@ -85,6 +85,10 @@ class Rule(NamedTuple):
     says: str = ""
     most: float = float(2**63 - 1)  # a number's largest value (every number is finite)
     least: float = 0.0  # a duration's smallest value, where zero would spin
+    file: bool = False  # a path: a relative one is read against the configuration's directory
+
+
+FILE = Rule(file=True)
 
 
 DAY_S = 86_400.0
@@ -117,7 +121,7 @@ def _given(check: Callable[[str], bool]) -> Callable[[str], bool]:
 
 
 class StoreConfig(NamedTuple):
-    path: str = "~/.local/state/sessionwatch/state.db"
+    path: Annotated[str, FILE] = "~/.local/state/sessionwatch/state.db"
     # postgresql://...: the state in PostgreSQL instead (several sidecars)
     url: Annotated[str, Rule(check=_given(is_pg_url), says="must be a postgresql:// URL")] = ""
 
@@ -178,7 +182,7 @@ _HOST = Rule(
 
 class ApiConfig(NamedTuple):
     listen: Annotated[str, _LISTEN] = "127.0.0.1:8765"
-    token_file: str = "~/.local/state/sessionwatch/token"
+    token_file: Annotated[str, FILE] = "~/.local/state/sessionwatch/token"
     # Host names answered besides those the listen address implies (the API and the node)
     allowed_hosts: tuple[str, ...] = ()
 
@@ -188,7 +192,7 @@ class GatewayConfig(NamedTuple):
 
     # the hooks base, for example http://127.0.0.1:18789/hooks
     hooks_url: Annotated[str, _HOOKS_URL] = ""
-    hooks_token_file: str = ""  # a private file holding the gateway's hooks.token
+    hooks_token_file: Annotated[str, FILE] = ""  # a private file holding the gateway's hooks.token
     # how often an undelivered notice is sent again
     retry_interval_s: Annotated[float, duration()] = 30.0
     # plain http:// to a host that is not this machine: the token would cross the network
@@ -216,7 +220,8 @@ class SessionConfig(NamedTuple):
     scope: Annotated[str, Rule(choices=("global", "per-sender"))] = "per-sender"
     group_scope: Annotated[str, Rule(choices=("per-group", "shared"))] = "per-group"
     notify_on_create: bool = True
-    store_path: str = ""  # template with {agentId}; see monitor.kernel.watcher_stores
+    # template with {agentId}; see monitor.kernel.watcher_stores
+    store_path: Annotated[str, FILE] = ""
 
 
 class LogConfig(NamedTuple):
@@ -237,7 +242,7 @@ class HostConfig(NamedTuple):
 
 class NodeConfig(NamedTuple):
     url: str
-    token_file: str
+    token_file: Annotated[str, FILE]
     # the SHA-256 of the node's certificate (an https url needs one): pinned, no CA asked
     fingerprint: str = ""
 
@@ -270,12 +275,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _node(name: str, raw: Any) -> NodeConfig:
+def _node(name: str, raw: Any, base: str | None) -> NodeConfig:
     """A ``[nodes.NAME]`` section: plain http only to loopback (an SSH forward), https only
     with the node's certificate pinned."""
     from urllib.parse import urlsplit
 
-    node: NodeConfig = _section(NodeConfig, f"nodes.{name}", raw)
+    node: NodeConfig = _section(NodeConfig, f"nodes.{name}", raw, base)
     where = f"[nodes.{name}]"
     parts = urlsplit(node.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -381,7 +386,7 @@ def _fields_of(cls: type[Any]) -> dict[str, tuple[Any, Rule | None]]:
     return out
 
 
-def _section(cls: type[Any], section: str, raw: Any) -> Any:
+def _section(cls: type[Any], section: str, raw: Any, base: str | None) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"[{section}] must be a table")
     declared = _fields_of(cls)
@@ -393,6 +398,9 @@ def _section(cls: type[Any], section: str, raw: Any) -> Any:
         known = did_you_mean(unknown[0], declared)
         raise ConfigError(f"unknown key [{section}] {unknown[0]}{known}")
     values = {k: _check_value(f"[{section}] {k}", *declared[k], v) for k, v in raw.items()}
+    for k, (_, rule) in declared.items():
+        if rule is not None and rule.file and values.get(k):
+            values[k] = _file_path(f"[{section}] {k}", values[k], base)
     defaults = getattr(cls, "_field_defaults", {})
     missing = [name for name in declared if name not in values and name not in defaults]
     if missing:
@@ -412,11 +420,21 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 
 
+def _file_path(where: str, value: str, base: str | None) -> str:
+    """A path the file gives: absolute and ``~/...`` as written, a relative one read against
+    ``base``, the configuration file's directory (whatever directory a command runs in), and
+    refused where there is no file to be relative to."""
+    if value.startswith("~") or os.path.isabs(value):
+        return value
+    if base is None:
+        raise ConfigError(f"{where} = {value!r} is relative: give an absolute path")
+    return os.path.normpath(os.path.join(base, value))
+
+
 def _roots(raw: Any, base: str | None) -> RootsConfig:
     """The ``[roots]`` table: strings only here; its keys are the registry's to check. An
     empty root is refused (it would be the directory the command runs in); a relative one
-    is resolved against ``base``, the configuration file's directory, and refused where
-    there is no file to be relative to."""
+    is read as every path of the file is (:func:`_file_path`)."""
     if not isinstance(raw, dict):
         raise ConfigError("[roots] must be a table")
     roots: dict[str, str] = {}
@@ -428,12 +446,7 @@ def _roots(raw: Any, base: str | None) -> RootsConfig:
                 f"[roots] {key} is empty: name a directory (absolute, ~/..., or relative to"
                 " the configuration file), or leave the key out for the default"
             )
-        if value.startswith("~") or os.path.isabs(value):
-            roots[key] = value
-        elif base is None:
-            raise ConfigError(f"[roots] {key} = {value!r} is relative: give an absolute path")
-        else:
-            roots[key] = os.path.normpath(os.path.join(base, value))
+        roots[key] = _file_path(f"[roots] {key}", value, base)
     return RootsConfig(**roots)
 
 
@@ -445,7 +458,7 @@ def parse_config(raw: dict[str, Any], base: str | None = None) -> Config:
         known = [*_SECTIONS, "nodes", "roots"]
         raise ConfigError(f"unknown section [{unknown[0]}]{did_you_mean(unknown[0], known)}")
     values: dict[str, Any] = {
-        name: _section(cls, name, raw[name]) for name, cls in _SECTIONS.items() if name in raw
+        name: _section(cls, name, raw[name], base) for name, cls in _SECTIONS.items() if name in raw
     }
     if "roots" in raw:
         values["roots"] = _roots(raw["roots"], base)
@@ -465,7 +478,7 @@ def parse_config(raw: dict[str, Any], base: str | None = None) -> Config:
     nodes = raw.get("nodes", {})
     if not isinstance(nodes, dict):
         raise ConfigError("[nodes] must be a table of tables")
-    values["nodes"] = {n: _node(n, t) for n, t in nodes.items()}
+    values["nodes"] = {n: _node(n, t, base) for n, t in nodes.items()}
     return Config(**values)
 
 

@@ -5,6 +5,7 @@ tests share that is not a fixture is in tests/helpers.py."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -28,6 +29,14 @@ from tests.helpers import (
     pg_database,
 )
 from tests.hooks_gateway import hooks_gateway  # noqa: F401  (a fixture for every test)
+
+# No test reaches a port it did not open: OpenClaw's gateway port, wherever a test reads it
+# from this environment (doctor's probe of the hooks, say), is one this suite holds bound
+# and never listens on, so a call there is refused here, never counted by a real gateway
+# on the developer's machine toward its failed-login lockout.
+_UNANSWERED = socket.socket()
+_UNANSWERED.bind(("127.0.0.1", 0))
+os.environ["OPENCLAW_GATEWAY_PORT"] = str(_UNANSWERED.getsockname()[1])
 
 
 @pytest.fixture

@@ -111,8 +111,6 @@ def _printed(answer: dict[str, Any], args: Args) -> int:
 
 
 async def _run(args: Args, target: str) -> dict[str, Any]:
-    from monitor.kernel import Kernel, KernelSettings  # not for replay, config, serve, node
-
     handler: KernelHandler = COMMANDS[args.command].handler  # type: ignore[assignment]
     config: Config = args.config_obj
     reads = COMMANDS[args.command].reads
@@ -129,17 +127,73 @@ async def _run(args: Args, target: str) -> dict[str, Any]:
 
         scratch = tempfile.TemporaryDirectory(prefix="sessionwatch-")
         target = os.path.join(scratch.name, "state.db")  # nothing adopted yet: an empty one
+    fresh = None
+    if not only_reads and not is_pg_url(target) and not os.path.exists(target):
+        fresh = NewDatabase(target)
     try:
-        kernel = await Kernel.open(
-            target, KernelSettings.of(config), direct=True, on_delete=(_unlink,)
-        )
-        try:
-            return await handler(kernel, args)
-        finally:
-            await kernel.close()
+        answer = await _on(handler, args, fresh.path if fresh else target, target)
+        if fresh is not None and not fresh.publish():  # made meanwhile (a serve): write there
+            answer = await _on(handler, args, target, target)
+        return answer
     finally:
+        if fresh is not None:
+            fresh.discard()
         if scratch is not None:
             scratch.cleanup()
+
+
+async def _on(handler: KernelHandler, args: Args, path: str, named: str) -> dict[str, Any]:
+    """The command on the database at ``path``, known as ``named``."""
+    from monitor.kernel import Kernel, KernelSettings
+
+    settings = KernelSettings.of(args.config_obj)._replace(database_name=named)
+    kernel = await Kernel.open(path, settings, direct=True, on_delete=(_unlink,))
+    try:
+        return await handler(kernel, args)
+    finally:
+        await kernel.close()
+
+
+class NewDatabase:
+    """A write to a SQLite database that does not exist yet is made on a new file beside
+    it, which takes its name only once the command succeeded (a hard link, which never
+    replaces a database made meanwhile): a refused write, a typo in ``--db``, leaves
+    neither a database nor the directories made for it behind."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        directory = os.path.dirname(target) or "."
+        self.made: list[str] = []  # the directories that open_path will create, innermost first
+        at = os.path.normpath(directory)
+        while not os.path.exists(at) and os.path.dirname(at) != at:
+            self.made.append(at)
+            at = os.path.dirname(at) or "."
+        self.path = os.path.join(directory, f".{os.path.basename(target)}.new-{os.getpid()}")
+        self.published = False
+
+    def publish(self) -> bool:
+        """Give the new database its name; False when a database took it meanwhile."""
+        try:
+            os.link(self.path, self.target)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: a rename, checked just before
+            if os.path.exists(self.target):
+                return False
+            os.replace(self.path, self.target)
+        self.published = True
+        return True
+
+    def discard(self) -> None:
+        import contextlib
+
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                os.unlink(self.path + suffix)
+        if not self.published:
+            for directory in self.made:
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)
 
 
 def _unlink(conn: Any, scope: str, params: tuple[str, ...]) -> int:

@@ -81,7 +81,8 @@ class Kernel(Views):
             main_key=settings.main_key,
             group_scope=settings.group_scope,
             rule=StorePathRule.for_database(
-                None if store.shared else store.path, settings.store_path_template
+                None if store.shared else settings.database_name or store.path,
+                settings.store_path_template,
             ),
         )
         # the gateway's sessions: what the sidecar knows of them, their own messages, resets

@@ -19,6 +19,9 @@ class KernelSettings(NamedTuple):
     notify_on_create: bool = True
     store_path_template: str = ""  # ``[session] store_path``; see monitor.kernel.store_paths
     own_text_limit: int = 10  # own messages remembered per session for self-echo
+    # the SQLite file's name, where the store opened it under another (a new database made
+    # beside it): where OpenClaw's layout is read from (see monitor.kernel.watcher_stores)
+    database_name: str = ""
 
     @classmethod
     def of(cls, config: Config) -> KernelSettings:

@@ -28,7 +28,7 @@ from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
 from monitor.metrics import Metrics
 from monitor.serve.root import Sidecar, running
-from tests.helpers import ManualClock, ManualTimers, make_config, notice, settle_loop, until
+from tests.helpers import ManualClock, ManualTimers, make_config, notice, until
 from tests.hooks_gateway import TOKEN, HooksGateway, MockTransport, running_hooks_gateway
 
 MAIN = "agent:main:main"
@@ -227,7 +227,8 @@ async def test_a_gateway_that_is_down_gets_the_notice_once_it_is_back(
     await rig.kernel.record(
         NewEvent(session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN)
     )
-    await settle_loop()
+    await until("the first try", lambda: rig.gateway.calls > 0)
+    await rig.timers.quiesce()
     assert 1 == rig.gateway.calls
     await rig.timers.advance(500)  # three tries, half a second and then a second apart
     assert 2 == rig.gateway.calls

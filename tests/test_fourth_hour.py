@@ -1,0 +1,106 @@
+"""An hour of trying, fourth round: each point a new operator met, as they met it (the CLI,
+the API, ``serve``), each failing without its fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.config import load_config, parse_config
+from monitor.errors import ConfigError
+
+
+def run(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SESSIONWATCH_DB",)}
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+# -- every relative path of the file means one thing -----------------------------------
+
+
+def test_every_relative_path_of_the_file_is_read_against_its_directory(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "sw.toml"
+    path.write_text(
+        '[store]\npath = "state/state.db"\n'
+        '[api]\ntoken_file = "token"\n'
+        '[gateway]\nhooks_url = "http://127.0.0.1:1/hooks"\nhooks_token_file = "../hooks"\n'
+        '[session]\nstore_path = "agents/{agentId}/sessions.json"\n'
+        '[nodes.box]\nurl = "http://127.0.0.1:2"\ntoken_file = "box-token"\n'
+    )
+    config = load_config(path)
+    etc = tmp_path / "etc"
+    assert str(etc / "state" / "state.db") == config.store.path
+    assert str(etc / "token") == config.api.token_file
+    assert str(tmp_path / "hooks") == config.gateway.hooks_token_file
+    assert str(etc / "agents" / "{agentId}" / "sessions.json") == config.session.store_path
+    assert str(etc / "box-token") == config.nodes["box"].token_file
+    assert "~/x.db" == parse_config({"store": {"path": "~/x.db"}}).store.path
+    with pytest.raises(ConfigError, match=r"\[store\] path = 'x.db' is relative"):
+        parse_config({"store": {"path": "x.db"}})  # no file to be relative to
+
+
+def test_a_write_from_another_directory_goes_to_the_one_database(tmp_path: Path) -> None:
+    """``serve`` run from /tmp and ``watch`` run from elsewhere: one database, the file's."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    config = tmp_path / "etc" / "sw.toml"
+    config.write_text('[store]\npath = "state.db"\n')
+    argv = ["--config", str(config), "watch", "--watcher", "agent:main:main"]
+    done = run(*argv, "--target", "agent:main:peer", cwd=tmp_path / "elsewhere")
+    assert 0 == done.returncode, done.stderr
+    assert (tmp_path / "etc" / "state.db").exists()
+    assert [] == os.listdir(tmp_path / "elsewhere")
+
+
+# -- a refused write writes nothing ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["record", "--session", "agent:main:peer", "--kind", "bogus", "--actor", "human"],
+        [
+            "record",
+            "--session",
+            "agent:main:peer",
+            "--kind",
+            "goal_changed",
+            "--actor",
+            "human",
+            "--payload",
+            '{"channel": 5}',
+        ],
+        ["spawn", "--parent", "agent:main:main", "--child", "agent:main:main", "--run-id", "r"],
+        ["adopt", "claude:no-such-session", "--session-key", "agent:main:peer"],
+    ],
+    ids=["kind", "payload", "self-spawn", "catalog-id"],
+)
+def test_a_refused_write_leaves_no_database_behind(tmp_path: Path, argv: list[str]) -> None:
+    db = tmp_path / "typo" / "state.db"
+    done = run("--db", str(db), *argv)
+    assert 2 == done.returncode, done.stderr
+    assert "Traceback" not in done.stderr
+    assert [] == os.listdir(tmp_path)  # neither the file nor the directory made for it
+
+
+def test_the_first_write_makes_the_database_where_it_was_named(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "state.db"
+    argv = ["--db", str(db), "watch", "--watcher", "agent:main:main", "--target", "agent:main:p"]
+    assert 0 == run(*argv).returncode
+    assert ["state.db"] == sorted(os.listdir(db.parent))
+    assert 0o600 == db.stat().st_mode & 0o777
+    done = run("--db", str(db), "status", "agent:main:p")
+    assert 0 == done.returncode, done.stderr
