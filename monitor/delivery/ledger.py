@@ -59,6 +59,9 @@ log = LazyLogger(__name__)
 
 WAKE_COALESCE_MS = 20 * SECOND_MS
 LEASE_MS = 30 * SECOND_MS  # longer than one attempt (hooks.CONNECT_S + hooks.READ_S)
+# the longest one attempt lasts once it went (hooks.CONNECT_S + hooks.READ_S), with a margin:
+# a call goes only while the lease it renewed still covers that much
+ATTEMPT_MS = 15 * SECOND_MS
 
 
 class Sender(Protocol):
@@ -312,6 +315,7 @@ class Delivery:
 
         async def still() -> bool:
             now = self.timers.now_ms()
+            began = self.timers.monotonic()
             try:
                 answer: claims.Hold = await self.store.write(
                     lambda conn: claims.hold(
@@ -321,6 +325,13 @@ class Delivery:
                 )
             except SessionwatchError:
                 answer = "lost"  # unconfirmed: not sent; the pass claims again
+            took_ms = (self.timers.monotonic() - began) * 1000
+            if answer == "go" and took_ms > self.lease_ms - ATTEMPT_MS:
+                # the store was so slow that the lease may run out before the call ends,
+                # and another sidecar take the notice over while it is in flight: not sent,
+                # due again as it was (no call went), and the pass claims again
+                await self._settle(entry, "refused")
+                answer = "lost"
             held.append(answer)
             return answer == "go"
 

@@ -39,11 +39,14 @@ RETRY_S = 30.0
 
 
 class RefusingStore:
-    """The store, but its next ``refusals`` writes fail as a locked database would."""
+    """The store, but its next ``refusals`` writes fail as a locked database would, and its
+    next writes take ``stalls`` ms each of the manual clock (a store that slow)."""
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, timers: ManualTimers) -> None:
         self._store = store
+        self.timers = timers
         self.refusals = 0
+        self.stalls: list[int] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -52,7 +55,12 @@ class RefusingStore:
         if self.refusals:
             self.refusals -= 1
             raise StoreError("database is locked")
-        return await self._store.write(fn, **kw)
+        result = await self._store.write(fn, **kw)
+        if self.stalls:
+            took = self.stalls.pop(0)
+            self.timers.mono_ms += took
+            self.timers.clock.now += took
+        return result
 
 
 @dataclass
@@ -102,7 +110,7 @@ async def rig(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Rig]:
         retry_s=RETRY_S,
         metrics=metrics,
     )
-    store = RefusingStore(await open_store(tmp_path / "state.db", clock=clock))
+    store = RefusingStore(await open_store(tmp_path / "state.db", clock=clock), timers)
     timers.stores.append(store._store)
     delivery = Delivery(store, client, timers=timers, metrics=metrics)  # type: ignore[arg-type]
     kernel = await Kernel.on_store(store._store, metrics=metrics)
@@ -661,3 +669,24 @@ async def test_a_slow_gateway_gets_one_wake_over_http(tmp_path: Path, clock: Man
         await client.close()
         await kernel.close()
         await runner.cleanup()
+
+
+async def test_a_call_goes_only_while_its_lease_covers_it(rig: Rig) -> None:
+    """The read before a call took so long (a stalled store) that the lease could run out
+    before the call ends, and a peer take the notice over while it is in flight: the call
+    is not made, the notice is due as before (no call counted), and it goes once the pass
+    has claimed again."""
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    rig.store.stalls = [0, 16_000]  # the claim; then its read before the call: 16 s
+    await rig.human(PEER)
+    assert 0 == rig.gateway.calls
+    unanswered = await rig.kernel.store.peek(
+        lambda conn: conn.execute(
+            "SELECT state, unanswered FROM sessionwatch_notice_outbox"
+        ).fetchall()
+    )
+    assert [("wake", 0)] == [tuple(row) for row in unanswered]
+    await rig.timers.advance(5_000)  # the window the claim started ends
+    await rig.settled()
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    assert [] == await rig.pending()

@@ -104,6 +104,10 @@ class Gateway:
 
     async def post(self, sidecar: int, body: dict[str, Any]) -> Reply:
         watcher, text = body["sessionKey"], body["text"]
+        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        # the client's timeout, on the test's clock, from when the call went (not from when
+        # this stand-in has read the store): unanswered by then, it gave up
+        self.timers.call_later(READ_S, lambda: answer.done() or answer.set_result("late"))
         pending, woken_at = await self.observer.store.peek(
             lambda conn: (
                 [
@@ -124,11 +128,8 @@ class Gateway:
             self.violations.append(f"woken when not pending: {text}")
         if watcher == SUB:
             self.violations.append("a queue-only watcher was woken")
-        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         call = Call(sidecar, watcher, text, int(woken_at), answer)
         self.calls.append(call)
-        # the client's timeout, on the test's clock: unanswered by then, it gave up
-        self.timers.call_later(READ_S, lambda: answer.done() or answer.set_result("late"))
         try:
             outcome = await call.answer
         except asyncio.CancelledError:
