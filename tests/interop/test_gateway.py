@@ -58,15 +58,22 @@ def events_since(sidecar: Sidecar, key: str, since: int) -> list[dict[str, Any]]
     return list(answer["stateChanges"]["events"])
 
 
-def delivered_once(model: MockModelProcess, before: int, text: str) -> None:
-    """``text`` reaches the model from request ``before`` on, and then exactly once."""
+def delivered_once(model: MockModelProcess, before: int, text: str, sidecar: Any = None) -> None:
+    """``text`` reaches the model from request ``before`` on, and then exactly once; or
+    twice when ``sidecar`` said a call of it went unanswered (the gateway may have taken it:
+    the one repeat docs/gateway-integration.md allows, as a gateway just started and slow
+    to answer can cause)."""
     wait_for(
         f"the model to be asked with: {text}",
         lambda: mentions(model.requests()[before:], text),
         120,
     )
     time.sleep(3)  # a second delivery would follow within this
-    assert 1 == mentions(model.requests()[before:], text)
+    times = mentions(model.requests()[before:], text)
+    log = "" if sidecar is None else sidecar.log_text()
+    if times == 2 and "it may have taken it" in log:
+        return
+    assert 1 == times, log[-4000:]
 
 
 def no_lock_errors(*logs: str) -> None:
@@ -291,7 +298,7 @@ def test_a_notice_opened_while_the_gateway_is_down_arrives_once_it_is_back(
         assert 1 == sidecar.log_text().count("did not take a wake")
         assert 1 == len(sidecar.cli("notices", "--watcher", MAIN)["notices"])
         scratch.gateway.start()
-        delivered_once(scratch.model, before, notice_text(target, seen))
+        delivered_once(scratch.model, before, notice_text(target, seen), sidecar)
         wait_for(
             "the acknowledgement", lambda: not sidecar.cli("notices", "--watcher", MAIN)["notices"]
         )
