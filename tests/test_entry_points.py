@@ -95,7 +95,7 @@ async def two_turns(tmp_path: Path, entry: str) -> tuple[dict[str, Any], Any, An
             "sessionKey": GROUP,
             "kind": "human_direct_message",
             "actorType": "human",
-            "payload": {"channel": "claude"},
+            "summary": "human message via claude",  # as the gateway's monitor writes it
         }
         for n in range(2):  # the first watches ambiently, the second opens its notice
             if entry == "api":
@@ -105,7 +105,7 @@ async def two_turns(tmp_path: Path, entry: str) -> tuple[dict[str, Any], Any, An
                     db,
                     config_file(tmp_path),
                     *("record", "--session", GROUP, "--kind", "human_direct_message"),
-                    *("--actor", "human", "--payload", '{"channel": "claude"}'),
+                    *("--actor", "human", "--summary", "human message via claude"),
                 )
             else:
                 with transcript.open("ab") as f:

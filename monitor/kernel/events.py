@@ -181,8 +181,9 @@ def render_summary(kind: EventKind, payload: dict[str, Any], requested: str | No
             if not wanted.startswith(prefix):
                 raise BadInput(f'summary of {kind.value} must read "{prefix}<{field}>"')
             via = _token(field, wanted[len(prefix) :])
-            if payload.setdefault(field, via) != via:
+            if payload.get(field, via) != via:
                 raise BadInput(f"summary names {field} {via}, payload says {payload[field]}")
+            return prefix + via  # in the summary only, as the gateway's own rows have it
         return prefix + str(payload.get(field, "unknown"))
     if kind is EventKind.RUN_FAILED:
         default = f"child run {RUN_FAILED_OUTCOMES[payload['outcome']]}"

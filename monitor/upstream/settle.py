@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from adapters.base import Outcome
 from monitor.kernel.events import ActorType, EventKind
@@ -101,17 +101,18 @@ def _channel(link: UpstreamLink) -> str:
 
 
 def _human_turns(link: UpstreamLink, outcome: Outcome, now: int) -> EventDraft:
+    """The gateway monitor's own row, field by field: the channel in the summary only
+    (``human message via codex``), a payload only for a burst (``{"turns": N}``), else
+    none (NULL)."""
     turns = len(outcome.turns)
-    payload: dict[str, Any] = {"channel": _channel(link)}
-    if turns > 1:
-        payload["turns"] = turns
     return make_draft(
         session_key=link.session_key,
         agent_id=link.agent_id,
         kind=EventKind.HUMAN_DIRECT_MESSAGE,
         actor_type=ActorType.HUMAN,
         now=now,
-        payload=payload,
+        summary=f"human message via {_channel(link)}",
+        payload={"turns": turns} if turns > 1 else None,
         occurred_at=outcome.latest_at,
         dedupe_key=f"upstream:{link.session_key}:{link.source_key}:{outcome.dedupe_id}",
     )

@@ -69,7 +69,7 @@ def serving(db: str, config: Path) -> Iterator[subprocess.Popen[str]]:
 def turns(db: str, config: Path) -> int:
     status = sw(db, "--config", str(config), "status", KEY, "--changes-since", "0")
     return sum(
-        int(e["payload"].get("turns", 1))
+        int((e.get("payload") or {}).get("turns", 1))
         for e in status["stateChanges"]["events"]
         if e["kind"] == "human_direct_message"
     )

@@ -75,7 +75,21 @@ async def test_a_burst_is_one_event_with_turns(
     events = (wire.status(await monitor.kernel.status(KEY, changes_since=1)))["stateChanges"][
         "events"
     ]
-    assert [e["payload"] for e in events] == [{"channel": "claude", "turns": 3}]
+    # the gateway monitor's row: the channel in the summary, the payload only the burst
+    assert [(e["summary"], e["payload"]) for e in events] == [
+        ("human message via claude", {"turns": 3})
+    ]
+    append(path, user_line("four", "u4"))
+    assert await outcomes(monitor) == [("activity", 1)]
+    rows = await monitor.kernel.store.peek(
+        lambda conn: conn.execute(
+            "SELECT summary, payload_json FROM session_state_events"
+            " WHERE kind = 'human_direct_message' ORDER BY sequence"
+        ).fetchall()
+    )
+    assert [("human message via claude", '{"turns":3}'), ("human message via claude", None)] == [
+        tuple(row) for row in rows
+    ]
 
 
 async def test_self_echo_advances_without_an_event(
