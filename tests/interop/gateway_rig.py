@@ -123,14 +123,20 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def model_texts(requests: list[dict[str, Any]]) -> list[str]:
-    """The text of every chat request the gateway made, one string per request."""
+def model_texts(requests: list[dict[str, Any]], *, new_only: bool = False) -> list[str]:
+    """The text of every chat request the gateway made, one string per request; with
+    ``new_only``, only what the request brings after the model's last answer (its new input,
+    not the history a later run of the session sends again)."""
     texts = []
     for r in requests:
         if r["path"] != "/v1/chat/completions":
             continue
+        messages = r["body"].get("messages", [])
+        if new_only:
+            answered = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+            messages = messages[answered[-1] + 1 :] if answered else messages
         parts = []
-        for message in r["body"].get("messages", []):
+        for message in messages:
             content = message.get("content")
             if isinstance(content, str):
                 parts.append(content)
@@ -140,12 +146,13 @@ def model_texts(requests: list[dict[str, Any]]) -> list[str]:
     return texts
 
 
-def mentions(requests: list[dict[str, Any]], text: str) -> int:
+def mentions(requests: list[dict[str, Any]], text: str, *, new_only: bool = False) -> int:
     """How many times ``text`` reached the model over all of its chat requests: as it is, or
     quoted as the gateway quotes a system line (a JSON string inside the prompt)."""
     quoted = json.dumps(text)[1:-1]
     return sum(
-        t.count(text) + (t.count(quoted) if quoted != text else 0) for t in model_texts(requests)
+        t.count(text) + (t.count(quoted) if quoted != text else 0)
+        for t in model_texts(requests, new_only=new_only)
     )
 
 

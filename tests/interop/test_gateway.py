@@ -29,6 +29,7 @@ from tests.interop.gateway_rig import (
     MockModelProcess,
     Sidecar,
     mentions,
+    model_texts,
     throwaway_user,
     wait_for,
     why_not_runnable,
@@ -69,11 +70,12 @@ def delivered_once(model: MockModelProcess, before: int, text: str, sidecar: Any
         120,
     )
     time.sleep(3)  # a second delivery would follow within this
-    times = mentions(model.requests()[before:], text)
+    times = mentions(model.requests()[before:], text, new_only=True)  # history is not a wake
     log = "" if sidecar is None else sidecar.log_text()
     if times == 2 and "it may have taken it" in log:
         return
-    assert 1 == times, log[-4000:]
+    said = "\n---\n".join(model_texts(model.requests()[before:])[-3:])[-6000:]
+    assert 1 == times, f"{log[-3000:]}\nwhat the model was asked last:\n{said}"
 
 
 def no_lock_errors(*logs: str) -> None:
