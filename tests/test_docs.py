@@ -98,3 +98,12 @@ def test_the_api_reference_quotes_the_limits_the_server_enforces() -> None:
         raise AssertionError("an occurredAt past the limit was accepted")
     text = (REPO / "docs" / "api.md").read_text()
     assert said in text.replace("`", ""), said
+
+
+def test_the_api_reference_names_every_route_of_the_openapi_document() -> None:
+    from monitor.web.openapi import document
+
+    text = (REPO / "docs" / "api.md").read_text()
+    for path, operations in document()["paths"].items():
+        for method in operations:
+            assert f"`{method.upper()} {path}" in text, f"{method.upper()} {path}"

@@ -12,6 +12,10 @@ import pytest
 
 from monitor.config import load_config, parse_config
 from monitor.errors import ConfigError
+from tests.helpers import Client
+
+MAIN = "agent:main:main"
+PEER = "agent:main:dashboard:peer"
 
 
 def run(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -104,3 +108,23 @@ def test_the_first_write_makes_the_database_where_it_was_named(tmp_path: Path) -
     assert 0o600 == db.stat().st_mode & 0o777
     done = run("--db", str(db), "status", "agent:main:p")
     assert 0 == done.returncode, done.stderr
+
+
+# -- the API -------------------------------------------------------------------------------
+
+
+async def test_routes_that_take_no_body_refuse_fields_by_name(client: Client) -> None:
+    await client.call("POST", "/v1/watches", {"watcher": MAIN, "target": PEER})
+    turn = {"sessionKey": PEER, "kind": "human_direct_message", "actorType": "human"}
+    assert 200 == (await client.call("POST", "/v1/events", turn))[0]
+    drain = f"/v1/watchers/{MAIN}/notices/drain"
+    status, answer = await client.call("POST", drain, {"all": True})
+    assert 400 == status and "unknown field 'all'" in answer["error"]["message"], answer
+    status, answer = await client.call("GET", f"/v1/watchers/{MAIN}/notices")
+    assert 1 == len(answer["notices"])  # the refused drain drained nothing
+    status, answer = await client.call("POST", drain, {})
+    assert (200, 1) == (status, len(answer["notices"]))
+    reset = f"/v1/sessions/{PEER}/reset"
+    status, answer = await client.call("POST", reset, {"agentId": "main"})
+    assert 400 == status and "unknown field 'agentId'" in answer["error"]["message"], answer
+    assert 200 == (await client.call("POST", reset))[0]

@@ -267,6 +267,11 @@ def test_a_global_option_after_the_command_says_where_it_goes(tmp_path: Path) ->
     done = run("status", "--config", str(tmp_path / "x.toml"), "agent:main:x")
     assert 2 == done.returncode
     assert "goes before the command" in done.stderr
+    argv = ["record", "--session", "agent:main:x", "--kind", "goal_changed", "--actor", "human"]
+    done = run(*argv, "--db", str(tmp_path / "x.db"))
+    assert 2 == done.returncode
+    assert "as in sessionwatch --db VALUE record ..." in done.stderr, done.stderr
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_small_points(tmp_path: Path) -> None:
@@ -373,3 +378,11 @@ def test_the_cli_refuses_a_mistyped_channel_too(tmp_path: Path) -> None:
     assert 2 == done.returncode and "did you mean channel" in done.stderr, done.stderr
     if db.exists():  # nothing recorded
         assert 0 == sw(db, "status", "agent:main:x")["stateVersion"]
+
+
+def test_the_version_is_the_packages() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    done = run("--version")
+    assert (0, f"sessionwatch {project['version']}\n") == (done.returncode, done.stdout)

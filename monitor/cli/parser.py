@@ -24,6 +24,8 @@ class Formatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
+    command: str | None = None  # the top parser's: the command the line names, if any
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", Formatter)
         super().__init__(*args, **kwargs)
@@ -31,12 +33,15 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line: what is wrong, then the command's usage (flattened)."""
         usage = " ".join(self.format_usage().split())
-        name = self.prog.removeprefix("sessionwatch").strip() or "usage"
+        # argparse leaves words it did not take to the top parser: the command is ours to say
+        command = self.prog.removeprefix("sessionwatch").strip() or self.command
+        name = command or "usage"
         misplaced = [f for flags, _ in GLOBALS for f in flags if f in message.split()]
         if message.startswith("unrecognized arguments") and misplaced:
             message += (
                 f" ({', '.join(misplaced)} is an option of sessionwatch itself: it goes before"
-                f" the command, as in sessionwatch {misplaced[0]} VALUE {name} ...)"
+                f" the command, as in sessionwatch {misplaced[0]} VALUE {command or 'COMMAND'}"
+                " ...)"
             )
         raise BadInput(f"{name}: {message}; {usage}")
 
@@ -44,6 +49,10 @@ class Parser(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of the ``only`` one."""
     p = Parser(prog="sessionwatch", description=DESCRIPTION)
+    p.command = only
+    from monitor import __version__
+
+    p.add_argument("--version", action="version", version=f"sessionwatch {__version__}")
     for flags, options in GLOBALS:
         p.add_argument(*flags, **options)
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)

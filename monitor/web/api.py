@@ -65,6 +65,14 @@ async def decoded(request: web.Request, model: type[T]) -> T:
     return decode(model, await request.read())
 
 
+async def no_body(request: web.Request) -> None:
+    """A route that takes no body refuses one with fields (named), as the routes that take
+    one refuse fields they do not know."""
+    body = await request.read()
+    if body.strip():
+        decode(models.NoBody, body)
+
+
 def query(request: web.Request, model: type[T]) -> T:
     """The query as ``model``; a parameter given twice is refused (the second would be
     dropped without a word)."""
@@ -123,6 +131,7 @@ async def put_session(request: web.Request) -> web.Response:
 
 @routes.post("/v1/sessions/{key}/reset")
 async def reset(request: web.Request) -> web.Response:
+    await no_body(request)
     await request.app[KERNEL].gateway_sessions.reset(request.match_info["key"])
     return respond(models.Ok, OK)
 
@@ -239,6 +248,7 @@ async def peek_notices(request: web.Request) -> web.Response:
 
 @routes.post("/v1/watchers/{key}/notices/drain")
 async def drain_notices(request: web.Request) -> web.Response:
+    await no_body(request)
     return await _notices(request, drain=True)
 
 

@@ -104,6 +104,10 @@ class Body(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defa
     """A request body: a JSON object whose unknown fields are refused by name."""
 
 
+class NoBody(Body):
+    """The body of a route that takes none: empty, or ``{}``; any field is refused by name."""
+
+
 class Answer(msgspec.Struct, rename="camel"):
     """An answer: every field is always present (``null`` when it has no value)."""
 
