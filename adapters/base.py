@@ -268,6 +268,9 @@ class Outcome:
     consumed_own: list[int] = field(default_factory=list)  # own messages that suppressed
     drift: Drift | None = None  # what this check met that is new (for logs and metrics)
     rewatch: bool = False  # the check read a file it was not watched by: watch again
+    # the read stopped at the scan cap with more of the file written: check again at once,
+    # not a tick later (a prompt behind a burst of output waits for no tick)
+    more: bool = False
 
 
 class Source(NamedTuple):

@@ -18,6 +18,7 @@ symlink swapped in, a moved directory) is not read. Only regular files are opene
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import stat
@@ -205,8 +206,9 @@ def check_file(
             return _reread(fmt, probe, read, settings, held)
         if read.status == "idle" or (read.status == "waiting" and not resume):
             return idle(marker, read)
+        capped = read.size - read.start > settings.cap  # more written than this read took
         if read.status in ("long", "waiting"):
-            return _hold(real, offset, resume, read, marker, settings, held)
+            return _more(_hold(real, offset, resume, read, marker, settings, held), capped)
         if resume:
             joined = _join(real, offset, resume, read, held)
             joined, read = up_to_a_long_line(real, joined, read, settings.max_line)
@@ -229,7 +231,15 @@ def check_file(
         return Outcome(status="inconclusive", reason=str(exc))
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
-    return settled(fmt, probe, read, pick.first, result, state, own)
+    return _more(settled(fmt, probe, read, pick.first, result, state, own), capped)
+
+
+def _more(outcome: Outcome, capped: bool) -> Outcome:
+    """``outcome``, saying that more is to read now when the read stopped at the cap and
+    the check moved on (a block waits for what unblocks it, not for a check)."""
+    if capped and outcome.status in ("activity", "quiet"):
+        return dataclasses.replace(outcome, more=True)
+    return outcome
 
 
 def kept_elsewhere(fmt: JsonlFormat[Any], real: str, root: str) -> str | None:

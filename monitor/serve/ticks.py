@@ -8,6 +8,9 @@ skipped and said once, and the ticks a slow one ran past are one skip, not a que
 
 Early checks: file watching and node watching publish :class:`SourcesMoved` on the change
 stream; the keys due are gathered while a check runs, and checked in one go after it. A
+check that stopped at the scan cap with more written makes its keys due again at once, so
+a prompt behind a burst of output waits for no tick, and other keys due take their turn
+between two reads of the burst. A
 check whose links went missing publishes :class:`LinksChanged` (unless it was a watch's own
 catch-up check), so the watches are armed again for their directories.
 
@@ -179,4 +182,7 @@ class Ticks:
                 self.metrics.links_now.labels(adapter, outcome).set(n)
         if rearm and any(r.outcome == "missing" for r in results):
             self.kernel.stream.publish(LinksChanged())
+        more = frozenset(r.session_key for r in results if r.more and not r.unsettled)
+        if more:  # stopped at the scan cap: the rest now, in turn with the other keys due
+            self._moved(SourcesMoved(more, catch_up=True))
         return not any(r.unsettled for r in results)

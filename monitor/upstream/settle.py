@@ -47,6 +47,7 @@ class LinkResult:
     adapter: str | None = None
     unsettled: bool = False  # the store refused the findings: they wait, the marker stays
     moved: bool = False  # another check settled first: nothing written, check it again
+    more: bool = False  # the read stopped at the scan cap: more to read at once
 
 
 _UNHEALTHY = ("missing", "blocked", "inconclusive")
@@ -92,7 +93,11 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
     noted = status if outcome.reason else None  # a plain check leaves no status behind
     write_link_state(conn, advanced, session_id, LinkState(outcome=noted, reason=outcome.reason))
     return LinkResult(
-        session_key=key, outcome=status, turns=len(outcome.turns), reason=outcome.reason
+        session_key=key,
+        outcome=status,
+        turns=len(outcome.turns),
+        reason=outcome.reason,
+        more=outcome.more,
     )
 
 
