@@ -130,7 +130,8 @@ class Turn(NamedTuple):
 
 class Probe(NamedTuple):
     """One link to check: its ref and marker, the session's own recent messages as
-    ``(id, text hash)`` pairs oldest first, and when the link was last scanned (ms)."""
+    ``(id, text hash)`` pairs oldest first, and when the link was last scanned (ms; never
+    scanned: when its marker was set)."""
 
     session_key: str
     ref: Ref
@@ -271,6 +272,10 @@ class Outcome:
     # the read stopped at the scan cap with more of the file written: check again at once,
     # not a tick later (a prompt behind a burst of output waits for no tick)
     more: bool = False
+    # the byte offset a plain read continued from (the marker's; None for a re-read or a
+    # source without offsets): a turn at an offset below the end another checker recorded
+    # in the same range was recorded by it (see monitor.upstream.settle)
+    read_from: int | None = None
 
 
 class Source(NamedTuple):

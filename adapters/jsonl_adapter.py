@@ -1,7 +1,9 @@
 """Tailing linked JSONL files (Claude, Codex, Pi): one check per link and tick.
 
 The marker of a JSONL link: ``offset`` (after the last complete line read), ``head`` and
-``ino`` (the file's identity), ``seenAt`` (the newest record time read), ``recent`` (native
+``ino`` (the file's identity), ``tail`` (a fingerprint of the bytes before the offset) and
+``mtime`` (when the file was read: a file of the same size, inode and mtime is idle after
+one stat), ``seenAt`` (the newest record time read), ``recent`` (native
 ids of the last turns reported), ``drift`` (see :class:`adapters.base.Drift`), ``changes``
 (how often the file was rotated or truncated), the format's own state, and while they last:
 
@@ -10,7 +12,10 @@ ids of the last turns reported), ``drift`` (see :class:`adapters.base.Drift`), `
   once its newline arrives; only a line longer than ``max_line_bytes`` blocks the link.
 - ``reread``: a rotated or truncated file is read again from its start, and only records
   newer than ``after`` (the newest record time read before) and not among ``recent`` count,
-  so nothing written since the last check is lost and nothing from before is repeated.
+  so nothing written since the last check is lost and nothing from before is repeated. The
+  filter lasts until a read has reached both the file's end and ``upto``, the offset read
+  before the change: a file rewritten in place, in chunks, is seen mid-rewrite as a short
+  file, and the rest of its old content arrives after that as if appended.
 
 The path is resolved at every read: one that now leads outside the configured root (a
 symlink swapped in, a moved directory) is not read. Only regular files are opened.
@@ -201,6 +206,7 @@ def check_file(
             marker.get("ino"),
             resume,
             tail if isinstance(tail, str) else None,
+            non_negative_int(marker.get("mtime")) or None,
         )
         if read.status in ("rotated", "truncated"):
             return _reread(fmt, probe, read, settings, held)
@@ -285,13 +291,33 @@ def ending_at(path: str, read: TailRead, offset: int) -> TailRead:
 
 def idle(marker: Marker, read: TailRead) -> Outcome:
     moved = read.ino is not None and marker.get("ino") != read.ino  # the same bytes, anew
-    if "reread" in marker or (read.head and not marker.get("head")) or moved:
-        done = {k: v for k, v in marker.items() if k != "reread"}
+    ended = "reread" in marker and not rereading(marker, read.end, read.size)
+    unknown = (read.head and not marker.get("head")) or "mtime" not in marker  # taken now
+    if ended or unknown or moved:
+        done = {k: v for k, v in marker.items() if k != "reread" or not ended}
         return Outcome(
             status="quiet",
-            marker={**done, "head": read.head, "ino": read.ino, "tail": read.tail},
+            marker={
+                **done,
+                "head": read.head,
+                "ino": read.ino,
+                "tail": read.tail,
+                "mtime": read.mtime,
+            },
         )
+    # a file only touched (or rewritten as it was) keeps its marker: no write for that, and
+    # each check opens it until the next write moves the marker
     return Outcome(status="quiet", marker=marker)
+
+
+def rereading(marker: Marker, end: int, size: int) -> bool:
+    """Whether ``marker``'s re-read still filters after a read that reached ``end`` of a
+    file of ``size`` bytes: until it has reached both the end and the offset read before
+    the file changed (a rewrite in place may be only partly written yet)."""
+    reread = marker.get("reread")
+    if not isinstance(reread, dict):
+        return False
+    return end < size or end < non_negative_int(reread.get("upto"))
 
 
 def settled(
@@ -319,24 +345,43 @@ def settled(
         "head": read.head,
         "ino": read.ino,
         "tail": read.tail if end == read.end else None,  # stopped early: no fingerprint
+        "mtime": read.mtime,
         **remembered(marker, result),
         "drift": old.merged(result.drift).to_json(),
         **state.to_marker(),
     }
-    if "reread" in marker and end < read.size:
+    if rereading(marker, end, read.size):
         new_marker["reread"] = marker["reread"]  # not caught up yet
     return Outcome(
         status="activity",
         marker=new_marker,
         turns=result.turns,
-        dedupe_id=str(end),
+        dedupe_id=dedupe_id(marker, end),
         latest_at=result.latest_at,
         invalid_lines=len(result.invalid),
         compactions=result.compactions,
         consumed_own=own.consumed,
         drift=result.drift if result.drift else None,
         reason=_reread_reason(marker),
+        read_from=_read_from(marker),
     )
+
+
+def _read_from(marker: Marker) -> int | None:
+    """Where a plain read of a file never rotated nor truncated began (another checker's
+    offsets are then in the same file as ours); else None."""
+    if "reread" in marker or marker.get("changes"):
+        return None
+    return non_negative_int(marker.get("offset"))
+
+
+def dedupe_id(marker: Marker, end: int) -> str:
+    """The dedupe id of turns read up to ``end``: the offset, as the gateway's monitor
+    writes it; once the file was rotated or truncated, with the count of those changes
+    (``4096r1``), since its offsets start again and an end may be one recorded before."""
+    changes = marker.get("changes")
+    n = sum(non_negative_int(v) for v in changes.values()) if isinstance(changes, dict) else 0
+    return f"{end}r{n}" if n else str(end)
 
 
 def _reread_reason(marker: Marker) -> str | None:
@@ -364,6 +409,13 @@ def reread_marker(probe: Probe, reason: str, where: str) -> Marker:
     again from its start, counting the change; said once, in the log."""
     marker = probe.marker
     carried = reread_from(marker, probe.last_scanned_at, reason)
+    old = marker.get("reread")  # changed again mid-re-read: what was old then still is
+    if isinstance(old, dict):
+        after = max(non_negative_int(old.get("after")), carried["reread"]["after"])
+        upto = max(non_negative_int(old.get("upto")), non_negative_int(marker.get("offset")))
+    else:
+        after, upto = carried["reread"]["after"], non_negative_int(marker.get("offset"))
+    carried["reread"].update(after=after, upto=upto)
     changes = dict(marker.get("changes") or {})
     changes[reason] = non_negative_int(changes.get(reason)) + 1
     log.warning(
@@ -406,7 +458,7 @@ def _hold(
     held[key] = buffer
     return Outcome(
         status="quiet",
-        marker={**marker, "long": total, "head": read.head, "ino": read.ino},
+        marker={**marker, "long": total, "head": read.head, "ino": read.ino, "mtime": read.mtime},
         reason=f"reading a long line at offset {offset}: {total} bytes so far",
     )
 

@@ -78,6 +78,7 @@ class TailRead(NamedTuple):
     ino: int | None = None
     chunk: bytes = b""  # the bytes read (its complete lines end at ``end``); "long": of a
     # line longer than the cap
+    mtime: int | None = None  # the file's st_mtime_ns when it was read
 
     def lines(self) -> list[tuple[int, bytes]]:
         """The complete lines read, with their offsets (:func:`split_lines`)."""
@@ -172,16 +173,31 @@ def read_tail(
     ino: int | None = None,
     resume: int = 0,
     tail: str | None = None,
+    mtime: int | None = None,
 ) -> TailRead:
     """One tick's read of at most ``cap`` bytes from ``offset + resume`` (``resume``: bytes
     of a long line at ``offset`` already read; ``tail``: the fingerprint taken at
-    ``offset``). Raises ``OSError`` (FileNotFoundError: missing; NotRegularFile: never
-    opened)."""
+    ``offset``; ``mtime``: the file's st_mtime_ns when the marker was taken). Raises
+    ``OSError`` (FileNotFoundError: missing; NotRegularFile: never opened).
+
+    A file of the marker's size, inode and mtime is idle after one stat. One rewritten to
+    its old size moved its mtime: it is opened, and its fingerprints tell (as they do for
+    a marker that has none yet: the gateway's)."""
     start = offset + resume
     before = stat_regular(path)
-    if before.st_size == start and (ino is None or ino == before.st_ino):  # a stat, no open
+    if (
+        before.st_size == start
+        and (ino is None or ino == before.st_ino)
+        and mtime == before.st_mtime_ns  # none known: opened, for the fingerprints
+    ):  # a stat, no open
         return TailRead(
-            status="idle", end=offset, size=start, ino=before.st_ino, head=head, tail=tail
+            status="idle",
+            end=offset,
+            size=start,
+            ino=before.st_ino,
+            head=head,
+            tail=tail,
+            mtime=before.st_mtime_ns,
         )
     fd, st = open_regular(path, checked=True)
     try:
@@ -194,7 +210,10 @@ def read_tail(
         current_head = head if head is not None else head_digest(fd)
         last_nl = chunk.rfind(b"\n")
         end = start + last_nl + 1 if last_nl >= 0 else offset
-        current_tail = tail_digest(fd, end) if last_nl >= 0 else tail
+        if last_nl >= 0:
+            current_tail = tail_digest(fd, end)
+        else:
+            current_tail = tail if tail is not None else tail_digest(fd, offset)
     finally:
         os.close(fd)
     if last_nl < 0:
@@ -208,6 +227,7 @@ def read_tail(
             tail=current_tail,
             ino=st.st_ino,
             chunk=chunk,
+            mtime=st.st_mtime_ns,
         )
     return TailRead(
         status="lines",
@@ -218,6 +238,7 @@ def read_tail(
         tail=current_tail,
         ino=st.st_ino,
         chunk=chunk,  # may run past ``end``: a partial line that waits
+        mtime=st.st_mtime_ns,
     )
 
 

@@ -7,8 +7,21 @@ whose marker another check moved meanwhile (``serve``'s tick and its early check
 marker update moves ``updated_at``) records nothing and writes no marker, and is checked
 again from the new marker (:data:`MARKER_MOVED`). A marker moved here moves ``updated_at``
 too (:func:`links.advance_marker`), which is what the gateway's monitor compares before it
-records. So any number of checkers, the gateway's included, record each turn once. In the
-same transaction: the ``human_direct_message`` (or ``upstream_missing``) event, the
+records. So any number of checkers, the gateway's included, record each turn once.
+
+One window is the gateway's own: its monitor records a turn (dedupe id: the offset its read
+ended at), then moves the marker in a second transaction. A check that settles between the
+two finds the marker unmoved, and has read on past that offset (the agent's reply came).
+Its record would carry another dedupe id: the turn twice. The first write is visible,
+though: an ``upstream:<key>:<source>:<offset>`` event beyond the marker this check read
+from means a settle in flight, and the turns before that offset are its
+(:func:`_not_recorded`); only those after it are recorded here, and the marker moves on (the
+gateway's marker write then finds ``updated_at`` moved, and changes nothing). What is
+left: a gateway that compares ``updated_at`` and then records in separate transactions can
+still record after a settle here; and sources whose dedupe ids are not offsets (a Codex
+thread's turn ids, a paired node's entry uuids) carry no order to compare.
+
+In the same transaction: the ``human_direct_message`` (or ``upstream_missing``) event, the
 ``compacted`` events of native compactions, the marker (or the link's deletion), the
 self-echo memory the check used up, and the link's state (missing streak, blocked offset,
 last outcome and its reason, shown by ``links``).
@@ -16,6 +29,7 @@ last outcome and its reason, shown by ``links``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Literal
@@ -85,20 +99,55 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
         return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason)
     for native in outcome.compactions:
         record(_compacted(link, native, now))
-    if outcome.turns:
-        record(_human_turns(link, outcome, now))
+    turns = _not_recorded(record, link, outcome)
+    if turns.turns:
+        record(_human_turns(link, turns, now))
     forget_own(conn, outcome.consumed_own)
     advanced = links.advance_marker(conn, link, outcome.marker, now)
-    status: TickOutcome = "activity" if outcome.turns else "quiet"
+    status: TickOutcome = "activity" if turns.turns else "quiet"
     noted = status if outcome.reason else None  # a plain check leaves no status behind
     write_link_state(conn, advanced, session_id, LinkState(outcome=noted, reason=outcome.reason))
     return LinkResult(
         session_key=key,
         outcome=status,
-        turns=len(outcome.turns),
+        turns=len(turns.turns),
         reason=outcome.reason,
         more=outcome.more,
     )
+
+
+def _not_recorded(record: Recorder, link: UpstreamLink, outcome: Outcome) -> Outcome:
+    """``outcome`` without the turns another checker recorded in the same read range and
+    has not moved the marker past yet (the module docstring): the newest upstream event of
+    this link and source, when its dedupe id is an offset beyond where this read began."""
+    if not outcome.turns or outcome.read_from is None:
+        return outcome
+    prefix = f"upstream:{link.session_key}:{link.source_key}:"
+    row = record.conn.execute(
+        "SELECT dedupe_key FROM session_state_events WHERE session_key = ? AND agent_id = ?"
+        " AND kind = ? AND substr(dedupe_key, 1, ?) = ? ORDER BY sequence DESC LIMIT 1",
+        (
+            link.session_key,
+            link.agent_id,
+            EventKind.HUMAN_DIRECT_MESSAGE.value,
+            len(prefix),
+            prefix,
+        ),
+    ).fetchone()
+    recorded = row[0][len(prefix) :] if row else ""
+    if not recorded.isdigit() or int(recorded) <= outcome.read_from:
+        return outcome
+    end = int(recorded)
+    kept = [t for t in outcome.turns if t.offset is None or t.offset >= end]
+    if len(kept) == len(outcome.turns):
+        return outcome
+    log.info(
+        "%s: %d turn(s) up to offset %d were recorded by another checker, its marker not moved",
+        link.session_key,
+        len(outcome.turns) - len(kept),
+        end,
+    )
+    return dataclasses.replace(outcome, turns=kept)
 
 
 def _channel(link: UpstreamLink) -> str:

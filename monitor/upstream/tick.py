@@ -245,7 +245,9 @@ class Ticker:
                 ref=snapshot.bound.refs.get(link.key, link.ref),
                 marker=link.marker,
                 own=(*snapshot.own.get(link.key, ()), *self._gateways_own(link)),
-                last_scanned_at=link.last_scanned_at,
+                # never scanned yet: the marker was set (adopted) at updated_at, so a file
+                # rewritten before the first check is re-read for what came after that
+                last_scanned_at=link.last_scanned_at or link.updated_at,
             )
             assert link.kind is not None  # foreign links were skipped
             plan.batches.setdefault(link.kind, []).append((link, probe))

@@ -62,11 +62,16 @@ class GatewayCheck:
     offset its scan ended at, which is the Claude reader's too (the interop check proves it
     against OpenClaw's checker); a second scan that ends elsewhere records a second event."""
 
-    def __init__(self, kernel: Kernel, inner: Adapter) -> None:
+    def __init__(self, kernel: Kernel, inner: Adapter, *, held: bool = False) -> None:
         self.kernel = kernel
         self.inner = inner
         self.read = asyncio.Event()
         self.release = asyncio.Event()
+        # held: its marker write waits for ``mark`` once its record committed (``recorded``)
+        self.recorded = asyncio.Event()
+        self.mark = asyncio.Event()
+        if not held:
+            self.mark.set()
 
     async def tick(self) -> None:
         link = await self.kernel.read(lambda c: links.read_link(c, KEY, "main"))
@@ -87,6 +92,8 @@ class GatewayCheck:
 
         if not await self.kernel.commit(record):
             return
+        self.recorded.set()
+        await self.mark.wait()
 
         def advance(r: Recorder) -> None:
             r.conn.execute(
@@ -105,7 +112,8 @@ def _gateway_turns(link: UpstreamLink, turns: int, dedupe_id: str, now: int) -> 
         kind=EventKind.HUMAN_DIRECT_MESSAGE,
         actor_type=ActorType.HUMAN,
         now=now,
-        payload={"channel": "claude", **({"turns": turns} if turns > 1 else {})},
+        summary="human message via claude",
+        payload={"turns": turns} if turns > 1 else None,
         dedupe_key=f"upstream:{KEY}:{link.source_key}:{dedupe_id}",
     )
 
@@ -124,9 +132,9 @@ class Rig:
         adapters = {**plain.adapters, "claude": gate}
         return UpstreamMonitor(self.kernel, adapters, plain.ticker.settings), gate
 
-    def gateway(self) -> GatewayCheck:
+    def gateway(self, *, held: bool = False) -> GatewayCheck:
         plain = UpstreamMonitor.from_config(self.kernel, self.config)
-        return GatewayCheck(self.kernel, plain.adapters["claude"])
+        return GatewayCheck(self.kernel, plain.adapters["claude"], held=held)
 
     def type_prompt(self) -> None:
         self.typed += 1
@@ -247,29 +255,65 @@ async def test_our_check_from_before_the_gateways_marker_reads_on_from_it(
     assert 2 == await r.turns()
 
 
-def orders(n: int) -> st.SearchStrategy[list[tuple[str, int]]]:
+async def test_a_check_between_the_gateways_record_and_its_marker_records_nothing_again(
+    kernel: Kernel, roots: RootsConfig
+) -> None:
+    """The gateway's own window: its monitor recorded the prompt (dedupe id: the end of its
+    read) and has not moved the marker yet; the agent's reply is appended; a check of ours
+    reads from the unmoved marker, past the gateway's end. Its event beyond our marker
+    says a settle is in flight: the prompt is the gateway's, so ours records nothing and
+    moves the marker on; the gateway's marker write then changes nothing. A prompt typed
+    after the gateway's end is still ours to record."""
+    r = await rig(kernel, roots)
+    gateway = r.gateway(held=True)
+    gateway.release.set()
+    r.type_prompt()
+    held = asyncio.ensure_future(gateway.tick())
+    await gateway.recorded.wait()
+    r.answer()
+    r.type_prompt()
+    ours, gate = r.checker()
+    gate.release.set()
+    assert [("activity", 1)] == [(x.outcome, x.turns) for x in await ours.tick()]
+    gateway.mark.set()
+    await held
+    assert 2 == await r.turns()
+    last, gate = r.checker()
+    gate.release.set()
+    assert [("quiet", 0)] == [(x.outcome, x.turns) for x in await last.tick()]
+    assert 2 == await r.turns()
+
+
+def orders(n: int, gateway: bool = False) -> st.SearchStrategy[list[tuple[str, int]]]:
     """Interleavings of ``n`` checkers' starts and releases, with prompts between: each
-    checker starts before it is released."""
+    checker starts before it is released. With ``gateway``, checker 0 is the gateway's
+    monitor, whose marker write (``mark``) is a step of its own after its record."""
 
     @st.composite
     def build(draw: st.DrawFn) -> list[tuple[str, int]]:
         started: list[int] = []
         released: set[int] = set()
+        marked = not gateway
         steps: list[tuple[str, int]] = []
-        while len(released) < n:
+        while len(released) < n or not marked:
             choices: list[tuple[str, int]] = [("type", 0), ("answer", 0)]
             if len(started) < n:
                 choices.append(("start", len(started)))
             choices += [("release", i) for i in started if i not in released]
+            if 0 in released and not marked:
+                choices.append(("mark", 0))
             step = draw(st.sampled_from(choices))
             if step[0] == "start":
                 started.append(step[1])
             elif step[0] == "release":
                 released.add(step[1])
+            elif step[0] == "mark":
+                marked = True
             steps.append(step)
             if len(steps) > 30:  # finish: start and release the rest
                 steps += [("start", i) for i in range(len(started), n)]
                 steps += [("release", i) for i in range(n) if i not in released]
+                steps += [] if marked else [("mark", 0)]
                 break
         return steps
 
@@ -286,7 +330,7 @@ async def interleaved(
         r = await rig(kernel, roots)
         checkers: list[tuple[Any, Gate | GatewayCheck]] = [r.checker() for _ in range(n)]
         if gateway:  # the first checker is the gateway's monitor
-            check = r.gateway()
+            check = r.gateway(held=True)
             checkers[0] = (check, check)
         running: dict[int, asyncio.Future[Any]] = {}
         for what, i in steps:
@@ -298,8 +342,16 @@ async def interleaved(
                 monitor, gate = checkers[i]
                 running[i] = asyncio.ensure_future(monitor.tick())
                 await gate.read.wait()
-            else:
+            elif what == "release":
                 checkers[i][1].release.set()
+                if gateway and i == 0:  # until its record committed, or it recorded nothing
+                    recorded = asyncio.ensure_future(check.recorded.wait())
+                    await asyncio.wait([recorded, running[i]], return_when="FIRST_COMPLETED")
+                    recorded.cancel()
+                else:
+                    await running[i]
+            else:  # the gateway's marker write
+                check.mark.set()
                 await running[i]
         last, gate = r.checker()  # a last check reads what is left
         gate.release.set()
@@ -319,7 +371,7 @@ def test_any_interleaving_of_checkers_records_each_prompt_once(
     """Whatever the order of reads, prompts, replies and settles, the turns recorded are
     the prompts typed: none twice, none lost; with the gateway's monitor among the
     checkers or not."""
-    steps = data.draw(orders(n))
+    steps = data.draw(orders(n, gateway))
     tmp = tmp_path_factory.mktemp("interleaved")
     typed, recorded = asyncio.run(interleaved(tmp, steps, n, gateway))
     assert typed == recorded
