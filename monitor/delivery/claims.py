@@ -11,7 +11,10 @@ crash, see the same: each function here is one step of a pass, run in its own tr
    unanswered call (and a notice with :data:`~monitor.kernel.outbox.MAX_UNANSWERED` of
    them counts as delivered: acknowledged, never sent again).
 2. :func:`hold`: just before each call, the lease is still ours (renewed) and the notice
-   still pending (read again); then it is ``sending``. Else the call is withdrawn.
+   still pending (read again); then it is ``sending``. Else the call is withdrawn; and
+   also when the gateway itself queued and woke the notice since it opened (OpenClaw's
+   start-up sweep does that for every pending notice: a notice opened while the gateway
+   was down reached it that way, and a call would put it in its queue twice).
 3. :func:`settle`: the call's outcome. Accepted: acknowledged as a drain is, in the same
    transaction that marks it ``woken``. Unanswered: one more unanswered call. Failed: due
    again.
@@ -96,14 +99,16 @@ def claim(
     return Claimed(entries, settled, reopened)
 
 
-Hold = Literal["go", "gone", "lost"]
+Hold = Literal["go", "gone", "theirs", "lost"]
 
 
 def hold(conn: Conn, entry: Entry, *, holder: str, now: int, lease_ms: int) -> Hold:
     """Step 2: ``go`` when the call for ``entry`` may go now (it is then ``sending``, and
     the lease runs ``lease_ms`` from now); ``gone`` when its notice was acknowledged or
-    drained, or settled by someone else; ``lost`` when the lease expired (someone may have
-    taken it over: the pass ends, and claims again)."""
+    drained, or settled by someone else; ``theirs`` when the gateway woke it itself (it is
+    then ``woken``, and its cursor is left for the gateway's drain to acknowledge); ``lost``
+    when the lease expired (someone may have taken it over: the pass ends, and claims
+    again)."""
     held = conn.execute(
         "UPDATE sessionwatch_wakes SET lease_until = ? WHERE watcher_session_key = ?"
         " AND holder = ? AND lease_until > ?",
@@ -117,6 +122,9 @@ def hold(conn: Conn, entry: Entry, *, holder: str, now: int, lease_ms: int) -> H
     if current.alive(conn) is None:
         outbox.set_state(conn, entry.id, outbox.GONE, now)
         return "gone"
+    if current.woken_by_the_gateway(conn):  # at its restart: a call would repeat it
+        outbox.set_state(conn, entry.id, outbox.WOKEN, now)
+        return "theirs"
     outbox.set_state(conn, entry.id, outbox.SENDING, now)
     return "go"
 

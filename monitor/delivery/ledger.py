@@ -332,6 +332,13 @@ class Delivery:
                 # due again as it was (no call went), and the pass claims again
                 await self._settle(entry, "refused")
                 answer = "lost"
+            if answer == "theirs":
+                log.info(
+                    "%s: not woken for %s: the gateway queued and woke it itself when it"
+                    " started (its sweep of pending notices)",
+                    entry.watcher,
+                    entry.target,
+                )
             held.append(answer)
             return answer == "go"
 

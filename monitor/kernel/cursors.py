@@ -77,6 +77,23 @@ def read_cursor(conn: Conn, watcher: str, target: str) -> WatchCursor | None:
     return WatchCursor.from_row(row) if row else None
 
 
+def refrozen_after(conn: Conn, watcher: str, target: str, last_seen: int, after: int) -> bool:
+    """Whether the pair's notice (pending since ``last_seen``) was frozen again after
+    ``after`` (ms) by another writer: its watermark moved up to its material work with
+    nothing else changed. OpenClaw's gateway does that at its start, for every pending
+    notice whose watcher exists, and queues and wakes each itself
+    (``sweepSessionStateWatchNotices``). This sidecar never leaves that mark: its own writes
+    to a pending cursor raise the material work past the watermark, or open a new notice."""
+    row = conn.execute(
+        "SELECT 1 FROM session_watch_cursors WHERE watcher_session_key = ?"
+        " AND target_session_key = ? AND last_seen_sequence = ?"
+        " AND notified_sequence = material_sequence AND material_sequence > last_seen_sequence"
+        " AND updated_at > ?",
+        (watcher, target, last_seen, after),
+    ).fetchone()
+    return row is not None
+
+
 def _write_fresh(
     conn: Conn,
     *,

@@ -39,7 +39,9 @@ WAKE, QUEUE, SENDING, WOKEN, GONE = "wake", "queue", "sending", "woken", "gone"
 MAX_UNANSWERED = 2  # the first call and one repeat may reach the gateway, never more
 KEEP_MS = 60 * 60 * 1000  # settled rows stay an hour for the readers, then retention drops them
 
-_COLUMNS = "id, watcher_session_key, target_session_key, last_seen_sequence, state, unanswered"
+_COLUMNS = (
+    "id, watcher_session_key, target_session_key, last_seen_sequence, state, unanswered, opened_at"
+)
 
 
 class Entry(NamedTuple):
@@ -51,10 +53,18 @@ class Entry(NamedTuple):
     last_seen: int
     state: str
     unanswered: int
+    opened_at: int = 0
 
     @property
     def text(self) -> str:
         return notice_text(self.target, self.last_seen)
+
+    def woken_by_the_gateway(self, conn: Conn) -> bool:
+        """Whether the gateway itself queued and woke this notice since it opened (its
+        start-up sweep: :func:`monitor.kernel.cursors.refrozen_after`)."""
+        return cursors.refrozen_after(
+            conn, self.watcher, self.target, self.last_seen, self.opened_at
+        )
 
     def alive(self, conn: Conn) -> cursors.WatchCursor | None:
         """The pair's cursor, while it still has this notice pending; else None."""

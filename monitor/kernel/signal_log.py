@@ -228,6 +228,17 @@ def find_by_dedupe(conn: Conn, dedupe_key: str) -> StateEvent | None:
     return _row_to_event(row) if row else None
 
 
+def newest_dedupe_key(conn: Conn, key: str, agent_id: str, kind: str, prefix: str) -> str | None:
+    """The dedupe key of the session's newest ``kind`` event whose key starts with
+    ``prefix`` (the session's index, newest first)."""
+    row = conn.execute(
+        "SELECT dedupe_key FROM session_state_events WHERE session_key = ? AND agent_id = ?"
+        " AND kind = ? AND substr(dedupe_key, 1, ?) = ? ORDER BY sequence DESC LIMIT 1",
+        (key, agent_id, kind, len(prefix), prefix),
+    ).fetchone()
+    return str(row[0]) if row else None
+
+
 def raise_head(conn: Conn, key: str, agent_id: str, sequence: int, now: int) -> None:
     conn.execute(
         "INSERT INTO session_state_heads (session_key, agent_id, last_sequence,"

@@ -38,7 +38,7 @@ from adapters.base import Outcome
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import forget_own, session_flags
-from monitor.kernel.signal_log import EventDraft, make_draft
+from monitor.kernel.signal_log import EventDraft, make_draft, newest_dedupe_key
 from monitor.upstream import links
 from monitor.upstream.links import LinkState, UpstreamLink, link_state, read_link, write_link_state
 
@@ -123,18 +123,10 @@ def _not_recorded(record: Recorder, link: UpstreamLink, outcome: Outcome) -> Out
     if not outcome.turns or outcome.read_from is None:
         return outcome
     prefix = f"upstream:{link.session_key}:{link.source_key}:"
-    row = record.conn.execute(
-        "SELECT dedupe_key FROM session_state_events WHERE session_key = ? AND agent_id = ?"
-        " AND kind = ? AND substr(dedupe_key, 1, ?) = ? ORDER BY sequence DESC LIMIT 1",
-        (
-            link.session_key,
-            link.agent_id,
-            EventKind.HUMAN_DIRECT_MESSAGE.value,
-            len(prefix),
-            prefix,
-        ),
-    ).fetchone()
-    recorded = row[0][len(prefix) :] if row else ""
+    newest = newest_dedupe_key(
+        record.conn, link.session_key, link.agent_id, EventKind.HUMAN_DIRECT_MESSAGE.value, prefix
+    )
+    recorded = newest[len(prefix) :] if newest else ""
     if not recorded.isdigit() or int(recorded) <= outcome.read_from:
         return outcome
     end = int(recorded)

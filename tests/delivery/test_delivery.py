@@ -258,6 +258,52 @@ async def test_a_gateway_that_is_down_gets_the_notice_once_it_is_back(
     assert 2 == rig.sample("sessionwatch_wake_calls_total", result="failed")
 
 
+def gateway_restarts(db: Path, at_ms: int) -> None:
+    """What OpenClaw's start-up sweep (``sweepSessionStateWatchNotices``) does to the shared
+    file before it queues and wakes every pending notice itself: each pending cursor frozen
+    at its material work, stamped with the gateway's clock."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(
+            "UPDATE session_watch_cursors SET notified_sequence = material_sequence,"
+            " updated_at = ? WHERE material_sequence > last_seen_sequence",
+            (at_ms,),
+        )
+    conn.close()
+
+
+async def test_a_notice_the_gateway_woke_itself_at_its_restart_is_not_sent_again(
+    rig: Rig, tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opened while the gateway was down; the gateway starts, and its own sweep queues and
+    wakes every pending notice. The sidecar's retry then finds the notice frozen again
+    after it opened: not sent (the model would read it twice), said once in the log, and
+    left pending for the gateway's drain to acknowledge. A notice that opens afterwards is
+    the sidecar's to wake, as ever."""
+    caplog.set_level(logging.INFO)
+    rig.transport.down = True
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+    await rig.kernel.record(
+        NewEvent(session_key=PEER, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN)
+    )
+    await until("the first try", lambda: rig.gateway.calls > 0)
+    await rig.timers.advance(1_500)  # its three tries
+    await rig.settled()
+    assert [] == rig.gateway.texts
+    gateway_restarts(tmp_path / "state.db", clock.now + 5_000)
+    rig.transport.down = False
+    await rig.timers.advance(int(RETRY_S * 1000) + 20_000)
+    await rig.settled()
+    assert [] == rig.gateway.texts
+    assert [notice(PEER, 0)] == await rig.pending()  # the gateway's drain takes it
+    assert 1 == sum("woke it itself" in r.getMessage() for r in caplog.records)
+    await rig.human(OTHER)
+    await rig.timers.advance(60_000)
+    await rig.settled()
+    assert [notice(OTHER, 0)] == rig.gateway.texts
+
+
 async def test_caller_chosen_keys_refused_main_through_its_agent_others_stay_pending(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
