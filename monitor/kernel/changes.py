@@ -14,8 +14,9 @@ nothing calls up into the composition root, and what follows a change is written
 **The hub** (:class:`ChangeHub`). The store's ``version()`` moves with every commit of
 another connection: SQLite's ``PRAGMA data_version`` (this process's writer, a CLI process,
 a gateway sharing the file), or PostgreSQL's ``NOTIFY`` count (any sidecar on any host).
-:class:`ChangeHub` looks at it, every ``POLL_S`` on SQLite and at once on PostgreSQL's
-notice, in one task, counts each move (a :class:`monitor.pulse.Pulse`) and publishes
+:class:`ChangeHub` looks at it when the store says it may have moved: on SQLite on Linux
+when the database or its WAL was written (inotify), elsewhere every ``POLL_S``, and at once
+on PostgreSQL's notice; in one task, counts each move (a :class:`monitor.pulse.Pulse`) and publishes
 :class:`StoreMoved`. A waiter asks to be woken when the count passes the one it saw
 (:meth:`ChangeHub.after`): the notice streams, the status page, ``notices --follow``. So N
 open streams cost the store no more looks than one.
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # asyncio at run time only where someone waits: one-shot comm
 log = LazyLogger(__name__)
 
 POLL_S = 0.2
+WATCHED_S = 30.0  # the hub's look when the store is told of writes: a safety net only
 KEEPALIVE_S = 15.0
 
 
@@ -159,7 +161,7 @@ class ChangeHub:
 
     async def _watch(self, version: int | None) -> None:
         while not self._closed:
-            await self._store.changed(self._poll_s)
+            await self._store.changed(WATCHED_S if self._store.watches_changes else self._poll_s)
             now = self._look(version)
             self._heard(version, now)
             version = now

@@ -6,6 +6,10 @@ re-armed only when those directories change: a link change here (an adoption, a 
 another process (a change the kernel's change hub heard) that keeps them only updates which
 session keys a path wakes. It hears all of it on the kernel's change stream, and says what
 moved there too (:class:`SourcesMoved`): the tick component checks it.
+
+On Linux the watch is inotify on the event loop (:mod:`monitor.inotify`): nothing runs
+between two writes. Elsewhere, or when inotify refuses a watch (``max_user_watches``), it is
+watchfiles, whose watcher thread steps every 50 ms.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watchfiles import awatch
-
+from monitor import inotify
 from monitor.errors import SessionwatchError
 from monitor.serve.components import set_on_link_changes, start_task
 from monitor.upstream.changes import SourcesMoved
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from contextlib import AsyncExitStack
 
     from monitor.upstream import UpstreamMonitor
@@ -43,6 +47,7 @@ class FileWatch:
         self.stream = monitor.kernel.stream
         self.stopping = stopping
         self._paths_changed = asyncio.Event()  # which files are watched may have changed
+        self._polled = False  # inotify refused a watch: watchfiles from then on
 
     async def start(self, stack: AsyncExitStack) -> None:
         set_on_link_changes(stack, self.monitor.kernel, self._paths_changed)
@@ -69,15 +74,32 @@ class FileWatch:
             # nothing written at the start falls between the check and the watch.
             self._check_soon(set().union(*files.values()))
             try:
-                async for changes in awatch(
-                    *dirs, stop_event=stop, debounce=DEBOUNCE_MS, recursive=False
-                ):
-                    keys = set().union(*(files.get(str(Path(p)), set()) for _, p in changes))
+                async for paths in self._changes(dirs, stop):
+                    keys = set().union(*(files.get(str(Path(p)), set()) for p in paths))
                     if keys:
                         self.stream.publish(SourcesMoved(frozenset(keys)))
             finally:
                 stop.set()
                 refresher.cancel()
+
+    async def _changes(self, dirs: list[str], stop: asyncio.Event) -> AsyncIterator[set[str]]:
+        """The paths that changed in ``dirs``, in batches, until ``stop``; ends when the
+        watch must be armed again (a directory gone, changes lost)."""
+        if inotify.available() and not self._polled:
+            try:
+                async for paths in inotify.watch_dirs(dirs, stop):
+                    yield paths
+                return
+            except (inotify.Overflow, inotify.DirectoryGone) as exc:
+                log.info("file watching armed again: %s", exc)
+                return
+            except OSError as exc:  # no inotify watches left: watchfiles, said once
+                log.warning("inotify refused a watch (%s): watching with watchfiles", exc)
+                self._polled = True
+        from watchfiles import awatch
+
+        async for changes in awatch(*dirs, stop_event=stop, debounce=DEBOUNCE_MS, recursive=False):
+            yield {p for _, p in changes}
 
     async def _links_may_have_changed(self) -> None:
         """Until a link or a watch changed here, or the database changed under another

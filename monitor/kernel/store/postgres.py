@@ -114,6 +114,7 @@ class PgStore:
         self.clock = clock
         self.on_error = on_error
         self.shared = True  # several sidecars may use this store
+        self.watches_changes = False  # a NOTIFY wakes it; its poll stays the safety net
         self._writers = writers
         self._readers = readers
         self._changes = Pulse()  # beats at every change heard: the version

@@ -54,6 +54,12 @@ class StateStore(Protocol):
     shared: bool  # several sidecars (on several hosts) may use it
 
     @property
+    def watches_changes(self) -> bool:
+        """Whether :meth:`changed` is told of other processes' commits as they happen (its
+        timeout is then a safety net, not the pace of a poll)."""
+        ...
+
+    @property
     def path(self) -> str:
         """What messages name the store by: the SQLite file, or the URL without password."""
         ...

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from monitor.clock import Clock, now_ms
 from monitor.errors import StoreError
@@ -48,8 +48,13 @@ from monitor.kernel.store.sqlite_conn import (
     translated,
 )
 from monitor.kernel.store.sqlite_schema import migrate
+from monitor.lazylog import LazyLogger
+
+if TYPE_CHECKING:
+    from monitor import inotify
 
 T = TypeVar("T")
+log = LazyLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -199,6 +204,8 @@ class Store:
         self.clock = clock
         self.write_timeout = BUSY_TIMEOUT_MS / 1000
         self.on_error = on_error  # counts failures (metrics)
+        self._watch: inotify.Inotify | None = None  # the database's directory, once waited
+        self._unwatched = False  # inotify refused: timeouts only
 
     @classmethod
     async def open(
@@ -303,10 +310,51 @@ class Store:
         return self.read_now(data_version)
 
     async def changed(self, timeout: float) -> None:
-        """SQLite says no one when another process commits: wait ``timeout`` and look."""
-        await asyncio.sleep(timeout)
+        """Until another process may have committed, at the latest after ``timeout`` s.
+        SQLite says no one; on Linux the kernel does: the database file or its WAL was
+        written (inotify on their directory, on the event loop). Elsewhere: ``timeout``."""
+        watch = self._file_watch()
+        if watch is None:
+            await asyncio.sleep(timeout)
+            return
+        from monitor import inotify
+
+        real = os.path.realpath(self.path)  # written there, whatever path names it
+        names = {real, f"{real}-wal"}
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                try:
+                    while not names & await watch.changed():
+                        pass
+                except (inotify.Overflow, inotify.DirectoryGone):
+                    self._close_watch()  # the next wait watches again; this one looks now
+
+    @property
+    def watches_changes(self) -> bool:
+        """Whether :meth:`changed` is told of writes (so its waits may be long)."""
+        return self._file_watch() is not None
+
+    def _file_watch(self) -> inotify.Inotify | None:
+        if self._watch is None and not self._unwatched:
+            from monitor import inotify  # the service's: one-shot commands never wait
+
+            try:
+                watch = inotify.Inotify()
+                watch.watch_dir(os.path.dirname(os.path.realpath(self.path)), inotify.CHANGES)
+            except OSError as exc:  # not Linux, or no watches left: a look per timeout
+                log.debug("the database's directory is not watched: %s", exc)
+                self._unwatched = True
+                return None
+            self._watch = watch
+        return self._watch
+
+    def _close_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
 
     async def close(self) -> None:
+        self._close_watch()
         await self._writer.close()
         with self._reader_lock:
             if self._reader is not None:

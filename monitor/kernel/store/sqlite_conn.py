@@ -227,6 +227,7 @@ class DirectStore:
     """The state database on the calling thread (see the module docstring)."""
 
     shared = False  # one host's file
+    watches_changes = False  # a one-shot command's wait sleeps and looks
 
     def __init__(self, conn: sqlite3.Connection, path: str, clock: Clock) -> None:
         self._conn: sqlite3.Connection | None = conn

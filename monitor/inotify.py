@@ -1,0 +1,167 @@
+"""Linux's inotify on the event loop: the process sleeps until the kernel says a watched
+directory changed.
+
+watchfiles (the fallback where there is no inotify) runs its Rust watcher on a thread that
+steps every 50 ms, some 20 wakeups a second with nothing written; here nothing runs between
+two changes. Only what the service needs: watch directories (not recursively), and read
+the names that changed in them, as batches of paths. ``libc`` through :mod:`ctypes`, as
+the kernel's interface is three calls and a fixed record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import struct
+import sys
+from collections.abc import AsyncIterator
+
+IN_MODIFY = 0x2
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x1000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+# what a change to a file in a watched directory is: written, created, replaced, removed
+# (not IN_CLOSE_WRITE: a reader that opened the file read-write, as SQLite does, and wrote
+# nothing raises it when it closes)
+CHANGES = IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
+# the directory itself went away or moved: the watch must be armed again
+GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED
+
+_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len; then the name, NUL-padded
+
+
+class Overflow(Exception):
+    """The kernel's queue overflowed: changes were lost, every watched path may have moved."""
+
+
+class DirectoryGone(Exception):
+    """A watched directory was removed or moved: watch again what exists now."""
+
+
+def available() -> bool:
+    """Whether this platform has inotify (Linux)."""
+    return sys.platform.startswith("linux") and _libc() is not None
+
+
+_LIBC: ctypes.CDLL | None = None
+
+
+def _libc() -> ctypes.CDLL | None:
+    global _LIBC
+    if _LIBC is None:
+        name = ctypes.util.find_library("c")
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+            lib.inotify_init1.argtypes = [ctypes.c_int]
+            lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        except (OSError, AttributeError):
+            return None
+        _LIBC = lib
+    return _LIBC
+
+
+class Inotify:
+    """One inotify instance: its watches, and reads of what changed."""
+
+    def __init__(self) -> None:
+        lib = _libc()
+        if lib is None:
+            raise OSError(errno.ENOSYS, "inotify is not available here")
+        self._lib = lib
+        fd = lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        self.fd: int = fd
+        self._dirs: dict[int, str] = {}
+
+    def watch_dir(self, path: str, mask: int = CHANGES) -> None:
+        """Watch the directory ``path`` (not its subdirectories). OSError: it cannot be
+        (gone, not a directory, no watches left: ``max_user_watches``)."""
+        wd = self._lib.inotify_add_watch(self.fd, os.fsencode(path), mask | IN_ONLYDIR)
+        if wd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{os.strerror(err)}: {path}")
+        self._dirs[wd] = path
+
+    async def changed(self) -> set[str]:
+        """The paths that changed, once at least one did (every event the kernel holds by
+        then, in one batch). Raises :class:`Overflow` or :class:`DirectoryGone`."""
+        while True:
+            paths = self._drain()
+            if paths:
+                return paths
+            loop = asyncio.get_running_loop()
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(self.fd, _resolve, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(self.fd)
+
+    def _drain(self) -> set[str]:
+        paths: set[str] = set()
+        while True:
+            try:
+                data = os.read(self.fd, 64 * 1024)
+            except BlockingIOError:
+                return paths
+            at = 0
+            while at + _HEADER.size <= len(data):
+                wd, mask, _, size = _HEADER.unpack_from(data, at)
+                name = data[at + _HEADER.size : at + _HEADER.size + size].rstrip(b"\0")
+                at += _HEADER.size + size
+                if mask & IN_Q_OVERFLOW:
+                    raise Overflow("the inotify queue overflowed")
+                if mask & GONE:
+                    raise DirectoryGone(self._dirs.get(wd, "?"))
+                where = self._dirs.get(wd)
+                if where is not None and name:
+                    paths.add(os.path.join(where, os.fsdecode(name)))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def watch_dirs(dirs: list[str], stop: asyncio.Event) -> AsyncIterator[set[str]]:
+    """The paths that changed in ``dirs``, a batch at a time, until ``stop`` is set. A
+    directory gone or a queue overflow ends the iteration with the exception (the caller
+    watches again, and checks everything once)."""
+    notify = Inotify()
+    try:
+        for path in dirs:
+            notify.watch_dir(path)
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                changed = asyncio.ensure_future(notify.changed())
+                await asyncio.wait([changed, stopped], return_when=asyncio.FIRST_COMPLETED)
+                if not changed.done():
+                    changed.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await changed
+                    return
+                yield changed.result()
+        finally:
+            stopped.cancel()
+    finally:
+        notify.close()
