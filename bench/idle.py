@@ -110,6 +110,9 @@ def serving(tree: Path, tmp: Path, db: Path, root: Path) -> Iterator[subprocess.
         stderr=subprocess.PIPE,
         text=True,
     )
+    # its log after the start-up line is kept in $IDLE_LOG (else dropped), read on so that
+    # it never blocks on a full pipe
+    log = Path(os.environ.get("IDLE_LOG", os.devnull)).open("w")  # noqa: SIM115
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -117,13 +120,13 @@ def serving(tree: Path, tmp: Path, db: Path, root: Path) -> Iterator[subprocess.
                 break
         else:
             raise SystemExit(f"serve from {tree} exited before it served")
-        # the rest of its log is read (and dropped) so that it never blocks on a full pipe
-        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=subprocess.DEVNULL)
+        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log)
         try:
             yield proc
         finally:
             drain.kill()
     finally:
+        log.close()
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(30)

@@ -20,7 +20,7 @@ TOP = ("monitor.serve", "monitor.cli", "monitor.__main__")
 # two that serve the CLI and the service only (doctor, ui_open).
 SHARED = (
     *("errors", "config", "clock", "paths", "records", "metrics", "lazylog", "pulse"),
-    *("retry", "private"),
+    *("retry", "private", "inotify"),
 )
 FORBIDDEN = {
     "monitor/openclaw": (

@@ -160,10 +160,17 @@ class ChangeHub:
             return version
 
     async def _watch(self, version: int | None) -> None:
+        import asyncio
+
+        told = self._store.watches_changes
         while not self._closed:
-            await self._store.changed(WATCHED_S if self._store.watches_changes else self._poll_s)
+            await self._store.changed(WATCHED_S if told else self._poll_s)
             now = self._look(version)
             self._heard(version, now)
+            if told and now != version:
+                # a burst of commits (this process's own among them) is heard at most every
+                # POLL_S, as a poll would: what each move wakes (re-reads) stays bounded
+                await asyncio.sleep(self._poll_s)
             version = now
 
     def _heard(self, before: int | None, now: int | None) -> None:
