@@ -311,6 +311,14 @@ async def _probe_hooks(
     if status == 429:
         return [problem(f"the gateway throttles {url} (429)", "wait a minute; check the token")]
     answered = " ".join(part for part in (str(status), error) if part)
+    if 200 <= status < 300:  # OpenClaw refuses a wake without text: this is something else
+        return [
+            problem(
+                f"{url} took a wake with no text ({answered}); OpenClaw's hooks refuse one"
+                " (400 text required), so this is not them",
+                "set [gateway] hooks_url to the gateway's own address and hooks.path",
+            )
+        ]
     return [problem(f"the gateway answered {answered} at {url}", "see the gateway's log")]
 
 

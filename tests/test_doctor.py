@@ -42,6 +42,18 @@ async def test_a_wrong_hooks_token_is_one_problem_with_its_fix(
     assert "fix: put the gateway's hooks.token in that file" in line
 
 
+async def test_an_endpoint_that_takes_a_wake_with_no_text_is_not_openclaws(
+    tmp_path: Path, hooks_gateway: HooksGateway
+) -> None:
+    """Something at the hooks URL answers 200 to the probe's empty wake: OpenClaw's hooks
+    never do (400 text required), so the URL is said to point elsewhere, with its fix."""
+    hooks_gateway.status = 200
+    config = make_config(tmp_path, gateway=hooks_gateway.config(tmp_path))
+    (line,) = lines(await doctor.run(config, tmp_path / "state.db"), "PROBLEM")
+    assert "took a wake with no text (200" in line and "not them" in line, line
+    assert "fix: set [gateway] hooks_url to the gateway's own address" in line, line
+
+
 async def test_a_gateway_that_is_down_and_a_node_that_is_down(tmp_path: Path) -> None:
     token = tmp_path / "t"
     token.write_text("x\n")

@@ -4,15 +4,17 @@ the API, ``serve``), each failing without its fix."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from monitor.config import load_config, parse_config
 from monitor.errors import ConfigError
-from tests.helpers import Client
+from tests.helpers import Client, served_address
 
 MAIN = "agent:main:main"
 PEER = "agent:main:dashboard:peer"
@@ -128,3 +130,69 @@ async def test_routes_that_take_no_body_refuse_fields_by_name(client: Client) ->
     status, answer = await client.call("POST", reset, {"agentId": "main"})
     assert 400 == status and "unknown field 'agentId'" in answer["error"]["message"], answer
     assert 200 == (await client.call("POST", reset))[0]
+
+
+async def test_a_key_not_in_composed_form_is_refused_as_a_look_alike(client: Client) -> None:
+    """``café`` with a combining accent prints as ``café`` with ``é``: one is refused, by
+    name, as invisible characters are; the composed one is a session like any other."""
+    turn = {"kind": "human_direct_message", "actorType": "human"}
+    composed, decomposed = "agent:main:caf\u00e9", "agent:main:cafe\u0301"
+    status, answer = await client.call("POST", "/v1/events", {**turn, "sessionKey": decomposed})
+    assert 400 == status and "composed form (NFC)" in answer["error"]["message"], answer
+    assert 200 == (await client.call("POST", "/v1/events", {**turn, "sessionKey": composed}))[0]
+
+
+@pytest.mark.parametrize("path", ["sessions.json", "./s/sessions.json", "/s/../../etc/x"])
+async def test_a_relative_or_climbing_store_path_is_refused(client: Client, path: str) -> None:
+    status, answer = await client.call(
+        "POST", "/v1/watches", {"watcher": MAIN, "target": PEER, "storePath": path}
+    )
+    assert 400 == status and "absolute path without '..'" in answer["error"]["message"], answer
+    status, _ = await client.call(
+        "POST", "/v1/watches", {"watcher": MAIN, "target": PEER, "storePath": "/s/sessions.json"}
+    )
+    assert 200 == status
+
+
+@pytest.mark.parametrize("gateway", [True, False])
+def test_serve_says_at_start_where_its_wakes_go(tmp_path: Path, gateway: bool) -> None:
+    token = tmp_path / "hooks-token"
+    token.write_text("t\n")
+    token.chmod(0o600)
+    hooks = f'[gateway]\nhooks_url = "http://127.0.0.1:9/hooks"\nhooks_token_file = "{token}"\n'
+    config = tmp_path / "sw.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+        + (hooks if gateway else "")
+    )
+    env = {**os.environ, "HOME": str(tmp_path), "OPENCLAW_STATE_DIR": str(tmp_path / "none")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "--config",
+         str(config), "serve"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )  # fmt: skip
+    said: list[str] = []
+    try:
+        served_address(proc, said)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    text = "".join(said)
+    if gateway:
+        assert f"wakes go to http://127.0.0.1:9/hooks/wake (the token in {token})" in text, text
+    else:
+        assert "no wakes: no [gateway] hooks_url, and no OpenClaw next to" in text, text
+
+
+def test_config_prints_the_roots_as_serve_and_doctor_read_them(tmp_path: Path) -> None:
+    config = tmp_path / "sw.toml"
+    config.write_text('[roots]\nclaude = "~/somewhere/claude"\n')
+    env = {**os.environ, "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "--config", str(config), "config"],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+    assert 0 == done.returncode, done.stderr
+    assert f"{tmp_path}/somewhere/claude" == orjson.loads(done.stdout)["roots"]["claude"]

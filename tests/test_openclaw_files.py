@@ -168,7 +168,7 @@ async def test_serve_with_no_configuration_uses_openclaws_files(
         try:
             await asyncio.to_thread(served_address, proc, said)
             start = [line for line in said if "next to OpenClaw at" in line]
-            assert len(start) == 1 and f"hooks http://127.0.0.1:{port}/hooks" in start[0]
+            assert len(start) == 1 and f"wakes go to http://127.0.0.1:{port}/hooks/wake" in start[0]
             assert TOKEN not in "".join(said)
             spawn = ["spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r"]
             assert (await run(*spawn)).returncode == 0

@@ -64,11 +64,13 @@ def _node(args: Args) -> int:
 def _config(args: Args) -> int:
     from adapters.registry import root_keys, roots_with_origin
     from monitor.openclaw.files import found_hooks
+    from monitor.paths import expand_user
 
     config = args.config_obj
     shown = config.as_json()
     roots = roots_with_origin(config.roots.given)
-    shown["roots"] = {key: roots[e.name][0] for key, e in root_keys().items()}
+    # expanded, as serve and doctor read them (``~`` and variables)
+    shown["roots"] = {key: expand_user(roots[e.name][0]) for key, e in root_keys().items()}
     # where each came from: "[roots] KEY", "$VAR" (the harness's own) or "default"
     shown["rootsFrom"] = {key: roots[e.name][1] for key, e in root_keys().items()}
     target = db_path(args, config)  # what --db or $SESSIONWATCH_DB chose

@@ -48,7 +48,8 @@ def normalize_key(raw: str) -> str:
 def _refuse_invisible(key: str) -> None:
     """A key with a character that shows nothing (a bidi override, a zero-width space or
     joiner: Unicode's format and control characters) is refused: two keys could look the
-    same and name two sessions."""
+    same and name two sessions. So is one not in Unicode's composed form (NFC): ``café``
+    written with a combining accent prints as the one written with ``é``."""
     import unicodedata
 
     for ch in key:
@@ -57,6 +58,11 @@ def _refuse_invisible(key: str) -> None:
                 f"session key contains an invisible character (U+{ord(ch):04X}): two keys"
                 " could look the same"
             )
+    if not unicodedata.is_normalized("NFC", key):
+        raise BadInput(
+            "session key is not in Unicode's composed form (NFC): it would look like"
+            f" {unicodedata.normalize('NFC', key)!r} and name another session; write it so"
+        )
 
 
 @_remembered

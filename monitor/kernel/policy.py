@@ -82,6 +82,10 @@ class WatchPolicy:
         path = store_path.strip()
         if len(path) > MAX_STORE_PATH or any(ch in path for ch in "\r\n\x00"):
             raise BadInput(f"store path must be one line of at most {MAX_STORE_PATH} characters")
+        if not path.startswith("/") or "/../" in f"{path}/":
+            # the gateway's session stores are absolute paths; a relative one would mean
+            # a different store from each working directory
+            raise BadInput(f"store path must be an absolute path without '..': {path!r}")
         return path
 
     def default_store_path(self, key: str) -> str:

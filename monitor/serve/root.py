@@ -279,6 +279,7 @@ def _hooks_client(
         return _openclaw_client(config, metrics, db, timers, tick)
     token_file = Path(expand_user(gateway.hooks_token_file))
     read_secret(token_file, "the hooks token file")  # a missing or shared file stops start-up
+    log.info("wakes go to %s/wake (the token in %s)", gateway.hooks_url.rstrip("/"), token_file)
     return HooksClient(
         gateway.hooks_url,
         token_file,
@@ -297,6 +298,10 @@ def _openclaw_client(
 
     hooks = found_hooks(config, db)
     if hooks is None:
+        log.info(
+            "no wakes: no [gateway] hooks_url, and no OpenClaw next to %s; notices wait to be read",
+            db,
+        )
         return None
     state = hooks.install.state_dir
     try:
@@ -304,7 +309,7 @@ def _openclaw_client(
     except SessionwatchError as exc:
         log.warning("next to OpenClaw at %s, but no wakes: %s", state, exc)
         return None
-    log.info("next to OpenClaw at %s: state %s, hooks %s", state, db, url)
+    log.info("next to OpenClaw at %s: state %s; wakes go to %s/wake", state, db, url.rstrip("/"))
     return HooksClient(
         url,
         Path(),

@@ -36,6 +36,7 @@ import contextlib
 import functools
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -65,6 +66,7 @@ CHANNEL = "sessionwatch"
 CONNECT_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_MS = 5000  # how long a write waits for the lock (another writer, another host)
 LISTEN_BACKOFF_S = (0.2, 5.0)
+FLAP_S = 5.0  # an outage said again this soon after it ended is said at INFO
 
 
 @functools.lru_cache(maxsize=1024)
@@ -114,6 +116,7 @@ class PgStore:
         self.clock = clock
         self.on_error = on_error
         self.shared = True  # several sidecars may use this store
+        self._up_at = -FLAP_S  # monotonic s when it last answered again after an outage
         self.watches_changes = False  # a NOTIFY wakes it; its poll stays the safety net
         self._writers = writers
         self._readers = readers
@@ -320,14 +323,20 @@ class PgStore:
         if isinstance(exc, PoolTimeout | psycopg.OperationalError):
             if not self._down:
                 self._down = True
-                log.warning("the state database %s is unavailable: %s", self.path, exc)
+                # a connection that fails just after another answered is the same outage
+                # ending (the pool's connections are tried one by one): said quietly
+                flap = time.monotonic() - self._up_at < FLAP_S
+                (log.info if flap else log.warning)(
+                    "the state database %s is unavailable: %s", self.path, exc
+                )
             return StoreUnavailable(f"the state database {self.path} is unavailable: {exc}")
         return StoreError(f"state database error: {exc}")
 
     def _up(self) -> None:
         if self._down:
             self._down = False
-            log.warning("the state database %s answers again", self.path)
+            self._up_at = time.monotonic()
+            log.info("the state database %s answers again", self.path)
 
     # -- change notices ------------------------------------------------------------------
 
