@@ -134,6 +134,20 @@ def serving(tree: Path, tmp: Path, db: Path, root: Path) -> Iterator[subprocess.
             proc.kill()
 
 
+def settled(pid: int) -> None:
+    """Until ``serve`` is at rest after its start: no CPU used over 3 s (the first tick, its
+    catch-up check of every link and their writes are done), at most 2 minutes."""
+    deadline = time.monotonic() + 120
+    time.sleep(3)
+    _, before = switches_and_cpu(pid)
+    while time.monotonic() < deadline:
+        time.sleep(3)
+        _, now = switches_and_cpu(pid)
+        if now - before < 0.02:
+            return
+        before = now
+
+
 def measure(tree: Path, sessions: int, seconds: float, typed: int) -> Figures:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -149,7 +163,7 @@ def measure(tree: Path, sessions: int, seconds: float, typed: int) -> Figures:
             check=True,
         )
         with serving(tree, tmp, db, root) as proc:
-            time.sleep(8)  # the first tick (1 s after start) and its writes are done
+            settled(proc.pid)  # the first tick (1 s after start) and its writes are done
             s0, c0 = switches_and_cpu(proc.pid)
             t0 = time.monotonic()
             time.sleep(seconds)

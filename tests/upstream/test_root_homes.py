@@ -55,7 +55,8 @@ def test_config_shows_each_root_and_where_it_came_from(tmp_path: Path) -> None:
     }
     plain = orjson.loads(run(tmp_path, {}, "config").stdout)
     assert set(plain["rootsFrom"].values()) == {"default"}
-    assert plain["roots"]["codex"] == "~/.codex/sessions"
+    # expanded, as serve and doctor read them
+    assert plain["roots"]["codex"] == str(tmp_path / "home" / ".codex" / "sessions")
 
 
 def test_the_session_dir_wins_over_the_agent_dir_and_roots_win_over_both() -> None:

@@ -458,7 +458,8 @@ async def test_a_path_naming_an_unknown_users_home_is_refused_not_a_500(client: 
     )
     assert (403, "outside_roots") == (status, answer["error"]["code"])
     watch = {"watcher": "agent:main:main", "target": CHILD, "storePath": f"{nobody}/s.json"}
-    assert 200 == (await client.call("POST", "/v1/watches", watch))[0]  # an opaque identity
+    status, answer = await client.call("POST", "/v1/watches", watch)  # not absolute: said
+    assert 400 == status and "absolute path" in answer["error"]["message"], answer
     assert 400 == (await client.call("GET", f"/v1/catalog?cwd={nobody}"))[0]
 
 
