@@ -196,3 +196,23 @@ def test_config_prints_the_roots_as_serve_and_doctor_read_them(tmp_path: Path) -
     )  # fmt: skip
     assert 0 == done.returncode, done.stderr
     assert f"{tmp_path}/somewhere/claude" == orjson.loads(done.stdout)["roots"]["claude"]
+
+
+def test_doctor_reading_another_programs_database_makes_no_wal_nor_shm(tmp_path: Path) -> None:
+    """A WAL database of another program's, 0644, nothing beside it: the read that tells
+    whose it is makes no -wal nor -shm (they would take its 0644)."""
+    import sqlite3
+
+    db = tmp_path / "other.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE theirs (a)")
+    conn.commit()
+    conn.close()
+    db.chmod(0o644)
+    env = {**os.environ, "HOME": str(tmp_path)}
+    subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), "doctor"],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+    assert ["other.db"] == sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("other"))

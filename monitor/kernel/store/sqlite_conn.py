@@ -202,8 +202,13 @@ def made_by_sessionwatch(path: str | os.PathLike[str]) -> bool:
     """Whether sessionwatch made the database at ``path`` (see
     :func:`.sqlite_schema.made_by_sessionwatch`), read without writing; False for a file
     that cannot be read as a database."""
+    # with no -wal nor -shm beside it, all it holds is in the file: read as immutable, the
+    # read makes none (a WAL database's read would, with the database's own mode, and a
+    # refused database would be left with them)
+    alone = not any(os.path.lexists(f"{os.fspath(path)}{side}") for side in ("-wal", "-shm"))
+    flags = "mode=ro&immutable=1" if alone else "mode=ro"
     try:
-        conn = sqlite3.connect(f"file:{uri_path(os.fspath(path))}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{uri_path(os.fspath(path))}?{flags}", uri=True)
     except sqlite3.Error:
         return False
     try:
