@@ -216,3 +216,11 @@ def test_doctor_reading_another_programs_database_makes_no_wal_nor_shm(tmp_path:
         capture_output=True, text=True, env=env, check=False, timeout=60,
     )  # fmt: skip
     assert ["other.db"] == sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("other"))
+
+
+async def test_a_key_too_long_for_the_request_line_is_said_in_our_words(client: Client) -> None:
+    """aiohttp's own message quoted the raw line back; ours says what the limits are."""
+    status, answer = await client.call("GET", f"/v1/sessions/agent:main:{'x' * 10_000}")
+    assert 400 == status, answer
+    message = answer["error"]["message"]
+    assert "a session key is at most 512 characters" in message and "xxxx" not in message

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 from aiohttp import StreamReader, web
+from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web import BaseRequest
 
 from monitor.config import LISTEN_SHAPE, listen_is_valid
@@ -30,6 +31,7 @@ from monitor.errors import (
     StoreError,
     Unreachable,
 )
+from monitor.kernel.keys import MAX_KEY_LENGTH
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +264,11 @@ class JsonErrorHandler(web.RequestHandler):
         if request.writer.output_size > 0:
             raise ConnectionError("the response was already started; cannot answer the error")
         detail = getattr(exc, "message", None) or message or HTTPStatus(status).phrase
+        if isinstance(exc, LineTooLong):  # aiohttp's words quote the line itself: ours do not
+            detail = (
+                "the request line or a header is longer than the server reads (8190 bytes);"
+                f" a session key is at most {MAX_KEY_LENGTH} characters"
+            )
         code = _HTTP_CODES.get(status, "http_error" if status < 500 else "internal_error")
         response = error(status, code, " ".join(str(detail).split())[:500])
         response.force_close()
