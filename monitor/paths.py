@@ -33,9 +33,19 @@ def make_private_dirs(directory: str | os.PathLike[str]) -> None:
         if parent == at:
             break
         at = parent
+    home = os.path.expanduser("~")
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile by another: theirs
-            os.mkdir(path, mode=0o700)
+            try:
+                os.mkdir(path, mode=0o700)
+            except PermissionError:
+                if home in missing or not os.path.isdir(home):  # HOME unset, or wrong
+                    raise ConfigError(
+                        f"cannot create {directory}: the home directory {home} does not exist"
+                        " (HOME is unset or names a missing directory): set HOME, or name"
+                        " the path in the configuration"
+                    ) from None
+                raise
 
 
 def refuse_if_not_ours(path: str | os.PathLike[str], what: str) -> None:

@@ -224,3 +224,19 @@ async def test_a_key_too_long_for_the_request_line_is_said_in_our_words(client: 
     assert 400 == status, answer
     message = answer["error"]["message"]
     assert "a session key is at most 512 characters" in message and "xxxx" not in message
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="sysfs refuses a mkdir, even root's")
+def test_a_home_that_does_not_exist_is_named_as_the_cause(tmp_path: Path) -> None:
+    """HOME naming a directory that does not exist (and cannot be made): the message says
+    so, not "permission denied ... must be writable" about a directory that is not there."""
+    env = {k: v for k, v in os.environ.items() if k != "SESSIONWATCH_DB"}
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "record", "--session", "agent:main:x", "--kind",
+         "goal_changed", "--actor", "human"],
+        capture_output=True, text=True, env={**env, "HOME": "/sys/nohome"}, check=False,
+        timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "the home directory /sys/nohome does not exist (HOME is unset" in done.stderr, done
+    assert "Traceback" not in done.stderr
