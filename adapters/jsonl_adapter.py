@@ -189,6 +189,8 @@ def check_file(
     roots: RootCheck | None = None,
 ) -> Outcome:
     """One link, one tick. Only "no such file" is a miss; other failures are inconclusive."""
+    if _as_left(str(probe.ref.get("filePath", "")), probe.marker):
+        return Outcome(status="quiet", marker=probe.marker)
     check = roots if roots is not None else RootCheck(settings.root)
     real = check.resolve(str(probe.ref.get("filePath", "")))
     if real is None:
@@ -238,6 +240,25 @@ def check_file(
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
     return _more(settled(fmt, probe, read, pick.first, result, state, own), capped)
+
+
+def _as_left(path: str, marker: Marker) -> bool:
+    """Whether the file is as the marker left it: the same inode, size and mtime, after one
+    ``stat`` and no resolving of the path against the roots (nothing is read: the inode is
+    the one read before, when the path was within them). Not while a re-read or a long line
+    is under way, nor for a marker without those fingerprints (the gateway's)."""
+    if "reread" in marker or marker.get("long") or "mtime" not in marker:
+        return False
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return (
+        stat.S_ISREG(st.st_mode)
+        and st.st_size == marker.get("offset")
+        and st.st_ino == marker.get("ino")
+        and st.st_mtime_ns == marker.get("mtime")
+    )
 
 
 def _more(outcome: Outcome, capped: bool) -> Outcome:

@@ -42,7 +42,14 @@ def main() -> None:
         f" integrity_check {verdict['integrity']}; kill moments {verdict['moments']}"
     )
     print(f"per transcript written {verdict['written']} recorded {verdict['recorded']}")
+    print(
+        f"wakes: {verdict['opened']} notices opened, {len(verdict['never_woken'])} never"
+        f" woken, {verdict['repeated']} woken twice (a call cut by a kill),"
+        f" {len(verdict['woken_more_than_twice'])} more than twice"
+    )
     if lost or extra or verdict["integrity"] != "ok":
+        raise SystemExit(1)
+    if verdict["never_woken"] or verdict["woken_more_than_twice"]:
         raise SystemExit(1)
 
 

@@ -7,11 +7,17 @@ settles what is left, and every prompt must be recorded exactly once (the sum of
 ``payload.turns`` of each session's ``human_direct_message`` events equals the prompts
 written), and ``PRAGMA integrity_check`` must say ok.
 
+Wakes flow all along: every ``serve`` wakes a hooks endpoint on loopback (:class:`WakeSink`,
+which answers in 0 to 80 ms, so that a kill often lands mid-call). A last clean ``serve``
+runs until nothing is left pending, and then every notice the outbox opened must have
+reached the endpoint, none more than twice (the one repeat a call cut by a crash allows).
+
 ``tests/upstream/test_crash_loop.py`` runs a few dozen cycles; ``bench/crash.py`` runs a thousand.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import random
@@ -19,6 +25,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,6 +35,45 @@ from typing import Any
 
 MOMENTS = ("start-up", "mid-tick", "after-append", "burst")
 WATCHER = "agent:main:main"
+HOOKS_TOKEN = "crash-loop-hooks-token"
+
+
+class WakeSink:
+    """A hooks endpoint on loopback, on a thread: it takes each wake after 0 to 80 ms and
+    keeps its text."""
+
+    def __init__(self) -> None:
+        self.texts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.headers.get("Authorization") != f"Bearer {HOOKS_TOKEN}":
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                time.sleep(random.uniform(0, 0.08))
+                with sink._lock:
+                    sink.texts[str(json.loads(body).get("text"))] += 1
+                answer = b'{"ok":true,"mode":"now","eventOutcome":"queued"}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _now() -> str:
@@ -82,6 +128,7 @@ class CrashLoop:
     seed: int = 0
     transcripts: list[Transcript] = field(default_factory=list)
     moments: Counter[str] = field(default_factory=Counter)
+    sink: WakeSink | None = None
 
     @property
     def db(self) -> Path:
@@ -135,9 +182,18 @@ class CrashLoop:
             path.write_bytes(heads[kind])
             roots.append(f'{kind} = "{self.root / kind}"')
             self.transcripts.append(Transcript(kind, path, f"agent:main:adopted:{kind}"))
+        gateway = ""
+        if self.sink is not None:
+            token = self.root / "hooks-token"
+            token.write_text(HOOKS_TOKEN + "\n")
+            token.chmod(0o600)
+            gateway = (
+                f'[gateway]\nhooks_url = "{self.sink.url}"\nhooks_token_file = "{token}"\n'
+                "retry_interval_s = 1\n"
+            )
         self.config.write_text(
             "[api]\n" + "\n".join(lines) + "\n[roots]\n" + "\n".join(roots) + "\n"
-            "[monitor]\ninterval_s = 0.3\ninitial_delay_s = 0\n"
+            "[monitor]\ninterval_s = 0.3\ninitial_delay_s = 0\n" + gateway
         )
         for t in self.transcripts:
             self.cli("adopt", "--kind", t.kind, "--path", str(t.path), "--session-key", t.key)
@@ -193,6 +249,22 @@ class CrashLoop:
                 return
         raise RuntimeError(f"links never settled: {outcomes}")
 
+    def deliver(self, timeout: float = 90) -> None:
+        """A last clean ``serve`` until no notice is left pending for the watcher (the
+        window and the leases the killed ones left run out meanwhile)."""
+        proc = subprocess.Popen(
+            self.command("serve"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            deadline = time.monotonic() + timeout
+            while self.cli("notices", "--watcher", WATCHER)["notices"]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("notices still pending after the last serve")
+                time.sleep(0.5)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
     def verdict(self) -> dict[str, Any]:
         with sqlite3.connect(self.db) as conn:
             integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
@@ -204,7 +276,22 @@ class CrashLoop:
         for key, payload in rows:
             recorded[key] += int(json.loads(payload or "{}").get("turns", 1))
         written = {t.key: t.written for t in self.transcripts}
+        with sqlite3.connect(self.db) as conn:
+            opened = [
+                f'Session "{target}" changed (other actor). Reconcile before acting:'
+                f' session_status sessionKey "{target}" changesSince {seen}.'
+                for target, seen in conn.execute(
+                    "SELECT target_session_key, last_seen_sequence FROM"
+                    " sessionwatch_notice_outbox WHERE watcher_session_key = ?",
+                    (WATCHER,),
+                )
+            ]
+        woken = self.sink.texts if self.sink is not None else Counter()
         return {
+            "opened": len(opened),
+            "never_woken": [t for t in opened if t not in woken],
+            "woken_more_than_twice": {t: n for t, n in woken.items() if n > 2},
+            "repeated": sum(1 for n in woken.values() if n == 2),
             "integrity": integrity,
             "written": written,
             "recorded": {t.key: recorded[t.key] for t in self.transcripts},
@@ -212,12 +299,18 @@ class CrashLoop:
         }
 
 
-def run(root: Path, cycles: int, seed: int = 0) -> dict[str, Any]:
+def run(root: Path, cycles: int, seed: int = 0, *, wakes: bool = True) -> dict[str, Any]:
     rng = random.Random(seed)
     random.seed(seed)
-    loop = CrashLoop(root=root, seed=seed)
-    loop.set_up()
-    for _ in range(cycles):
-        loop.cycle(rng)
-    loop.settle()
-    return loop.verdict()
+    loop = CrashLoop(root=root, seed=seed, sink=WakeSink() if wakes else None)
+    try:
+        loop.set_up()
+        for _ in range(cycles):
+            loop.cycle(rng)
+        loop.settle()
+        if wakes:
+            loop.deliver()
+        return loop.verdict()
+    finally:
+        if loop.sink is not None:
+            loop.sink.close()

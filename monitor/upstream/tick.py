@@ -56,6 +56,15 @@ class TickSettings:
     host: str = LOCAL_HOST  # this sidecar's host id: it ticks the file links of this host
 
 
+# a quiet link's scan time is stamped when its stamp is this old: a tick of 1,000 quiet links
+# writes nothing most minutes (``links`` shows the stamp to within this)
+STAMP_EVERY_MS = 5 * 60 * 1000
+
+
+def _stamp_due(link: UpstreamLink, now: int) -> bool:
+    return link.last_scanned_at is None or now - link.last_scanned_at >= STAMP_EVERY_MS
+
+
 def _unchanged(link: UpstreamLink, outcome: Outcome, snapshot: Snapshot) -> bool:
     return (
         outcome.status == "quiet"
@@ -270,7 +279,8 @@ class Ticker:
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
                 if _unchanged(link, outcome, snapshot):
-                    idle.append(link)
+                    if _stamp_due(link, self.kernel.clock()):
+                        idle.append(link)
                     results.append(
                         LinkResult(session_key=link.session_key, outcome="quiet", adapter=kind)
                     )
