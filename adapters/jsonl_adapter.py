@@ -189,12 +189,12 @@ def check_file(
     roots: RootCheck | None = None,
 ) -> Outcome:
     """One link, one tick. Only "no such file" is a miss; other failures are inconclusive."""
-    if _as_left(str(probe.ref.get("filePath", "")), probe.marker):
-        return Outcome(status="quiet", marker=probe.marker)
     check = roots if roots is not None else RootCheck(settings.root)
     real = check.resolve(str(probe.ref.get("filePath", "")))
     if real is None:
         return Outcome(status="inconclusive", reason=OUTSIDE_ROOTS)
+    if _as_left(real, probe.marker):
+        return Outcome(status="quiet", marker=probe.marker)
     marker = probe.marker
     offset = non_negative_int(marker.get("offset", marker.get("size", 0)))
     resume = non_negative_int(marker.get("long"))
@@ -244,9 +244,8 @@ def check_file(
 
 def _as_left(path: str, marker: Marker) -> bool:
     """Whether the file is as the marker left it: the same inode, size and mtime, after one
-    ``stat`` and no resolving of the path against the roots (nothing is read: the inode is
-    the one read before, when the path was within them). Not while a re-read or a long line
-    is under way, nor for a marker without those fingerprints (the gateway's)."""
+    ``stat``. Not while a re-read or a long line is under way, nor for a marker without
+    those fingerprints (the gateway's)."""
     if "reread" in marker or marker.get("long") or "mtime" not in marker:
         return False
     try:

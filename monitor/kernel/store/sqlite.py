@@ -313,9 +313,13 @@ class Store:
         """Until another process may have committed, at the latest after ``timeout`` s.
         SQLite says no one; on Linux the kernel does: the database file or its WAL was
         written (inotify on their directory, on the event loop). Elsewhere: ``timeout``."""
+        armed = self._watch is not None
         watch = self._file_watch()
         if watch is None:
             await asyncio.sleep(timeout)
+            return
+        if not armed:  # a write before the watch was armed is not told: the caller looks now
+            await asyncio.sleep(0)
             return
         from monitor import inotify
 
