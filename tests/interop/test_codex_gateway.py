@@ -63,7 +63,12 @@ class CodexGateway(Gateway):
     Codex, in the user's own Codex home."""
 
     def env(self) -> dict[str, str]:
-        return super().env() | {"MOCK_API_KEY": "dummy", "LANG": "C.UTF-8"}
+        # npm offline on the interop cache for every command, the gateway's own included: at
+        # start it may decide the plugin's install is unfinished and look it up on npm,
+        # which here fails only after a minute (a TLS-intercepting proxy), past the wait for
+        # it to be ready; from the cache it answers at once
+        npm = {"npm_config_cache": str(self.home / ".npm-offline"), "npm_config_offline": "true"}
+        return super().env() | {"MOCK_API_KEY": "dummy", "LANG": "C.UTF-8"} | npm
 
     def write_config(self) -> None:
         before = json.loads(self.config_path.read_text()) if self.config_path.exists() else {}
@@ -88,7 +93,7 @@ class CodexGateway(Gateway):
         assert self.user is not None
         subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(cache)], check=True)
         self.write_config()
-        env = self.env() | {"npm_config_cache": str(cache), "npm_config_offline": "true"}
+        env = self.env()
         argv = [str(NODE), str(OPENCLAW / "openclaw.mjs"), "plugins", "install"]
         argv += [f"npm:@openclaw/codex@{PLUGIN_VERSION}", "--pin"]
         proc = subprocess.run(
