@@ -83,7 +83,8 @@ def refrozen_after(conn: Conn, watcher: str, target: str, last_seen: int, after:
     nothing else changed. OpenClaw's gateway does that at its start, for every pending
     notice whose watcher exists, and queues and wakes each itself
     (``sweepSessionStateWatchNotices``). This sidecar never leaves that mark: its own writes
-    to a pending cursor raise the material work past the watermark, or open a new notice."""
+    to a pending cursor raise the material work past the watermark, open a new notice, or
+    (a spawn edge, a promotion to explicit) leave ``updated_at`` as it was."""
     row = conn.execute(
         "SELECT 1 FROM session_watch_cursors WHERE watcher_session_key = ?"
         " AND target_session_key = ? AND last_seen_sequence = ?"
@@ -155,8 +156,9 @@ def register_watch(
         )
         return True
     if provenance == PROVENANCE_EXPLICIT and existing.provenance != PROVENANCE_EXPLICIT:
-        conn.execute(
-            "UPDATE session_watch_cursors SET provenance = ?, updated_at = ?"
+        conn.execute(  # a pending cursor keeps updated_at (refrozen_after)
+            "UPDATE session_watch_cursors SET provenance = ?, updated_at = CASE WHEN"
+            " material_sequence > last_seen_sequence THEN updated_at ELSE ? END"
             " WHERE watcher_session_key = ? AND target_session_key = ?",
             (PROVENANCE_EXPLICIT, now, watcher, target),
         )
@@ -174,10 +176,12 @@ def seed_cursor(
         return
     existing = read_cursor(conn, watcher, target)
     if existing is not None and existing.store_path == store_path and existing.pending:
+        # updated_at stays: a pending cursor frozen anew is how the gateway's start-up sweep
+        # is told apart (refrozen_after)
         conn.execute(
-            "UPDATE session_watch_cursors SET provenance = ?, updated_at = ?"
+            "UPDATE session_watch_cursors SET provenance = ?"
             " WHERE watcher_session_key = ? AND target_session_key = ?",
-            (PROVENANCE_EXPLICIT, now, watcher, target),
+            (PROVENANCE_EXPLICIT, watcher, target),
         )
         return
     _write_fresh(
