@@ -304,6 +304,27 @@ async def test_a_notice_the_gateway_woke_itself_at_its_restart_is_not_sent_again
     assert [notice(OTHER, 0)] == rig.gateway.texts
 
 
+async def test_a_child_spawned_again_while_its_notice_pends_is_still_woken(rig: Rig) -> None:
+    """A spawn edge on a pair whose notice pends (the parent runs the child again) keeps
+    the cursor's updated_at: the notice is not taken for one the gateway woke itself."""
+    child = "agent:main:subagent:again"
+    rig.transport.down = True
+    await rig.kernel.spawn(parent=MAIN, child=child, run_id="r1")
+    await rig.kernel.record(
+        NewEvent(session_key=child, kind=EventKind.HUMAN_DIRECT_MESSAGE, actor_type=ActorType.HUMAN)
+    )
+    await until("the first try", lambda: rig.gateway.calls > 0)
+    await rig.timers.advance(1_500)
+    await rig.settled()
+    rig.timers.clock.advance(5_000)
+    await rig.kernel.spawn(parent=MAIN, child=child, run_id="r2")
+    rig.transport.down = False
+    await rig.timers.advance(int(RETRY_S * 1000) + 20_000)
+    await rig.settled()
+    assert 1 == len([t for t in rig.gateway.texts if child in t]), rig.gateway.texts
+    assert [] == await rig.pending()
+
+
 async def test_caller_chosen_keys_refused_main_through_its_agent_others_stay_pending(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
