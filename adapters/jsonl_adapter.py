@@ -193,8 +193,6 @@ def check_file(
     real = check.resolve(str(probe.ref.get("filePath", "")))
     if real is None:
         return Outcome(status="inconclusive", reason=OUTSIDE_ROOTS)
-    if _as_left(real, probe.marker):
-        return Outcome(status="quiet", marker=probe.marker)
     marker = probe.marker
     offset = non_negative_int(marker.get("offset", marker.get("size", 0)))
     resume = non_negative_int(marker.get("long"))
@@ -240,24 +238,6 @@ def check_file(
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
     return _more(settled(fmt, probe, read, pick.first, result, state, own), capped)
-
-
-def _as_left(path: str, marker: Marker) -> bool:
-    """Whether the file is as the marker left it: the same inode, size and mtime, after one
-    ``stat``. Not while a re-read or a long line is under way, nor for a marker without
-    those fingerprints (the gateway's)."""
-    if "reread" in marker or marker.get("long") or "mtime" not in marker:
-        return False
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return False
-    return (
-        stat.S_ISREG(st.st_mode)
-        and st.st_size == marker.get("offset")
-        and st.st_ino == marker.get("ino")
-        and st.st_mtime_ns == marker.get("mtime")
-    )
 
 
 def _more(outcome: Outcome, capped: bool) -> Outcome:
