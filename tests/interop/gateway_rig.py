@@ -256,7 +256,11 @@ class Gateway:
             text = ANSI.sub("", self.log.read_bytes()[offset:].decode("utf-8", "replace"))
             return bool(re.search(r"\[gateway\] ready\b", text))
 
-        wait_for("the gateway to be ready", ready, 120)
+        try:  # 15 plugins and their migrations: beside 3 busy test workers it took over 120 s
+            wait_for("the gateway to be ready", ready, 300)
+        except AssertionError as timeout:
+            # The log says why (a plugin install, an npm lookup, a port): carry its tail.
+            raise AssertionError(f"{timeout}; its log ends:\n{self.log_text()[-3000:]}") from None
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
