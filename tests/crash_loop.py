@@ -7,17 +7,17 @@ settles what is left, and every prompt must be recorded exactly once (the sum of
 ``payload.turns`` of each session's ``human_direct_message`` events equals the prompts
 written), and ``PRAGMA integrity_check`` must say ok.
 
-Wakes flow all along: every ``serve`` wakes a hooks endpoint on loopback (:class:`WakeSink`,
-which answers in 0 to 80 ms, so that a kill often lands mid-call). A last clean ``serve``
-runs until nothing is left pending, and then every notice the outbox opened must have
-reached the endpoint, none more than twice (the one repeat a call cut by a crash allows).
+Wakes flow all along: every ``serve`` wakes a hooks endpoint on loopback
+(:class:`~tests.wake_sink.WakeSink`, which answers in 0 to 80 ms, so that a kill often lands
+mid-call). A last clean ``serve`` runs until nothing is left pending, and then every notice
+the outbox opened must have reached the endpoint, none more than twice (the one repeat a
+call cut by a crash allows).
 
 ``tests/upstream/test_crash_loop.py`` runs a few dozen cycles; ``bench/crash.py`` runs a thousand.
 """
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import random
@@ -25,7 +25,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,47 +32,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.wake_sink import HOOKS_TOKEN, WakeSink
+
 MOMENTS = ("start-up", "mid-tick", "after-append", "burst")
 WATCHER = "agent:main:main"
-HOOKS_TOKEN = "crash-loop-hooks-token"
-
-
-class WakeSink:
-    """A hooks endpoint on loopback, on a thread: it takes each wake after 0 to 80 ms and
-    keeps its text."""
-
-    def __init__(self) -> None:
-        self.texts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        sink = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.headers.get("Authorization") != f"Bearer {HOOKS_TOKEN}":
-                    self.send_response(401)
-                    self.end_headers()
-                    return
-                time.sleep(random.uniform(0, 0.08))
-                with sink._lock:
-                    sink.texts[str(json.loads(body).get("text"))] += 1
-                answer = b'{"ok":true,"mode":"now","eventOutcome":"queued"}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _now() -> str:
@@ -302,7 +264,7 @@ class CrashLoop:
 def run(root: Path, cycles: int, seed: int = 0, *, wakes: bool = True) -> dict[str, Any]:
     rng = random.Random(seed)
     random.seed(seed)
-    loop = CrashLoop(root=root, seed=seed, sink=WakeSink() if wakes else None)
+    loop = CrashLoop(root=root, seed=seed, sink=WakeSink(jitter=0.08) if wakes else None)
     try:
         loop.set_up()
         for _ in range(cycles):
