@@ -9,6 +9,7 @@ functions by name; nothing of OpenClaw's is copied here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -268,6 +269,77 @@ def test_a_gateway_check_from_the_old_marker_settles_nothing_once_the_sidecar_ha
     assert transcript.stat().st_size == current["marker"]["offset"]
     events = setup.sw("status", ADOPTED, "--changes-since", "0")["stateChanges"]["events"]
     assert ["adopted from claude", "human message via claude"] == [e["summary"] for e in events]
+
+
+def openclaw_source_key(link: dict[str, Any]) -> str:
+    """The 16 hex digits OpenClaw's monitor puts in its dedupe key (``upstreamSourceKey``,
+    which its package does not export): sha256 of host, thread and the ref's JSON."""
+    ref = json.dumps(link["upstreamRef"], separators=(",", ":"), ensure_ascii=False)
+    raw = f"{link['hostId']}\0{link['threadId']}\0{ref}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("typed_meanwhile", [False, True], ids=["quiet", "typed-meanwhile"])
+def test_a_sidecar_tick_between_the_gateways_two_writes_records_no_turn_twice(
+    setup: Setup, typed_meanwhile: bool
+) -> None:
+    """The gateway's monitor settles a turn in two writes, with OpenClaw's own functions in
+    its own order: it reads the link, checks the file, records the turn (the dedupe key
+    ``upstream:<key>:<source>:<offset>``), and only then moves the marker, guarded by the
+    ``updatedAt`` it read. Here it is held between the two, and the sidecar ticks there. It
+    must not count the turn the gateway just recorded, and a prompt typed meanwhile is
+    recorded once; whatever the gateway's marker write then does, a last tick finds nothing
+    new, and every prompt is one turn."""
+    setup.db.parent.mkdir(parents=True)
+    transcript = setup.claude / "proj" / "3f2a.jsonl"
+    transcript.write_bytes(b"")
+    setup.sw("adopt", "--kind", "claude", "--path", str(transcript), "--session-key", ADOPTED)
+    setup.sw("watch", "--watcher", MAIN, "--target", ADOPTED)
+    # with its timestamp, as Claude Code writes it: without one, OpenClaw's check takes the
+    # file's mtime, a fraction of a millisecond, and its own insert refuses that REAL
+    prompt = {**PROMPT, "timestamp": "2026-12-04T08:00:00.000Z"}
+    transcript.write_bytes(jsonl(prompt, REPLY))
+
+    # The gateway's check and its first write.
+    (scanned,) = setup.openclaw(("readSessionUpstreamLink", [ADOPTED, "main"]))
+    (activity,) = setup.openclaw(
+        ("checkClaudeUpstreamActivity", [[{**scanned, "ownRecentUserTexts": []}]])
+    )
+    (found,) = activity
+    assert 1 == found["humanTurns"]
+    dedupe = f"upstream:{ADOPTED}:{openclaw_source_key(scanned)}:{found['dedupeId']}"
+    turn = {
+        "sessionKey": ADOPTED,
+        "agentId": "main",
+        "actor": {"actorType": "human"},
+        "channel": "claude",
+        "dedupeKey": dedupe,
+        "occurredAt": found["occurredAt"],
+    }
+    (recorded,) = setup.openclaw(("recordSessionHumanDirectMessage", [turn]))
+    assert recorded
+
+    # Held there: a prompt may be typed, and the sidecar ticks.
+    if typed_meanwhile:
+        with transcript.open("ab") as f:
+            f.write(jsonl(prompt, REPLY))
+    (result,) = setup.sw("tick")["outcomes"]
+    assert result["turns"] == (1 if typed_meanwhile else 0), result
+
+    # The gateway's second write, guarded by the updatedAt it read, then a last tick.
+    guard = {"expectedUpdatedAt": scanned["updatedAt"]}
+    setup.openclaw(
+        ("updateSessionUpstreamLinkMarker", [ADOPTED, "main", found["nextMarker"], guard])
+    )
+    (last,) = setup.sw("tick")["outcomes"]
+    assert last["outcome"] == "quiet", last
+    events = setup.sw("status", ADOPTED, "--changes-since", "0")["stateChanges"]["events"]
+    turns = [e for e in events if e["kind"] == "human_direct_message"]
+    assert (2 if typed_meanwhile else 1) == sum(
+        (e.get("payload") or {}).get("turns", 1) for e in turns
+    )
+    (ours,) = setup.sw("links")["links"]
+    assert transcript.stat().st_size == ours["marker"]["offset"]
 
 
 def test_the_sidecar_continues_what_openclaw_wrote(setup: Setup) -> None:
