@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from trees import worktree
+
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = "agent:main:main"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -188,22 +190,6 @@ def measure(tree: Path, sessions: int, seconds: float, typed: int) -> Figures:
     )
 
 
-@contextlib.contextmanager
-def release(ref: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), ref],
-            check=True,
-        )
-        try:
-            yield tree
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False
-            )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", default="0,100,1000")
@@ -215,7 +201,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         trees = {"this tree": ROOT}
         if args.against:
-            trees[args.against] = stack.enter_context(release(args.against))
+            trees[args.against] = stack.enter_context(worktree(args.against))
         for n in sizes:
             figures = {
                 name: measure(tree, n, args.seconds, args.typed) for name, tree in trees.items()

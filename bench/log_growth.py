@@ -19,19 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def source_of(commit: str, into: Path) -> Path:
-    """The release's ``monitor`` and ``adapters`` as they were at ``commit``."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", commit, "monitor", "adapters"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    into.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
+from trees import REPO, source_of
 
 
 def lines_per_hour(src: Path, work: Path, links: int, seconds: float) -> tuple[int, float]:

@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from log_growth import REPO, source_of
+from trees import REPO, source_of
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:bench"

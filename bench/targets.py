@@ -2,13 +2,19 @@
 
 Run before any change to the store, the API or the CLI's start-up (docs/performance.md):
 
-    python bench/targets.py [--quick]
+    python bench/targets.py [--quick] [--against d4ce48e] [--rounds 2]
 
 It runs the benches below as they are run by hand, reads the ratio each prints, and prints
 one line per target: the figure, the target, and ``ok`` or ``MISSED``. It exits 1 when a
 target is missed, so a change that makes one thing faster and another slower is seen before
 it lands. ``--quick`` runs smaller workloads (noisier; for a first look). The start-up
 floor is ``python -c "import sqlite3, orjson"``.
+
+``--against REF`` also runs every bench on a git worktree of an earlier release, its own
+bench scripts on its own code, interleaved with this tree's (bench by bench, ``--rounds``
+times each, the order flipping each round, so that both see the same moments of the
+machine). Each side's best figure of its rounds is compared, and a figure more than
+``NOISE`` (10 %) worse than the release's is ``WORSE``, and the exit status is 1.
 
 | target | bench |
 |---|---|
@@ -20,11 +26,14 @@ floor is ``python -c "import sqlite3, orjson"``.
 | whole-process ``replay`` of a Claude transcript (each key order) >= 1.5x orjson | cli.py |
 | 100 idle notice streams cost <= 1.5x one | bench/streams.py |
 | a prompt on a node over TLS to its wake: p99 <= 2x local, each kind | bench/node_latency.py |
+| a prompt written to an OpenCode database to its wake: p99 < 1 s | bench/opencode_wake.py |
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -32,7 +41,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-BENCH = Path(__file__).resolve().parent
+from trees import REPO, worktree
+
+NOISE = 0.10  # against a release: how much worse a figure may be before it counts
 
 
 class Target(NamedTuple):
@@ -41,6 +52,8 @@ class Target(NamedTuple):
     pattern: str  # a regex over the bench's output; its groups are the figure
     holds: Callable[..., bool]
     shown: str  # the target, in words
+    higher: bool = False  # against a release: whether a higher figure is the better one
+    compared: int = -1  # ... and which of the pattern's groups is compared
 
 
 TARGETS = [
@@ -50,6 +63,7 @@ TARGETS = [
         r"^POST /v1/events: .*p99 ([\d.]+) ms;.*ratio ([\d.]+)",
         lambda p99, ratio: float(ratio) >= 0.30 and float(p99) < 50,
         ">= 0.30x bare aiohttp, p99 < 50 ms",
+        higher=True,
     ),
     Target(
         "one event at a time",
@@ -57,6 +71,7 @@ TARGETS = [
         r"^\(a\) .*ratio ([\d.]+)",
         lambda ratio: float(ratio) >= 0.5,
         ">= 0.5x plain sqlite3",
+        higher=True,
     ),
     Target(
         "changesSince at 50,000 rows",
@@ -89,6 +104,7 @@ TARGETS = [
             rf"^replay of .*\({re.escape(order)} key order\).*ratio ([\d.]+)",
             lambda ratio: float(ratio) >= 1.5,
             ">= 1.5x a plain orjson loop",
+            higher=True,
         )
         for order in ("old", "2.1")
     ),
@@ -106,6 +122,13 @@ TARGETS = [
         lambda ratio: float(ratio) <= 2.0,
         "p99 <= 2x the local p99, each kind",
     ),
+    Target(
+        "OpenCode write to wake",
+        "opencode_wake",
+        r"^opencode +write to wake, .*p99 (\d+) ms",
+        lambda p99: float(p99) < 1000,
+        "p99 < 1000 ms",
+    ),
 ]
 
 
@@ -117,6 +140,7 @@ def arguments(quick: bool) -> dict[str, list[str]]:
             "cli": ["--runs", "5", "--replay-mb", "50"],
             "streams": ["--seconds", "5"],
             "node_latency": ["--samples", "10"],
+            "opencode_wake": ["--samples", "10"],
         }
     return {
         "service": ["--requests", "3000", "--rounds", "3", "--samples", "10"],
@@ -124,36 +148,79 @@ def arguments(quick: bool) -> dict[str, list[str]]:
         "cli": ["--runs", "9", "--replay-mb", "200"],
         "streams": ["--seconds", "20"],
         "node_latency": ["--samples", "30"],
+        "opencode_wake": ["--samples", "30"],
     }
+
+
+def run(tree: Path, bench: str, extra: list[str]) -> str:
+    """One bench of ``tree``, on ``tree``'s own code; its output (its failure said)."""
+    print(f"running bench/{bench}.py {' '.join(extra)} in {tree}", file=sys.stderr, flush=True)
+    done = subprocess.run(
+        [sys.executable, str(tree / "bench" / f"{bench}.py"), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    if done.returncode != 0:
+        print(f"bench/{bench}.py failed in {tree}:\n{done.stderr[-2000:]}", file=sys.stderr)
+    return done.stdout
+
+
+def figures(target: Target, outputs: list[str]) -> list[tuple[str, ...]]:
+    """The target's figures in each output that has them."""
+    found = (re.search(target.pattern, out, re.MULTILINE) for out in outputs)
+    return [f.groups() for f in found if f is not None]
+
+
+def best(target: Target, found: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The round whose compared figure is the best."""
+    pick = max if target.higher else min
+    return pick(found, key=lambda groups: float(groups[target.compared]))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller workloads, noisier")
+    parser.add_argument("--against", default="", help="a git ref to run alongside")
+    parser.add_argument("--rounds", type=int, default=2, help="with --against: rounds each")
     a = parser.parse_args()
-    outputs: dict[str, str] = {}
-    for bench, extra in arguments(a.quick).items():
-        print(f"running bench/{bench}.py {' '.join(extra)}", file=sys.stderr, flush=True)
-        done = subprocess.run(
-            [sys.executable, str(BENCH / f"{bench}.py"), *extra],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        outputs[bench] = done.stdout
-        if done.returncode != 0:
-            print(f"bench/{bench}.py failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+    rounds = max(a.rounds, 1) if a.against else 1
+    outputs: dict[str, dict[str, list[str]]] = {"this tree": {}, a.against: {}}
+    with contextlib.ExitStack() as stack:
+        trees = {"this tree": REPO}
+        if a.against:
+            trees[a.against] = stack.enter_context(worktree(a.against))
+        for bench, extra in arguments(a.quick).items():
+            for n in range(rounds):
+                order = list(trees.items()) if n % 2 == 0 else list(trees.items())[::-1]
+                for name, tree in order:
+                    outputs[name].setdefault(bench, []).append(run(tree, bench, extra))
     missed = 0
     for target in TARGETS:
-        found = re.search(target.pattern, outputs.get(target.bench, ""), re.MULTILINE)
-        if found is None:
+        ours = figures(target, outputs["this tree"].get(target.bench, []))
+        if not ours:
             print(f"{target.what:32} no figure from bench/{target.bench}.py   MISSED")
             missed += 1
             continue
-        ok = target.holds(*found.groups())
+        groups = best(target, ours)
+        ok = target.holds(*groups)
         missed += not ok
-        figure = " / ".join(found.groups())
-        print(f"{target.what:32} {figure:>14}  target {target.shown:44} {'ok' if ok else 'MISSED'}")
+        line = f"{target.what:32} {' / '.join(groups):>14}  target {target.shown:44}"
+        line += " ok" if ok else " MISSED"
+        theirs = figures(target, outputs[a.against].get(target.bench, [])) if a.against else []
+        if theirs:
+            mine, base = (
+                float(groups[target.compared]),
+                float(best(target, theirs)[target.compared]),
+            )
+            worse = mine < base * (1 - NOISE) if target.higher else mine > base * (1 + NOISE)
+            missed += worse
+            line += f"  {a.against}: {base:g} {'WORSE' if worse else 'no worse'}"
+        elif a.against:
+            line += f"  {a.against}: no figure"
+        print(line)
     return 1 if missed else 0
 
 
