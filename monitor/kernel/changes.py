@@ -12,12 +12,15 @@ thread, after the commit; it must be quick and never raise (it schedules its wor
 nothing calls up into the composition root, and what follows a change is written once.
 
 **The hub** (:class:`ChangeHub`). The store's ``version()`` moves with every commit of
-another connection: SQLite's ``PRAGMA data_version`` (this process's writer, a CLI process,
-a gateway sharing the file), or PostgreSQL's ``NOTIFY`` count (any sidecar on any host).
-:class:`ChangeHub` looks at it when the store says it may have moved: on SQLite on Linux
-when the database or its WAL was written (inotify), elsewhere every ``POLL_S``, and at once
-on PostgreSQL's notice; in one task, counts each move (a :class:`monitor.pulse.Pulse`) and publishes
-:class:`StoreMoved`. A waiter asks to be woken when the count passes the one it saw
+another process, and never with this one's own: SQLite's ``PRAGMA data_version`` of the
+writer connection (a CLI process, a gateway sharing the file), or the count of PostgreSQL's
+notices of other stores (any other sidecar on any host). This process's own commits are
+on the stream as they happen, and wake the waiters through :meth:`ChangeHub.told`.
+:class:`ChangeHub` looks at the version when the store says it may have moved: on SQLite on
+Linux when the database or its WAL was written (inotify), elsewhere every ``POLL_S``, and
+at once on PostgreSQL's notice; in one task, counts each move (a
+:class:`monitor.pulse.Pulse`) and publishes :class:`StoreMoved`, which so means another
+process's commit. A waiter asks to be woken when the count passes the one it saw
 (:meth:`ChangeHub.after`): the notice streams, the status page, ``notices --follow``. So N
 open streams cost the store no more looks than one.
 
@@ -152,6 +155,8 @@ class ChangeHub:
         self._pulse.beat()
 
     def _look(self, version: int | None) -> int | None:
+        """The store's version now: ``version`` when the store is away, None when it cannot
+        say at once (a write holds its connection)."""
         self.looks += 1
         try:
             return self._store.version()
@@ -168,7 +173,7 @@ class ChangeHub:
             now = self._look(version)
             self._heard(version, now)
             if told and now != version:
-                # a burst of commits (this process's own among them) is heard at most every
+                # a burst of another process's commits is heard at most every
                 # POLL_S, as a poll would: what each move wakes (re-reads) stays bounded
                 await asyncio.sleep(self._poll_s)
             version = now

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from monitor.kernel import Kernel
+from monitor.kernel.changes import StoreMoved
 from tests.helpers import KernelFactory, human, until
 
 KEY = "agent:main:subagent:c1"
@@ -55,3 +56,22 @@ async def test_the_watcher_ends_with_the_kernel(open_kernel: KernelFactory) -> N
     assert task is not None
     await kernel.close()
     assert task.done()
+
+
+async def test_an_event_this_process_recorded_re_reads_nothing(open_kernel: KernelFactory) -> None:
+    """``StoreMoved`` is another process's commit, and only that: after one event recorded
+    here, the hub looks (the database was written) and publishes nothing, so no part
+    re-reads (delivery its pending notices, file watching its links); the waiters were
+    told. A commit of another process after it is one move."""
+    kernel: Kernel = await open_kernel()
+    other: Kernel = await open_kernel()
+    moved: list[StoreMoved] = []
+    kernel.stream.subscribe(StoreMoved, moved.append)
+    seen, looks = kernel.changes.mark(), kernel.changes.looks
+    await human(kernel, KEY)
+    assert kernel.changes.mark() > seen  # the waiters are told at once
+    if kernel.store.watches_changes:  # SQLite: the hub wakes on the write, and looks
+        await until("the hub looked", lambda: kernel.changes.looks > looks)
+    await human(other, KEY)
+    await until("the other process's commit heard", lambda: moved)
+    assert 1 == len(moved)

@@ -13,11 +13,11 @@ each runs on a pooled psycopg connection in a worker thread (``psycopg_pool``).
   link's marker moves only with its event. Writes are few and short (an event, a tick's
   settle), so one at a time costs little; ``bench/hosts.py`` measures it.
 - **Reads** run at ``REPEATABLE READ, READ ONLY``: one snapshot per read, as on SQLite.
-- **Change notices**: every write asks for ``pg_notify('sessionwatch', '')`` with its
-  lock (one round trip); PostgreSQL delivers it on commit, and a ``LISTEN`` connection
-  counts them in :meth:`PgStore.version`, which the notice feed, the service's notice
-  watcher and file-watch re-arming compare, as they compare SQLite's ``PRAGMA
-  data_version``.
+- **Change notices**: every write asks for ``pg_notify('sessionwatch', <this store's
+  token>)`` with its lock (one round trip); PostgreSQL delivers it on commit, and a
+  ``LISTEN`` connection counts those of other stores (other processes, other hosts) in
+  :meth:`PgStore.version`, as SQLite's writer connection counts the commits of other
+  connections: this process's own commits are published by the kernel as they happen.
 - **Group commit**: writes that arrive while a transaction runs share the next one, a
   savepoint each (a write that fails rolls back alone), as on SQLite: one lock per batch.
   A write waits for the lock at most ``write_timeout`` from its call (the batch's lock wait
@@ -36,6 +36,7 @@ import contextlib
 import functools
 import logging
 import re
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -120,7 +121,8 @@ class PgStore:
         self.watches_changes = False  # a NOTIFY wakes it; its poll stays the safety net
         self._writers = writers
         self._readers = readers
-        self._changes = Pulse()  # beats at every change heard: the version
+        self._changes = Pulse()  # beats at every change of another store heard: the version
+        self._token = secrets.token_hex(8)  # this store's change notices carry it
         self._down = False  # an outage is said once, and its end once
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()  # set once the first LISTEN is in place
@@ -205,8 +207,8 @@ class PgStore:
     async def peek(self, fn: Callable[[Conn], T], *, single: bool = False) -> T:
         return await self.read(fn)
 
-    def version(self) -> int:
-        """A counter that moves with every commit any process made (see the module
+    def version(self) -> int | None:
+        """A counter that moves with every commit of another store (see the module
         docstring); compared, never interpreted."""
         return self._changes.count
 
@@ -247,7 +249,7 @@ class PgStore:
             try:
                 with self._writers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
                     try:  # the change notice is sent at commit: ask for it with the lock
-                        conn.execute(_lock_statement(wait_ms))
+                        conn.execute(_lock_statement(wait_ms, self._token))
                     except psycopg.OperationalError:
                         if not retried and conn.broken:
                             raise _Retry from None  # dead before it did anything: once more
@@ -356,8 +358,9 @@ class PgStore:
                         self._bump()
                     self._listening.set()
                     backoff.reset()
-                    async for _ in conn.notifies():
-                        self._bump()
+                    async for notice in conn.notifies():
+                        if notice.payload != self._token:  # another store's commit
+                            self._bump()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -376,10 +379,11 @@ def _as_is(exc: BaseException, waited: float) -> BaseException:
 
 
 @functools.lru_cache(maxsize=256)
-def _lock_statement(wait_ms: int) -> str:
-    """The lock wait bounded to ``wait_ms`` and the lock with its change notice, in one
-    round trip (two statements need the simple query protocol: constants, no parameters)."""
+def _lock_statement(wait_ms: int, token: str) -> str:
+    """The lock wait bounded to ``wait_ms`` and the lock with its change notice (carrying
+    ``token``, hex digits), in one round trip (two statements need the simple query
+    protocol: constants, no parameters)."""
     return (
         f"SET LOCAL lock_timeout = {wait_ms};"
-        f" SELECT pg_advisory_xact_lock({WRITE_LOCK}), pg_notify('{CHANNEL}', '')"
+        f" SELECT pg_advisory_xact_lock({WRITE_LOCK}), pg_notify('{CHANNEL}', '{token}')"
     )

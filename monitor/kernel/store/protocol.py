@@ -86,9 +86,11 @@ class StateStore(Protocol):
         by itself, so the store may leave out the transaction around it."""
         ...
 
-    def version(self) -> int:
-        """A counter that moves with every commit of another connection (SQLite's ``PRAGMA
-        data_version``, PostgreSQL's change notices): compared, never interpreted."""
+    def version(self) -> int | None:
+        """A counter that moves with every commit of another process, never with this
+        store's own (SQLite's ``PRAGMA data_version`` of the writer connection, PostgreSQL's
+        change notices of other stores): compared, never interpreted. None when it cannot be
+        read at once (a write holds the connection): look again shortly."""
         ...
 
     async def changed(self, timeout: float) -> None:

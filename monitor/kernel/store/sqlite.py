@@ -304,10 +304,14 @@ class Store:
         """A small read: inline here (a PostgreSQL store awaits a round trip)."""
         return self.read_now(fn, single=single)
 
-    def version(self) -> int:
-        """Moves with every commit of another connection (``PRAGMA data_version`` of the
-        reader): the service's writer, a CLI process, a gateway sharing the file."""
-        return self.read_now(data_version)
+    def version(self) -> int | None:
+        """Moves with every commit of another process (a CLI process, a gateway sharing the
+        file), and never with this one's own: ``PRAGMA data_version`` of the writer
+        connection, which moves with the commits of every connection but itself. None while
+        a write holds the writer: the caller looks again shortly."""
+        with translated(self.on_error):
+            ran, value = self._inline.try_peek(data_version)
+        return value if ran else None
 
     async def changed(self, timeout: float) -> None:
         """Until another process may have committed, at the latest after ``timeout`` s.
@@ -422,6 +426,16 @@ class WriterConn:
         with self.lock:
             self.closed = True
             self.conn.close()
+
+    def try_peek(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
+        """``fn`` on the connection now, outside a transaction, if nothing holds it (a
+        pragma: it never waits on another process); ``(False, None)`` when something does."""
+        if not self.lock.acquire(blocking=False):
+            return False, None
+        try:
+            return (False, None) if self.closed else (True, fn(self.conn))
+        finally:
+            self.lock.release()
 
     def try_inline(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
         """Run ``fn`` as one transaction now, if the connection is free and no other
