@@ -78,6 +78,9 @@ class FileWatch:
                     keys = set().union(*(files.get(str(Path(p)), set()) for p in paths))
                     if keys:
                         self.stream.publish(SourcesMoved(frozenset(keys)))
+                    wal = set().union(*(files.get(p, set()) for p in paths if p.endswith("-wal")))
+                    if wal:
+                        self.stream.publish(SourcesMoved(frozenset(wal), settling=True))
             finally:
                 stop.set()
                 refresher.cancel()

@@ -10,8 +10,10 @@ Early checks: file watching and node watching publish :class:`SourcesMoved` on t
 stream; the keys due are gathered while a check runs, and checked in one go after it. A
 check that stopped at the scan cap with more written makes its keys due again at once, so
 a prompt behind a burst of output waits for no tick, and other keys due take their turn
-between two reads of the burst. A
-check whose links went missing publishes :class:`LinksChanged` (unless it was a watch's own
+between two reads of the burst. Keys moved by a database's WAL write (OpenCode's) are
+checked again :data:`SETTLE_MS` after the last one: SQLite makes a commit visible to
+readers a moment after it writes the frames, and a check at once can come before. A check
+whose links went missing publishes :class:`LinksChanged` (unless it was a watch's own
 catch-up check), so the watches are armed again for their directories.
 
 Stopping cancels the schedule, never a tick in flight: the monitor's ``tick_done`` waits
@@ -41,6 +43,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# after a database's WAL was written, its keys are checked again these ms after the last
+# write: the commit is visible to readers a moment after its frames (the WAL index follows)
+SETTLE_MS = (25, 100, 400)
+
 
 class Ticks:
     def __init__(
@@ -66,11 +72,14 @@ class Ticks:
         self._due: set[str] = set()  # keys whose sources moved, for the next early check
         self._rearm = False  # whether a missing source among them re-arms the watches
         self._early: asyncio.Task[None] | None = None
+        self._settling: set[str] = set()  # keys whose database may not show its commit yet
+        self._settle_timers: list[asyncio.TimerHandle] = []
 
     async def start(self, stack: AsyncExitStack) -> None:
         stack.push_async_callback(self.monitor.tick_done)  # last: the tick in flight ends
         stream = self.kernel.stream
         stack.callback(stream.subscribe(SourcesMoved, self._moved))
+        stack.callback(self._cancel_settling)
         stack.callback(
             stream.subscribe(ConfigReloaded, lambda c: self.reschedule(c.config.monitor.interval_s))
         )
@@ -133,8 +142,34 @@ class Ticks:
     def _moved(self, change: SourcesMoved) -> None:
         self._due |= change.keys
         self._rearm = self._rearm or not change.catch_up
+        if change.settling:
+            self._settle(change.keys)
         if self._early is None:
             self._early = asyncio.get_running_loop().create_task(self._check_due())
+
+    def _settle(self, keys: frozenset[str]) -> None:
+        """Check ``keys`` again :data:`SETTLE_MS` after their database's last write: the
+        check at once may have run before the commit was visible (and a message then found
+        without its parts is looked at again). Each write starts the series again."""
+        self._settling |= keys
+        self._cancel_settling()
+        loop = asyncio.get_running_loop()
+        last = len(SETTLE_MS) - 1
+        self._settle_timers = [
+            loop.call_later(ms / 1000, self._settled, i == last) for i, ms in enumerate(SETTLE_MS)
+        ]
+
+    def _settled(self, last: bool) -> None:
+        keys = frozenset(self._settling)
+        if last:
+            self._settling.clear()
+        if keys and not self.stopping.is_set():
+            self._moved(SourcesMoved(keys, catch_up=True))
+
+    def _cancel_settling(self) -> None:
+        for timer in self._settle_timers:
+            timer.cancel()
+        self._settle_timers = []
 
     async def _check_due(self) -> None:
         """The keys due, in one check at a time, until none is due (never cancelled: the

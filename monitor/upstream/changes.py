@@ -14,7 +14,10 @@ class LinksChanged(NamedTuple):
 class SourcesMoved(NamedTuple):
     """The native sources of these links changed (a file written to, a node's feed moved):
     they are due an early check. ``catch_up``: the check that follows arming a watch, whose
-    missing sources must not re-arm it again."""
+    missing sources must not re-arm it again. ``settling``: a database's WAL was written,
+    and the commit becomes visible to readers a moment later (SQLite updates the WAL index
+    after the frames): the keys are checked again shortly after, as well as at once."""
 
     keys: frozenset[str]
     catch_up: bool = False
+    settling: bool = False

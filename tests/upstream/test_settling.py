@@ -1,0 +1,57 @@
+"""A database's commit is visible a moment after its WAL is written: SQLite writes the frames
+(the write inotify reports), then updates the WAL index readers consult. An early check
+woken by the WAL write can read before the commit, and then nothing else wakes one: seen as
+an OpenCode prompt never recorded by ``bench/node_latency.py``, 1 run in 3. So file
+watching marks the keys a WAL write moved as settling, and they are checked again shortly
+after the last write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.config import RootsConfig
+from monitor.serve.root import running
+from monitor.serve.ticks import SETTLE_MS
+from monitor.upstream.changes import SourcesMoved
+from tests.helpers import make_config, until
+from tests.opencode_db import OpenCodeDB
+
+MAIN = "agent:main:main"
+KEY = "agent:main:opencode"
+SID = "ses_settle"
+
+
+async def test_a_wal_write_checks_its_keys_again_after_the_write_settles(tmp_path: Path) -> None:
+    oc = OpenCodeDB(tmp_path / "opencode.db")
+    oc.session(SID)
+    oc.prompt(SID, "the first prompt")
+    config = make_config(tmp_path)  # ticks an hour apart: only early checks run here
+    config = config._replace(roots=RootsConfig(**config.roots.given, opencode_db=str(oc.path)))
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        await sidecar.monitor.adopt(kind="opencode", path=str(oc.path), session_key=KEY, thread=SID)
+        await sidecar.kernel.watch(watcher=MAIN, target=KEY)
+        moved: list[SourcesMoved] = []
+        sidecar.kernel.stream.subscribe(SourcesMoved, moved.append)
+        checked: list[set[str] | None] = []
+        tick = sidecar.monitor.tick
+
+        async def counted(only: set[str] | None = None) -> list:  # type: ignore[type-arg]
+            checked.append(only)
+            return await tick(only)
+
+        sidecar.monitor.tick = counted  # type: ignore[method-assign]
+
+        oc.prompt(SID, "typed before the watch was armed")  # the check after arming finds it
+        await until("the first notice", lambda: sidecar.kernel.notices(watcher=MAIN))
+        await sidecar.kernel.inbox(watcher=MAIN, drain=True)
+        checked.clear()
+        oc.prompt(SID, "typed")
+        await until("a settling move", lambda: any(m.settling and KEY in m.keys for m in moved))
+        # at once, then once after each of SETTLE_MS (each write started the series again)
+        await until(
+            "the checks after the write settled",
+            lambda: sum(1 for c in checked if c and KEY in c) >= 1 + len(SETTLE_MS),
+            timeout=30,
+        )
+        assert [] != await sidecar.kernel.notices(watcher=MAIN)
