@@ -18,7 +18,7 @@ import errno
 import os
 import struct
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 IN_MODIFY = 0x2
 IN_MOVED_FROM = 0x40
@@ -142,14 +142,19 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def watch_dirs(dirs: list[str], stop: asyncio.Event) -> AsyncIterator[set[str]]:
-    """The paths that changed in ``dirs``, a batch at a time, until ``stop`` is set. A
-    directory gone or a queue overflow ends the iteration with the exception (the caller
-    watches again, and checks everything once)."""
+async def watch_dirs(
+    dirs: list[str], stop: asyncio.Event, *, armed: Callable[[], None] | None = None
+) -> AsyncIterator[set[str]]:
+    """The paths that changed in ``dirs``, a batch at a time, until ``stop`` is set;
+    ``armed`` is called once every watch is in place. A directory gone or a queue overflow
+    ends the iteration with the exception (the caller watches again, and checks everything
+    once)."""
     notify = Inotify()
     try:
         for path in dirs:
             notify.watch_dir(path)
+        if armed is not None:
+            armed()
         stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():

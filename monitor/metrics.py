@@ -41,7 +41,11 @@ class Metrics:
             " a trigger); the link's marker stays and the tick goes on",
             registry=r,
         )
-        self.ticks = Counter("sessionwatch_ticks_total", "Monitor ticks run", registry=r)
+        self.ticks = Counter(
+            "sessionwatch_ticks_total",
+            "Monitor ticks run (a scheduled tick with nothing to read is left out)",
+            registry=r,
+        )
         self.tick_seconds = Histogram(
             "sessionwatch_tick_duration_seconds",
             "Duration of monitor ticks",

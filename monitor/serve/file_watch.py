@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from monitor import inotify
 from monitor.errors import SessionwatchError
 from monitor.serve.components import set_on_link_changes, start_task
-from monitor.upstream.changes import SourcesMoved
+from monitor.upstream.changes import SourcesMoved, SourcesWatched
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
     from contextlib import AsyncExitStack
 
     from monitor.upstream import UpstreamMonitor
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 300
+WATCHED_BY = "files"
 PAUSE_S = 10.0  # file watching waits this long after the database failed
 
 
@@ -74,7 +75,7 @@ class FileWatch:
             # nothing written at the start falls between the check and the watch.
             self._check_soon(set().union(*files.values()))
             try:
-                async for paths in self._changes(dirs, stop):
+                async for paths in self._changes(dirs, stop, files):
                     keys = set().union(*(files.get(str(Path(p)), set()) for p in paths))
                     if keys:
                         self.stream.publish(SourcesMoved(frozenset(keys)))
@@ -82,15 +83,21 @@ class FileWatch:
                     if wal:
                         self.stream.publish(SourcesMoved(frozenset(wal), settling=True))
             finally:
+                self.stream.publish(SourcesWatched(WATCHED_BY, frozenset()))
                 stop.set()
                 refresher.cancel()
 
-    async def _changes(self, dirs: list[str], stop: asyncio.Event) -> AsyncIterator[set[str]]:
+    async def _changes(
+        self, dirs: list[str], stop: asyncio.Event, files: dict[str, set[str]]
+    ) -> AsyncIterator[set[str]]:
         """The paths that changed in ``dirs``, in batches, until ``stop``; ends when the
-        watch must be armed again (a directory gone, changes lost)."""
+        watch must be armed again (a directory gone, changes lost). Once inotify's watches
+        are armed, the links of ``files`` are said to be heard (:class:`SourcesWatched`);
+        watchfiles' polling is never relied on so."""
         if inotify.available() and not self._polled:
             try:
-                async for paths in inotify.watch_dirs(dirs, stop):
+                armed = self._armed(files)
+                async for paths in inotify.watch_dirs(dirs, stop, armed=armed):
                     yield paths
                 return
             except (inotify.Overflow, inotify.DirectoryGone) as exc:
@@ -103,6 +110,13 @@ class FileWatch:
 
         async for changes in awatch(*dirs, stop_event=stop, debounce=DEBOUNCE_MS, recursive=False):
             yield {p for _, p in changes}
+
+    def _armed(self, files: dict[str, set[str]]) -> Callable[[], None]:
+        def say() -> None:
+            keys = frozenset(set().union(*files.values()))
+            self.stream.publish(SourcesWatched(WATCHED_BY, keys))
+
+        return say
 
     async def _links_may_have_changed(self) -> None:
         """Until a link or a watch changed here, or the database changed under another
@@ -134,6 +148,8 @@ class FileWatch:
             fresh_keys = set().union(*fresh.values()) - set().union(*files.values())
             files.clear()
             files.update(fresh)
+            if not self._polled:
+                self._armed(files)()
             if fresh_keys:  # written to before the map named them: one check catches up
                 self._check_soon(fresh_keys)
 

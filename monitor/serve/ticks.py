@@ -16,6 +16,14 @@ readers a moment after it writes the frames, and a check at once can come before
 whose links went missing publishes :class:`LinksChanged` (unless it was a watch's own
 catch-up check), so the watches are armed again for their directories.
 
+A scheduled tick with nothing to read is left out: nothing moved since the last full tick
+began (no source written, no link, watch or configuration changed, no other process's
+commit), every link it checked was quiet, and a live inotify watch hears every one of them
+(:class:`SourcesWatched`, from file watching), so a write would have woken an early check.
+One scheduled tick in :data:`FULL_EVERY` is full whatever was heard: a quiet link's scan
+time is stamped then, and a link whose source no watch hears (a node's, one without a file)
+keeps every tick full.
+
 Stopping cancels the schedule, never a tick in flight: the monitor's ``tick_done`` waits
 for it on the way out.
 """
@@ -29,9 +37,9 @@ import time
 from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
-from monitor.serve.components import start_task
+from monitor.serve.components import LINK_CHANGES, start_task
 from monitor.serve.reload import ConfigReloaded
-from monitor.upstream.changes import LinksChanged, SourcesMoved
+from monitor.upstream.changes import LinksChanged, SourcesMoved, SourcesWatched
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -46,6 +54,9 @@ log = logging.getLogger(__name__)
 # after a database's WAL was written, its keys are checked again these ms after the last
 # write: the commit is visible to readers a moment after its frames (the WAL index follows)
 SETTLE_MS = (25, 100, 400)
+# one scheduled tick in this many is full, whatever was heard: the others find nothing to
+# read when nothing moved since the last full one, every link then quiet and heard
+FULL_EVERY = 10
 
 
 class Ticks:
@@ -73,12 +84,19 @@ class Ticks:
         self._rearm = False  # whether a missing source among them re-arms the watches
         self._early: asyncio.Task[None] | None = None
         self._settling: set[str] = set()  # keys whose database may not show its commit yet
+        self._heard: dict[str, frozenset[str]] = {}  # per watcher, the links it hears
+        self._quiet: frozenset[str] | None = None  # the last full tick's, when all were quiet
+        self._moved = True  # something moved since the last full tick began
+        self._left = 0  # scheduled ticks left out in a row
         self._settle_timers: list[asyncio.TimerHandle] = []
 
     async def start(self, stack: AsyncExitStack) -> None:
         stack.push_async_callback(self.monitor.tick_done)  # last: the tick in flight ends
         stream = self.kernel.stream
-        stack.callback(stream.subscribe(SourcesMoved, self._moved))
+        stack.callback(stream.subscribe(SourcesMoved, self._moved_sources))
+        stack.callback(stream.subscribe(SourcesWatched, self._watched))
+        for kind in LINK_CHANGES:
+            stack.callback(stream.subscribe(kind, self._changed))
         stack.callback(self._cancel_settling)
         stack.callback(
             stream.subscribe(ConfigReloaded, lambda c: self.reschedule(c.config.monitor.interval_s))
@@ -131,15 +149,37 @@ class Ticks:
     async def scheduled_tick(self) -> bool:
         """The fixed tick; whether it ran and the store took its writes. One still running
         (waiting for a locked database, an early check) is not queued behind: this one is
-        skipped, said once until a tick runs and keeps up (:meth:`on_schedule`)."""
+        skipped, said once until a tick runs and keeps up (:meth:`on_schedule`). One with
+        nothing to read is left out (:meth:`_nothing_to_read`)."""
         if self.monitor.busy:
             self._say_skipped()
             return False
+        if self._nothing_to_read():
+            self._left += 1
+            self.health.idle(int(time.time() * 1000))
+            return True
+        self._moved, self._left = False, 0
         return await self.run_tick()
+
+    def _nothing_to_read(self) -> bool:
+        """Nothing moved since the last full tick began (no source, link, watch, other
+        process's commit or configuration), every link it checked was quiet, and every one
+        of them is heard by a live watch (inotify: a write wakes an early check at once);
+        and the last :data:`FULL_EVERY` ticks were not all left out."""
+        if self._moved or self._quiet is None or self._left >= FULL_EVERY - 1:
+            return False
+        return self._quiet <= frozenset().union(*self._heard.values())
+
+    def _watched(self, change: SourcesWatched) -> None:
+        self._heard[change.by] = change.keys
+
+    def _changed(self, _: object) -> None:
+        self._moved = True
 
     # -- early checks --------------------------------------------------------------------
 
-    def _moved(self, change: SourcesMoved) -> None:
+    def _moved_sources(self, change: SourcesMoved) -> None:
+        self._moved = True
         self._due |= change.keys
         self._rearm = self._rearm or not change.catch_up
         if change.settling:
@@ -164,7 +204,7 @@ class Ticks:
         if last:
             self._settling.clear()
         if keys and not self.stopping.is_set():
-            self._moved(SourcesMoved(keys, catch_up=True))
+            self._moved_sources(SourcesMoved(keys, catch_up=True))
 
     def _cancel_settling(self) -> None:
         for timer in self._settle_timers:
@@ -196,6 +236,8 @@ class Ticks:
         except SessionwatchError as exc:
             log.warning("tick failed: %s", exc)
             self.health.refused(str(exc))
+            if only is None:
+                self._quiet = None  # it read nothing: the next one is full
             return False
         duration = time.perf_counter() - start
         self.metrics.ticks.inc()
@@ -212,6 +254,8 @@ class Ticks:
                     "%s: %s recorded%s", r.session_key, turns, f" ({r.reason})" * bool(r.reason)
                 )
         if only is None:  # a whole tick: the links as they stand now
+            quiet = all(r.outcome == "quiet" for r in results)
+            self._quiet = frozenset(r.session_key for r in results) if quiet else None
             self.metrics.links_now.clear()
             for (adapter, outcome), n in counted.items():
                 self.metrics.links_now.labels(adapter, outcome).set(n)
@@ -219,5 +263,5 @@ class Ticks:
             self.kernel.stream.publish(LinksChanged())
         more = frozenset(r.session_key for r in results if r.more and not r.unsettled)
         if more:  # stopped at the scan cap: the rest now, in turn with the other keys due
-            self._moved(SourcesMoved(more, catch_up=True))
+            self._moved_sources(SourcesMoved(more, catch_up=True))
         return not any(r.unsettled for r in results)

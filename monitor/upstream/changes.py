@@ -21,3 +21,13 @@ class SourcesMoved(NamedTuple):
     keys: frozenset[str]
     catch_up: bool = False
     settling: bool = False
+
+
+class SourcesWatched(NamedTuple):
+    """The links whose sources a watcher hears as they change, from now on (``by`` names
+    the watcher; an empty set: it hears none, a watch being armed again). A scheduled tick
+    that finds nothing moved since the last full one, every link then quiet and heard, has
+    nothing to read (``serve/ticks.py``)."""
+
+    by: str
+    keys: frozenset[str]

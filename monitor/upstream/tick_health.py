@@ -29,6 +29,12 @@ class TickHealth:
         )
         self.pulse.beat()
 
+    def idle(self, at_ms: int) -> None:
+        """A scheduled tick with nothing to read (every link quiet and watched, nothing
+        moved): the links stand as the last tick left them."""
+        self.last_at_ms, self.failed = at_ms, None
+        self.pulse.beat()
+
     def refused(self, reason: str) -> None:
         self.failed = reason
         self.noted()

@@ -1,0 +1,76 @@
+"""A scheduled tick with nothing to read is left out: nothing moved since the last full
+tick (no write to a source, no link, watch or configuration changed, no other process's
+commit), every link was then quiet, and inotify hears every one of them. One scheduled tick
+in ``FULL_EVERY`` is full whatever was heard, and anything heard makes the next one full."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from monitor.config import MonitorConfig
+from monitor.serve.root import running
+from monitor.serve.ticks import FULL_EVERY
+from tests.helpers import make_config, until, user_line
+
+MAIN = "agent:main:main"
+
+
+async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path)
+    config = config._replace(
+        monitor=MonitorConfig(initial_delay_s=0, interval_s=0.1, watch_files=True)
+    )
+    root = Path(config.roots.claude)
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        paths = []
+        for i in range(3):
+            path = root / f"s{i}.jsonl"
+            path.write_bytes(user_line("before", f"b{i}"))
+            key = f"agent:main:idle{i}"
+            await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=key)
+            await sidecar.kernel.watch(watcher=MAIN, target=key)
+            paths.append(path)
+        ticks: list[str] = []  # "full" or "left", in order
+        full = [0]  # full ticks begun
+        tick, pulse = sidecar.monitor.tick, sidecar.ticks.health.pulse
+
+        async def counted(only: set[str] | None = None) -> Any:
+            full[0] += only is None
+            return await tick(only)
+
+        sidecar.monitor.tick = counted  # type: ignore[method-assign]
+
+        async def follow() -> None:
+            """Each tick's end beats the health's pulse: full when one began since."""
+            seen, began = pulse.count, full[0]
+            while True:
+                seen = await pulse.after(seen, 60)
+                ticks.append("full" if full[0] > began else "left")
+                began = full[0]
+
+        following = asyncio.ensure_future(follow())
+
+        def run_of(n: int) -> bool:
+            """The last ``n`` ticks were left out."""
+            return len(ticks) >= n and ticks[-n:] == ["left"] * n
+
+        await until("ticks left out", lambda: run_of(FULL_EVERY - 1), timeout=60)
+        await until("a full tick after them", lambda: ticks[-1] == "full", timeout=60)
+        start = len(ticks)
+        await until("the next run", lambda: len(ticks) >= start + FULL_EVERY, timeout=60)
+        assert ticks[start : start + FULL_EVERY] == ["left"] * (FULL_EVERY - 1) + ["full"]
+
+        # a prompt is heard at once (its early check), and the next scheduled tick is full
+        await until("a tick left out", lambda: ticks[-1] == "left", timeout=60)
+        with paths[1].open("ab") as f:
+            f.write(user_line("typed", "p1"))
+        await until("the notice", lambda: sidecar.kernel.notices(watcher=MAIN))
+        heard = len(ticks)
+        await until("the next scheduled tick", lambda: len(ticks) > heard, timeout=60)
+        assert ticks[heard] == "full"
+        following.cancel()
