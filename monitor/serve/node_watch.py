@@ -65,8 +65,8 @@ class NodeWatch:
         start_task(stack, self.run())
 
     async def run(self) -> None:
-        """Keep one poll per node with watched links, as links change (the change stream;
-        and every 15 s)."""
+        """Keep one poll per node with watched links, as links change (the change stream);
+        a poll that ended is started again within 15 s."""
         try:
             while not self.stopping.is_set():
                 try:
@@ -84,8 +84,14 @@ class NodeWatch:
                         continue
                     if name not in self._polls or self._polls[name].done():
                         self._polls[name] = asyncio.ensure_future(self.poll(name))
+                # read the links again when they may have changed, and never on a timer (a
+                # read of every link: some 30 ms at 1,000); 15 s only to start again a
+                # poll that ended
+                ended = any(task.done() for task in self._polls.values())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._links_changed.wait(), KEEPALIVE_S)
+                    await asyncio.wait_for(
+                        self._links_changed.wait(), KEEPALIVE_S if ended else None
+                    )
                 self._links_changed.clear()
         finally:
             for task in self._polls.values():
