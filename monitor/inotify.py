@@ -112,6 +112,20 @@ class Inotify:
             finally:
                 loop.remove_reader(self.fd)
 
+    def wait(self, timeout: float, *gone: int) -> tuple[set[str], bool]:
+        """Blocking, for a command without an event loop: the paths that changed, once one
+        did or ``timeout`` s passed, and whether one of the ``gone`` descriptors hung up or
+        failed (a pipe whose reader went away) meanwhile."""
+        import select
+
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        for fd in gone:
+            poller.register(fd, select.POLLERR | select.POLLHUP)
+        ready = poller.poll(max(int(timeout * 1000), 0))
+        hung = any(fd != self.fd for fd, _ in ready)
+        return (self._drain() if any(fd == self.fd for fd, _ in ready) else set()), hung
+
     def _drain(self) -> set[str]:
         paths: set[str] = set()
         while True:

@@ -23,6 +23,7 @@ from monitor.web import wire
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from typing import Any, NoReturn
 
     from monitor.kernel import Kernel
@@ -141,24 +142,50 @@ async def _notices(kernel: Kernel, a: Args) -> dict[str, Any]:
 async def _follow(kernel: Kernel, a: Args) -> NoReturn:
     """Each notice as it opens, as a JSON line, until interrupted or until the reader of a
     pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see
-    monitor.kernel.feed)."""
+    monitor.kernel.feed). Told, not polled: on Linux one blocking wait hears the database
+    written (inotify on its directory) and the pipe's reader gone; a look every
+    ``WATCHED_S`` stays the safety net. Elsewhere (and on PostgreSQL) the change hub."""
+    from monitor.kernel.changes import WATCHED_S
+    from monitor.kernel.feed import NoticeFeed
+    from monitor.kernel.store.sqlite_conn import DirectStore
+
+    feed = NoticeFeed()
+    out = sys.stdout.fileno()
+    watched = kernel.store.watch() if isinstance(kernel.store, DirectStore) else None
+
+    async def show() -> None:
+        read = await kernel.follow(watcher=a.watcher, store_path=a.store_path, after=feed.after)
+        for notice in feed.fresh(read):
+            sys.stdout.buffer.write(orjson.dumps(notice) + b"\n")
+        sys.stdout.flush()
+
+    if watched is not None:
+        watch, database = watched
+        await show()
+        while True:
+            paths, gone = watch.wait(WATCHED_S, out)
+            if gone:
+                raise SystemExit(0)
+            if paths & database or not paths:  # written, or the safety net's look
+                await show()
+    await _follow_the_hub(kernel, show, out)
+
+
+async def _follow_the_hub(
+    kernel: Kernel, show: Callable[[], Awaitable[None]], out: int
+) -> NoReturn:
     import select
 
     from monitor.kernel.changes import POLL_S
-    from monitor.kernel.feed import NoticeFeed
 
-    feed = NoticeFeed()
     reader_gone = select.poll()
-    reader_gone.register(sys.stdout.fileno(), select.POLLERR)
+    reader_gone.register(out, select.POLLERR)
     seen, changed = kernel.changes.mark(), True
     while True:
         if reader_gone.poll(0):
             raise SystemExit(0)
         if changed:
-            read = await kernel.follow(watcher=a.watcher, store_path=a.store_path, after=feed.after)
-            for notice in feed.fresh(read):
-                sys.stdout.buffer.write(orjson.dumps(notice) + b"\n")
-            sys.stdout.flush()
+            await show()
         now = await kernel.changes.after(seen, POLL_S)  # and look at the pipe again
         changed, seen = now != seen, now
 

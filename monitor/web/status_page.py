@@ -36,7 +36,7 @@ from monitor.config import Config, NodeConfig, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient, LastWake
 from monitor.errors import SessionwatchError
 from monitor.kernel import Kernel
-from monitor.kernel.changes import KEEPALIVE_S, POLL_S
+from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.signal_log import Activity
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.links import LinkView
@@ -308,8 +308,18 @@ class StatusPage:
             changed = tick_due = False
             await response.write(b"retry: 2000\n\n")
             while not self.stopping.is_set():
+                # told, never polled: the wait lasts until a change, a tick, or the moment
+                # something held back is due (a change within MIN_GAP_S, a tick's refresh,
+                # the keep-alive)
+                if changed:
+                    due = sent + MIN_GAP_S
+                elif tick_due:
+                    due = sent + TICK_REFRESH_S
+                else:
+                    due = quiet_since + KEEPALIVE_S
+                wait = max(due - loop.time(), 0.0)
                 heard = await _first(
-                    changes.after(seen_changes, POLL_S), pulse.after(seen_pulse, POLL_S)
+                    changes.after(seen_changes, wait), pulse.after(seen_pulse, wait)
                 )
                 if heard is not None and heard != seen_changes:
                     seen_changes = heard

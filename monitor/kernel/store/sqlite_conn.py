@@ -33,6 +33,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
+    from monitor.inotify import Inotify
+
     T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
@@ -297,6 +299,22 @@ class DirectStore:
         import time
 
         time.sleep(timeout)
+
+    def watch(self) -> tuple[Inotify, set[str]] | None:
+        """On Linux, an inotify watch of the database's directory and the paths in it that
+        are the database (the file and its WAL), for a command that waits for other
+        processes' commits (``notices --follow``); None where there is none."""
+        from monitor import inotify
+
+        if not inotify.available():
+            return None
+        real = os.path.realpath(self.path)
+        try:
+            watch = inotify.Inotify()
+            watch.watch_dir(os.path.dirname(real))
+        except OSError:
+            return None
+        return watch, {real, f"{real}-wal"}
 
     async def close(self) -> None:
         if self._conn is not None:
