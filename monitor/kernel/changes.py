@@ -167,10 +167,19 @@ class ChangeHub:
     async def _watch(self, version: int | None) -> None:
         import asyncio
 
-        told = self._store.watches_changes
+        told = self._store.watches_changes  # on SQLite on Linux, this arms the watch
+        looked = False  # the first look is at once: a commit between the mark and the
+        # arming of the watch told nothing
         while not self._closed:
-            await self._store.changed(WATCHED_S if told else self._poll_s)
+            if looked:
+                await self._store.changed(WATCHED_S if told else self._poll_s)
+            looked = True
             now = self._look(version)
+            while now is None and not self._closed:  # a write holds the store: soon again
+                await asyncio.sleep(self._poll_s)
+                now = self._look(version)
+            if version is None:  # the mark could not read it: this is the baseline
+                version = now
             self._heard(version, now)
             if told and now != version:
                 # a burst of another process's commits is heard at most every

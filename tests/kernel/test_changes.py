@@ -62,16 +62,22 @@ async def test_an_event_this_process_recorded_re_reads_nothing(open_kernel: Kern
     """``StoreMoved`` is another process's commit, and only that: after one event recorded
     here, the hub looks (the database was written) and publishes nothing, so no part
     re-reads (delivery its pending notices, file watching its links); the waiters were
-    told. A commit of another process after it is one move."""
-    kernel: Kernel = await open_kernel()
+    told. Commits of another process before and after it are one move each. The other
+    kernel opens first: PostgreSQL's notices of its opening went out before this kernel
+    listened, so none arrives late and is counted as ours."""
     other: Kernel = await open_kernel()
+    kernel: Kernel = await open_kernel()
     moved: list[StoreMoved] = []
     kernel.stream.subscribe(StoreMoved, moved.append)
+    kernel.changes.mark()
+    await human(other, "agent:main:subagent:before")
+    await until("the other process's first commit heard", lambda: moved)
+    moved.clear()
     seen, looks = kernel.changes.mark(), kernel.changes.looks
     await human(kernel, KEY)
     assert kernel.changes.mark() > seen  # the waiters are told at once
     if kernel.store.watches_changes:  # SQLite: the hub wakes on the write, and looks
         await until("the hub looked", lambda: kernel.changes.looks > looks)
     await human(other, KEY)
-    await until("the other process's commit heard", lambda: moved)
+    await until("the other process's second commit heard", lambda: moved)
     assert 1 == len(moved)
