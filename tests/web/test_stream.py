@@ -4,13 +4,14 @@ another process writing the same database."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +135,10 @@ def readline_within(pipe: Any, seconds: float = 30) -> Any:
         reader.shutdown(wait=False)
 
 
-def follow_hears_a_record(db: Path | str) -> None:
-    """``notices --follow`` in one process prints, as a JSON line, the notice a ``record``
-    in another process opened (on either store)."""
+@contextlib.contextmanager
+def following_a_record(db: Path | str) -> Iterator[subprocess.Popen[bytes]]:
+    """``notices --follow`` in one process, once it printed, as a JSON line, the notice a
+    ``record`` in another process opened (on either store); ended on the way out."""
     sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
     command = ["notices", "--watcher", MAIN, "--follow"]
     follow = subprocess.Popen(
@@ -147,9 +149,16 @@ def follow_hears_a_record(db: Path | str) -> None:
         assert follow.stdout is not None
         line = readline_within(follow.stdout)
         assert {"target": CHILD, "text": notice(CHILD, 1)} == orjson.loads(line)
+        yield follow
     finally:
-        follow.terminate()
-        follow.wait(timeout=30)
+        if follow.poll() is None:
+            follow.terminate()
+            follow.wait(timeout=30)
+
+
+def follow_hears_a_record(db: Path | str) -> None:
+    with following_a_record(db):
+        pass
 
 
 def test_notices_follow_prints_each_notice_as_a_json_line(tmp_path: Path) -> None:
@@ -173,25 +182,13 @@ def test_notices_follow_is_told_and_ends_with_its_reader(tmp_path: Path) -> None
     """Idle, ``--follow`` sleeps until the database is written (it looked every 0.2 s
     before: five wakeups a second); it ends once the reader of its pipe went away, as
     ``--follow | head -n 1`` does."""
-    db = tmp_path / "state.db"
-    sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
-    command = ["notices", "--watcher", MAIN, "--follow"]
-    follow = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "--db", str(db), *command], stdout=subprocess.PIPE
-    )
-    try:
-        sw(db, "record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human")
+    with following_a_record(tmp_path / "state.db") as follow:
         assert follow.stdout is not None
-        assert orjson.loads(readline_within(follow.stdout))["target"] == CHILD
         before = _switches(follow.pid)
         time.sleep(2)  # idle: nothing is written
         assert _switches(follow.pid) - before < 4
         follow.stdout.close()  # the reader goes away, as head does after its line
         assert follow.wait(timeout=30) == 0
-    finally:
-        if follow.poll() is None:
-            follow.kill()
-            follow.wait(timeout=30)
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
