@@ -43,12 +43,20 @@ GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len; then the name, NUL-padded
 
 
-class Overflow(Exception):
+class Ended(Exception):
+    """The watch tells nothing more: watch again what exists now, and look at everything."""
+
+
+class Overflow(Ended):
     """The kernel's queue overflowed: changes were lost, every watched path may have moved."""
 
 
-class DirectoryGone(Exception):
-    """A watched directory was removed or moved: watch again what exists now."""
+class DirectoryGone(Ended):
+    """A watched directory was removed or moved."""
+
+
+class Closed(Ended):
+    """The watch was closed while it was waited on."""
 
 
 def available() -> bool:
@@ -87,6 +95,10 @@ class Inotify:
             raise OSError(err, os.strerror(err))
         self.fd: int = fd
         self._dirs: dict[int, str] = {}
+        # the loop the descriptor is registered with while :meth:`changed` waits, and the
+        # wait: closing removes the registration first (a descriptor closed while the loop
+        # holds it leaves a stale entry that the next socket given its number collides with)
+        self._waiting: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
 
     def watch_dir(self, path: str, mask: int = CHANGES) -> None:
         """Watch the directory ``path`` (not its subdirectories). OSError: it cannot be
@@ -101,16 +113,19 @@ class Inotify:
         """The paths that changed, once at least one did (every event the kernel holds by
         then, in one batch). Raises :class:`Overflow` or :class:`DirectoryGone`."""
         while True:
+            if self.fd < 0:
+                raise Closed("the watch was closed")
             paths = self._drain()
             if paths:
                 return paths
             loop = asyncio.get_running_loop()
             readable: asyncio.Future[None] = loop.create_future()
             loop.add_reader(self.fd, _resolve, readable)
+            self._waiting = (loop, readable)
             try:
                 await readable
             finally:
-                loop.remove_reader(self.fd)
+                self._unregister()
 
     def wait(self, timeout: float, *gone: int) -> tuple[set[str], bool]:
         """Blocking, for a command without an event loop: the paths that changed, once one
@@ -146,9 +161,22 @@ class Inotify:
                 if where is not None and name:
                     paths.add(os.path.join(where, os.fsdecode(name)))
 
+    def _unregister(self) -> None:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            loop, readable = waiting
+            if not loop.is_closed():
+                loop.remove_reader(self.fd)
+            _resolve(readable)  # a wait in progress ends: it finds the watch closed
+
     def close(self) -> None:
+        """Close the descriptor, once; a wait on it ends with :class:`Closed`."""
+        if self.fd < 0:
+            return
+        self._unregister()
+        fd, self.fd = self.fd, -1
         with contextlib.suppress(OSError):
-            os.close(self.fd)
+            os.close(fd)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -170,17 +198,17 @@ async def watch_dirs(
         if armed is not None:
             armed()
         stopped = asyncio.ensure_future(stop.wait())
+        changed: asyncio.Future[set[str]] | None = None
         try:
             while not stop.is_set():
                 changed = asyncio.ensure_future(notify.changed())
                 await asyncio.wait([changed, stopped], return_when=asyncio.FIRST_COMPLETED)
                 if not changed.done():
-                    changed.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await changed
                     return
                 yield changed.result()
         finally:
             stopped.cancel()
+            if changed is not None and not changed.done():  # stopped, or cancelled itself
+                changed.cancel()
     finally:
         notify.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -54,6 +55,70 @@ async def test_a_watched_directory_removed_ends_the_watch(tmp_path: Path) -> Non
                 await asyncio.wait_for(watch.changed(), 10)
     finally:
         watch.close()
+
+
+async def reused_number_is_heard(number: int) -> None:
+    """A new socket given the closed descriptor's number is told readable by the loop (a
+    registration left behind made the loop's selector refuse it, or drop it: a request
+    that hung for its whole timeout)."""
+    loop = asyncio.get_running_loop()
+    left, right = socket.socketpair()  # the lowest free numbers: likely the closed one's
+    own = left.fileno() == number
+    try:
+        if not own:
+            os.dup2(left.fileno(), number)
+        readable: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(number, lambda: readable.done() or readable.set_result(None))
+        try:
+            right.send(b"x")
+            await asyncio.wait_for(readable, 10)
+        finally:
+            loop.remove_reader(number)
+    finally:
+        if not own:
+            os.close(number)
+        left.close()
+        right.close()
+
+
+async def test_closing_a_watch_that_is_waited_on_ends_the_wait_and_frees_its_number(
+    tmp_path: Path,
+) -> None:
+    watch = inotify.Inotify()
+    number = watch.fd
+    watch.watch_dir(str(tmp_path))
+    waiting = asyncio.ensure_future(watch.changed())
+    await asyncio.sleep(0)
+    watch.close()
+    with pytest.raises(inotify.Closed):
+        await asyncio.wait_for(waiting, 10)
+    watch.close()  # once
+    await reused_number_is_heard(number)
+
+
+async def test_a_watch_of_directories_cancelled_mid_wait_frees_its_number(tmp_path: Path) -> None:
+    """As when ``serve`` stops: the task reading ``watch_dirs`` is cancelled, not told."""
+    numbers: list[int] = []
+    real = inotify.Inotify
+
+    def kept() -> inotify.Inotify:
+        made = real()
+        numbers.append(made.fd)
+        return made
+
+    async def run() -> None:
+        async for _ in inotify.watch_dirs([str(tmp_path)], asyncio.Event(), armed=None):
+            pass
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inotify, "Inotify", kept)
+        task = asyncio.ensure_future(run())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await asyncio.sleep(0)  # the inner wait's cancellation runs
+    await reused_number_is_heard(numbers[0])
 
 
 def test_a_path_that_is_no_directory_is_refused_by_name(tmp_path: Path) -> None:

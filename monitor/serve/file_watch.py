@@ -100,7 +100,7 @@ class FileWatch:
                 async for paths in inotify.watch_dirs(dirs, stop, armed=armed):
                     yield paths
                 return
-            except (inotify.Overflow, inotify.DirectoryGone) as exc:
+            except inotify.Ended as exc:
                 log.info("file watching armed again: %s", exc)
                 return
             except OSError as exc:  # no inotify watches left: watchfiles, said once

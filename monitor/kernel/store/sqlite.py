@@ -334,7 +334,7 @@ class Store:
                 try:
                     while not names & await watch.changed():
                         pass
-                except (inotify.Overflow, inotify.DirectoryGone):
+                except inotify.Ended:
                     self._close_watch()  # the next wait watches again; this one looks now
 
     @property
