@@ -128,16 +128,26 @@ class Turn(NamedTuple):
 # Drift stay dataclasses: their lists and counts are made fresh for each one.
 
 
+class Follow(NamedTuple):
+    """A thread the gateway stopped probing that the sidecar follows on a marker of its own
+    (a gateway-adopted Codex thread's source, once the gateway works on its own branch):
+    the thread, and the sidecar's marker there (None: none kept yet)."""
+
+    thread: str
+    marker: Marker | None
+
+
 class Probe(NamedTuple):
     """One link to check: its ref and marker, the session's own recent messages as
-    ``(id, text hash)`` pairs oldest first, and when the link was last scanned (ms; never
-    scanned: when its marker was set)."""
+    ``(id, text hash)`` pairs oldest first, when the link was last scanned (ms; never
+    scanned: when its marker was set), and a thread followed beside it, if any."""
 
     session_key: str
     ref: Ref
     marker: Marker
     own: tuple[tuple[int, str], ...] = ()
     last_scanned_at: int | None = None
+    follow: Follow | None = None
 
 
 class OwnPool:
@@ -276,6 +286,21 @@ class Outcome:
     # source without offsets): a turn at an offset below the end another checker recorded
     # in the same range was recorded by it (see monitor.upstream.settle)
     read_from: int | None = None
+    followed: Followed | None = None  # what the probe's followed thread holds
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Followed:
+    """What a check found in the probe's :class:`Follow` thread: read from ``since`` (the
+    marker the probe carried), up to ``outcome.marker``."""
+
+    thread: str
+    since: Marker | None
+    outcome: Outcome
+
+    @property
+    def news(self) -> bool:
+        return bool(self.outcome.turns) or self.outcome.marker != self.since
 
 
 class Source(NamedTuple):
@@ -355,6 +380,11 @@ class GatewayBound(Protocol):
     def busy(self, stored: Any, now_ms: int) -> str | None:
         """Why the link is not to be checked now (the gateway is driving the source), or
         None."""
+        ...
+
+    def followed(self, ref: Ref) -> str | None:
+        """The thread followed beside the probed one on the sidecar's own marker (the
+        source, once the gateway probes another thread), or None."""
         ...
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import glob
 import hashlib
+import logging
 import os
 import re
 import sqlite3
@@ -47,6 +48,8 @@ import orjson
 
 from adapters.base import (
     Drift,
+    Follow,
+    Followed,
     Marker,
     Outcome,
     Probe,
@@ -62,6 +65,8 @@ from adapters.codex import KNOWN_TYPES, may_be_turn, unknown_subtype
 from adapters.tailer import open_regular
 from adapters.zst import SUFFIX, chunks
 from monitor.errors import BadInput
+
+log = logging.getLogger(__name__)
 
 KIND = "codex-app-server"
 TURN_LIMIT = 100  # the gateway's ``thread/turns/list`` page: the newest 100 turns
@@ -654,6 +659,40 @@ def probed_ref(ref: Ref, thread_id: str, stored: Any, session_id: str | None) ->
     return out
 
 
+def followed(ref: Ref) -> str | None:
+    """The thread the sidecar follows beside the probed one: the link's source thread, once
+    the gateway probes its branch instead (a person may go on typing in the source)."""
+    source = ref.get("threadId")
+    if isinstance(source, str) and source and thread_of(ref) != source:
+        return source
+    return None
+
+
+def branch_point(
+    source: list[RolloutTurn], link_marker: Marker, branch: list[RolloutTurn]
+) -> Marker:
+    """Where following the source begins, the first time: the link's marker while it still
+    names a source turn (the gateway's, or this sidecar's, last check of the source); else
+    the newest source turn that began no later than the branch's first turn of its own (the
+    gateway's first run there), or the source's newest turn while the branch has none."""
+    ids = {t.id for t in source if t.id is not None}
+    read = read_marker(link_marker)
+    if read is not None and read.turn_id in ids:
+        return link_marker
+    starts = [t.started_s for t in branch if t.id not in ids and t.started_s is not None]
+    began = min(starts) if starts else None
+    before = [
+        t
+        for t in source
+        if t.id is not None
+        and (began is None or (t.started_s is not None and t.started_s <= began))
+    ]
+    if not before:
+        return {"turnId": None, "userMessageCount": None}  # every source turn came after
+    newest = before[-1]
+    return {"turnId": newest.id, "userMessageCount": len(newest.messages)}
+
+
 def thread_of(ref: Ref) -> str:
     """The thread the gateway probes: the tick's :data:`PROBE_KEY`, else the ref's own."""
     probe = ref.get(PROBE_KEY)
@@ -684,6 +723,7 @@ class CodexAppServerAdapter:
     kind = KIND
     binding_entry = staticmethod(binding_entry)
     probed_ref = staticmethod(probed_ref)
+    followed = staticmethod(followed)
     busy = staticmethod(busy)
 
     def __init__(self, settings: Settings) -> None:
@@ -693,6 +733,7 @@ class CodexAppServerAdapter:
         self._drift_said: dict[str, str] = {}
         self._drift_seen: dict[str, dict[str, int]] = {}  # per file, the types reported
         self._watched: set[str] = set()  # the files file watching was last given
+        self._follow_said: dict[str, str] = {}  # per followed thread, why it is not read
 
     def resolve(self, path: str, thread: str | None) -> Source:
         raise BadInput(
@@ -731,7 +772,11 @@ class CodexAppServerAdapter:
         cutoff = self.reader.projected(path, thread) if files.paginated else None
         own = frozenset(h for _, h in probe.own)
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        outcome = gateway_check(files.upto(cutoff), probe.marker, own, now)
+        turns = files.upto(cutoff)
+        outcome = gateway_check(turns, probe.marker, own, now)
+        if probe.follow is not None:
+            followed = self._follow(probe.follow, probe.marker, turns, own, now)
+            outcome = replace(outcome, followed=followed)
         new = self._new_drift(path, files.drift)
         if new is not None:
             kinds = ", ".join(f"{k} ({n})" for k, n in sorted(new.unknown_types.items()))
@@ -740,6 +785,38 @@ class CodexAppServerAdapter:
         if path not in self._watched:
             outcome = replace(outcome, rewatch=True)  # a file to watch from now on
         return outcome
+
+    def _follow(
+        self,
+        follow: Follow,
+        link_marker: Marker,
+        branch: list[RolloutTurn],
+        own: frozenset[str],
+        now: int,
+    ) -> Followed | None:
+        """What the person typed into the source thread the gateway no longer probes, read
+        as the gateway's monitor would read it, from the sidecar's own marker there (none
+        yet: from where the branch began, :func:`branch_point`). None when the source
+        cannot be read now (said once; the next check reads it again)."""
+        path = self.reader.find(follow.thread)
+        try:
+            if path is None:
+                raise OSError(f"the rollout of thread {follow.thread} is not found")
+            files = self.reader.turns(path)
+        except (OSError, FormatDrift) as exc:
+            said = f"the source thread {follow.thread} is not followed now: {exc}"
+            if self._follow_said.get(follow.thread) != said:
+                self._follow_said[follow.thread] = said
+                log.warning("%s", said)
+            return None
+        self._follow_said.pop(follow.thread, None)
+        cutoff = self.reader.projected(path, follow.thread) if files.paginated else None
+        source = files.upto(cutoff)
+        since = follow.marker
+        start = since if since is not None else branch_point(source, link_marker, branch)
+        return Followed(
+            thread=follow.thread, since=since, outcome=gateway_check(source, start, own, now)
+        )
 
     def _new_drift(self, path: str, drift: Drift) -> Drift | None:
         """What of a file's drift was not reported yet (reported once: to the metrics,
@@ -759,14 +836,17 @@ class CodexAppServerAdapter:
         return f"codex-app-server:{ref.get('threadId', '')}"
 
     def watched_paths(self, ref: Ref) -> list[str]:
-        """The probed thread's rollout (and the files it points back to)."""
-        thread = thread_of(ref)
-        path = self.reader.find(thread, _hint(ref)) if thread else None
-        if path is None:
-            return []
-        paths = [path, *self.reader.bases_of(path), *self.reader.projection_files(path)]
+        """The probed thread's rollout (and the files it points back to), and the source
+        thread's when the gateway probes its branch (the sidecar follows the source)."""
+        probed = thread_of(ref)
+        source = ref.get("threadId")
+        paths: list[str] = []
+        for thread in dict.fromkeys((probed, source if isinstance(source, str) else "")):
+            path = self.reader.find(thread, _hint(ref) if thread == probed else None)
+            if thread and path is not None:
+                paths += [path, *self.reader.bases_of(path), *self.reader.projection_files(path)]
         self._watched.update(paths)
-        return paths
+        return list(dict.fromkeys(paths))
 
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]

@@ -23,13 +23,15 @@ if TYPE_CHECKING:
 
 class Bound(NamedTuple):
     """What the gateway's state says of the links it drives: the ref to read where it is
-    not the link's own, and why a link waits (the gateway is working on its source)."""
+    not the link's own, why a link waits (the gateway is working on its source), and the
+    thread the sidecar follows beside the probed one (the source the gateway left)."""
 
     refs: dict[tuple[str, str], Ref]
     busy: dict[tuple[str, str], str]
+    follows: dict[tuple[str, str], str]
 
 
-NONE = Bound({}, {})
+NONE = Bound({}, {}, {})
 
 
 def probe_refs(
@@ -57,13 +59,16 @@ def probe_refs(
         # an unreadable binding is no binding, as the gateway reads it too
         with contextlib.suppress(orjson.JSONDecodeError):
             stored[(plugin, namespace, key)] = orjson.loads(row[0]) if row else None
-    found = Bound({}, {})
+    found = Bound({}, {}, {})
     for entry, (link, adapter) in wanted.items():
         assert link.thread_id is not None
         binding = stored.get(entry)
         ref = adapter.probed_ref(link.ref, link.thread_id, binding, session_id(link))
         if ref != link.ref:
             found.refs[link.key] = ref
+        follow = adapter.followed(ref)
+        if follow is not None:
+            found.follows[link.key] = follow
         reason = adapter.busy(binding, now)
         if reason:
             found.busy[link.key] = reason

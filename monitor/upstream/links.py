@@ -1,9 +1,12 @@
-"""The owner of ``session_upstream_links`` and ``sessionwatch_link_state``: all their SQL.
+"""The owner of ``session_upstream_links``, ``sessionwatch_link_state`` and
+``sessionwatch_source_follows``: all their SQL.
 
 A link ties a session key (and its agent) to a native source with a marker. Adopting the same
 source again keeps the marker; a different source rebases it and clears ``last_scanned_at``.
 The link state is what the monitor keeps of a link between ticks (missing streak, blocked
-offset, the last outcome worth showing and its reason).
+offset, the last outcome worth showing and its reason). A follow is the sidecar's own marker
+in a thread beside the one the gateway probes (a Codex source after the gateway's branch):
+the gateway's link and marker are never moved for it.
 """
 
 from __future__ import annotations
@@ -348,9 +351,51 @@ def advance_marker(conn: Conn, link: UpstreamLink, marker: Marker, now: int) -> 
     return link._replace(marker=marker, last_scanned_at=now, updated_at=stamp)
 
 
+def load_follows(conn: Conn) -> dict[tuple[str, str], tuple[str, str, Marker]]:
+    """Each link's follow, as kept: its source key, its thread and the marker there."""
+    return {
+        (r[0], r[1]): (r[2], r[3], json_object(r[4]))
+        for r in conn.execute(
+            "SELECT session_key, agent_id, source_key, thread_id, marker_json"
+            " FROM sessionwatch_source_follows"
+        )
+    }
+
+
+def follow_marker(conn: Conn, link: UpstreamLink, thread: str) -> Marker | None:
+    """The sidecar's marker in ``thread`` beside ``link``: None when none is kept for the
+    link's current source and that thread (a follow of another source is no longer one)."""
+    row = conn.execute(
+        "SELECT marker_json FROM sessionwatch_source_follows WHERE session_key = ?"
+        " AND agent_id = ? AND source_key = ? AND thread_id = ?",
+        (link.session_key, link.agent_id, link.source_key, thread),
+    ).fetchone()
+    return json_object(row[0]) if row else None
+
+
+def write_follow(conn: Conn, link: UpstreamLink, thread: str, marker: Marker, now: int) -> None:
+    conn.execute(
+        "INSERT INTO sessionwatch_source_follows (session_key, agent_id, source_key,"
+        " thread_id, marker_json, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(session_key, agent_id) DO UPDATE SET source_key = excluded.source_key,"
+        " thread_id = excluded.thread_id, marker_json = excluded.marker_json,"
+        " updated_at = excluded.updated_at",
+        (
+            link.session_key,
+            link.agent_id,
+            link.source_key,
+            thread,
+            orjson.dumps(marker).decode(),
+            now,
+        ),
+    )
+
+
 def delete_links(conn: Conn, scope: str, params: tuple[str, ...]) -> int:
-    """Remove the links (and their state) of a ``keys.session_scope``; how many links."""
+    """Remove the links (their state and follows) of a ``keys.session_scope``; how many
+    links."""
     conn.execute(f"DELETE FROM sessionwatch_link_state WHERE {scope}", params)
+    conn.execute(f"DELETE FROM sessionwatch_source_follows WHERE {scope}", params)
     return conn.execute(f"DELETE FROM session_upstream_links WHERE {scope}", params).rowcount
 
 

@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import Outcome
+from adapters.base import Followed, Outcome
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import forget_own, session_flags
@@ -102,18 +102,42 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
     turns = _not_recorded(record, link, outcome)
     if turns.turns:
         record(_human_turns(link, turns, now))
+    beside = _followed(record, link, outcome.followed)
     forget_own(conn, outcome.consumed_own)
     advanced = links.advance_marker(conn, link, outcome.marker, now)
-    status: TickOutcome = "activity" if turns.turns else "quiet"
+    found = len(turns.turns) + max(beside, 0)
+    status: TickOutcome = "activity" if found else "quiet"
     noted = status if outcome.reason else None  # a plain check leaves no status behind
     write_link_state(conn, advanced, session_id, LinkState(outcome=noted, reason=outcome.reason))
     return LinkResult(
         session_key=key,
         outcome=status,
-        turns=len(turns.turns),
+        turns=found,
         reason=outcome.reason,
         more=outcome.more,
+        moved=beside < 0,
     )
+
+
+def _followed(record: Recorder, link: UpstreamLink, followed: Followed | None) -> int:
+    """Settle what the check found in the thread followed beside the link (the source the
+    gateway left for its branch), against the sidecar's own marker there: the turns
+    recorded, or -1 when another check moved that marker since it was read (nothing is
+    written; the link is checked again). The gateway's link and marker are not touched,
+    and the dedupe key (``upstream-source:``) cannot meet one of the gateway's."""
+    if followed is None:
+        return 0
+    kept = links.follow_marker(record.conn, link, followed.thread)
+    if kept != followed.since:
+        return -1
+    found = followed.outcome
+    if found.marker is None:
+        return 0
+    if found.turns:
+        record(_human_turns(link, found, record.now, prefix="upstream-source"))
+    if found.marker != kept:
+        links.write_follow(record.conn, link, followed.thread, found.marker, record.now)
+    return len(found.turns)
 
 
 def _not_recorded(record: Recorder, link: UpstreamLink, outcome: Outcome) -> Outcome:
@@ -146,7 +170,9 @@ def _channel(link: UpstreamLink) -> str:
     return link.catalog_id or link.kind or link.upstream_kind
 
 
-def _human_turns(link: UpstreamLink, outcome: Outcome, now: int) -> EventDraft:
+def _human_turns(
+    link: UpstreamLink, outcome: Outcome, now: int, prefix: str = "upstream"
+) -> EventDraft:
     """The gateway monitor's own row, field by field: the channel in the summary only
     (``human message via codex``), a payload only for a burst (``{"turns": N}``), else
     none (NULL)."""
@@ -160,7 +186,7 @@ def _human_turns(link: UpstreamLink, outcome: Outcome, now: int) -> EventDraft:
         summary=f"human message via {_channel(link)}",
         payload={"turns": turns} if turns > 1 else None,
         occurred_at=outcome.latest_at,
-        dedupe_key=f"upstream:{link.session_key}:{link.source_key}:{outcome.dedupe_id}",
+        dedupe_key=f"{prefix}:{link.session_key}:{link.source_key}:{outcome.dedupe_id}",
     )
 
 

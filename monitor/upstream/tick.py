@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from adapters.base import Adapter, GatewayBound, Outcome, Probe, own_text_hash
+from adapters.base import Adapter, Follow, GatewayBound, Marker, Outcome, Probe, own_text_hash
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
@@ -46,6 +46,7 @@ class Snapshot:
     own: dict[tuple[str, str], list[tuple[int, str]]]
     stateful: dict[tuple[str, str], str | None]
     bound: Bound  # refs read instead of the links' own, links the gateway is busy with
+    follows: dict[tuple[str, str], Follow]  # threads followed beside links, and where
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,7 +72,27 @@ def _unchanged(link: UpstreamLink, outcome: Outcome, snapshot: Snapshot) -> bool
         and outcome.marker == link.marker
         and not outcome.reason
         and link.key not in snapshot.stateful
+        and (outcome.followed is None or not outcome.followed.news)
     )
+
+
+def _follows(conn: Conn, linked: list[UpstreamLink], bound: Bound) -> dict[tuple[str, str], Follow]:
+    """Each followed thread with the sidecar's marker there, when it is kept for the
+    link's current source and that thread."""
+    if not bound.follows:
+        return {}
+    kept = links.load_follows(conn)
+    found: dict[tuple[str, str], Follow] = {}
+    for link in linked:
+        thread = bound.follows.get(link.key)
+        if thread is None:
+            continue
+        row = kept.get(link.key)
+        marker: Marker | None = None
+        if row is not None and row[0] == link.source_key and row[1] == thread:
+            marker = row[2]
+        found[link.key] = Follow(thread, marker)
+    return found
 
 
 def _waiting(link: UpstreamLink, refused: str, kind: str | None) -> LinkResult:
@@ -178,12 +199,14 @@ class Ticker:
     def _load(self, conn: Conn) -> Snapshot:
         watched = links.load_links(conn, watched_targets(conn))
         sessions = all_session_flags(conn)
+        bound = self.gateway_bound(conn, watched, sessions)
         return Snapshot(
             links=watched,
             sessions=sessions,
             own=recent_own(conn, self.settings.own_text_limit),
             stateful=links.stateful_links(conn),
-            bound=self.gateway_bound(conn, watched, sessions),
+            bound=bound,
+            follows=_follows(conn, watched, bound),
         )
 
     def gateway_bound(
@@ -257,6 +280,7 @@ class Ticker:
                 # never scanned yet: the marker was set (adopted) at updated_at, so a file
                 # rewritten before the first check is re-read for what came after that
                 last_scanned_at=link.last_scanned_at or link.updated_at,
+                follow=snapshot.follows.get(link.key),
             )
             assert link.kind is not None  # foreign links were skipped
             plan.batches.setdefault(link.kind, []).append((link, probe))

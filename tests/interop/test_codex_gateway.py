@@ -9,10 +9,12 @@ the gateway's database. The thread is made by a Codex app-server client (an inte
 source, as the gateway's catalog requires) and adopted with ``sessions.catalog.continue``.
 
 A person types into the source before the gateway's first run; the gateway's run makes its
-branch (``threadSource: "openclaw"``); the person then types into the branch. Each prompt
-is recorded once, within a second of Codex writing it, with the dedupe key the gateway's
-monitor uses, and its notice reaches the model once; the gateway's own prompt is not a
-person's; and the gateway's own monitor, polling a minute later, records nothing new.
+branch (``threadSource: "openclaw"``); the person then types into the branch, and then into
+the source again, which the gateway no longer reads. Each prompt is recorded once, within a
+second of Codex writing it: in the branch with the dedupe key the gateway's monitor uses, in
+the source after the branch on the sidecar's own marker under a key of its own; the first
+one's notice reaches the model once; the gateway's own prompt is not a person's; and the
+gateway's own monitor, polling a minute later, records nothing new.
 """
 
 from __future__ import annotations
@@ -336,9 +338,21 @@ def test_each_prompt_is_recorded_once_before_and_after_the_branch(codex: CodexRi
     assert rig.records()[1].endswith(f"{rig.marker()['turnId']}:1")
     assert first_at < 1.0 and second_at < 1.0, (first_at, second_at)
 
-    # 4. The gateway's own monitor polls every minute: it finds nothing new.
+    # 4. The person goes on in their own thread, the source, which the gateway no longer
+    # probes: the sidecar follows it on its own marker, records the prompt once under a
+    # key of its own, and leaves the gateway's marker where it was.
     marker = rig.marker()
+    written = typed_into(rig, rig.thread, "and the flaky one, from my own terminal")
+    wait_for(
+        "the source's later prompt to be recorded", lambda: len(rig.records()) == 3 or None, 10
+    )
+    third_at = time.monotonic() - written
+    assert rig.records()[2].startswith(f"upstream-source:{rig.key}:"), rig.records()
+    assert marker == rig.marker()
+    assert third_at < 1.0, third_at
+
+    # 5. The gateway's own monitor polls every minute: it finds nothing new.
     time.sleep(65)
-    assert 2 == len(rig.records())
+    assert 3 == len(rig.records())
     assert marker == rig.marker()
     assert "database is locked" not in rig.sidecar.log_text()

@@ -21,6 +21,7 @@ from adapters.codex_app_server import (
     Message,
     RolloutReader,
     RolloutTurn,
+    branch_point,
     gateway_check,
 )
 
@@ -322,3 +323,23 @@ async def test_a_record_type_codex_never_declared_is_drift_said_once(tmp_path: P
     assert "user_message_v2" in (first.reason or "")
     (again,) = await adapter.check([probe])
     assert (again.drift, again.reason) == (None, None)
+
+
+def test_following_the_source_begins_where_the_gateway_left_it() -> None:
+    """The first look at the source after the branch: from the link's marker while it
+    names a source turn; else from the newest source turn begun by the branch's first turn
+    of its own (turns a fork inherits are the source's); with no branch turn yet, from the
+    source's newest."""
+    person = Message(text_hash("typed"), (text_hash("typed"),))
+    source = [RolloutTurn(f"s{i}", [person], started_s=100 * i) for i in range(1, 5)]
+    inherited = RolloutTurn("s1", [person], started_s=100)
+    branch = [inherited, RolloutTurn("b1", [person], started_s=250)]
+    on_source = {"turnId": "s2", "userMessageCount": 1}
+    assert on_source == branch_point(source, on_source, branch)
+    on_branch = {"turnId": "b1", "userMessageCount": 1}
+    assert {"turnId": "s2", "userMessageCount": 1} == branch_point(source, on_branch, branch)
+    assert {"turnId": "s4", "userMessageCount": 1} == branch_point(source, on_branch, [inherited])
+    early = [RolloutTurn("b0", [], started_s=50)]
+    assert {"turnId": None, "userMessageCount": None} == branch_point(source, on_branch, early)
+    found = gateway_check(source, branch_point(source, on_branch, branch), frozenset(), 0)
+    assert ["s4", "s3"] == [t.native_id for t in found.turns]  # newest first, as it pages

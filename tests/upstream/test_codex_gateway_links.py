@@ -81,6 +81,18 @@ class Install:
                     return
         raise AssertionError(f"the fixture has fewer than {turns_done} turns")
 
+    def person_types_into_source(self, n: int) -> str:
+        """A turn typed into the source after the gateway's branch: the source's last turn
+        again, under a new turn id, ``n`` minutes after the fixture's day ended; its id."""
+        at = max(i for i, line in enumerate(self.source_lines) if b'"task_started"' in line)
+        old = orjson.loads(self.source_lines[at])["payload"]["turn_id"]
+        new = f"01a233d1-{n:04x}-7000-8000-000000000000"
+        with self.rollout.open("ab") as f:
+            for line in self.source_lines[at:]:
+                line = line.replace(old.encode(), new.encode())
+                f.write(line.replace(b'"2026-12-01T22:54:', f'"2026-12-01T23:{n:02d}:'.encode()))
+        return new
+
     def gateway_adopts(self, marker: dict[str, Any]) -> None:
         ref = {"connectionFingerprint": FINGERPRINT, "threadId": self.source}
         with sqlite3.connect(self.db) as conn:
@@ -198,21 +210,80 @@ async def test_the_gateways_codex_link_is_recorded_as_its_monitor_would(rig: Any
     assert (again.status, again.turns) == ("quiet", [])
 
     # the branch: once the binding names it, the branch is what is read (a person typed into
-    # it); the source's own later turns are the gateway's to ignore, as it ignores them
+    # it) on the gateway's marker; the source's turns the gateway never saw (it probed the
+    # source up to the third) are followed beside it, on the sidecar's own marker
     install.gateway_materializes_the_branch()
     install.codex_types_until(5)
     branch_turn = turn_ids(install.branch)[-1]
-    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
-    assert install.records()[-1] == (f"{prefix}{branch_turn}:1", 1)
+    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    fifth = orjson.loads(install.source_lines[-1])["payload"]["turn_id"]
+    assert install.records()[-2:] == [
+        (f"{prefix}{branch_turn}:1", 1),
+        (f"upstream-source:{KEY}:{link.source_key}:{fifth}:1", 1),
+    ]
     assert install.marker() == {"turnId": branch_turn, "userMessageCount": 1}
     assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
-    assert len(install.records()) == 2
+    assert len(install.records()) == 3
 
-    # file watching names the branch's rollout now
+    # file watching names the branch's rollout now, and the source's, which is followed
     watched = await monitor.watched_paths()
-    assert any(install.branch in p for p in watched) and all(
-        install.source not in Path(p).name for p in watched
-    )
+    assert any(install.branch in p for p in watched)
+    assert any(install.source in Path(p).name for p in watched)
+
+
+async def test_a_person_typing_in_the_source_after_the_branch_is_recorded_once(
+    rig: Any, tmp_path: Path
+) -> None:
+    """After the branch the gateway probes the branch only. A prompt typed into the source
+    is the person's own: recorded once, on the sidecar's own marker, under a dedupe key of
+    its own; the gateway's link and marker stay as the gateway left them. A second
+    sidecar process's tick, on the same database, settling first, is not counted again."""
+    install, kernel, monitor = rig
+    install.codex_types_until(5)
+    fifth = orjson.loads(install.source_lines[-1])["payload"]["turn_id"]
+    install.gateway_adopts({"turnId": fifth, "userMessageCount": 1})
+    assert await kernel.watch(watcher=MAIN, target=KEY)
+    install.gateway_materializes_the_branch()
+    link = (await monitor.links())[0].link
+
+    # the first look after the branch: the branch's turn (typed there) on the gateway's
+    # marker; the source is followed from the turn that marker named, with nothing after
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert not any(k.startswith("upstream-source:") for k, _ in install.records())
+    gateways = install.marker()
+    typed = install.person_types_into_source(1)
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    source_key = f"upstream-source:{KEY}:{link.source_key}:{typed}:1"
+    assert install.records()[-1] == (source_key, 1)
+    assert install.marker() == gateways  # the gateway's marker is the gateway's
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert 1 == sum(k.startswith("upstream-source:") for k, _ in install.records())
+    notices = await kernel.notices(watcher=MAIN)
+    assert [KEY] == [n.target for n in notices]
+
+    # another sidecar process ticks between this one's read and its write: once
+    again = install.person_types_into_source(2)
+    adapter = monitor.adapters["codex-app-server"]
+    inner = adapter.check
+
+    async def other_first(probes: Any) -> Any:
+        outcomes = await inner(probes)
+        if any(p.follow and p.follow.marker and p.follow.marker["turnId"] == typed for p in probes):
+            other = await Kernel.open(install.db, clock=ManualClock())
+            try:
+                roots = RootsConfig(codex=str(install.home / "sessions"))
+                second = UpstreamMonitor.from_config(other, Config(roots=roots))
+                assert [1] == [r.turns for r in await second.tick()]
+            finally:
+                await other.close()
+        return outcomes
+
+    adapter.check = other_first
+    results = await monitor.tick()
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in results]
+    keys = [k for k, _ in install.records() if k.startswith("upstream-source:")]
+    assert keys == [source_key, f"upstream-source:{KEY}:{link.source_key}:{again}:1"]
+    assert install.marker() == gateways
 
 
 async def test_a_binding_of_another_generation_leaves_the_source_probed(rig: Any) -> None:

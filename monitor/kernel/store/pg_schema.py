@@ -114,6 +114,15 @@ TABLES = (
         last_reason {T},
         PRIMARY KEY (session_key, agent_id)
     )""",
+    f"""CREATE TABLE IF NOT EXISTS sessionwatch_source_follows (
+        session_key {T} NOT NULL,
+        agent_id {T} NOT NULL,
+        source_key {T} NOT NULL,
+        thread_id {T} NOT NULL,
+        marker_json {T} NOT NULL,
+        updated_at BIGINT NOT NULL,
+        PRIMARY KEY (session_key, agent_id)
+    )""",
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_leases (
         name {T} PRIMARY KEY,
         holder {T} NOT NULL,

@@ -166,6 +166,18 @@ _OWN_TABLES = (
         last_reason TEXT,
         PRIMARY KEY (session_key, agent_id)
     ) STRICT""",
+    # The sidecar's own marker in a thread the gateway stopped probing (a Codex source
+    # after the gateway's branch; see monitor.upstream.settle). Added within schema 6: an
+    # older sidecar never reads it.
+    """CREATE TABLE IF NOT EXISTS sessionwatch_source_follows (
+        session_key TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        source_key TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        marker_json TEXT NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (session_key, agent_id)
+    ) STRICT""",
     # Leases: who ticks the links without a host, which sidecar holds a host id (schema 3).
     """CREATE TABLE IF NOT EXISTS sessionwatch_leases (
         name TEXT PRIMARY KEY,
