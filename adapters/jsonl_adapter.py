@@ -526,6 +526,14 @@ class JsonlAdapter:
 
         return await asyncio.to_thread(scan_files, self.format, self.root)
 
+    async def catalog_matching(self, digest: str) -> Catalog:
+        """The entries whose id's digest starts with ``digest``: only their files are read."""
+        import asyncio
+
+        from adapters.jsonl_catalog import scan_files
+
+        return await asyncio.to_thread(scan_files, self.format, self.root, digest)
+
     def catalog_key(self, ref: Ref) -> str:
         return str(ref.get("filePath", ""))
 

@@ -154,8 +154,10 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[str], int]:
     return sorted(found), skipped
 
 
-def scan_files(fmt: JsonlFormat[Any], root: str) -> Catalog:
-    """The format's adoptable files under ``root``, newest first."""
+def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> Catalog:
+    """The format's adoptable files under ``root``, newest first; with ``digest``, only
+    those whose catalog id's digest starts with it (adoption by id: the files are listed,
+    and only those read)."""
     catalog = Catalog()
     if not root or not os.path.isdir(root):
         return catalog
@@ -167,6 +169,10 @@ def scan_files(fmt: JsonlFormat[Any], root: str) -> Catalog:
         try:
             linked = os.path.islink(path)  # os.walk's paths start with root
             real = os.path.realpath(path) if linked else real_root + path[len(root) :]
+            if digest is not None:
+                named = zst.plain_of(real) if fmt.compressed and real.endswith(zst.SUFFIX) else real
+                if not catalog_id(fmt.kind, named).partition(":")[2].startswith(digest):
+                    continue
             entry = file_entry(fmt, path, os.stat(path), real)
         except (OSError, ValueError) as exc:
             reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)

@@ -140,15 +140,12 @@ class Adoption:
         """Adopt a catalog entry by its id, or by the short id the table shows."""
         wanted = catalog_id.strip()
         kind, _, digest = wanted.rpartition(":")
-        found = await self.catalog.find(check_kind(kind) if kind else None)
         if kind:
-            matches = [e for e in found.entries if e.catalog_id == wanted]
+            check_kind(kind)
+            found = await self.catalog.by_id(kind, digest) if digest else []
+            matches = [e for e in found if e.catalog_id == wanted]
         else:
-            matches = [
-                e for e in found.entries if len(digest) >= 4 and e.short_id.startswith(digest)
-            ]
-            if not matches:
-                matches = [e for e in found.entries if e.catalog_id.endswith(":" + digest)]
+            matches = await self.catalog.by_id(None, digest) if len(digest) >= 4 else []
         if not matches:
             raise NotFound(f"no catalog session {catalog_id!r}")
         if len(matches) > 1:

@@ -146,6 +146,28 @@ class SessionCatalog:
         found.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
         return select(found, cwd=cwd, since_ms=since_ms, search=search, limit=limit)
 
+    async def by_id(self, kind: str | None, digest: str) -> list[CatalogEntry]:
+        """The entries of ``kind`` (of every kind when None) whose id's digest starts with
+        ``digest``. A format that can find them by id reads only those sessions; the
+        others are listed whole."""
+        if kind is not None and kind not in self.adapters:
+            raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(self.adapters)})')
+        kinds = [kind] if kind is not None else list(self.adapters)
+
+        async def of(k: str) -> Catalog:
+            adapter = self.adapters[k]
+            matching = getattr(adapter, "catalog_matching", None)
+            if matching is not None:
+                found: Catalog = await matching(digest)
+                return found
+            return await adapter.catalog()
+
+        parts = await asyncio.gather(*(of(k) for k in kinds))
+        return [
+            e for part in parts for e in part.entries
+            if e.catalog_id.partition(":")[2].startswith(digest)
+        ]  # fmt: skip
+
 
 def _with_keys(entry: CatalogEntry, keys: list[str]) -> CatalogEntry:
     return replace(entry, session_key=keys[0] if keys else None, also_keys=tuple(keys[1:]))

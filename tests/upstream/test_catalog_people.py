@@ -184,3 +184,37 @@ def test_a_catalog_entry_names_the_real_file_through_a_linked_root_and_a_linked_
     paths = {str(e["nativeId"]): e["path"] for e in _catalog(tmp_path, config)}
     assert str(session.resolve()) == paths["linked"]
     assert str(elsewhere.resolve()) == paths["alias"]
+
+
+async def test_adoption_by_id_reads_only_the_session_it_names(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Among 40 sessions, adoption by full id, by short id, or by the digest alone reads
+    one file (it listed and read all 40, 1.7 s a call at 10,000); an unknown id reads none
+    and is a 404."""
+    import adapters.jsonl_catalog as jsonl_catalog
+
+    for i in range(40):
+        _claude(tmp_path / "claude", f"s{i}", f"prompt {i}", cwd="/w")
+    found = (await client.call("GET", "/v1/catalog"))[1]["sessions"]
+    assert 40 == len(found)
+    read: list[str] = []
+    entry = jsonl_catalog.file_entry
+
+    def counted(fmt: object, path: str, *args: object) -> object:
+        read.append(path)
+        return entry(fmt, path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jsonl_catalog, "file_entry", counted)
+    chosen = found[7]
+    digest = str(chosen["catalogId"]).partition(":")[2]
+    for n, named in enumerate((chosen["catalogId"], digest[:8], digest)):
+        key = f"agent:main:adopted:{n}"
+        status, _ = await client.call("POST", "/v1/links", {"catalogId": named, "sessionKey": key})
+        assert 200 == status
+        assert [chosen["path"]] == read, named
+        read.clear()
+    status, _ = await client.call(
+        "POST", "/v1/links", {"catalogId": "claude:ffffffffffffffff", "sessionKey": "agent:main:x"}
+    )
+    assert 404 == status and [] == read
