@@ -74,7 +74,7 @@ from monitor.lazylog import LazyLogger
 from monitor.records import NamedTuple
 
 if TYPE_CHECKING:
-    from adapters.catalog import Catalog  # built only by ``catalog()``
+    from adapters.catalog import Catalog, CatalogEntry  # built only by the catalog
 
 log = LazyLogger(__name__)  # ``replay`` is a one-shot command, and rarely logs
 
@@ -525,6 +525,19 @@ class JsonlAdapter:
         from adapters.jsonl_catalog import scan_files
 
         return await asyncio.to_thread(scan_files, self.format, self.root)
+
+    def entry_of(self, ref: Ref) -> CatalogEntry | None:
+        """The catalog entry of one linked file (its title), read from its head and tail
+        only; None when it cannot be read now."""
+        from adapters.jsonl_catalog import file_entry
+
+        path = ref.get("filePath")
+        if not isinstance(path, str) or not path:
+            return None
+        try:
+            return file_entry(self.format, path, os.stat(path))
+        except (OSError, ValueError):
+            return None
 
     async def catalog_matching(self, digest: str) -> Catalog:
         """The entries whose id's digest starts with ``digest``: only their files are read."""

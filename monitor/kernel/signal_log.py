@@ -635,6 +635,7 @@ class Activity(NamedTuple):  # a NamedTuple: a dataclass costs every one-shot co
     last_at: int
     last_hour: int = 0
     last_day: int = 0
+    hours: tuple[int, ...] = ()  # the turns of each of the last 24 hours, oldest first
 
 
 def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
@@ -647,6 +648,7 @@ def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
     ).fetchall()
     hour: dict[str, int] = {}
     day: dict[str, int] = {}
+    hours: dict[str, list[int]] = {}
     rows = conn.execute(
         "SELECT session_key, occurred_at, payload_json FROM session_state_events"
         " WHERE kind = ? AND occurred_at >= ?",
@@ -658,8 +660,15 @@ def human_activity(conn: Conn, now: int) -> dict[str, Activity]:
         day[key] = day.get(key, 0) + n
         if at >= now - HOUR_MS:
             hour[key] = hour.get(key, 0) + n
+        slot = 23 - min(max((now - at) // HOUR_MS, 0), 23)  # a turn stamped ahead: this hour
+        hours.setdefault(key, [0] * 24)[slot] += n
     return {
-        key: Activity(last_at=int(at), last_hour=hour.get(key, 0), last_day=day.get(key, 0))
+        key: Activity(
+            last_at=int(at),
+            last_hour=hour.get(key, 0),
+            last_day=day.get(key, 0),
+            hours=tuple(hours[key]) if key in hours else (),
+        )
         for key, at in last
     }
 

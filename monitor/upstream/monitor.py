@@ -136,6 +136,11 @@ class UpstreamMonitor:
         :meth:`SessionCatalog.find`)."""
         return await self.sessions.find(kind, cwd=cwd, since=since, search=search, limit=limit)
 
+    async def titles(self, linked: list[UpstreamLink]) -> dict[tuple[str, str], str | None]:
+        """The titles of these links' sessions, each read from its own source where its
+        format can (see :meth:`SessionCatalog.titles`)."""
+        return await self.sessions.titles(linked)
+
     # -- adoption ----------------------------------------------------------------------
 
     async def adopt(

@@ -116,6 +116,40 @@ class SessionCatalog:
     def __init__(self, kernel: Kernel, adapters: Mapping[str, Adapter]) -> None:
         self.kernel = kernel
         self.adapters = adapters
+        # per linked file: its size and change time when its title was read, and the title
+        self._titles: dict[str, tuple[int, int, str | None]] = {}
+
+    async def titles(self, linked: list[links.UpstreamLink]) -> dict[tuple[str, str], str | None]:
+        """The title of each link whose format reads one session's entry by itself (a
+        file's head and tail), read again only when the file changed; the others are
+        left out (their titles come from the catalog)."""
+        work = []
+        for link in linked:
+            entry_of = getattr(self.adapters.get(link.kind or ""), "entry_of", None)
+            if entry_of is not None:
+                work.append((link, entry_of))
+        if not work:
+            return {}
+        return await asyncio.to_thread(self._read_titles, work)
+
+    def _read_titles(
+        self, work: list[tuple[links.UpstreamLink, Any]]
+    ) -> dict[tuple[str, str], str | None]:
+        found: dict[tuple[str, str], str | None] = {}
+        for link, entry_of in work:
+            path = str(link.ref.get("filePath", ""))
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):
+                found[link.key] = None
+                continue
+            kept = self._titles.get(path)
+            if kept is None or kept[:2] != (st.st_size, st.st_mtime_ns):
+                entry = entry_of(link.ref)
+                kept = (st.st_size, st.st_mtime_ns, entry.title if entry else None)
+                self._titles[path] = kept
+            found[link.key] = kept[2]
+        return found
 
     async def find(
         self,

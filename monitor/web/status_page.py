@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 
 from monitor.clock import ago
 from monitor.config import Config, NodeConfig, is_pg_url, without_password
@@ -51,6 +52,7 @@ TITLES_TTL_S = 300.0
 NODES_TTL_S = 30.0
 TICK_REFRESH_S = 10.0  # a tick that changed nothing else is shown at most this often
 MIN_GAP_S = 0.25  # under a stream of changes, the page is told at most this often
+PAGE_ROWS = 100  # adopted sessions a page shows: the first paint stays small at 10,000
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
@@ -150,6 +152,14 @@ class PageView:
     wakes: str  # how notices reach the gateway
     now_ms: int
     error: str | None = None
+    total: int = 0  # the adopted sessions, of which ``links`` is one page
+    page: int = 1
+    pages: int = 1
+
+    @property
+    def first(self) -> int:
+        """The number of the page's first row (1-based)."""
+        return (self.page - 1) * PAGE_ROWS + 1
 
 
 def shown_state(view: LinkView, missing_after: int) -> tuple[str, str]:
@@ -195,6 +205,7 @@ class StatusPage:
         )
         self.env.filters["ago"] = ago
         self.env.filters["clock"] = _clock
+        self.env.filters["turn_chart"] = turn_chart
         # cookies ignore ports: two sidecars on one host would log each other out
         instance = f"{sources.db}\n{sources.config().api.listen}".encode()
         self.cookie = f"{COOKIE}_{hashlib.sha256(instance).hexdigest()[:12]}"
@@ -257,12 +268,12 @@ class StatusPage:
     async def page(self, request: web.Request) -> web.Response:
         if not self._admitted(request):
             return self._refuse()
-        return self._html("page.html", view=await self.view())
+        return self._html("page.html", view=await self.view(_page_of(request)))
 
     async def live(self, request: web.Request) -> web.Response:
         if not self._admitted(request):
             return self._refuse()
-        return self._html("live.html", view=await self.view())
+        return self._html("live.html", view=await self.view(_page_of(request)))
 
     async def timeline(self, request: web.Request) -> web.Response:
         if not self._admitted(request):
@@ -352,7 +363,9 @@ class StatusPage:
 
     # -- the view --------------------------------------------------------------------------
 
-    async def view(self) -> PageView:
+    async def view(self, page: int = 1) -> PageView:
+        """What the page shows; of the adopted sessions, page ``page`` (the ones typed
+        into most recently first)."""
         s = self.sources
         config = s.config()
         waker = s.waker()
@@ -387,17 +400,32 @@ class StatusPage:
             pending = await s.kernel.all_pending()
         except SessionwatchError as exc:
             return dataclasses.replace(base, error=str(exc))
-        self._refresh_titles({v.link.thread_id or "" for v in links} - {""})
+
+        def recent(v: LinkView) -> tuple[int, str]:
+            typed = activity.get(v.link.session_key)
+            return (-(typed.last_at if typed else 0), v.link.session_key)
+
+        pages = max((len(links) + PAGE_ROWS - 1) // PAGE_ROWS, 1)
+        page = min(max(page, 1), pages)
+        shown = sorted(links, key=recent)[(page - 1) * PAGE_ROWS : page * PAGE_ROWS]
+        try:  # each session's own title, read from its source (the page's rows only)
+            titles = await s.monitor.titles([v.link for v in shown])
+        except SessionwatchError:
+            titles = {}
+        self._refresh_titles(
+            {v.link.thread_id or "" for v in shown if v.link.key not in titles} - {""}
+        )
         rows = []
-        for view in sorted(links, key=lambda v: v.link.session_key):
+        for view in shown:
             state, reason = shown_state(view, config.monitor.missing_threshold)
             link = view.link
+            title = titles.get(link.key)
             rows.append(
                 LinkRow(
                     session_key=link.session_key,
                     kind=link.kind or link.upstream_kind or "?",
                     host=link.host_id or "",
-                    title=self._titles.get(link.thread_id or "", ""),
+                    title=title or self._titles.get(link.thread_id or "", ""),
                     state=state,
                     reason=reason,
                     activity=activity.get(link.session_key),
@@ -412,12 +440,17 @@ class StatusPage:
             WatcherRow(watcher=w, targets=tuple(by_watcher.get(w, ())), last_wake=last.get(w))
             for w in sorted(set(by_watcher) | set(last))
         )
-        return dataclasses.replace(base, links=tuple(rows), watchers=watchers)
+        return dataclasses.replace(
+            base, links=tuple(rows), watchers=watchers, total=len(links), page=page, pages=pages
+        )
 
     def _refresh_titles(self, threads: set[str]) -> None:
-        """Titles come from the catalog, which reads every session: in the background, at
-        once for a link the last read was not asked for (a new adoption has its title
-        within a second), else at most every five minutes."""
+        """The titles a session's format cannot read by itself come from the catalog,
+        which reads every session: in the background, at once for a link the last read was
+        not asked for (a new adoption has its title within a second), else at most every
+        five minutes."""
+        if not threads:
+            return
         running = self._titles_task is not None and not self._titles_task.done()
         fresh = threads - self._titled
         if running or (not fresh and time.monotonic() - self._titles_at < TITLES_TTL_S):
@@ -450,6 +483,35 @@ class StatusPage:
             self._titles_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._titles_task
+
+
+def _page_of(request: web.Request) -> int:
+    """``?page=N`` (1 when absent or not a number; past the last: the last)."""
+    raw = request.query.get("page", "1")
+    return int(raw) if raw.isdigit() and len(raw) < 7 else 1
+
+
+CHART_W, CHART_H = 96, 18  # 24 bars of 3 px, 1 px apart
+
+
+def turn_chart(hours: tuple[int, ...]) -> Markup:
+    """A person's turns over the last 24 hours, an hour a bar (oldest on the left), scaled
+    to the busiest hour: inline SVG drawn here, one path, no script."""
+    total, peak = sum(hours), max(hours, default=0)
+    label = f"{total} turn{'' if total == 1 else 's'} typed in the last 24 hours"
+    if peak:
+        label += f", at most {peak} in one hour"
+    bars = "".join(
+        f"M{i * 4 + 1.5:g} {CHART_H}V{CHART_H - max(round(n / peak * (CHART_H - 2)), 1)}"
+        for i, n in enumerate(hours)
+        if n
+    )
+    drawn = f'<path class="bars" d="{bars}"/>' if bars else ""
+    return Markup(
+        f'<svg class="turns" viewBox="0 0 {CHART_W} {CHART_H}" width="{CHART_W}"'
+        f' height="{CHART_H}" role="img" aria-label="{label}"><title>{label}</title>'
+        f'<path class="base" d="M0 {CHART_H - 0.5}H{CHART_W}"/>{drawn}</svg>'
+    )
 
 
 async def _first(changed: Awaitable[int], ticked: Awaitable[Any]) -> int | None:

@@ -225,6 +225,69 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
     print(f"the appended turn was on the page {shown_after:.2f} s after the append")
 
 
+def api(serve: Serve, method: str, path: str, body: Any = None) -> Any:
+    import urllib.request
+
+    token = (serve.work / "token").read_text().strip()
+    request = urllib.request.Request(
+        serve.base + path,
+        method=method,
+        data=None if body is None else orjson.dumps(body),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return orjson.loads(resp.read())
+
+
+def test_many_sessions_come_in_pages_with_titles_and_a_chart_of_their_day(serve: Serve) -> None:
+    """150 adopted sessions: the first page shows the 100 typed into most recently, each with
+    its own title at first paint (read from its file, not from the whole catalog later);
+    the next page the other 50. A session typed into shows its day as a chart, drawn by the
+    server as inline SVG, on a desktop and on a phone."""
+    skip_without_browser()
+    from playwright.sync_api import expect, sync_playwright
+
+    serve.start()
+    for i in range(150):
+        path = transcript(serve, f"s{i:03d}", f"prompt {i}")
+        with path.open("ab") as f:
+            f.write(orjson.dumps({"type": "custom-title", "customTitle": f"task {i:03d}"}) + b"\n")
+        api(serve, "POST", "/v1/links", {"kind": "claude", "path": str(path),
+                                         "sessionKey": f"agent:main:s{i:03d}"})  # fmt: skip
+    for _ in range(3):  # a person typed into s042 three times
+        api(serve, "POST", "/v1/events", {"sessionKey": "agent:main:s042",
+            "kind": "human_direct_message", "actorType": "human"})  # fmt: skip
+    link = serve.cli("open", "--url", serve.base).strip()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        errors: list[str] = []
+        for viewport in ({"width": 1280, "height": 900}, {"width": 390, "height": 844}):
+            page = browser.new_page(viewport=viewport)  # type: ignore[arg-type]
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            answer = page.goto(link)
+            assert answer is not None and len(answer.body()) < 200_000
+            expect(page.locator("#live-state")).to_have_text("live")
+            rows = page.locator("tr.link")
+            expect(rows).to_have_count(100)
+            assert "agent:main:s042" == rows.first.get_attribute("data-key")  # typed into
+            expect(rows.first.locator(".title")).to_have_text("task 042")  # at first paint
+            chart = rows.first.locator("svg.turns")
+            expect(chart).to_have_attribute(
+                "aria-label", "3 turns typed in the last 24 hours, at most 3 in one hour"
+            )
+            assert chart.bounding_box() is not None  # drawn, in the page's CSP
+            expect(rows.nth(1).locator("svg.turns path.bars")).to_have_count(0)
+            expect(page.locator(".pages .range")).to_contain_text("1\u2013100 of 150")
+            page.screenshot(path=str(ARTEFACTS / f"many-{viewport['width']}.png"))
+            page.locator('.pages a[rel="next"]').click()
+            expect(rows).to_have_count(50)
+            expect(page.locator(".pages .range")).to_contain_text("101\u2013150 of 150")
+            expect(rows.first.locator(".title")).not_to_have_text("—")
+            link = serve.cli("open", "--url", serve.base).strip()  # a ticket a page
+        browser.close()
+    assert [] == errors
+
+
 def test_the_page_needs_a_ticket_and_a_ticket_works_once(serve: Serve) -> None:
     """Without the cookie: a 401 page naming ``sessionwatch open``, and no data; a ticket
     is spent by its first use; the API's token opens the page too (for scripts)."""

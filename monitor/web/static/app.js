@@ -45,7 +45,7 @@
 
   async function refresh() {
     pending = null;
-    await fetchInto("/ui/live", live);
+    await fetchInto("/ui/live" + location.search, live);
     if (openKey !== null) {
       await fetchInto("/ui/sessions/" + encodeURIComponent(openKey), timeline);
     }
