@@ -19,9 +19,47 @@ DOC = REPO / "docs" / "gateway-integration.md"
 
 
 def blocks() -> list[str]:
+    """The curl examples (the stream's never ends by itself: tests/web/test_stream.py runs
+    it; the setup block is run below)."""
     found = re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
-    # The stream example never ends by itself: tests/web/test_stream.py runs it.
-    return [b for b in found if "export SW=" not in b and "/notices/stream" not in b]
+    return [b for b in found if b.startswith("curl") and "/notices/stream" not in b]
+
+
+def test_the_setup_that_differs_runs_as_written_on_a_fresh_account(tmp_path: Path) -> None:
+    """The block "When your setup differs", in a fresh HOME: the configuration directory is
+    made, the TOML saved where ``$SESSIONWATCH_CONFIG`` names it, the hook token written
+    with mode 600 (``install`` failed on a fresh account: no directory). ``doctor`` and
+    ``serve`` would call the gateway's port (which no test may reach) and run for ever: a
+    ``sessionwatch`` first on PATH runs ``sessionwatch config`` for each, which reads the
+    same file and refuses what they would refuse."""
+    text = DOC.read_text()
+    block = next(
+        b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "SESSIONWATCH_CONFIG" in b
+    )
+    home, shims = tmp_path / "home", tmp_path / "bin"
+    home.mkdir()
+    shims.mkdir()
+    called = tmp_path / "called"
+    shim = shims / "sessionwatch"
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'echo "$1" >> "{called}"\n'
+        f'case "$1" in doctor|serve) set -- config ;; esac\n'
+        f'exec "{sys.executable}" -m monitor "$@"\n'
+    )
+    shim.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONWATCH_")}
+    env |= {"HOME": str(home), "PATH": f"{shims}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        ["bash", "-e", "-c", block], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert 0 == done.returncode, done.stderr + done.stdout
+    token = home / ".config" / "sessionwatch" / "hooks-token"
+    assert 0o600 == token.stat().st_mode & 0o777
+    assert "<the same hook token>\n" == token.read_text()
+    assert ["doctor", "serve"] == called.read_text().split()
+    assert str(home / ".openclaw" / "state" / "openclaw.sqlite") in done.stdout  # expanded
+    assert "http://127.0.0.1:18789/hooks" in done.stdout
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
