@@ -112,7 +112,7 @@ class Sidecar:
         if self.config.monitor.watch_files:
             await self.files.start(stack)
             await self.node_watch.start(stack)
-        await Retention(self.kernel, self.stopping).start(stack)
+        await HourlyPrune(self.kernel, self.stopping).start(stack)
 
     def _in_force(self, config: Config) -> None:
         self.config = config
@@ -136,7 +136,7 @@ class Sidecar:
         )
 
 
-class Retention:
+class HourlyPrune:
     """Retention on the service's own schedule, hourly, so that a log others write to (the
     gateway) is pruned too; a recording prunes when it is due as well (the kernel's)."""
 
