@@ -15,7 +15,7 @@ An adapter is one object, built by its module's ``build(settings)`` (see
   makes every link of the batch inconclusive. ``missing`` means the source is gone (three in
   a row remove the link); ``blocked`` stops at an offset it cannot read past; every outcome
   may carry the :class:`Drift` the check met.
-- ``catalog() -> Catalog``: the adoptable sessions of the kind; a source that cannot be read
+- ``catalog() -> CatalogListing``: the adoptable sessions of the kind; a source that cannot be read
   is an entry of ``errors``, never an exception.
 - ``catalog_key(ref) -> str``: the text a source's catalog id is the digest of, so that a
   link finds its catalog entry.
@@ -40,7 +40,7 @@ from monitor.errors import BadInput
 from monitor.records import NamedTuple
 
 if TYPE_CHECKING:
-    from adapters.catalog import Catalog
+    from adapters.catalog import CatalogListing
 
 Marker = dict[str, Any]  # where a check resumes; the adapter's own
 Ref = dict[str, Any]  # which source a link names (a file, a database and a thread, a node)
@@ -352,7 +352,7 @@ class Adapter(Protocol):
 
     async def check(self, probes: list[Probe]) -> list[Outcome]: ...
 
-    async def catalog(self) -> Catalog: ...
+    async def catalog(self) -> CatalogListing: ...
 
     def catalog_key(self, ref: Ref) -> str: ...
 

@@ -58,12 +58,12 @@ class CatalogEntry:
 
 
 @dataclass
-class Catalog:
+class CatalogListing:
     entries: list[CatalogEntry] = field(default_factory=list)
     skipped: int = 0  # sessions that are not adoptable (sub-agent runs)
     errors: list[dict[str, str]] = field(default_factory=list)  # {path, reason}
 
-    def extend(self, other: Catalog) -> None:
+    def extend(self, other: CatalogListing) -> None:
         """Add ``other``'s; an error already said (a node that refused every kind it
         serves) is said once."""
         self.entries += other.entries

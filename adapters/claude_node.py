@@ -32,7 +32,7 @@ from adapters.base import (
     Settings,
     Source,
 )
-from adapters.catalog import Catalog
+from adapters.catalog import CatalogListing
 from adapters.claude import ClaudeState
 from adapters.jsonl_format import format_of
 from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from
@@ -71,7 +71,7 @@ class ClaudeNodeAdapter:
     def watched_paths(self, ref: Ref) -> list[str]:
         return []  # the transcript is on the node's machine: the tick reads it
 
-    async def catalog(self) -> Catalog:
+    async def catalog(self) -> CatalogListing:
         """Every configured node's Claude sessions; a node that does not answer is an error."""
         return await node_client.node_catalog(self.nodes, KIND, SERVES, legacy="/v1/threads")
 

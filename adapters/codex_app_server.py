@@ -60,7 +60,7 @@ from adapters.base import (
     normalize_text,
     text_hash,
 )
-from adapters.catalog import Catalog
+from adapters.catalog import CatalogListing
 from adapters.codex import KNOWN_TYPES, may_be_turn, unknown_subtype
 from adapters.tailer import open_regular
 from adapters.zst import SUFFIX, chunks
@@ -829,8 +829,8 @@ class CodexAppServerAdapter:
         said.update(drift.unknown_types)
         return Drift(unknown_types=fresh)
 
-    async def catalog(self) -> Catalog:
-        return Catalog()  # the gateway's own catalog lists what it adopts
+    async def catalog(self) -> CatalogListing:
+        return CatalogListing()  # the gateway's own catalog lists what it adopts
 
     def catalog_key(self, ref: Ref) -> str:
         return f"codex-app-server:{ref.get('threadId', '')}"

@@ -36,7 +36,7 @@ from adapters.base import (
     non_negative_int,
     text_hash,
 )
-from adapters.catalog import Catalog, CatalogEntry, catalog_id
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from monitor.errors import BadInput, Declined, OutsideRoots
 
 KIND = "fake"
@@ -71,8 +71,8 @@ class FakeAdapter:
             raise fail
         return [_check(p) for p in probes]
 
-    async def catalog(self) -> Catalog:
-        found = Catalog()
+    async def catalog(self) -> CatalogListing:
+        found = CatalogListing()
         if not self.root or not os.path.isdir(self.root):
             return found
         for name in sorted(os.listdir(self.root)):

@@ -74,7 +74,7 @@ from monitor.lazylog import LazyLogger
 from monitor.records import NamedTuple
 
 if TYPE_CHECKING:
-    from adapters.catalog import Catalog, CatalogEntry  # built only by the catalog
+    from adapters.catalog import CatalogEntry, CatalogListing  # built only by the catalog
 
 log = LazyLogger(__name__)  # ``replay`` is a one-shot command, and rarely logs
 
@@ -519,7 +519,7 @@ class JsonlAdapter:
             return None
         return zst.plain_of(resolve_file(self.kind, packed, self.root))
 
-    async def catalog(self) -> Catalog:
+    async def catalog(self) -> CatalogListing:
         import asyncio  # not at the top: a replay never needs it
 
         from adapters.jsonl_catalog import scan_files
@@ -539,7 +539,7 @@ class JsonlAdapter:
         except (OSError, ValueError):
             return None
 
-    async def catalog_matching(self, digest: str) -> Catalog:
+    async def catalog_matching(self, digest: str) -> CatalogListing:
         """The entries whose id's digest starts with ``digest``: only their files are read."""
         import asyncio
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import zst
-from adapters.catalog import Catalog, CatalogEntry, catalog_id
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from adapters.jsonl_format import JsonlFormat
 from adapters.jsonl_scan import first_prompt, parse_line
 from adapters.tailer import open_regular
@@ -154,11 +154,11 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[str], int]:
     return sorted(found), skipped
 
 
-def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> Catalog:
+def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> CatalogListing:
     """The format's adoptable files under ``root``, newest first; with ``digest``, only
     those whose catalog id's digest starts with it (adoption by id: the files are listed,
     and only those read)."""
-    catalog = Catalog()
+    catalog = CatalogListing()
     if not root or not os.path.isdir(root):
         return catalog
     paths, catalog.skipped = _candidates(fmt, root)

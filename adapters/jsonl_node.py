@@ -42,7 +42,7 @@ from adapters.base import (
     Source,
     non_negative_int,
 )
-from adapters.catalog import Catalog
+from adapters.catalog import CatalogListing
 from adapters.jsonl_adapter import (
     complete_lines,
     file_end,
@@ -240,7 +240,7 @@ class NodeJsonlAdapter:
     def watched_paths(self, ref: Ref) -> list[str]:
         return []  # on the node's machine: the tick reads it
 
-    async def catalog(self) -> Catalog:
+    async def catalog(self) -> CatalogListing:
         return await node_client.node_catalog(self.nodes, self.kind, self.format.kind)
 
     def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:

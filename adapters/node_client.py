@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from adapters.base import NodeAddress, Outcome, Probe, Ref, Source, non_negative_int
-from adapters.catalog import Catalog, CatalogEntry, catalog_id
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from adapters.tailer import open_regular
 from monitor.errors import BadInput, NotFound, Unreachable, connection_reason
 
@@ -188,11 +188,11 @@ OLDER_NODE = "an older sessionwatch node?"
 
 async def node_catalog(
     nodes: Mapping[str, NodeAddress], kind: str, serves: str, legacy: str | None = None
-) -> Catalog:
+) -> CatalogListing:
     """The ``serves`` sessions of every configured node, as entries of ``kind``; a node
     that does not answer is an error of the catalog, never an exception. ``legacy``: where a
     node older than ``/v1/catalog`` lists them (under ``threads``)."""
-    found = Catalog()
+    found = CatalogListing()
     async with session() as http:
         for name in sorted(nodes):
             try:

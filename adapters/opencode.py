@@ -38,7 +38,7 @@ from adapters.base import (
     normalize_text,
     text_hash,
 )
-from adapters.catalog import Catalog, CatalogEntry, catalog_id
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from monitor.errors import BadInput, Declined, OutsideRoots, Unreachable
 
 log = logging.getLogger(__name__)
@@ -411,7 +411,7 @@ class LocalSessions:
         return await asyncio.to_thread(read_export, where, session_id)
 
 
-class Sessions(Protocol):
+class SessionReader(Protocol):
     """Where an OpenCode adapter reads sessions: a local database, or one on a paired node.
     Both raise FileNotFoundError (no database), :class:`QueryFailed`, or
     :class:`~monitor.errors.Unreachable` (a node that did not answer)."""
@@ -423,7 +423,7 @@ class Sessions(Protocol):
     async def export(self, where: str, session_id: str) -> Export: ...
 
 
-async def baseline_session(sessions: Sessions, where: str, session_id: str) -> Marker:
+async def baseline_session(sessions: SessionReader, where: str, session_id: str) -> Marker:
     signals = await sessions.signals(where, [session_id])
     if session_id not in signals:
         raise Declined(f"no OpenCode session {session_id} in {where}")
@@ -445,12 +445,14 @@ class OpenCodeAdapter:
         concurrency: int = EXPORT_CONCURRENCY,
         lookback: int = REPLAY_LOOKBACK,
         default_db: str = "",
-        sessions: Sessions | None = None,
+        sessions: SessionReader | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.lookback = lookback
         self.default_db = default_db
-        self.sessions: Sessions = sessions if sessions is not None else LocalSessions(default_db)
+        self.sessions: SessionReader = (
+            sessions if sessions is not None else LocalSessions(default_db)
+        )
         self.exports = 0  # how many sessions were exported (observability, tests)
 
     async def baseline(self, ref: Ref) -> Marker:
@@ -469,7 +471,7 @@ class OpenCodeAdapter:
             raise BadInput("an OpenCode adoption needs the session id (--thread)")
         return Source(ref={"dbPath": db, "threadId": thread.strip()}, thread_id=thread.strip())
 
-    async def catalog(self) -> Catalog:
+    async def catalog(self) -> CatalogListing:
         return await asyncio.to_thread(scan_sessions, self.default_db)
 
     def catalog_key(self, ref: Ref) -> str:
@@ -587,10 +589,10 @@ def build(settings: Settings) -> Adapter:
     )
 
 
-def scan_sessions(db: str) -> Catalog:
+def scan_sessions(db: str) -> CatalogListing:
     """The database's root sessions (child sessions are sub-agent runs: skipped and
     counted); a missing database is an empty catalog, an unreadable one an error."""
-    catalog = Catalog()
+    catalog = CatalogListing()
     if not db or not os.path.isfile(db):
         return catalog
     real = os.path.realpath(db)

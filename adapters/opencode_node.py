@@ -22,7 +22,7 @@ from typing import Any
 
 from adapters import node_client
 from adapters.base import Adapter, NodeAddress, Ref, Settings, Source
-from adapters.catalog import Catalog
+from adapters.catalog import CatalogListing
 from adapters.node_client import Answered
 from adapters.opencode import (
     Export,
@@ -178,7 +178,7 @@ class OpenCodeNodeAdapter(OpenCodeAdapter):
     def resolve(self, path: str, thread: str | None) -> Source:
         return node_client.resolve(self.nodes, self.kind, path, thread)
 
-    async def catalog(self) -> Catalog:
+    async def catalog(self) -> CatalogListing:
         return await node_client.node_catalog(self.nodes, self.kind, "opencode")
 
     def catalog_key(self, ref: Ref) -> str:

@@ -22,15 +22,15 @@ import orjson
 
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 
-from adapters.catalog import Catalog  # noqa: E402
+from adapters.catalog import CatalogListing  # noqa: E402
 from adapters.registry import entry, roots_of  # noqa: E402
 from monitor.config import Config, RootsConfig  # noqa: E402
 from monitor.upstream.monitor import adapter_settings  # noqa: E402
 
 
-async def scan_catalog(roots: RootsConfig) -> Catalog:
+async def scan_catalog(roots: RootsConfig) -> CatalogListing:
     settings = adapter_settings(Config(roots=roots))
-    found = Catalog()
+    found = CatalogListing()
     for kind in roots_of(roots.given):  # every format with a root: the local ones
         found.extend(await entry(kind).build(settings).catalog())
     return found

@@ -199,3 +199,29 @@ def test_no_module_outside_the_adapters_names_an_upstream_kind() -> None:
             continue
         named = kinds.intersection(_strings(path))
         assert not named, f"{path.relative_to(ROOT)} names {sorted(named)}"
+
+
+MAX_CLASS_LINES = 300
+
+
+def _classes() -> list[tuple[str, str, int]]:
+    """Every class of the runtime (``monitor`` and ``adapters``): its name, module, lines."""
+    found = []
+    for package in ("monitor", "adapters"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    assert node.end_lineno is not None
+                    lines = node.end_lineno - node.lineno + 1
+                    found.append((node.name, str(path.relative_to(ROOT)), lines))
+    return found
+
+
+def test_no_class_is_over_300_lines_and_no_two_share_a_name() -> None:
+    classes = _classes()
+    long = [(name, where, n) for name, where, n in classes if n > MAX_CLASS_LINES]
+    assert [] == long
+    where: dict[str, list[str]] = {}
+    for name, module, _ in classes:
+        where.setdefault(name, []).append(module)
+    assert {} == {name: modules for name, modules in where.items() if len(modules) > 1}

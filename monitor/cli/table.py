@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters.catalog import Catalog, CatalogEntry
+from adapters.catalog import CatalogEntry, CatalogListing
 from monitor.clock import ago
 from monitor.errors import escaped
 
@@ -77,7 +77,7 @@ def _widths(rows: list[tuple[str, ...]], width: int) -> list[int]:
     return fixed
 
 
-def print_catalog(catalog: Catalog, now_ms: int, *, width: int = 100) -> None:
+def print_catalog(catalog: CatalogListing, now_ms: int, *, width: int = 100) -> None:
     """The catalog as a table for people (``sessionwatch catalog``), ``width`` columns wide:
     a short id ``adopt`` takes, the title and working directory cut to fit. Laid out here,
     a row a line (rich's table took 6 s for 10,000 rows), in rich's cell widths."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Literal
 
 from monitor.kernel import outbox
-from monitor.kernel.outbox import MAX_UNANSWERED, Entry
+from monitor.kernel.outbox import MAX_UNANSWERED, OutboxRow
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
@@ -40,8 +40,8 @@ class Claimed(NamedTuple):
     """The lease is ours: wake these, in order. ``settled``: notices an expired holder's
     cut calls had sent as often as they may go, now counted as delivered."""
 
-    entries: list[Entry]
-    settled: list[Entry]
+    entries: list[OutboxRow]
+    settled: list[OutboxRow]
     reopened: list[Notice]
 
 
@@ -73,7 +73,7 @@ def claim(
     ).fetchone()
     if row is not None and row[1] not in (None, holder) and int(row[2]) > now:
         return Busy(int(row[2]))
-    settled: list[Entry] = []
+    settled: list[OutboxRow] = []
     reopened: list[Notice] = []
     for entry in outbox.due(conn, watcher, now):
         if entry.state != outbox.SENDING:
@@ -102,7 +102,7 @@ def claim(
 Hold = Literal["go", "gone", "theirs", "lost"]
 
 
-def hold(conn: Conn, entry: Entry, *, holder: str, now: int, lease_ms: int) -> Hold:
+def hold(conn: Conn, entry: OutboxRow, *, holder: str, now: int, lease_ms: int) -> Hold:
     """Step 2: ``go`` when the call for ``entry`` may go now (it is then ``sending``, and
     the lease runs ``lease_ms`` from now); ``gone`` when its notice was acknowledged or
     drained, or settled by someone else; ``theirs`` when the gateway woke it itself (it is
@@ -129,7 +129,7 @@ def hold(conn: Conn, entry: Entry, *, holder: str, now: int, lease_ms: int) -> H
     return "go"
 
 
-def settle(conn: Conn, entry: Entry, result: str, now: int) -> tuple[bool, list[Notice]]:
+def settle(conn: Conn, entry: OutboxRow, result: str, now: int) -> tuple[bool, list[Notice]]:
     """Step 3, for a call's ``result`` (``accepted``, ``unanswered`` or anything else, a
     failure): whether the notice now counts as delivered, and the notices that its
     acknowledgement reopened (work that came after it froze)."""

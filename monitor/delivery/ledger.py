@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from monitor.delivery.hooks import WakeAnswer
     from monitor.kernel import Kernel
     from monitor.kernel.notices import Notice
-    from monitor.kernel.outbox import Entry
+    from monitor.kernel.outbox import OutboxRow
     from monitor.kernel.store.protocol import StateStore
     from monitor.metrics import Metrics
 
@@ -111,7 +111,7 @@ class Delivery:
         self._again: set[str] = set()
         self._later: dict[str, Handle] = {}  # the next pass of a watcher that must wait
         # outcomes of calls the store refused to record, recorded before the next claim
-        self._unsettled: dict[str, list[tuple[Entry, str]]] = {}
+        self._unsettled: dict[str, list[tuple[OutboxRow, str]]] = {}
         self._last_woken: dict[str, float] = {}  # monotonic s of each watcher's last wake
         self._looking: asyncio.Task[None] | None = None  # a read of the outbox
         self._look_again = False
@@ -244,7 +244,7 @@ class Delivery:
             del self._last_woken[old]
         self._last_woken[watcher] = now
 
-    async def _send(self, watcher: str, entries: list[Entry]) -> None:
+    async def _send(self, watcher: str, entries: list[OutboxRow]) -> None:
         """Each claimed notice in its own call, while the lease holds; then the lease ends."""
         again = again_now = False
         try:
@@ -275,7 +275,7 @@ class Delivery:
         elif again:
             self._after(watcher, max(self.sender.retry_s, self.sender.quiet_s()))
 
-    async def _settle(self, entry: Entry, result: str) -> bool:
+    async def _settle(self, entry: OutboxRow, result: str) -> bool:
         """Record a call's outcome. When the store refuses, it is kept here and recorded
         before the next claim (the lease keeps the notice meanwhile): a wake the gateway
         accepted is never sent again for want of its acknowledgement, unless this process
@@ -309,7 +309,7 @@ class Delivery:
                 return False
         return True
 
-    def _still(self, entry: Entry, held: list[claims.Hold]) -> Callable[[], Awaitable[bool]]:
+    def _still(self, entry: OutboxRow, held: list[claims.Hold]) -> Callable[[], Awaitable[bool]]:
         """What the sender asks before each attempt: :func:`claims.hold`, its answers
         appended to ``held``."""
 
@@ -352,7 +352,7 @@ class Delivery:
         except SessionwatchError as exc:  # it expires on its own
             log.debug("a wake lease was not released: %s", exc)
 
-    def _gave_up(self, entries: list[Entry]) -> None:
+    def _gave_up(self, entries: list[OutboxRow]) -> None:
         for entry in entries:
             log.warning(
                 "the wake of %s for %s went %d times without an answer: counted as"

@@ -44,7 +44,7 @@ _COLUMNS = (
 )
 
 
-class Entry(NamedTuple):
+class OutboxRow(NamedTuple):
     """One outbox row: a notice and its wake's state."""
 
     id: int
@@ -95,7 +95,7 @@ def acknowledge(conn: Conn, pending: list[cursors.WatchCursor], now: int) -> lis
     return reopened
 
 
-def due(conn: Conn, watcher: str, now: int) -> list[Entry]:
+def due(conn: Conn, watcher: str, now: int) -> list[OutboxRow]:
     """The watcher's live rows to wake (``wake``, or ``sending`` left by a call that was
     cut), oldest first; its dead ones are marked ``gone`` on the way."""
     rows = conn.execute(
@@ -103,7 +103,7 @@ def due(conn: Conn, watcher: str, now: int) -> list[Entry]:
         " AND state IN ('wake', 'sending') ORDER BY id",
         (watcher,),
     ).fetchall()
-    entries = [Entry(*row) for row in rows]
+    entries = [OutboxRow(*row) for row in rows]
     alive = [e for e in entries if e.alive(conn) is not None]
     for e in entries:
         if e not in alive:
@@ -120,11 +120,11 @@ def watchers_due(conn: Conn) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def read(conn: Conn, entry_id: int) -> Entry | None:
+def read(conn: Conn, entry_id: int) -> OutboxRow | None:
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM sessionwatch_notice_outbox WHERE id = ?", (entry_id,)
     ).fetchone()
-    return Entry(*row) if row else None
+    return OutboxRow(*row) if row else None
 
 
 def set_state(
@@ -142,7 +142,7 @@ def last_id(conn: Conn) -> int:
     return int(row[0]) if row else 0
 
 
-def opened_since(conn: Conn, watcher: str, after: int) -> list[Entry]:
+def opened_since(conn: Conn, watcher: str, after: int) -> list[OutboxRow]:
     """The watcher's rows after id ``after``, whatever became of them: what a reader that
     follows the watcher's notices has not seen yet."""
     rows = conn.execute(
@@ -150,7 +150,7 @@ def opened_since(conn: Conn, watcher: str, after: int) -> list[Entry]:
         " AND id > ? ORDER BY id",
         (watcher, after),
     ).fetchall()
-    return [Entry(*row) for row in rows]
+    return [OutboxRow(*row) for row in rows]
 
 
 def prune(conn: Conn, before: int) -> int:

@@ -408,7 +408,7 @@ def row_cap_sequence(conn: Conn, max_rows: int) -> int:
     return int(row[0]) if row else 0
 
 
-class StateChanges(NamedTuple):
+class ChangesSince(NamedTuple):
     """The events after a sequence a caller has seen (``truncated`` past the page), the
     earliest sequence still kept, and whether retention pruned events the caller has not
     seen (``history_gap``)."""
@@ -425,7 +425,7 @@ class SessionStatus(NamedTuple):
 
     session_key: str
     state_version: int
-    state_changes: StateChanges | None
+    state_changes: ChangesSince | None
 
 
 class StateVersion(NamedTuple):
@@ -441,7 +441,7 @@ def session_status(conn: Conn, key: str, agent_id: str, changes_since: int | Non
         return SessionStatus(key, version, None)
     events, truncated = state_changes(conn, key, agent_id, changes_since)
     earliest = earliest_sequence(conn, key, agent_id) or (version + 1 if version else 0)
-    changes = StateChanges(events, truncated, earliest, changes_since < pruned)
+    changes = ChangesSince(events, truncated, earliest, changes_since < pruned)
     return SessionStatus(key, version, changes)
 
 

@@ -35,7 +35,7 @@ def check_kind(kind: str) -> str:
     return entry(kind).name
 
 
-class Adopted(NamedTuple):
+class AdoptedLink(NamedTuple):
     """What an adoption did: the link it made, or why the source declined (the adoption
     is recorded either way)."""
 
@@ -70,7 +70,7 @@ class Adoption:
         agent_id: str | None = None,
         session_id: str | None = None,
         thread: str | None = None,
-    ) -> Adopted:
+    ) -> AdoptedLink:
         """Adopt a native source: baseline its marker at the end and record ``adopted``."""
         key = normalize_key(session_key)
         agent = resolve_agent(key, agent_id)
@@ -127,7 +127,7 @@ class Adoption:
 
         link = await self.kernel.commit(run)
         self.kernel.stream.publish(LinksChanged())
-        return Adopted(link, declined, tuple(warnings))
+        return AdoptedLink(link, declined, tuple(warnings))
 
     async def adopt_catalog(
         self,
@@ -136,7 +136,7 @@ class Adoption:
         session_key: str,
         agent_id: str | None = None,
         session_id: str | None = None,
-    ) -> Adopted:
+    ) -> AdoptedLink:
         """Adopt a catalog entry by its id, or by the short id the table shows."""
         wanted = catalog_id.strip()
         kind, _, digest = wanted.rpartition(":")
@@ -172,7 +172,7 @@ class Adoption:
         path: str | None = None,
         node: str | None = None,
         thread: str | None = None,
-    ) -> Adopted:
+    ) -> AdoptedLink:
         """Adopt by catalog id, or by kind and path (with ``thread`` for a database), or a
         paired node's thread (``node`` and ``thread``)."""
         if catalog_id is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from adapters.base import Adapter, NodeAddress, Settings
-from adapters.catalog import Catalog
+from adapters.catalog import CatalogListing
 from adapters.registry import build_adapters, entry, roots_of
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
@@ -22,7 +22,7 @@ from monitor.kernel.keys import normalize_key, session_scope
 from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import links
-from monitor.upstream.adoption import Adopted, Adoption
+from monitor.upstream.adoption import AdoptedLink, Adoption
 from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
@@ -131,7 +131,7 @@ class UpstreamMonitor:
         since: str | None = None,
         search: str | None = None,
         limit: int | None = None,
-    ) -> Catalog:
+    ) -> CatalogListing:
         """The native sessions every adapter lists, merged, filtered and ranked (see
         :meth:`SessionCatalog.find`)."""
         return await self.sessions.find(kind, cwd=cwd, since=since, search=search, limit=limit)
@@ -152,7 +152,7 @@ class UpstreamMonitor:
         agent_id: str | None = None,
         session_id: str | None = None,
         thread: str | None = None,
-    ) -> Adopted:
+    ) -> AdoptedLink:
         """Adopt a native source by kind and path (see :meth:`Adoption.adopt`)."""
         return await self.adoption.adopt(
             kind=kind,
@@ -170,7 +170,7 @@ class UpstreamMonitor:
         session_key: str,
         agent_id: str | None = None,
         session_id: str | None = None,
-    ) -> Adopted:
+    ) -> AdoptedLink:
         """Adopt what a catalog entry names (see :meth:`Adoption.adopt_catalog`)."""
         return await self.adoption.adopt_catalog(
             catalog_id, session_key=session_key, agent_id=agent_id, session_id=session_id
@@ -187,7 +187,7 @@ class UpstreamMonitor:
         path: str | None = None,
         node: str | None = None,
         thread: str | None = None,
-    ) -> Adopted:
+    ) -> AdoptedLink:
         """Adopt by catalog id, or by kind and path, or by node and thread (see
         :meth:`Adoption.adopt_source`)."""
         return await self.adoption.adopt_source(

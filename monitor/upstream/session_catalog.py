@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from adapters.base import Adapter
-from adapters.catalog import Catalog, CatalogEntry, catalog_id
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from monitor.errors import BadInput
 from monitor.kernel import Kernel
 from monitor.paths import expand_user
@@ -76,13 +76,13 @@ SEARCH_CUTOFF = 75.0
 
 
 def select(
-    catalog: Catalog,
+    catalog: CatalogListing,
     *,
     cwd: str | None = None,
     since_ms: int | None = None,
     search: str | None = None,
     limit: int | None = None,
-) -> Catalog:
+) -> CatalogListing:
     """The entries that pass the filters, newest first or (with ``search``) best first."""
     want = None if cwd is None else os.path.realpath(expand_user(cwd))
     entries = [
@@ -107,7 +107,7 @@ def select(
             replace(entries[i], score=float(score))
             for _, score, i in sorted(ranked, key=lambda r: (-r[1], r[2]))
         ]
-    return Catalog(entries=entries[:limit], skipped=catalog.skipped, errors=catalog.errors)
+    return CatalogListing(entries=entries[:limit], skipped=catalog.skipped, errors=catalog.errors)
 
 
 class SessionCatalog:
@@ -159,13 +159,13 @@ class SessionCatalog:
         since: str | None = None,
         search: str | None = None,
         limit: int | None = None,
-    ) -> Catalog:
+    ) -> CatalogListing:
         """The sessions of ``kind`` (of every kind when None), filtered and ranked."""
         if kind is not None and kind not in self.adapters:
             raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(self.adapters)})')
         since_ms = parse_since(since, self.kernel.clock()) if since else None
         kinds = [kind] if kind is not None else list(self.adapters)
-        found = Catalog()
+        found = CatalogListing()
         for part in await asyncio.gather(*(self.adapters[k].catalog() for k in kinds)):
             found.extend(part)
         adopted: dict[str, list[str]] = {}
@@ -188,11 +188,11 @@ class SessionCatalog:
             raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(self.adapters)})')
         kinds = [kind] if kind is not None else list(self.adapters)
 
-        async def of(k: str) -> Catalog:
+        async def of(k: str) -> CatalogListing:
             adapter = self.adapters[k]
             matching = getattr(adapter, "catalog_matching", None)
             if matching is not None:
-                found: Catalog = await matching(digest)
+                found: CatalogListing = await matching(digest)
                 return found
             return await adapter.catalog()
 

@@ -171,8 +171,7 @@ class Ticker:
         self._own_host = f"{GATEWAY_HOST_PREFIX}{settings.host}"
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
-        self._store_refused: str | None = None  # said once until the store takes a tick again
-        self._link_failures: dict[tuple[str, str], str] = {}  # said once per link and reason
+        self.writes = TickWrites(kernel, settings.missing_threshold, metrics)
 
     @property
     def busy(self) -> bool:
@@ -250,7 +249,7 @@ class Ticker:
         snapshot = await self.kernel.read(self._load)
         plan = self._plan(snapshot, only)
         checked = await asyncio.gather(*(self._check(k, w) for k, w in plan.batches.items()))
-        return await self._settle_checked(snapshot, plan, checked)
+        return await self.writes.settle_checked(snapshot, plan, checked)
 
     def _plan(self, snapshot: Snapshot, only: set[str] | None) -> Plan:
         """Which links this tick checks, per kind, and which it skips, and why."""
@@ -286,7 +285,76 @@ class Ticker:
             plan.batches.setdefault(link.kind, []).append((link, probe))
         return plan
 
-    async def _settle_checked(
+    def _ours(self, link: UpstreamLink, shared: bool) -> bool:
+        """On a shared store, a file link belongs to the host whose file it is, and a link
+        without a host is ticked by whichever sidecar holds the shared lease. A store only
+        this sidecar uses is all its own, whatever host id its links were written with.
+        Foreign links are skipped (and said so) by whoever looks."""
+        if not self.kernel.store.shared or link.kind is None or link.kind not in self.adapters:
+            return True
+        if entry(link.kind).form == "file":
+            return link.host_id == self._own_host
+        return shared
+
+    def _skip_reason(
+        self,
+        link: UpstreamLink,
+        agents: Counter[str],
+        sessions: dict[tuple[str, str], SessionFlags],
+    ) -> str | None:
+        if agents[link.session_key] > 1:
+            if link.session_key not in self._ambiguous_logged:
+                log.warning(
+                    "%s is linked under several agents; skipped as ambiguous", link.session_key
+                )
+                self._ambiguous_logged.add(link.session_key)
+            return "ambiguous: linked under several agent ids"
+        if link.kind is None:
+            return f"foreign: {link.upstream_kind} links are read by the gateway, not by us"
+        if link.kind not in self.adapters:
+            return f"no adapter for {link.kind}"
+        known = sessions.get(link.key)
+        if known is None:  # a session we were never told of (a link the gateway wrote)
+            return None
+        session_id, run_active = known
+        if not session_id:
+            return "no session id"
+        if run_active:
+            return "run active"
+        return None
+
+    async def _check(
+        self, kind: str, works: list[tuple[UpstreamLink, Probe]]
+    ) -> tuple[str, list[tuple[UpstreamLink, Probe]], list[Outcome]]:
+        try:
+            outcomes = await asyncio.wait_for(
+                self.adapters[kind].check([probe for _, probe in works]), self.settings.budget_s
+            )
+            if len(outcomes) != len(works):
+                raise SessionwatchError(f"{kind} adapter answered {len(outcomes)} outcomes")
+        except TimeoutError:
+            outcomes = [Outcome(status="inconclusive", reason=BUDGET_EXCEEDED)] * len(works)
+        except Exception as exc:
+            log.exception("%s adapter failed", kind)
+            outcomes = [Outcome(status="inconclusive", reason=f"adapter failed: {exc}")] * len(
+                works
+            )
+        return kind, works, outcomes
+
+
+class TickWrites:
+    """What a tick writes: each link's findings in a transaction of its own, the quiet
+    links' stamps and the skips' reasons in one each; a store that refuses them, and a
+    link whose own write fails, said once."""
+
+    def __init__(self, kernel: Kernel, missing_threshold: int, metrics: Metrics | None) -> None:
+        self.kernel = kernel
+        self.missing_threshold = missing_threshold
+        self.metrics = metrics
+        self._store_refused: str | None = None  # said once until the store takes a tick again
+        self._link_failures: dict[tuple[str, str], str] = {}  # said once per link and reason
+
+    async def settle_checked(
         self,
         snapshot: Snapshot,
         plan: Plan,
@@ -340,17 +408,6 @@ class Ticker:
             log.warning("the state database takes the tick's writes again")
             self._store_refused = None
 
-    def _ours(self, link: UpstreamLink, shared: bool) -> bool:
-        """On a shared store, a file link belongs to the host whose file it is, and a link
-        without a host is ticked by whichever sidecar holds the shared lease. A store only
-        this sidecar uses is all its own, whatever host id its links were written with.
-        Foreign links are skipped (and said so) by whoever looks."""
-        if not self.kernel.store.shared or link.kind is None or link.kind not in self.adapters:
-            return True
-        if entry(link.kind).form == "file":
-            return link.host_id == self._own_host
-        return shared
-
     async def _quietly(self, what: str, write: Callable[[Conn, int], None]) -> str | None:
         """A bookkeeping write the next tick redoes if it fails: the store's refusal, if
         it refused (said once by the tick), else None."""
@@ -362,57 +419,12 @@ class Ticker:
             log.warning("could not %s: %s", what, exc)
         return None
 
-    def _skip_reason(
-        self,
-        link: UpstreamLink,
-        agents: Counter[str],
-        sessions: dict[tuple[str, str], SessionFlags],
-    ) -> str | None:
-        if agents[link.session_key] > 1:
-            if link.session_key not in self._ambiguous_logged:
-                log.warning(
-                    "%s is linked under several agents; skipped as ambiguous", link.session_key
-                )
-                self._ambiguous_logged.add(link.session_key)
-            return "ambiguous: linked under several agent ids"
-        if link.kind is None:
-            return f"foreign: {link.upstream_kind} links are read by the gateway, not by us"
-        if link.kind not in self.adapters:
-            return f"no adapter for {link.kind}"
-        known = sessions.get(link.key)
-        if known is None:  # a session we were never told of (a link the gateway wrote)
-            return None
-        session_id, run_active = known
-        if not session_id:
-            return "no session id"
-        if run_active:
-            return "run active"
-        return None
-
-    async def _check(
-        self, kind: str, works: list[tuple[UpstreamLink, Probe]]
-    ) -> tuple[str, list[tuple[UpstreamLink, Probe]], list[Outcome]]:
-        try:
-            outcomes = await asyncio.wait_for(
-                self.adapters[kind].check([probe for _, probe in works]), self.settings.budget_s
-            )
-            if len(outcomes) != len(works):
-                raise SessionwatchError(f"{kind} adapter answered {len(outcomes)} outcomes")
-        except TimeoutError:
-            outcomes = [Outcome(status="inconclusive", reason=BUDGET_EXCEEDED)] * len(works)
-        except Exception as exc:
-            log.exception("%s adapter failed", kind)
-            outcomes = [Outcome(status="inconclusive", reason=f"adapter failed: {exc}")] * len(
-                works
-            )
-        return kind, works, outcomes
-
     async def _settle(self, link: UpstreamLink, outcome: Outcome) -> tuple[LinkResult, bool]:
         """The link's result, and whether a refusal was the whole store's: locked by
         another process or unreachable. Any other failed write (a constraint, a trigger)
         is first taken as this link's own: said once for the link, its marker stays, and
         the tick goes on; a second in a row means the store fails every write."""
-        threshold = self.settings.missing_threshold
+        threshold = self.missing_threshold
 
         def run(record: Recorder) -> LinkResult:
             return settle(record, link, outcome, threshold)

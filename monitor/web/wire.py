@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from monitor.kernel.retention import PruneResult
     from monitor.kernel.sessions import SessionRow
     from monitor.kernel.signal_log import SessionStatus, StateVersion
-    from monitor.upstream.adoption import Adopted
+    from monitor.upstream.adoption import AdoptedLink
     from monitor.upstream.links import LinkView, UpstreamLink
     from monitor.upstream.settle import LinkResult
 
@@ -133,7 +133,7 @@ def links(views: list[LinkView]) -> list[Json]:
     return [link(v) for v in views]
 
 
-def adopted(result: Adopted) -> Json:
+def adopted(result: AdoptedLink) -> Json:
     """What an adoption made: its link (with the marker as people see it), or why not."""
     made: Json | None = None
     if result.link is not None:

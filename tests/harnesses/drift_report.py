@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.base import Settings
-from adapters.catalog import Catalog
+from adapters.catalog import CatalogListing
 from monitor.upstream.replay import replay
 from tests.harnesses.harnesses import KINDS, Harness, why_not_runnable
 from tests.interop.gateway_rig import MockModelProcess
@@ -31,7 +31,7 @@ def session_of(harness: Harness) -> tuple[str, str | None]:
     _, root = harness.root()
     kind = harness.kind
     settings = Settings(roots={kind: str(root)})
-    found: Catalog = asyncio.run(entry(kind).build(settings).catalog())
+    found: CatalogListing = asyncio.run(entry(kind).build(settings).catalog())
     (session,) = found.entries
     return session.path, session.native_id if kind == "opencode" else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.catalog import Catalog, CatalogEntry
+from adapters.catalog import CatalogEntry, CatalogListing
 from monitor.upstream.session_catalog import select
 
 TITLES = (
@@ -68,7 +68,7 @@ QUERIES = {
 }
 
 
-def catalog() -> Catalog:
+def catalog() -> CatalogListing:
     entries = [
         CatalogEntry(
             catalog_id=f"claude:{i:016x}",
@@ -82,7 +82,7 @@ def catalog() -> Catalog:
         )
         for i, title in enumerate(TITLES)
     ]
-    return Catalog(entries=entries, skipped=0, errors=[])
+    return CatalogListing(entries=entries, skipped=0, errors=[])
 
 
 @pytest.mark.parametrize(("query", "best"), sorted(QUERIES.items()))
@@ -114,7 +114,7 @@ def test_the_table_shows_a_paired_nodes_kind_whole(capsys: pytest.CaptureFixture
         size=10,
         node="laptop",
     )
-    print_catalog(Catalog(entries=[entry], skipped=0, errors=[]), 1000)
+    print_catalog(CatalogListing(entries=[entry], skipped=0, errors=[]), 1000)
     assert "claude-node@laptop" in capsys.readouterr().out
 
 
@@ -136,7 +136,7 @@ def test_the_table_escapes_control_characters_and_markup(
         size=10,
     )
     print_catalog(
-        Catalog(entries=[entry], skipped=0, errors=[{"path": "/x\x1b[2J", "reason": "bad"}]),
+        CatalogListing(entries=[entry], skipped=0, errors=[{"path": "/x\x1b[2J", "reason": "bad"}]),
         1000,
         width=200,
     )
