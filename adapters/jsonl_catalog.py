@@ -11,6 +11,7 @@ a malformed file is reported and skipped.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +27,52 @@ TAIL_BYTES = 16 * 1024
 _TITLE_TYPES = {"custom-title": "customTitle", "ai-title": "aiTitle", "session_info": "name"}
 
 
-def _records(
-    fmt: JsonlFormat[Any], chunk: bytes, *, skip_first_partial: bool
-) -> list[dict[str, Any]]:
-    """The records of ``chunk``'s complete lines, parsed as the monitor parses them (odd
-    bytes, a lone surrogate, a BOM are read, not skipped)."""
-    lines = chunk.split(b"\n")
-    if skip_first_partial:
-        lines = lines[1:]
-    out = []
-    for line in lines[:-1] if not chunk.endswith(b"\n") else lines:
-        if not line.strip():
-            continue
-        value = parse_line(line, recover=not fmt.strict)
+# What a line must hold for an entry to read it, per format: a working directory (Claude
+# names it in its records; the others in their first line) and a title (Claude's own and its
+# recap, Pi's session name). A format not named here: every one of them.
+_WANTED = (b'"cwd"', b"custom-title", b"ai-title", b"session_info", b"away_summary")
+_WANTED_BY_KIND = {
+    "claude": (b'"cwd"', b"custom-title", b"ai-title", b"away_summary"),
+    "codex": (),
+    "pi": (b"session_info",),
+}
+
+
+def _complete(chunk: bytes, *, skip_first_partial: bool) -> bytes:
+    """``chunk``'s complete lines: without a line cut at its end (or at its start)."""
+    chunk = chunk[: chunk.rfind(b"\n") + 1]
+    return chunk[chunk.find(b"\n") + 1 :] if skip_first_partial else chunk
+
+
+def _marked(fmt: JsonlFormat[Any], chunk: bytes) -> list[dict[str, Any]]:
+    """The records of the lines of ``chunk`` (complete lines) that hold what an entry reads
+    (:data:`_WANTED_BY_KIND`), in file order; each looked for at C speed, no line split."""
+    starts: set[int] = set()
+    for needle in _WANTED_BY_KIND.get(fmt.kind, _WANTED):
+        at = chunk.find(needle)
+        while at >= 0:
+            starts.add(chunk.rfind(b"\n", 0, at) + 1)
+            end = chunk.find(b"\n", at)
+            at = chunk.find(needle, end) if end >= 0 else -1
+    found = []
+    for start in sorted(starts):
+        value = parse_line(chunk[start : chunk.find(b"\n", start)], recover=not fmt.strict)
         if isinstance(value, dict):
-            out.append(value)
-    return out
+            found.append(value)
+    return found
+
+
+def _prompts(fmt: JsonlFormat[Any], chunk: bytes) -> Iterator[dict[str, Any]]:
+    """The records of ``chunk``'s complete lines that may be a prompt (those the format's
+    pre-filter lets through, as in the monitor), one at a time: read only as far as the
+    first prompt."""
+    prefilter, recover, start = fmt.prefilter, not fmt.strict, 0
+    while (stop := chunk.find(b"\n", start)) >= 0:
+        if stop > start and (prefilter is None or prefilter(chunk, start, stop)):
+            value = parse_line(chunk[start:stop], recover=recover)
+            if isinstance(value, dict):
+                yield value
+        start = stop + 1
 
 
 def _head_and_tail(path: str, size: int) -> tuple[bytes, bytes]:
@@ -100,16 +131,18 @@ def file_entry(
         raise ValueError("first line is not JSON")
     if not isinstance(first, dict):
         raise ValueError("first line is not a JSON object")
-    head_records = _records(fmt, head, skip_first_partial=False)
-    described = fmt.describe(first, head_records)
+    # the lines after the first, whole; only those an entry reads are parsed
+    rest = _complete(head[first_nl + 1 :], skip_first_partial=False) if first_nl >= 0 else b""
+    marked = _marked(fmt, rest)
+    described = fmt.describe(first, [first, *marked])
     if described is None:
         return None
     native_id, cwd = described
     real = real or os.path.realpath(path)
-    prompt = _text(first_prompt(fmt, head_records))
-    title = _text(
-        _title(head_records + (_records(fmt, tail, skip_first_partial=True) if tail else []))
-    )
+    prompt = _text(first_prompt(fmt, [first], _prompts(fmt, rest)))
+    if tail:
+        marked += _marked(fmt, _complete(tail, skip_first_partial=True))
+    title = _text(_title([first, *marked]))
     cwd = _text(cwd)
     return CatalogEntry(
         catalog_id=catalog_id(fmt.kind, real),

@@ -15,6 +15,7 @@ carry no record we could read.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -30,11 +31,14 @@ from monitor.records import NamedTuple
 RECENT_IDS = 32  # native ids of the last turns reported, kept in the marker
 
 
-def first_prompt(fmt: JsonlFormat[Any], records: list[dict[str, Any]]) -> str | None:
-    """The first direct human prompt among ``records`` (the file's first lines), as the
-    classifier finds it, on one line; None when there is none."""
-    state = fmt.state_from_first(records[0] if records else None)
-    for record in records:
+def first_prompt(
+    fmt: JsonlFormat[Any], first: list[dict[str, Any]], rest: Iterable[dict[str, Any]] = ()
+) -> str | None:
+    """The first direct human prompt among ``first`` then ``rest`` (the file's first
+    records; ``rest`` is read only until one is found), as the classifier finds it, on one
+    line; None when there is none."""
+    state = fmt.state_from_first(first[0] if first else None)
+    for record in itertools.chain(first, rest):
         verdict = fmt.classify(record, state)
         if verdict is not None and verdict.turn:
             text = " ".join(fmt.prompt_text(record).split())

@@ -36,12 +36,36 @@ async def scan_catalog(roots: RootsConfig) -> CatalogListing:
     return found
 
 
+def _bodies() -> dict[str, bytes]:
+    """Thirty lines of the model's answers, in each format's own shape (as each harness
+    writes them, so that each format's pre-filter sees what it sees in service)."""
+    text = "x" * 800
+    claude = {"type": "assistant", "uuid": "a", "message": {"role": "assistant", "content": text}}
+    codex = {
+        "timestamp": "2026-03-01T10:00:00.000Z",
+        "type": "response_item",
+        "payload": {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text}],
+        },
+    }
+    pi = {
+        "type": "message",
+        "id": "m",
+        "parentId": None,
+        "timestamp": "2026-03-01T10:00:00.000Z",
+        "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+    }
+    return {
+        kind: b"".join(orjson.dumps(record) + b"\n" for _ in range(30))
+        for kind, record in (("claude", claude), ("codex", codex), ("pi", pi))
+    }
+
+
 def generate(root: Path, n: int) -> None:
-    body = b"".join(
-        orjson.dumps({"type": "assistant", "uuid": f"a{i}", "message": {"content": "x" * 800}})
-        + b"\n"
-        for i in range(30)
-    )
+    bodies = _bodies()
+    body = bodies["claude"]
     for i in range(n):
         kind = ("claude", "codex", "pi")[i % 3]
         if kind == "claude":
@@ -67,8 +91,13 @@ def generate(root: Path, n: int) -> None:
                 "type": "session_meta",
                 "payload": {"id": f"t{i}", "cwd": "/w", "source": "cli"},
             }
+            prompt = {
+                "timestamp": "2026-03-01T10:00:00.000Z",
+                "type": "event_msg",
+                "payload": {"type": "user_message", "message": f"fix the tests {i}"},
+            }
             (d / f"rollout-2026-03-01T10-00-00-t{i}.jsonl").write_bytes(
-                orjson.dumps(meta) + b"\n" + body
+                orjson.dumps(meta) + b"\n" + orjson.dumps(prompt) + b"\n" + bodies["codex"]
             )
         else:
             d = root / "pi" / f"--w-{i % 40}--"
@@ -80,8 +109,15 @@ def generate(root: Path, n: int) -> None:
                 "cwd": "/w",
                 "timestamp": "2026-03-01T10:00:00Z",
             }
+            prompt = {
+                "type": "message",
+                "id": "u",
+                "parentId": None,
+                "timestamp": "2026-03-01T10:00:00.000Z",
+                "message": {"role": "user", "content": [{"type": "text", "text": f"go on {i}"}]},
+            }
             (d / f"2026-03-01T10-00-00-000Z_p{i}.jsonl").write_bytes(
-                orjson.dumps(header) + b"\n" + body
+                orjson.dumps(header) + b"\n" + orjson.dumps(prompt) + b"\n" + bodies["pi"]
             )
     sub = root / "claude" / "proj0" / "s0" / "subagents"
     sub.mkdir(parents=True, exist_ok=True)

@@ -25,10 +25,9 @@ def _size(entry: CatalogEntry) -> str:
     return ""  # pragma: no cover - the loop always returns
 
 
-def _home(path: str | None) -> str:
+def _home(path: str | None, home: str) -> str:
     if not path:
         return ""
-    home = str(Path.home())
     return "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
 
 
@@ -51,9 +50,10 @@ def _fit(text: str, width: int, *, right: bool = False) -> str:
     """``text`` in exactly ``width`` terminal cells: cut with an ellipsis, or padded."""
     from rich.cells import cell_len, set_cell_size
 
-    if cell_len(text) > width:
+    cells = len(text) if text.isascii() else cell_len(text)
+    if cells > width:
         return set_cell_size(text, max(width - 1, 0)) + "…"
-    pad = " " * (width - cell_len(text))
+    pad = " " * (width - cells)
     return pad + text if right else text + pad
 
 
@@ -85,12 +85,13 @@ def print_catalog(catalog: CatalogListing, now_ms: int, *, width: int = 100) -> 
 
     from rich.console import Console
 
+    home = str(Path.home())
     rows = [
         (
             e.short_id,
             escaped(f"{e.kind}@{e.node}" if e.node else e.kind),
             escaped(e.title or ""),
-            escaped(_home(e.cwd)),
+            escaped(_home(e.cwd, home)),
             ago(e.updated_at, now_ms),
             _size(e),
             escaped(", ".join(k for k in (e.session_key, *e.also_keys) if k)),
