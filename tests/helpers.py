@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import os
 import re
 import subprocess
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,97 +24,10 @@ from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.signal_log import Recorded
 from monitor.serve.root import Sidecar
+from monitor.testing import T0, ManualClock, ManualTimers, settle_loop  # noqa: F401  (the tests import them from here too)
 from tests.contract import check_answer
 
-T0 = 1_790_000_000_000
 REPO = Path(__file__).resolve().parent.parent  # the repository's root
-
-
-class ManualClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
-@dataclass(order=True)
-class _Timer:
-    at_ms: int
-    seq: int
-    fn: Callable[[], None] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualTimers:
-    """Delivery's timers (:class:`monitor.delivery.timers.Timers`) on a :class:`ManualClock`:
-    a timer fires, and a sleep ends, only when :meth:`advance` moves time past it. Timers
-    run on a monotonic clock of their own, which :meth:`advance` moves with the wall clock;
-    a test steps the wall clock alone by setting ``clock.now``."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
-        self.mono_ms = 0
-        self.stores: list[Any] = []  # stores whose thread writes each step waits for
-        self._due: list[_Timer] = []
-        self._seq = itertools.count()
-
-    def now_ms(self) -> int:
-        return self.clock()
-
-    def monotonic(self) -> float:
-        return self.mono_ms / 1000
-
-    def call_later(self, delay_s: float, fn: Callable[[], None]) -> _Timer:
-        timer = _Timer(self.mono_ms + round(delay_s * 1000), next(self._seq), fn)
-        heapq.heappush(self._due, timer)
-        return timer
-
-    async def sleep(self, delay_s: float) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self.call_later(delay_s, lambda: done.done() or done.set_result(None))
-        await done
-
-    @property
-    def delays_ms(self) -> list[int]:
-        """How far ahead each timer still set is."""
-        return sorted(t.at_ms - self.mono_ms for t in self._due if not t.cancelled)
-
-    async def advance(self, ms: int) -> None:
-        """Move both clocks ``ms`` on, firing each timer due on the way at its own time,
-        and letting what it woke run until it waits again."""
-        await self.quiesce()  # what the step before began ends before time moves
-        end = self.mono_ms + ms
-        while self._due and self._due[0].at_ms <= end:
-            timer = heapq.heappop(self._due)
-            if timer.cancelled:
-                continue
-            step = max(0, timer.at_ms - self.mono_ms)
-            self.mono_ms += step
-            self.clock.now += step
-            timer.fn()
-            await self.quiesce()
-        self.clock.now += end - self.mono_ms
-        self.mono_ms = end
-        await self.quiesce()
-
-    async def quiesce(self) -> None:
-        """Let what is ready run, and the writes handed to a store's writer thread end, so
-        that no time passes while a write of the step is still under way."""
-        await settle_loop()
-        for _ in range(5_000):
-            if not any(getattr(s, "_queued", 0) for s in self.stores):
-                return
-            await asyncio.sleep(0.001)
-            await settle_loop()
 
 
 class WakeLog:
@@ -163,12 +75,6 @@ async def kernel_waking(
     kernel = await Kernel.on_store(store, **kwargs)
     await wakes.delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
     return kernel
-
-
-async def settle_loop(rounds: int = 20) -> None:
-    """Let the event loop run what is ready (no time passes)."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
 
 
 @dataclass
