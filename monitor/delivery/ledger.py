@@ -115,6 +115,7 @@ class Delivery:
         self._last_woken: dict[str, float] = {}  # monotonic s of each watcher's last wake
         self._looking: asyncio.Task[None] | None = None  # a read of the outbox
         self._look_again = False
+        self._kernel: Kernel | None = None  # once started: it says what an ack reopened
 
     def deliver(self, notices: list[Notice]) -> None:
         """Ask for the watchers of ``notices`` to be woken (those the policy wakes)."""
@@ -138,6 +139,7 @@ class Delivery:
         process (a CLI command, a peer on a shared store). ``others``: False to deliver this
         process's notices only (a test on a manual clock)."""
         stack.push_async_callback(self.close)
+        self._kernel = kernel
         stream = kernel.stream
         stack.callback(stream.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
         if not self.store.shared:  # the one serve on this database: old leases were ours
@@ -296,7 +298,10 @@ class Delivery:
                 self._gave_up([entry])
             elif self.metrics:
                 self.metrics.notices_woken.inc()
-            self.deliver(reopened)
+            if self._kernel is not None:
+                self._kernel.acknowledged(reopened)  # delivery hears it back on the stream
+            else:
+                self.deliver(reopened)
         return True
 
     async def _settle_kept(self, watcher: str) -> bool:

@@ -183,6 +183,14 @@ class Kernel(Views):
         if notices:
             self.stream.publish(NoticesOpened(tuple(notices)))
 
+    def acknowledged(self, reopened: list[Notice]) -> None:
+        """After a commit that acknowledged notices (``outbox.acknowledge``: a drain, a wake
+        the gateway accepted), whichever part made it: the readers are told (what is
+        pending changed), and the notices the acknowledgement reopened (work that came
+        after a notice froze) are opened, for delivery and the readers alike."""
+        self.changes.told()
+        self._opened(reopened)
+
     def watches_changed(self) -> None:
         """Which sessions are watched may have changed: said on the stream."""
         self.stream.publish(WatchesChanged())
@@ -283,9 +291,10 @@ class Kernel(Views):
             return Inbox([c.notice() for c in pending], created_text(conn, w, drain=drain))
 
         inbox = await (self.store.write(run) if drain else self.store.peek(run))
-        if drain and self.metrics:
-            self.metrics.notices_drained.inc(len(inbox.notices))
-        self._opened(reopened)
+        if drain:
+            if self.metrics:
+                self.metrics.notices_drained.inc(len(inbox.notices))
+            self.acknowledged(reopened)
         return inbox
 
     async def follow(

@@ -98,6 +98,31 @@ async def test_the_stream_pushes_notices_from_the_api_another_process_and_the_mo
         assert CHILD == pushed["target"]
 
 
+async def test_a_notice_a_drain_reopens_is_pushed_at_once(client: Client) -> None:
+    """A second turn while the first's notice is pending: the drain acknowledges the first
+    and reopens one for the second, in its transaction. The stream is told then, not at
+    its next keep-alive 15 s later (a drain commits through no recorded event)."""
+    await client.call("POST", "/v1/spawns", {"parent": MAIN, "child": CHILD, "runId": "r"})
+    headers = {"Authorization": f"Bearer {client.token}"}
+    url = f"{client.base}/v1/watchers/{MAIN}/notices/stream"
+    async with client.http.get(url, headers=headers) as response:
+        events = _events(response)
+        await _record(client)
+        first = await _next_notice(events)
+        await _record(client)  # while the first is pending: no notice of its own yet
+        _, drained = await client.call("POST", f"/v1/watchers/{MAIN}/notices/drain")
+        assert [first] == drained["notices"]
+
+        async def reopened() -> Any:
+            async for kind, data in events:
+                if kind == "notice":
+                    return data
+            raise AssertionError("the stream ended")
+
+        again = await asyncio.wait_for(reopened(), api.KEEPALIVE_S / 2)
+        assert CHILD == again["target"] and again != first
+
+
 async def test_the_stream_sends_keep_alive_comments(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
