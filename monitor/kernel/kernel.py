@@ -158,6 +158,7 @@ class Kernel(Views):
             return fn(recorder)
 
         result = await self.store.write(run, small=small)
+        self.changes.told()  # whatever it wrote (a link, a lease, a mark), readers look now
         if recorder.recorded:
             self._observe(recorder)
             if self.retention.due(now):  # the hot path awaits nothing more
@@ -169,7 +170,6 @@ class Kernel(Views):
         fresh = [r for r in recorder.recorded if not r.duplicate]
         if not fresh:
             return
-        self.changes.told()  # the streams and the status page read it now
         if self.metrics:
             for r in fresh:
                 self.metrics.recorded(r.event.kind, len(r.notices))
@@ -192,7 +192,9 @@ class Kernel(Views):
         self._opened(reopened)
 
     def watches_changed(self) -> None:
-        """Which sessions are watched may have changed: said on the stream."""
+        """Which sessions are watched may have changed (a watch, a reset, a deletion): said
+        on the stream, and the readers look."""
+        self.changes.told()
         self.stream.publish(WatchesChanged())
 
     async def read(self, fn: Callable[[Conn], T]) -> T:

@@ -85,3 +85,22 @@ async def test_an_event_this_process_recorded_re_reads_nothing(open_kernel: Kern
     # to check; that PostgreSQL skips this store's own notices, test_store_contract checks.
     if kernel.store.watches_changes:
         assert 1 == len(moved)
+
+
+async def test_this_processes_writes_without_an_event_tell_the_readers(
+    open_kernel: KernelFactory,
+) -> None:
+    """A watch, a drain, a reset: no event is recorded, and the readers (the notice
+    stream, the status page) are told at once all the same, never at a keep-alive."""
+    kernel: Kernel = await open_kernel()
+    from monitor.kernel.gateway_sessions import GatewaySessions
+
+    steps = [
+        lambda: kernel.watch(watcher="agent:main:main", target=KEY),
+        lambda: kernel.inbox(watcher="agent:main:main", drain=True),
+        lambda: GatewaySessions(kernel).reset("agent:main:main"),
+    ]
+    for step in steps:
+        seen = kernel.changes.mark()
+        await step()
+        assert kernel.changes.mark() > seen
