@@ -320,7 +320,12 @@ async def _own(kernel: Kernel, a: Args) -> dict[str, Any]:
     reads=True,
 )
 async def _links(kernel: Kernel, a: Args) -> dict[str, Any]:
-    return {"links": wire.links(await _monitor(kernel, a).links())}
+    # read as the monitor reads them, without building its adapters (a node's client
+    # imports aiohttp: a third of a second of a 10,000-link listing)
+    from monitor.kernel.cursors import watched_targets
+    from monitor.upstream.links import list_links
+
+    return {"links": wire.links(await kernel.read(lambda c: list_links(c, watched_targets(c))))}
 
 
 @command(
