@@ -16,9 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from adapters import node_client
 from adapters.base import (
@@ -38,6 +36,9 @@ from adapters.jsonl_format import format_of
 from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from
 from adapters.node_client import Gone, NodeError
 from monitor.errors import BadInput, Declined
+
+if TYPE_CHECKING:
+    import aiohttp  # a node is called only once one is configured
 
 log = logging.getLogger(__name__)
 

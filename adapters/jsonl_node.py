@@ -24,9 +24,8 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from adapters import node_client, zst
@@ -56,6 +55,9 @@ from adapters.jsonl_scan import Cutoff, parse_line, scan
 from adapters.node_client import Gone, NodeError
 from adapters.tailer import NotRegularFile, TailRead, read_tail
 from monitor.errors import BadInput, Declined, NotFound
+
+if TYPE_CHECKING:
+    import aiohttp  # a node is called only once one is configured
 
 MAX_CAP = 16 * 1_048_576  # the most a node reads for one answer, whatever is asked
 WireLine = list[Any]  # [offset, text] · [offset, None, base64] · [offset] (not a record)

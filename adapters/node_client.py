@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from adapters.base import NodeAddress, Outcome, Probe, Ref, Source, non_negative_int
 from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from adapters.tailer import open_regular
 from monitor.errors import BadInput, NotFound, Unreachable, connection_reason
+
+if TYPE_CHECKING:
+    import aiohttp  # imported where a node is called: a listing or a tick without nodes
+    # never pays for it (a third of a second of a one-shot command)
 
 TIMEOUT_S = 10.0
 
@@ -59,11 +61,15 @@ def pin_of(node: NodeAddress) -> aiohttp.Fingerprint | None:
     """The certificate pin of an ``https`` node (the configuration requires one)."""
     if not node.fingerprint:
         return None
+    import aiohttp
+
     return aiohttp.Fingerprint(bytes.fromhex(node.fingerprint))
 
 
 def failure(name: str, url: str, exc: BaseException) -> str:
     """A failed call to node ``name`` in one line; a wrong pin names both fingerprints."""
+    import aiohttp
+
     if isinstance(exc, aiohttp.ServerFingerprintMismatch):
         return (
             f"certificate pin mismatch for node {name}: [nodes.{name}] fingerprint is"
@@ -76,6 +82,8 @@ def failure(name: str, url: str, exc: BaseException) -> str:
 
 
 def session() -> aiohttp.ClientSession:
+    import aiohttp
+
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S))
 
 
@@ -115,6 +123,8 @@ async def call(
             f"unknown node {name!r}: add [nodes.{name}] to the configuration and reload"
             " serve (SIGHUP)"
         )
+    import aiohttp
+
     url = f"{node.url.rstrip('/')}{path}"
     headers = {"Authorization": f"Bearer {token(node)}"}
     method = "GET" if body is None else "POST"
@@ -193,6 +203,8 @@ async def node_catalog(
     that does not answer is an error of the catalog, never an exception. ``legacy``: where a
     node older than ``/v1/catalog`` lists them (under ``threads``)."""
     found = CatalogListing()
+    if not nodes:
+        return found  # no node configured: no client made (aiohttp is not even imported)
     async with session() as http:
         for name in sorted(nodes):
             try:

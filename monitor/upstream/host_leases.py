@@ -18,12 +18,15 @@ import os
 import secrets
 import socket
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 
 from monitor.errors import AlreadyRunning, SessionwatchError
 from monitor.kernel import Kernel
 from monitor.kernel import leases as lease_rows
 from monitor.kernel.leases import Lease
-from monitor.metrics import Metrics
+
+if TYPE_CHECKING:
+    from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
 log = logging.getLogger(__name__)
 

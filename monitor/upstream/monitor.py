@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, NodeAddress, Settings
 from adapters.catalog import CatalogListing
@@ -19,7 +20,6 @@ from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
-from monitor.metrics import Metrics
 from monitor.paths import expand_user
 from monitor.upstream import links
 from monitor.upstream.adoption import AdoptedLink, Adoption
@@ -28,6 +28,9 @@ from monitor.upstream.links import UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.settle import LinkResult
 from monitor.upstream.tick import Ticker, TickSettings
+
+if TYPE_CHECKING:
+    from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
 
 def root_paths(roots: RootsConfig) -> dict[str, Path]:

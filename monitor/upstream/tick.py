@@ -21,7 +21,6 @@ from monitor.kernel import Kernel
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
-from monitor.metrics import Metrics
 from monitor.upstream import links
 from monitor.upstream.bindings import NONE, Bound, probe_refs
 from monitor.upstream.changes import LinksChanged
@@ -30,6 +29,7 @@ from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult, settle
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
+    from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
 log = logging.getLogger(__name__)
 
