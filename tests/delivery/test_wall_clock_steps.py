@@ -21,6 +21,7 @@ from tests.test_cli import sw
 LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 MAIN = "agent:main:main"
 WINDOW_S = 20
+SLACK_S = 5  # a pass's claim, call and record on a loaded machine; an hour's step is 3,600
 
 
 @pytest.mark.skipif(not Path(LIB).exists(), reason="libfaketime is not installed (faketime)")
@@ -68,11 +69,12 @@ async def test_a_wall_clock_step_back_or_forward_delays_no_wake_past_the_window(
 
         assert await woken_after("a") < WINDOW_S  # at once
         # an hour back, right after the wake (FAKETIME_NO_CACHE: serve's next clock read
-        # is stepped, nothing to wait for)
+        # is stepped, nothing to wait for). Each next wake waits out the window from the
+        # one before: the rest of it, plus the pass's own work, never an hour.
         offset.write_text("-3600 x1\n")
-        assert await woken_after("b") <= WINDOW_S  # the rest of the window, not an hour
+        assert await woken_after("b") <= WINDOW_S + SLACK_S
         offset.write_text("+3600 x1\n")  # then two hours forward
-        assert await woken_after("c") <= WINDOW_S
+        assert await woken_after("c") <= WINDOW_S + SLACK_S
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
