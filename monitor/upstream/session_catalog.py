@@ -204,4 +204,6 @@ class SessionCatalog:
 
 
 def _with_keys(entry: CatalogEntry, keys: list[str]) -> CatalogEntry:
+    if not keys and entry.session_key is None and not entry.also_keys:
+        return entry  # most of them: no copy
     return replace(entry, session_key=keys[0] if keys else None, also_keys=tuple(keys[1:]))
