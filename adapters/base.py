@@ -131,10 +131,13 @@ class Turn(NamedTuple):
 class Follow(NamedTuple):
     """A thread the gateway stopped probing that the sidecar follows on a marker of its own
     (a gateway-adopted Codex thread's source, once the gateway works on its own branch):
-    the thread, and the sidecar's marker there (None: none kept yet)."""
+    the thread, the sidecar's marker there (None: none kept for this branch yet), and the
+    thread the gateway probes instead (the branch: a marker kept beside another branch is
+    not this one's)."""
 
     thread: str
     marker: Marker | None
+    beside: str = ""
 
 
 class Probe(NamedTuple):
@@ -297,6 +300,7 @@ class Followed:
     thread: str
     since: Marker | None
     outcome: Outcome
+    beside: str = ""
 
     @property
     def news(self) -> bool:
@@ -382,9 +386,9 @@ class GatewayBound(Protocol):
         None."""
         ...
 
-    def followed(self, ref: Ref) -> str | None:
+    def followed(self, ref: Ref) -> tuple[str, str] | None:
         """The thread followed beside the probed one on the sidecar's own marker (the
-        source, once the gateway probes another thread), or None."""
+        source, once the gateway probes another thread), with the probed one; or None."""
         ...
 
 

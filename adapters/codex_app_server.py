@@ -659,12 +659,13 @@ def probed_ref(ref: Ref, thread_id: str, stored: Any, session_id: str | None) ->
     return out
 
 
-def followed(ref: Ref) -> str | None:
+def followed(ref: Ref) -> tuple[str, str] | None:
     """The thread the sidecar follows beside the probed one: the link's source thread, once
-    the gateway probes its branch instead (a person may go on typing in the source)."""
-    source = ref.get("threadId")
-    if isinstance(source, str) and source and thread_of(ref) != source:
-        return source
+    the gateway probes its branch instead (a person may go on typing in the source); and
+    the branch."""
+    source, probed = ref.get("threadId"), thread_of(ref)
+    if isinstance(source, str) and source and probed != source:
+        return source, probed
     return None
 
 
@@ -814,9 +815,8 @@ class CodexAppServerAdapter:
         source = files.upto(cutoff)
         since = follow.marker
         start = since if since is not None else branch_point(source, link_marker, branch)
-        return Followed(
-            thread=follow.thread, since=since, outcome=gateway_check(source, start, own, now)
-        )
+        found = gateway_check(source, start, own, now)
+        return Followed(thread=follow.thread, since=since, outcome=found, beside=follow.beside)
 
     def _new_drift(self, path: str, drift: Drift) -> Drift | None:
         """What of a file's drift was not reported yet (reported once: to the metrics,

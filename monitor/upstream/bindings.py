@@ -28,7 +28,7 @@ class Bound(NamedTuple):
 
     refs: dict[tuple[str, str], Ref]
     busy: dict[tuple[str, str], str]
-    follows: dict[tuple[str, str], str]
+    follows: dict[tuple[str, str], tuple[str, str]]  # the followed thread, the probed one
 
 
 NONE = Bound({}, {}, {})

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from adapters.base import Drift, Marker
+from adapters.base import Drift, Followed, Marker
 from adapters.registry import LOCAL_HOST, adapter_for_link, entry, host_id_for
 from monitor.kernel.events import json_object
 
@@ -351,40 +351,46 @@ def advance_marker(conn: Conn, link: UpstreamLink, marker: Marker, now: int) -> 
     return link._replace(marker=marker, last_scanned_at=now, updated_at=stamp)
 
 
-def load_follows(conn: Conn) -> dict[tuple[str, str], tuple[str, str, Marker]]:
-    """Each link's follow, as kept: its source key, its thread and the marker there."""
+def load_follows(conn: Conn) -> dict[tuple[str, str], tuple[str, str, str, Marker]]:
+    """Each link's follow, as kept: its source key, its thread, the thread the gateway
+    probed beside it, and the marker there."""
     return {
-        (r[0], r[1]): (r[2], r[3], json_object(r[4]))
+        (r[0], r[1]): (r[2], r[3], r[4], json_object(r[5]))
         for r in conn.execute(
-            "SELECT session_key, agent_id, source_key, thread_id, marker_json"
+            "SELECT session_key, agent_id, source_key, thread_id, beside_thread_id, marker_json"
             " FROM sessionwatch_source_follows"
         )
     }
 
 
-def follow_marker(conn: Conn, link: UpstreamLink, thread: str) -> Marker | None:
+def follow_marker(conn: Conn, link: UpstreamLink, thread: str, beside: str) -> Marker | None:
     """The sidecar's marker in ``thread`` beside ``link``: None when none is kept for the
-    link's current source and that thread (a follow of another source is no longer one)."""
+    link's current source, that thread and the branch ``beside`` (a follow of another
+    source, or beside another branch, is no longer one: the gateway read the source
+    between the two branches, and following begins again)."""
     row = conn.execute(
         "SELECT marker_json FROM sessionwatch_source_follows WHERE session_key = ?"
-        " AND agent_id = ? AND source_key = ? AND thread_id = ?",
-        (link.session_key, link.agent_id, link.source_key, thread),
+        " AND agent_id = ? AND source_key = ? AND thread_id = ? AND beside_thread_id = ?",
+        (link.session_key, link.agent_id, link.source_key, thread, beside),
     ).fetchone()
     return json_object(row[0]) if row else None
 
 
-def write_follow(conn: Conn, link: UpstreamLink, thread: str, marker: Marker, now: int) -> None:
+def write_follow(
+    conn: Conn, link: UpstreamLink, followed: Followed, marker: Marker, now: int
+) -> None:
     conn.execute(
         "INSERT INTO sessionwatch_source_follows (session_key, agent_id, source_key,"
-        " thread_id, marker_json, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+        " thread_id, beside_thread_id, marker_json, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(session_key, agent_id) DO UPDATE SET source_key = excluded.source_key,"
-        " thread_id = excluded.thread_id, marker_json = excluded.marker_json,"
-        " updated_at = excluded.updated_at",
+        " thread_id = excluded.thread_id, beside_thread_id = excluded.beside_thread_id,"
+        " marker_json = excluded.marker_json, updated_at = excluded.updated_at",
         (
             link.session_key,
             link.agent_id,
             link.source_key,
-            thread,
+            followed.thread,
+            followed.beside,
             orjson.dumps(marker).decode(),
             now,
         ),

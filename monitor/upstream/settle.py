@@ -127,7 +127,7 @@ def _followed(record: Recorder, link: UpstreamLink, followed: Followed | None) -
     and the dedupe key (``upstream-source:``) cannot meet one of the gateway's."""
     if followed is None:
         return 0
-    kept = links.follow_marker(record.conn, link, followed.thread)
+    kept = links.follow_marker(record.conn, link, followed.thread, followed.beside)
     if kept != followed.since:
         return -1
     found = followed.outcome
@@ -136,7 +136,7 @@ def _followed(record: Recorder, link: UpstreamLink, followed: Followed | None) -
     if found.turns:
         record(_human_turns(link, found, record.now, prefix="upstream-source"))
     if found.marker != kept:
-        links.write_follow(record.conn, link, followed.thread, found.marker, record.now)
+        links.write_follow(record.conn, link, followed, found.marker, record.now)
     return len(found.turns)
 
 

@@ -84,14 +84,15 @@ def _follows(conn: Conn, linked: list[UpstreamLink], bound: Bound) -> dict[tuple
     kept = links.load_follows(conn)
     found: dict[tuple[str, str], Follow] = {}
     for link in linked:
-        thread = bound.follows.get(link.key)
-        if thread is None:
+        follow = bound.follows.get(link.key)
+        if follow is None:
             continue
+        thread, beside = follow
         row = kept.get(link.key)
         marker: Marker | None = None
-        if row is not None and row[0] == link.source_key and row[1] == thread:
-            marker = row[2]
-        found[link.key] = Follow(thread, marker)
+        if row is not None and row[:3] == (link.source_key, thread, beside):
+            marker = row[3]
+        found[link.key] = Follow(thread, marker, beside)
     return found
 
 

@@ -21,7 +21,7 @@ import pytest
 from adapters.codex_app_server import gateway_check
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
-from monitor.upstream import UpstreamMonitor
+from monitor.upstream import UpstreamMonitor, links
 from tests.helpers import ManualClock
 from tests.upstream.test_codex_app_server import FIXTURES, LISTED
 
@@ -258,6 +258,14 @@ async def test_a_person_typing_in_the_source_after_the_branch_is_recorded_once(
     assert install.marker() == gateways  # the gateway's marker is the gateway's
     assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
     assert 1 == sum(k.startswith("upstream-source:") for k, _ in install.records())
+    # the marker is kept beside this branch only: beside another (the gateway read the
+    # source between the two), following begins again where the link then stands
+    kept = await kernel.read(lambda c: links.follow_marker(c, link, install.source, install.branch))
+    assert {"turnId": typed, "userMessageCount": 1} == kept
+    other = await kernel.read(
+        lambda c: links.follow_marker(c, link, install.source, "a-new-branch")
+    )
+    assert other is None
     notices = await kernel.notices(watcher=MAIN)
     assert [KEY] == [n.target for n in notices]
 

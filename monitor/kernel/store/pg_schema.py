@@ -119,6 +119,7 @@ TABLES = (
         agent_id {T} NOT NULL,
         source_key {T} NOT NULL,
         thread_id {T} NOT NULL,
+        beside_thread_id {T} NOT NULL,
         marker_json {T} NOT NULL,
         updated_at BIGINT NOT NULL,
         PRIMARY KEY (session_key, agent_id)

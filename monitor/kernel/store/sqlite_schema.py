@@ -174,6 +174,7 @@ _OWN_TABLES = (
         agent_id TEXT NOT NULL,
         source_key TEXT NOT NULL,
         thread_id TEXT NOT NULL,
+        beside_thread_id TEXT NOT NULL,
         marker_json TEXT NOT NULL,
         updated_at INTEGER NOT NULL,
         PRIMARY KEY (session_key, agent_id)
