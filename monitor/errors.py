@@ -104,6 +104,8 @@ _BREAKS = r"\s*[\r\n]+\s*"
 
 def escaped(text: str) -> str:
     """``text`` safe to print to a terminal: control characters as ``\\xNN``."""
+    if text.isascii() and text.isprintable():
+        return text  # most text: no control character to look for
     return re.sub(_CONTROL, lambda m: f"\\x{ord(m.group()):02x}", text)
 
 

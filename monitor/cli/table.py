@@ -48,9 +48,13 @@ _GAP = "  "
 
 def _fit(text: str, width: int, *, right: bool = False) -> str:
     """``text`` in exactly ``width`` terminal cells: cut with an ellipsis, or padded."""
+    if text.isascii():  # a cell a character: no measuring
+        if len(text) > width:
+            return text[: max(width - 1, 0)] + "…"
+        return text.rjust(width) if right else text.ljust(width)
     from rich.cells import cell_len, set_cell_size
 
-    cells = len(text) if text.isascii() else cell_len(text)
+    cells = cell_len(text)
     if cells > width:
         return set_cell_size(text, max(width - 1, 0)) + "…"
     pad = " " * (width - cells)
@@ -62,7 +66,8 @@ def _widths(rows: list[tuple[str, ...]], width: int) -> list[int]:
     from rich.cells import cell_len
 
     def widest(i: int, floor: int, cap: int) -> int:
-        return min(max([floor, *(cell_len(r[i]) for r in rows)]), cap)
+        cells = (len(r[i]) if r[i].isascii() else cell_len(r[i]) for r in rows)
+        return min(max(floor, *cells), cap)
 
     fixed = [
         widest(0, 8, 16),  # id
