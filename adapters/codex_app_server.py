@@ -17,7 +17,10 @@ second of the append, so that whichever of the two sees a prompt first records i
   a turn with none, a legacy rollback drops turns;
 - the window, the counts after the marker, the self-echo against the gateway's own texts
   and the dedupe id ``<newest turn id>:<its user-message count>`` are the gateway monitor's,
-  and the marker advances even when no prompt was a person's.
+  and the marker advances even when no prompt was a person's;
+- once the gateway probes its branch, the source is read too (:func:`followed`), on the
+  sidecar's own marker, which the tick keeps beside the link (a person may go on typing
+  there, and the gateway no longer reads it).
 
 A thread the gateway started (``thread_source: "openclaw"``) is read like any other: on a
 gateway's link, self-echo decides. A rollout this reader does not know (another

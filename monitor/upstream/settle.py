@@ -24,7 +24,9 @@ thread's turn ids, a paired node's entry uuids) carry no order to compare.
 In the same transaction: the ``human_direct_message`` (or ``upstream_missing``) event, the
 ``compacted`` events of native compactions, the marker (or the link's deletion), the
 self-echo memory the check used up, and the link's state (missing streak, blocked offset,
-last outcome and its reason, shown by ``links``).
+last outcome and its reason, shown by ``links``). Where the gateway probes a branch of the
+link's thread, what the check found in the source beside it is settled there too, on the
+sidecar's own marker and its own compare-and-set (:func:`_followed`).
 """
 
 from __future__ import annotations
