@@ -466,6 +466,8 @@ FORMAT = JsonlFormat[ClaudeState](
     thread_id=lambda stem: stem,
     describe=describe_claude_file,
     candidate=claude_candidate,
+    # its records name their working directory; its titles and the recap it writes
+    catalog_lines=(b'"cwd"', b"custom-title", b"ai-title", b"away_summary"),
 )
 
 

@@ -640,6 +640,7 @@ FORMAT = JsonlFormat[CodexState](
     compressed=True,  # local_thread_store_compression: rollouts idle for 7 days
     moved=archived_rollout,
     wire=codex_wire,
+    catalog_lines=(),  # the first line names the working directory; no title in the file
 )
 
 

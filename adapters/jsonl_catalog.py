@@ -27,17 +27,6 @@ TAIL_BYTES = 16 * 1024
 _TITLE_TYPES = {"custom-title": "customTitle", "ai-title": "aiTitle", "session_info": "name"}
 
 
-# What a line must hold for an entry to read it, per format: a working directory (Claude
-# names it in its records; the others in their first line) and a title (Claude's own and its
-# recap, Pi's session name). A format not named here: every one of them.
-_WANTED = (b'"cwd"', b"custom-title", b"ai-title", b"session_info", b"away_summary")
-_WANTED_BY_KIND = {
-    "claude": (b'"cwd"', b"custom-title", b"ai-title", b"away_summary"),
-    "codex": (),
-    "pi": (b"session_info",),
-}
-
-
 def _complete(chunk: bytes, *, skip_first_partial: bool) -> bytes:
     """``chunk``'s complete lines: without a line cut at its end (or at its start)."""
     chunk = chunk[: chunk.rfind(b"\n") + 1]
@@ -46,9 +35,10 @@ def _complete(chunk: bytes, *, skip_first_partial: bool) -> bytes:
 
 def _marked(fmt: JsonlFormat[Any], chunk: bytes) -> list[dict[str, Any]]:
     """The records of the lines of ``chunk`` (complete lines) that hold what an entry reads
-    (:data:`_WANTED_BY_KIND`), in file order; each looked for at C speed, no line split."""
+    (the format's ``catalog_lines``), in file order; each looked for at C speed, no line
+    split."""
     starts: set[int] = set()
-    for needle in _WANTED_BY_KIND.get(fmt.kind, _WANTED):
+    for needle in fmt.catalog_lines:
         at = chunk.find(needle)
         while at >= 0:
             starts.add(chunk.rfind(b"\n", 0, at) + 1)

@@ -64,6 +64,11 @@ class JsonlFormat(NamedTuple, Generic[S]):
     # what a paired node sends of a record the pre-filter let through (the rest never
     # crosses the wire); None: the line as it is
     wire: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # the bytes of the lines a catalog entry reads besides the first and the prompts: those
+    # that may name a working directory or a title (the others are never parsed)
+    catalog_lines: tuple[bytes, ...] = (
+        *(b'"cwd"', b"custom-title", b"ai-title", b"session_info", b"away_summary"),
+    )
 
 
 def format_of(kind: str) -> JsonlFormat[Any]:

@@ -269,6 +269,7 @@ FORMAT = JsonlFormat[PiState](
     thread_id=pi_thread_id,
     wire=pi_wire,
     describe=describe_pi_file,
+    catalog_lines=(b"session_info",),  # its session name; the header names the directory
 )
 
 
