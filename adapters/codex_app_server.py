@@ -841,12 +841,14 @@ class CodexAppServerAdapter:
     def watched_paths(self, ref: Ref) -> list[str]:
         """The probed thread's rollout (and the files it points back to), and the source
         thread's when the gateway probes its branch (the sidecar follows the source)."""
-        probed = thread_of(ref)
-        source = ref.get("threadId")
+        probed, follow = thread_of(ref), followed(ref)
+        reads = [(probed, _hint(ref))] if probed else []
+        if follow is not None:
+            reads.append((follow[0], None))
         paths: list[str] = []
-        for thread in dict.fromkeys((probed, source if isinstance(source, str) else "")):
-            path = self.reader.find(thread, _hint(ref) if thread == probed else None)
-            if thread and path is not None:
+        for thread, hint in reads:
+            path = self.reader.find(thread, hint)
+            if path is not None:
                 paths += [path, *self.reader.bases_of(path), *self.reader.projection_files(path)]
         self._watched.update(paths)
         return list(dict.fromkeys(paths))

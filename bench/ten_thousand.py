@@ -142,6 +142,15 @@ async def measure(tmp: Path, roots: str, code: Path | None, samples: int) -> dic
     return found
 
 
+def beside(tmp: Path, name: str) -> Path:
+    """A sidecar's own directory (its database and configuration) on the shared sessions:
+    serve's Claude root is its ``claude``."""
+    where = tmp / name
+    where.mkdir()
+    (where / "claude").symlink_to(tmp / "sessions" / "claude")
+    return where
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=10_000)
@@ -151,17 +160,11 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         roots = lay_out(tmp / "sessions", args.sessions)
-        now = tmp / "now"
-        now.mkdir()
-        (now / "claude").symlink_to(tmp / "sessions" / "claude")
-        ours = await measure(now, roots, None, args.samples)
+        ours = await measure(beside(tmp, "now"), roots, None, args.samples)
         theirs: dict[str, float] = {}
         if args.against:
-            then = tmp / "then"
-            then.mkdir()
-            (then / "claude").symlink_to(tmp / "sessions" / "claude")
             code = source_of(args.against, tmp / "code")
-            theirs = await measure(then, roots, code, args.samples)
+            theirs = await measure(beside(tmp, "then"), roots, code, args.samples)
     print(f"{args.sessions:,} sessions across Claude, Codex, Pi and OpenCode")
     for name, value in ours.items():
         line = f"  {name:<26} {value:9.3f}"

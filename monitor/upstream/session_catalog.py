@@ -161,10 +161,8 @@ class SessionCatalog:
         limit: int | None = None,
     ) -> CatalogListing:
         """The sessions of ``kind`` (of every kind when None), filtered and ranked."""
-        if kind is not None and kind not in self.adapters:
-            raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(self.adapters)})')
+        kinds = self._kinds(kind)
         since_ms = parse_since(since, self.kernel.clock()) if since else None
-        kinds = [kind] if kind is not None else list(self.adapters)
         found = CatalogListing()
         for part in await asyncio.gather(*(self.adapters[k].catalog() for k in kinds)):
             found.extend(part)
@@ -180,13 +178,17 @@ class SessionCatalog:
         found.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
         return select(found, cwd=cwd, since_ms=since_ms, search=search, limit=limit)
 
+    def _kinds(self, kind: str | None) -> list[str]:
+        """``kind`` (refused by name when no adapter reads it), or every kind when None."""
+        if kind is not None and kind not in self.adapters:
+            raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(self.adapters)})')
+        return [kind] if kind is not None else list(self.adapters)
+
     async def by_id(self, kind: str | None, digest: str) -> list[CatalogEntry]:
         """The entries of ``kind`` (of every kind when None) whose id's digest starts with
         ``digest``. A format that can find them by id reads only those sessions; the
         others are listed whole."""
-        if kind is not None and kind not in self.adapters:
-            raise BadInput(f'unknown upstream kind "{kind}" (known: {", ".join(self.adapters)})')
-        kinds = [kind] if kind is not None else list(self.adapters)
+        kinds = self._kinds(kind)
 
         async def of(k: str) -> CatalogListing:
             adapter = self.adapters[k]
