@@ -466,8 +466,10 @@ FORMAT = JsonlFormat[ClaudeState](
     thread_id=lambda stem: stem,
     describe=describe_claude_file,
     candidate=claude_candidate,
-    # its records name their working directory; its titles and the recap it writes
-    catalog_lines=(b'"cwd"', b"custom-title", b"ai-title", b"away_summary"),
+    # its titles and the recap it writes; and its records name their working directory,
+    # the first that does is the one read
+    catalog_lines=(b"custom-title", b"ai-title", b"away_summary"),
+    catalog_first=((b'"cwd"', "cwd"),),
 )
 
 

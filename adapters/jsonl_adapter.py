@@ -533,7 +533,7 @@ class JsonlAdapter:
         if not isinstance(path, str) or not path:
             return None
         try:
-            return file_entry(self.format, path, os.stat(path))
+            return file_entry(self.format, path)
         except (OSError, ValueError):
             return None
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from adapters import zst
+from adapters import forked, zst
 from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from adapters.jsonl_format import JsonlFormat
 from adapters.jsonl_scan import first_prompt, parse_line
 from adapters.tailer import open_regular
+from monitor.records import NamedTuple
 
 TITLE_CHARS = 200
 HEAD_BYTES = 64 * 1024
@@ -33,23 +33,36 @@ def _complete(chunk: bytes, *, skip_first_partial: bool) -> bytes:
     return chunk[chunk.find(b"\n") + 1 :] if skip_first_partial else chunk
 
 
-def _marked(fmt: JsonlFormat[Any], chunk: bytes) -> list[dict[str, Any]]:
+def _marked(fmt: JsonlFormat[Any], chunk: bytes, *, head: bool) -> list[dict[str, Any]]:
     """The records of the lines of ``chunk`` (complete lines) that hold what an entry reads
-    (the format's ``catalog_lines``), in file order; each looked for at C speed, no line
-    split."""
-    starts: set[int] = set()
+    (the format's ``catalog_lines``, and in the ``head`` its ``catalog_first``), in file
+    order; each looked for at C speed, no line split."""
+    recover = not fmt.strict
+    found: dict[int, dict[str, Any]] = {}
     for needle in fmt.catalog_lines:
-        at = chunk.find(needle)
-        while at >= 0:
-            starts.add(chunk.rfind(b"\n", 0, at) + 1)
-            end = chunk.find(b"\n", at)
-            at = chunk.find(needle, end) if end >= 0 else -1
-    found = []
-    for start in sorted(starts):
-        value = parse_line(chunk[start : chunk.find(b"\n", start)], recover=not fmt.strict)
-        if isinstance(value, dict):
-            found.append(value)
-    return found
+        for start, stop in _lines_with(chunk, needle):
+            if start not in found:
+                value = parse_line(chunk[start:stop], recover=recover)
+                if isinstance(value, dict):
+                    found[start] = value
+    for needle, key in fmt.catalog_first if head else ():
+        for start, stop in _lines_with(chunk, needle):  # until the first that has it
+            value = found.get(start) or parse_line(chunk[start:stop], recover=recover)
+            if isinstance(value, dict) and isinstance(value.get(key), str):
+                found[start] = value
+                break
+    return [found[start] for start in sorted(found)]
+
+
+def _lines_with(chunk: bytes, needle: bytes) -> Iterator[tuple[int, int]]:
+    """Where each of ``chunk``'s complete lines that holds ``needle`` starts and stops."""
+    at = chunk.find(needle)
+    while at >= 0:
+        stop = chunk.find(b"\n", at)
+        if stop < 0:
+            return
+        yield chunk.rfind(b"\n", 0, at) + 1, stop
+        at = chunk.find(needle, stop)
 
 
 def _prompts(fmt: JsonlFormat[Any], chunk: bytes) -> Iterator[dict[str, Any]]:
@@ -65,14 +78,16 @@ def _prompts(fmt: JsonlFormat[Any], chunk: bytes) -> Iterator[dict[str, Any]]:
         start = stop + 1
 
 
-def _head_and_tail(path: str, size: int) -> tuple[bytes, bytes]:
-    """Only a regular file is opened, never in a way that can block (a FIFO is refused)."""
-    fd, _ = open_regular(path)
+def _head_and_tail(path: str, *, regular: bool) -> tuple[bytes, bytes, os.stat_result]:
+    """The file's head and tail, and its ``fstat``. Only a regular file is opened, never in
+    a way that can block (a FIFO is refused); ``regular``: its directory entry said it is
+    one (no ``stat`` before the open, the ``fstat`` after it checks again)."""
+    fd, stat = open_regular(path, checked=regular)
     try:
         head = os.pread(fd, HEAD_BYTES, 0)
-        if size <= HEAD_BYTES:
-            return head, b""
-        return head, os.pread(fd, TAIL_BYTES, max(size - TAIL_BYTES, HEAD_BYTES))
+        if stat.st_size <= HEAD_BYTES:
+            return head, b"", stat
+        return head, os.pread(fd, TAIL_BYTES, max(stat.st_size - TAIL_BYTES, HEAD_BYTES)), stat
     finally:
         os.close(fd)
 
@@ -103,18 +118,18 @@ def _title(records: list[dict[str, Any]]) -> str | None:
 
 
 def file_entry(
-    fmt: JsonlFormat[Any], path: str, stat: os.stat_result, real: str | None = None
+    fmt: JsonlFormat[Any], path: str, real: str | None = None, *, regular: bool = False
 ) -> CatalogEntry | None:
-    """One file's entry; None when it is not adoptable. Raises ValueError when malformed.
-    ``real``: the file's resolved path, when the caller knows it. A compressed file is
+    """One file's entry; None when it is not adoptable. Raises ValueError when malformed,
+    OSError when unreadable. ``real``: the file's resolved path, when the caller knows it;
+    ``regular``: its directory entry said it is a regular file. A compressed file is
     listed as the plain file it stands for (its path and id), titled from its head."""
-    packed = fmt.compressed and path.endswith(zst.SUFFIX)
-    if packed:
-        head, tail = zst.head(path, HEAD_BYTES), b""
+    if fmt.compressed and path.endswith(zst.SUFFIX):
+        head, tail, stat = zst.head(path, HEAD_BYTES), b"", os.stat(path)
         real = zst.plain_of(real or os.path.realpath(path))
         path = zst.plain_of(path)
     else:
-        head, tail = _head_and_tail(path, stat.st_size)
+        head, tail, stat = _head_and_tail(path, regular=regular)
     first_nl = head.find(b"\n")
     first = parse_line(head[: first_nl if first_nl >= 0 else len(head)], recover=False)
     if first is None:
@@ -123,7 +138,7 @@ def file_entry(
         raise ValueError("first line is not a JSON object")
     # the lines after the first, whole; only those an entry reads are parsed
     rest = _complete(head[first_nl + 1 :], skip_first_partial=False) if first_nl >= 0 else b""
-    marked = _marked(fmt, rest)
+    marked = _marked(fmt, rest, head=True)
     described = fmt.describe(first, [first, *marked])
     if described is None:
         return None
@@ -131,13 +146,13 @@ def file_entry(
     real = real or os.path.realpath(path)
     prompt = _text(first_prompt(fmt, [first], _prompts(fmt, rest)))
     if tail:
-        marked += _marked(fmt, _complete(tail, skip_first_partial=True))
+        marked += _marked(fmt, _complete(tail, skip_first_partial=True), head=False)
     title = _text(_title([first, *marked]))
     cwd = _text(cwd)
     return CatalogEntry(
         catalog_id=catalog_id(fmt.kind, real),
         kind=fmt.kind,
-        native_id=native_id or Path(path).name.removesuffix(".jsonl"),
+        native_id=native_id or os.path.basename(path).removesuffix(".jsonl"),
         path=real,
         cwd=cwd,
         title=title or (prompt[:TITLE_CHARS] if prompt else None),
@@ -155,55 +170,99 @@ def _text(text: str | None) -> str | None:
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
-def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[str], int]:
-    """Files of the format under its root, and how many were skipped as not adoptable."""
-    found: list[str] = []
+class _Candidate(NamedTuple):
+    path: str
+    linked: bool  # a symbolic link
+    regular: bool  # not a link, and a regular file
+
+
+def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int]:
+    """Files of the format under its root, each with what its directory entry says of it
+    (no ``lstat``), and how many were skipped as not adoptable. A linked directory is not
+    entered, as ``os.walk`` does not."""
+    found: list[_Candidate] = []
     skipped = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        folder = os.path.basename(dirpath)
-        names = set(filenames)
-        for name in filenames:
+    folders = [root]
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as listing:
+                items = list(listing)
+        except OSError:
+            continue  # gone or unreadable, as os.walk skips it
+        names = {item.name for item in items}
+        base = os.path.basename(folder)
+        for item in items:
+            name = item.name
+            if item.is_dir():  # a linked one too, which is not entered
+                if not item.is_symlink():
+                    folders.append(item.path)
+                continue
             if not name.endswith(".jsonl"):
                 if not (fmt.compressed and name.endswith(".jsonl" + zst.SUFFIX)):
                     continue
                 if zst.plain_of(name) in names:
                     continue  # written back: the plain file is the session
-            verdict = fmt.candidate(folder, name)
+            verdict = fmt.candidate(base, name)
             if verdict is False:
                 skipped += 1
             elif verdict:
-                found.append(os.path.join(dirpath, name))
-        dirnames.sort()
+                linked = item.is_symlink()
+                regular = not linked and item.is_file(follow_symlinks=False)
+                found.append(_Candidate(item.path, linked, regular))
     return sorted(found), skipped
+
+
+PARALLEL_FILES = 1000  # a format with this many files is read on every core
 
 
 def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> CatalogListing:
     """The format's adoptable files under ``root``, newest first; with ``digest``, only
     those whose catalog id's digest starts with it (adoption by id: the files are listed,
-    and only those read)."""
-    catalog = CatalogListing()
+    and only those read). Many files are read on every core (:func:`adapters.forked.split`)."""
     if not root or not os.path.isdir(root):
-        return catalog
-    paths, catalog.skipped = _candidates(fmt, root)
-    # os.walk never enters a linked directory, so below the resolved root only a file that
-    # is itself a link needs resolving: one lstat each, not one per path component.
+        return CatalogListing()
+    paths, skipped = _candidates(fmt, root)
+    # the walk never enters a linked directory, so below the resolved root only a file that
+    # is itself a link needs resolving: not one lstat per path component.
     real_root = os.path.realpath(root)
-    for path in paths:
+    named = [
+        (c, os.path.realpath(c.path) if c.linked else real_root + c.path[len(root) :])
+        for c in paths
+    ]
+    if digest is not None:
+        named = [(c, real) for c, real in named if _digest(fmt, real).startswith(digest)]
+
+    def read(part: list[tuple[_Candidate, str]]) -> CatalogListing:
+        return _entries(fmt, part)
+
+    catalog = forked.split(read, named) if len(named) >= PARALLEL_FILES else read(named)
+    catalog.skipped += skipped
+    catalog.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
+    catalog.errors.sort(key=lambda e: e["path"])
+    return catalog
+
+
+def _digest(fmt: JsonlFormat[Any], real: str) -> str:
+    """The digest of the catalog id of the file at ``real`` (of the plain file, for a
+    compressed one)."""
+    named = zst.plain_of(real) if fmt.compressed and real.endswith(zst.SUFFIX) else real
+    return catalog_id(fmt.kind, named).partition(":")[2]
+
+
+def _entries(fmt: JsonlFormat[Any], named: list[tuple[_Candidate, str]]) -> CatalogListing:
+    """The entries of these files (each with its resolved path), unsorted; the unreadable
+    and malformed reported, the not adoptable counted."""
+    catalog = CatalogListing()
+    for found, real in named:
         try:
-            linked = os.path.islink(path)  # os.walk's paths start with root
-            real = os.path.realpath(path) if linked else real_root + path[len(root) :]
-            if digest is not None:
-                named = zst.plain_of(real) if fmt.compressed and real.endswith(zst.SUFFIX) else real
-                if not catalog_id(fmt.kind, named).partition(":")[2].startswith(digest):
-                    continue
-            entry = file_entry(fmt, path, os.stat(path), real)
+            entry = file_entry(fmt, found.path, real, regular=found.regular)
         except (OSError, ValueError) as exc:
             reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-            catalog.errors.append({"path": path, "reason": reason or "unreadable"})
+            catalog.errors.append({"path": found.path, "reason": reason or "unreadable"})
             continue
         if entry is None:
             catalog.skipped += 1
         else:
             catalog.entries.append(entry)
-    catalog.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
     return catalog

@@ -69,6 +69,9 @@ class JsonlFormat(NamedTuple, Generic[S]):
     catalog_lines: tuple[bytes, ...] = (
         *(b'"cwd"', b"custom-title", b"ai-title", b"session_info", b"away_summary"),
     )
+    # the same, of a field every record may repeat: only the head's first line whose record
+    # has a string at the key is read (the bytes, the key)
+    catalog_first: tuple[tuple[bytes, str], ...] = ()
 
 
 def format_of(kind: str) -> JsonlFormat[Any]:

@@ -40,7 +40,14 @@ def _bodies() -> dict[str, bytes]:
     """Thirty lines of the model's answers, in each format's own shape (as each harness
     writes them, so that each format's pre-filter sees what it sees in service)."""
     text = "x" * 800
-    claude = {"type": "assistant", "uuid": "a", "message": {"role": "assistant", "content": text}}
+    claude = {  # every record of Claude Code's names the session and its directory
+        "type": "assistant",
+        "uuid": "a",
+        "sessionId": "S",
+        "cwd": "/w",
+        "version": "2.1.34",
+        "message": {"role": "assistant", "content": text},
+    }
     codex = {
         "timestamp": "2026-03-01T10:00:00.000Z",
         "type": "response_item",

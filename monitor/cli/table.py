@@ -1,17 +1,15 @@
 """What the CLI prints for people rather than programs: the catalog as a table (in rich's
-cell widths, with its console for the closing lines). Everything else it prints is JSON."""
+cell widths). Everything else it prints is JSON."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from adapters.catalog import CatalogEntry, CatalogListing
 from monitor.clock import ago
 from monitor.errors import escaped
-
-if TYPE_CHECKING:
-    from rich.text import Text
 
 
 def _size(entry: CatalogEntry) -> str:
@@ -31,12 +29,11 @@ def _home(path: str | None, home: str) -> str:
     return "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
 
 
-def shown(text: str) -> Text:
-    """Text from a transcript or a file name as a terminal should show it: control
-    characters escaped (``ESC[2J`` would clear the screen), never read as rich markup."""
-    from rich.text import Text
-
-    return Text(escaped(text))
+def _warned(text: str) -> str:
+    """``text`` in yellow on a terminal that takes colour (``NO_COLOR`` unset)."""
+    if sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb":
+        return f"\x1b[33m{text}\x1b[0m"
+    return text
 
 
 def _plural(n: int, word: str) -> str:
@@ -86,10 +83,6 @@ def print_catalog(catalog: CatalogListing, now_ms: int, *, width: int = 100) -> 
     """The catalog as a table for people (``sessionwatch catalog``), ``width`` columns wide:
     a short id ``adopt`` takes, the title and working directory cut to fit. Laid out here,
     a row a line (rich's table took 6 s for 10,000 rows), in rich's cell widths."""
-    import sys
-
-    from rich.console import Console
-
     home = str(Path.home())
     rows = [
         (
@@ -106,22 +99,25 @@ def print_catalog(catalog: CatalogListing, now_ms: int, *, width: int = 100) -> 
     header = ("id", "kind", "title", "directory", "age", "size", "session")
     widths = _widths([header, *rows], width)
     right = (False, False, False, False, True, True, False)
+    # padded by a format string; only a cell too long, or not a cell a character, is fitted
+    line = _GAP.join(f"{{:{'>' if r else '<'}{w}}}" for w, r in zip(widths, right, strict=True))
     lines = [
-        _GAP.join(
-            _fit(cell, w, right=r) for cell, w, r in zip(row, widths, right, strict=True)
+        line.format(
+            *(
+                cell if len(cell) <= w and cell.isascii() else _fit(cell, w, right=r)
+                for cell, w, r in zip(row, widths, right, strict=True)
+            )
         ).rstrip()
         for row in (header, *rows)
     ]
-    sys.stdout.write("\n".join(lines) + "\n")
-    sys.stdout.flush()
-    console = Console(width=width)
     said = _plural(len(catalog.entries), "session")
     if catalog.skipped:
         said += f"; {catalog.skipped} not adoptable (sub-agent runs), not listed"
     if catalog.errors:
         said += f"; {_plural(len(catalog.errors), 'source')} could not be read:"
-    console.print(shown(said), soft_wrap=True)
-    for err in catalog.errors:  # whole, however long: a path is read, or copied
-        line = shown(f"  {err['path']}: {err['reason']}")
-        line.stylize("yellow")
-        console.print(line, soft_wrap=True)
+    lines.append(said)
+    for err in catalog.errors:  # whole, however long: a path is read, or copied; control
+        # characters escaped (``ESC[2J`` in a file name would clear the screen)
+        lines.append(_warned(escaped(f"  {err['path']}: {err['reason']}")))
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()

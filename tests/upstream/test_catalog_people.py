@@ -201,9 +201,9 @@ async def test_adoption_by_id_reads_only_the_session_it_names(
     read: list[str] = []
     entry = jsonl_catalog.file_entry
 
-    def counted(fmt: object, path: str, *args: object) -> object:
+    def counted(fmt: object, path: str, *args: object, **kwargs: bool) -> object:
         read.append(path)
-        return entry(fmt, path, *args)  # type: ignore[arg-type]
+        return entry(fmt, path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(jsonl_catalog, "file_entry", counted)
     chosen = found[7]
