@@ -474,6 +474,11 @@ class OpenCodeAdapter:
     async def catalog(self) -> CatalogListing:
         return await asyncio.to_thread(scan_sessions, self.default_db)
 
+    async def catalog_matching(self, digest: str) -> CatalogListing:
+        """The entries whose id's digest starts with ``digest``: only their sessions'
+        messages are counted."""
+        return await asyncio.to_thread(scan_sessions, self.default_db, digest)
+
     def catalog_key(self, ref: Ref) -> str:
         return f"{os.path.realpath(self.sessions.where(ref))}\n{ref.get('threadId', '')}"
 
@@ -589,21 +594,39 @@ def build(settings: Settings) -> Adapter:
     )
 
 
-def scan_sessions(db: str) -> CatalogListing:
+_SESSIONS = (
+    "SELECT s.id, s.parent_id, s.directory, s.title, s.time_updated,"
+    " (SELECT count(*) FROM message m WHERE m.session_id = s.id) FROM session s"
+)
+
+
+_NAMED = 500  # the most sessions read by their ids
+
+
+def scan_sessions(db: str, digest: str | None = None) -> CatalogListing:
     """The database's root sessions (child sessions are sub-agent runs: skipped and
-    counted); a missing database is an empty catalog, an unreadable one an error."""
+    counted); a missing database is an empty catalog, an unreadable one an error. With
+    ``digest``, only those whose catalog id's digest starts with it (adoption by id: the
+    ids are listed, and only those sessions read)."""
     catalog = CatalogListing()
     if not db or not os.path.isfile(db):
         return catalog
     real = os.path.realpath(db)
+
+    def read(conn: sqlite3.Connection) -> list[Any]:
+        if digest is None:
+            return conn.execute(_SESSIONS).fetchall()
+        ids = [sid for (sid,) in conn.execute("SELECT id FROM session")]
+        named = [sid for sid in ids if _digest(real, sid).startswith(digest)]
+        if len(named) > _NAMED:  # a prefix that short names many: read them all
+            wanted = set(named)
+            return [r for r in conn.execute(_SESSIONS) if r[0] in wanted]
+        return conn.execute(
+            f"{_SESSIONS} WHERE s.id IN ({','.join('?' * len(named))})", named
+        ).fetchall()
+
     try:
-        rows = READERS.run(
-            real,
-            lambda conn: conn.execute(
-                "SELECT s.id, s.parent_id, s.directory, s.title, s.time_updated,"
-                " (SELECT count(*) FROM message m WHERE m.session_id = s.id) FROM session s"
-            ).fetchall(),
-        )
+        rows = READERS.run(real, read)
     except (OSError, sqlite3.Error) as exc:
         catalog.errors.append({"path": real, "reason": str(exc)})
         return catalog
@@ -613,7 +636,7 @@ def scan_sessions(db: str) -> CatalogListing:
             continue
         catalog.entries.append(
             CatalogEntry(
-                catalog_id=catalog_id("opencode", f"{real}\n{sid}"),
+                catalog_id=f"opencode:{_digest(real, sid)}",
                 kind="opencode",
                 native_id=sid,
                 path=real,
@@ -625,6 +648,11 @@ def scan_sessions(db: str) -> CatalogListing:
             )
         )
     return catalog
+
+
+def _digest(db: str, session_id: str) -> str:
+    """The digest of a session's catalog id (see ``catalog_key``)."""
+    return catalog_id("opencode", f"{db}\n{session_id}").partition(":")[2]
 
 
 def replay_session(

@@ -1,9 +1,9 @@
-"""The curl examples of docs/gateway-integration.md really work against ``serve``."""
+"""The docs run as written: every shell block is taken by a test, and the curl examples of
+docs/gateway-integration.md really work against ``serve``."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -13,16 +13,25 @@ from pathlib import Path
 import orjson
 import pytest
 
+from monitor.config import ApiConfig
+from tests.doc_blocks import NAMED, doc_block, doc_blocks, sh_blocks
 from tests.helpers import REPO, served_address
 
-DOC = REPO / "docs" / "gateway-integration.md"
 
-
-def blocks() -> list[str]:
-    """The curl examples (the stream's never ends by itself: tests/web/test_stream.py runs
-    it; the setup block is run below)."""
-    found = re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
-    return [b for b in found if b.startswith("curl") and "/notices/stream" not in b]
+def test_every_shell_block_of_the_docs_is_run_by_a_test() -> None:
+    """Each ``sh`` block of the README and docs/ is named exactly once in tests/doc_blocks.py,
+    and each name is taken by a test; the README's test command is the one .ci/run runs."""
+    blocks = sh_blocks()
+    assert len(blocks) >= 18
+    for block in blocks:
+        names = [n for n, (doc, takes) in NAMED.items() if doc == block.doc and takes(block.text)]
+        assert 1 == len(names), f"{block.doc}:{block.line} is named {names}: {block.text[:80]!r}"
+    sources = "".join(p.read_text() for p in (REPO / "tests").rglob("test_*.py"))
+    for name in NAMED:
+        assert f'doc_block("{name}")' in sources or f'doc_blocks("{name}")' in sources, name
+    fresh = doc_block("fresh-machine").splitlines()
+    assert 2 == len(fresh) and fresh[1].endswith(".venv/bin/pytest -q")
+    assert 'eval "$(readme_test_command)"' in (REPO / ".ci" / "run").read_text()
 
 
 def test_the_setup_that_differs_runs_as_written_on_a_fresh_account(tmp_path: Path) -> None:
@@ -32,10 +41,7 @@ def test_the_setup_that_differs_runs_as_written_on_a_fresh_account(tmp_path: Pat
     ``serve`` would call the gateway's port (which no test may reach) and run for ever: a
     ``sessionwatch`` first on PATH runs ``sessionwatch config`` for each, which reads the
     same file and refuses what they would refuse."""
-    text = DOC.read_text()
-    block = next(
-        b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "SESSIONWATCH_CONFIG" in b
-    )
+    block = doc_block("setup-differs")
     home, shims = tmp_path / "home", tmp_path / "bin"
     home.mkdir()
     shims.mkdir()
@@ -64,9 +70,13 @@ def test_the_setup_that_differs_runs_as_written_on_a_fresh_account(tmp_path: Pat
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_every_curl_example_succeeds(tmp_path: Path) -> None:
+    """In a fresh HOME, the block that sets ``$SW`` and ``$TOKEN`` (the address replaced by
+    the one ``serve`` took: it listens on a free port here), then every curl example."""
+    home = tmp_path / "home"
+    home.mkdir()
     config = tmp_path / "sessionwatch.toml"
     config.write_text(
-        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+        f'[api]\nlisten = "127.0.0.1:0"\n'
         f'[roots]\nclaude = "{tmp_path}"\n[monitor]\ninitial_delay_s = 3600\n'
     )
     proc = subprocess.Popen(
@@ -82,14 +92,26 @@ def test_every_curl_example_succeeds(tmp_path: Path) -> None:
         ],
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "HOME": str(home)},
     )
     try:
         address = served_address(proc)
-        env = {**os.environ, "SW": address, "TOKEN": (tmp_path / "token").read_text().strip()}
-        assert len(blocks()) >= 8
-        for block in blocks():
+        setup = doc_block("address-and-token")
+        default = f"http://{ApiConfig().listen}"  # where serve listens unless told
+        assert f"export SW={default}\n" in setup
+        setup = setup.replace(default, address)
+        env = {**os.environ, "HOME": str(home)}
+        token_file = ApiConfig().token_file.replace("~", str(home), 1)
+        token = Path(token_file).read_text().strip()
+        said = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", setup + 'echo "$SW $TOKEN"'],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert f"{address} {token}\n" == said.stdout
+        assert len(doc_blocks("curl")) >= 8
+        for block in doc_blocks("curl"):
             out = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", block],
+                ["bash", "-euo", "pipefail", "-c", setup + block],
                 env=env,
                 capture_output=True,
                 text=True,

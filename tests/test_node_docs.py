@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.doc_blocks import doc_block
 from tests.helpers import REPO, served_address
 from tests.test_cli import sw
 
@@ -23,9 +24,7 @@ TYPED = b'{"type":"user","uuid":"u2","message":{"role":"user","content":"and aga
 
 
 def test_the_paired_node_example_works_end_to_end(tmp_path: Path) -> None:
-    text = GUIDE.read_text()
-    block = re.search(r"<!-- node-example -->\n```sh\n(.*?)```", text, re.S)
-    assert block is not None
+    block = doc_block("node")
     thread = "0b6e4c1a-1111-2222-3333-444455556666"
     workstation = tmp_path / "workstation"
     transcript = workstation / "projects" / "billing" / f"{thread}.jsonl"
@@ -34,7 +33,7 @@ def test_the_paired_node_example_works_end_to_end(tmp_path: Path) -> None:
     node_config = tmp_path / "node.toml"
     node_config.write_text(f'[roots]\nclaude = "{workstation / "projects"}"\n')
     token = tmp_path / "node-token"
-    command = block.group(1).replace("127.0.0.1:8766", "127.0.0.1:0")  # any free port
+    command = block.replace("127.0.0.1:8766", "127.0.0.1:0")  # any free port
     env = {**os.environ, "NODE_CONFIG": str(node_config), "NODE_TOKEN": str(token)}
     env["NODE_TLS"] = str(tmp_path / "node-tls.pem")
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -218,3 +219,53 @@ async def test_adoption_by_id_reads_only_the_session_it_names(
         "POST", "/v1/links", {"catalogId": "claude:ffffffffffffffff", "sessionKey": "agent:main:x"}
     )
     assert 404 == status and [] == read
+
+
+async def test_opencode_adoption_by_id_reads_only_the_session_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCode's sessions live in one database: adoption by id lists their ids and reads
+    (counts the messages of) only the session whose id's digest matches."""
+    import sqlite3
+
+    import adapters.opencode as opencode
+    from adapters.registry import entry
+    from monitor.config import Config, RootsConfig
+    from monitor.upstream.monitor import adapter_settings
+    from tests.opencode_db import OpenCodeDB
+
+    db = OpenCodeDB(tmp_path / "opencode.db", events=False)
+    for i in range(40):
+        db.session(f"ses_{i:03d}", title=f"task {i}")
+        db.message(f"ses_{i:03d}")
+    db.session("ses_child", parent="ses_001")
+    settings = adapter_settings(Config(roots=RootsConfig(opencode_db=str(db.path))))
+    adapter = entry("opencode").build(settings)
+    listed = (await adapter.catalog()).entries
+    chosen = next(e for e in listed if e.native_id == "ses_007")
+    digest = chosen.catalog_id.partition(":")[2]
+    statements: list[str] = []
+    run = opencode.READERS.run
+
+    def traced(path: str, query: Any) -> Any:
+        def read(conn: sqlite3.Connection) -> Any:
+            conn.set_trace_callback(statements.append)
+            try:
+                return query(conn)
+            finally:
+                conn.set_trace_callback(None)
+
+        return run(path, read)
+
+    monkeypatch.setattr(opencode.READERS, "run", traced)
+    for named in (digest, digest[:8]):
+        statements.clear()
+        assert [chosen] == (await adapter.catalog_matching(named)).entries
+        counted = [s for s in statements if "count(*)" in s]
+        assert 1 == len(counted) and "IN ('ses_007')" in counted[0], statements
+    assert [] == (await adapter.catalog_matching("ffffffffffffffff")).entries
+    short = digest[:1]  # a prefix that names several: each of them, as the listing has them
+    want = [e for e in listed if e.catalog_id.partition(":")[2].startswith(short)]
+    assert want and sorted(want, key=str) == sorted(
+        (await adapter.catalog_matching(short)).entries, key=str
+    )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,8 @@ import orjson
 import pytest
 
 from monitor.web import api
-from tests.helpers import REPO, Client, notice
+from tests.doc_blocks import doc_block
+from tests.helpers import Client, notice
 from tests.test_cli import sw
 from tests.web.test_api import MAIN
 
@@ -218,8 +218,7 @@ def test_notices_follow_is_told_and_ends_with_its_reader(tmp_path: Path) -> None
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 async def test_the_documented_stream_example_delivers_a_notice(client: Client) -> None:
-    doc = (REPO / "docs" / "gateway-integration.md").read_text()
-    block = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if "/stream" in b)
+    block = doc_block("stream")
     db = client.sidecar.kernel.store.path
     sw(db, "spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r")
     sw(db, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "agent")
