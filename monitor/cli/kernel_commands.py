@@ -176,18 +176,20 @@ async def _follow_the_hub(
 ) -> NoReturn:
     import select
 
+    from monitor.kernel.bus import NOTICE_CHANGES
     from monitor.kernel.changes import POLL_S
 
     reader_gone = select.poll()
     reader_gone.register(out, select.POLLERR)
-    seen, changed = kernel.changes.mark(), True
-    while True:
-        if reader_gone.poll(0):
-            raise SystemExit(0)
-        if changed:
-            await show()
-        now = await kernel.changes.after(seen, POLL_S)  # and look at the pipe again
-        changed, seen = now != seen, now
+    changed = True
+    async with kernel.bus.listen(NOTICE_CHANGES) as heard:
+        while True:
+            if reader_gone.poll(0):
+                raise SystemExit(0)
+            if changed:
+                heard.pending()  # what the read sees
+                await show()
+            changed = await heard.next(POLL_S) is not None  # and look at the pipe again
 
 
 @command(

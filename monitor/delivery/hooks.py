@@ -43,6 +43,7 @@ import orjson
 
 from monitor.config import GatewayConfig
 from monitor.errors import SessionwatchError, connection_reason, one_line
+from monitor.kernel.bus import Bus, WakeOutcome
 from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.paths import expand_user
 from monitor.private import read_secret
@@ -165,12 +166,12 @@ class HooksClient:
         retry_s: float = 30.0,
         metrics: Metrics | None = None,
         credentials: Callable[[], tuple[str, str]] | None = None,
-        on_outcome: Callable[[], None] | None = None,
+        bus: Bus | None = None,
     ) -> None:
         """``credentials``: the hooks URL and token as the gateway's own configuration says
         at each call (:class:`monitor.openclaw.files.Hooks`), instead of ``hooks_url`` and the
-        token file. ``on_outcome``: called when a watcher's last outcome changed (a status
-        page shows it at once)."""
+        token file. ``bus``: where a watcher's changed last outcome is published
+        (:class:`monitor.kernel.bus.WakeOutcome`: a status page shows it at once)."""
         self.url = hooks_url.rstrip("/") + "/wake"
         self.token_file = token_file
         self.credentials = credentials
@@ -181,7 +182,7 @@ class HooksClient:
         self.transport: Transport = transport or AiohttpTransport()
         self.keys_refused = False  # the gateway refuses caller-chosen session keys
         self.last: dict[str, LastWake] = {}  # per watcher
-        self.on_outcome = on_outcome
+        self.bus = bus
         self._quiet_until = 0.0  # monotonic s; no call before this: after a 401 or a 429
         self._said: set[str] = set()
 
@@ -233,8 +234,8 @@ class HooksClient:
         before = self.last.get(watcher)
         self.last[watcher] = LastWake(answer.result, answer.error, self.timers.now_ms())
         news = before is None or (before.result, before.error) != (answer.result, answer.error)
-        if news and self.on_outcome is not None:
-            self.on_outcome()  # a status page shows a new outcome at once
+        if news and self.bus is not None:
+            self.bus.publish(WakeOutcome(watcher))  # a status page shows it at once
         return self._count(answer)
 
     def _keys_refused_said(self, error: str) -> None:

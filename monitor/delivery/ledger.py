@@ -40,7 +40,7 @@ from monitor.delivery import claims
 from monitor.delivery.timers import Handle, LoopTimers, Timers
 from monitor.errors import SessionwatchError
 from monitor.kernel import outbox
-from monitor.kernel.changes import NoticesOpened, StoreMoved
+from monitor.kernel.bus import NoticesOpened, StoreMoved
 from monitor.kernel.policy import WatchPolicy
 from monitor.lazylog import LazyLogger
 
@@ -134,20 +134,19 @@ class Delivery:
 
     async def start(self, stack: AsyncExitStack, kernel: Kernel, *, others: bool = True) -> None:
         """Deliver from now on, until ``stack`` closes: the notices this process opens, as
-        the kernel's stream publishes them; what the outbox holds at start (a restart's, a
+        the kernel's bus publishes them; what the outbox holds at start (a restart's, a
         crashed peer's); and, with ``others``, what it holds after each commit of another
         process (a CLI command, a peer on a shared store). ``others``: False to deliver this
         process's notices only (a test on a manual clock)."""
         stack.push_async_callback(self.close)
         self._kernel = kernel
-        stream = kernel.stream
-        stack.callback(stream.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
+        bus = kernel.bus
+        stack.enter_context(bus.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
         if not self.store.shared:  # the one serve on this database: old leases were ours
             await self.store.write(claims.release_all, small=True)
         self.look()  # what a restart, a crashed peer or a one-shot command left to wake
         if others:
-            stack.callback(stream.subscribe(StoreMoved, lambda _: self.look()))
-            kernel.changes.mark()  # the hub hears other processes from now on
+            stack.enter_context(bus.subscribe(StoreMoved, lambda _: self.look()))
 
     def look(self) -> None:
         """A pass over every watcher the outbox has notices to wake for: at start, and after

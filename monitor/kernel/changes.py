@@ -1,32 +1,19 @@
-"""What changed, for everyone in the process who acts on it: one typed stream of the
-kernel's changes, and one watcher of the store's changes made by other processes.
+"""The one watcher of the store's changes made by other processes (the change hub).
 
-**The stream** (:class:`ChangeStream`, one per kernel). The kernel publishes what each of
-its commits changed, whichever entry point made it (the API, the CLI, the tick, a node's
-findings): :class:`EventsRecorded`, :class:`NoticesOpened`, :class:`WatchesChanged`. A layer
-above publishes its own kinds on the same stream (the upstream monitor's links and sources).
-Each part of the running service subscribes to the kinds it needs (APScheduler 4's event
-broker is the model): delivery to opened notices, file watching to changed watches and
-links, the tick to sources that moved. A subscriber is called at once, on the publisher's
-thread, after the commit; it must be quick and never raise (it schedules its work). So
-nothing calls up into the composition root, and what follows a change is written once.
+The store's ``version()`` moves with every commit of another process, and never with this
+one's own: SQLite's ``PRAGMA data_version`` of the writer connection (a CLI process, a
+gateway sharing the file), or the count of PostgreSQL's notices of other stores (any other
+sidecar on any host). This process's own commits are on the bus as they happen
+(:mod:`monitor.kernel.bus`). :class:`ChangeHub` looks at the version when the store says it may
+have moved: on SQLite on Linux when the database or its WAL was written (inotify), elsewhere
+every ``POLL_S``, and at once on PostgreSQL's notice; in one task, counts each move (a
+:class:`monitor.pulse.Pulse`) and publishes :class:`monitor.kernel.bus.StoreMoved`, which so means
+another process's commit, and only that. So N readers listening cost the store no more
+looks than one.
 
-**The hub** (:class:`ChangeHub`). The store's ``version()`` moves with every commit of
-another process, and never with this one's own: SQLite's ``PRAGMA data_version`` of the
-writer connection (a CLI process, a gateway sharing the file), or the count of PostgreSQL's
-notices of other stores (any other sidecar on any host). This process's own commits are
-on the stream as they happen, and wake the waiters through :meth:`ChangeHub.told`.
-:class:`ChangeHub` looks at the version when the store says it may have moved: on SQLite on
-Linux when the database or its WAL was written (inotify), elsewhere every ``POLL_S``, and
-at once on PostgreSQL's notice; in one task, counts each move (a
-:class:`monitor.pulse.Pulse`) and publishes :class:`StoreMoved`, which so means another
-process's commit. A waiter asks to be woken when the count passes the one it saw
-(:meth:`ChangeHub.after`): the notice streams, the status page, ``notices --follow``. So N
-open streams cost the store no more looks than one.
-
-The hub's task starts with the first waiter and ends with the kernel. A one-shot command
-runs without an event loop (``notices --follow``, its only waiter): there the waiter looks
-itself, the same way.
+The hub's task starts when :class:`~monitor.kernel.bus.StoreMoved` is first listened for, and ends
+with the kernel. Without an event loop a waiter looks itself, the same way
+(:meth:`ChangeHub.after`).
 """
 
 from __future__ import annotations
@@ -34,22 +21,17 @@ from __future__ import annotations
 import contextlib
 
 from monitor.errors import SessionwatchError
+from monitor.kernel.bus import StoreMoved
 from monitor.lazylog import LazyLogger
 from monitor.pulse import Pulse
-from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # asyncio at run time only where someone waits: one-shot commands never
     import asyncio
-    from collections.abc import Callable
-    from typing import Any, TypeVar
 
-    from monitor.kernel.notices import Notice
-    from monitor.kernel.signal_log import Recorded
+    from monitor.kernel.bus import Bus
     from monitor.kernel.store.protocol import StateStore
-
-    C = TypeVar("C")
 
 log = LazyLogger(__name__)
 
@@ -58,70 +40,20 @@ WATCHED_S = 30.0  # the hub's look when the store is told of writes: a safety ne
 KEEPALIVE_S = 15.0
 
 
-class EventsRecorded(NamedTuple):
-    """Events a commit recorded (duplicates left out), with the notices each opened."""
-
-    recorded: tuple[Recorded, ...]
-
-
-class NoticesOpened(NamedTuple):
-    """Notices a commit opened or reopened, or that the start-up sweep found pending: each
-    one this process may have to wake (the policy says whom)."""
-
-    notices: tuple[Notice, ...]
-
-
-class WatchesChanged(NamedTuple):
-    """Which sessions are watched may have changed: a watch, a spawn, an ambient watch, a
-    reset, a deletion."""
-
-
-class StoreMoved(NamedTuple):
-    """Another connection committed (another process, another host): ``moves`` is the
-    hub's count of such moves."""
-
-    moves: int
-
-
-class ChangeStream:
-    """Typed publish and subscribe, in process (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._subscribers: dict[type, list[Callable[[Any], None]]] = {}
-
-    def subscribe(self, kind: type[C], callback: Callable[[C], None]) -> Callable[[], None]:
-        """Call ``callback`` with every change of ``kind`` from now on; returns what ends
-        the subscription (a component's exit stack calls it)."""
-        callbacks = self._subscribers.setdefault(kind, [])
-        callbacks.append(callback)
-        return lambda: callbacks.remove(callback)
-
-    def publish(self, change: object) -> None:
-        """Hand ``change`` to its kind's subscribers. One that raises is a bug: said, and
-        the others still hear it."""
-        for callback in tuple(self._subscribers.get(type(change), ())):
-            try:
-                callback(change)
-            except Exception:
-                log.exception("a subscriber to %s failed", type(change).__name__)
-
-    def wants(self, kind: type) -> bool:
-        """Whether anyone listens for ``kind`` (a publisher may skip building it)."""
-        return bool(self._subscribers.get(kind))
-
-
 class ChangeHub:
     def __init__(
-        self, store: StateStore, stream: ChangeStream | None = None, *, poll_s: float = POLL_S
+        self, store: StateStore, bus: Bus | None = None, *, poll_s: float = POLL_S
     ) -> None:
         self._store = store
-        self._stream = stream
+        self._bus = bus
         self._poll_s = poll_s
         self._pulse = Pulse()
         self._task: asyncio.Task[None] | None = None
         self._inline: int | None = None  # without a loop: the version the waiter last saw
         self._closed = False
         self.looks = 0  # how often the store was looked at (its cost, in tests and benches)
+        if bus is not None:  # watching starts with the first to listen
+            bus.on_first(StoreMoved, self.mark)
 
     def mark(self) -> int:
         """The count of changes heard so far, to pass to :meth:`after`; every change after
@@ -148,11 +80,6 @@ class ChangeHub:
             self._heard(self._inline, self._look(self._inline))
             return self._pulse.count
         return await self._pulse.after(seen, timeout, unless=unless)
-
-    def told(self) -> None:
-        """This process committed what waiters read (an event, a notice): they are woken
-        now, not at the hub's next look of the store."""
-        self._pulse.beat()
 
     def _look(self, version: int | None) -> int | None:
         """The store's version now: ``version`` when the store is away, None when it cannot
@@ -193,8 +120,8 @@ class ChangeHub:
         if self._inline is not None:
             self._inline = now
         self._pulse.beat()
-        if self._stream is not None:
-            self._stream.publish(StoreMoved(self._pulse.count))
+        if self._bus is not None:
+            self._bus.publish(StoreMoved(self._pulse.count))
 
     async def close(self) -> None:
         """Stop watching. The loop also ends by itself at its next look: Python 3.11's

@@ -10,8 +10,8 @@ owns tables of its own (the upstream monitor's links) joins a transaction throug
 Every event is recorded one way, whoever records it (the API, the CLI, the tick, a node's
 findings, a created session): through a :class:`Recorder` in :meth:`Kernel.commit`, which
 routes it by the watch policy (spawns and ambient watches), and after the commit counts it,
-publishes what changed on :attr:`Kernel.stream` (:mod:`monitor.kernel.changes`) and runs
-retention when it is due.
+publishes what changed on :attr:`Kernel.bus` (:mod:`monitor.kernel.bus`) and runs retention when
+it is due.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from collections.abc import Callable, Sequence
 from monitor.clock import Clock, now_ms
 from monitor.errors import BadInput
 from monitor.kernel import cursors, outbox, retention
-from monitor.kernel.changes import (
-    ChangeHub,
-    ChangeStream,
+from monitor.kernel.bus import (
+    Bus,
     EventsRecorded,
+    NoticesAcknowledged,
     NoticesOpened,
+    StoreWritten,
     WatchesChanged,
 )
+from monitor.kernel.changes import ChangeHub
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.gateway_sessions import GatewaySessions
 from monitor.kernel.keys import normalize_key, parse_agent_key
@@ -54,6 +56,9 @@ if TYPE_CHECKING:
     from monitor.kernel.gateway_sessions import ScopeDeleter
 
 
+_WRITTEN = StoreWritten()  # one for every commit: it holds nothing
+
+
 class Kernel(Views):
     """Signal log, cursors, notices and reconciliation over one state database; its
     read-only answers are :class:`Views`'."""
@@ -65,14 +70,16 @@ class Kernel(Views):
         *,
         metrics: Metrics | None = None,
         on_delete: Sequence[ScopeDeleter] = (),
+        bus: Bus | None = None,
     ) -> None:
         """``on_delete``: what deletes a higher layer's rows of a session in the kernel's
-        transaction (the upstream links). What changed is published on :attr:`stream`."""
+        transaction (the upstream links). What changed is published on ``bus`` (the
+        service's, else one of the kernel's own)."""
         self.store = store
         self.settings = settings
         self.clock: Clock = store.clock
-        self.stream = ChangeStream()  # what each commit changed, for the parts that act on it
-        self.changes = ChangeHub(store, self.stream)  # the one watcher of others' commits
+        self.bus = bus or Bus()  # what each commit changed, for the parts that act on it
+        self.changes = ChangeHub(store, self.bus)  # the one watcher of others' commits
         self.metrics = metrics
         self.retention = retention.Retention(store)
         # pending notices an upgrade could not tell from the gateway's own (see sweep)
@@ -114,10 +121,13 @@ class Kernel(Views):
         *,
         metrics: Metrics | None = None,
         on_delete: Sequence[ScopeDeleter] = (),
+        bus: Bus | None = None,
     ) -> Kernel:
         """The kernel over a store already open (which it closes from now on, also when
         this fails)."""
-        kernel = cls(store, settings or KernelSettings(), metrics=metrics, on_delete=on_delete)
+        kernel = cls(
+            store, settings or KernelSettings(), metrics=metrics, on_delete=on_delete, bus=bus
+        )
         try:  # read first: opening writes only when there is something to fix
             last, legacy = await store.read(
                 lambda c: (
@@ -158,7 +168,7 @@ class Kernel(Views):
             return fn(recorder)
 
         result = await self.store.write(run, small=small)
-        self.changes.told()  # whatever it wrote (a link, a lease, a mark), readers look now
+        self.bus.publish(_WRITTEN)  # whatever it wrote (a link, a lease, a mark)
         if recorder.recorded:
             self._observe(recorder)
             if self.retention.due(now):  # the hot path awaits nothing more
@@ -173,29 +183,27 @@ class Kernel(Views):
         if self.metrics:
             for r in fresh:
                 self.metrics.recorded(r.event.kind, len(r.notices))
-        if self.stream.wants(EventsRecorded):  # the hot path builds nothing for no one
-            self.stream.publish(EventsRecorded(tuple(fresh)))
+        if self.bus.wants(EventsRecorded):  # the hot path builds nothing for no one
+            self.bus.publish(EventsRecorded(tuple(fresh)))
         self._opened([n for r in fresh for n in r.notices])
         if recorder.watches_changed:
             self.watches_changed()
 
     def _opened(self, notices: list[Notice]) -> None:
         if notices:
-            self.stream.publish(NoticesOpened(tuple(notices)))
+            self.bus.publish(NoticesOpened(tuple(notices)))
 
     def acknowledged(self, reopened: list[Notice]) -> None:
         """After a commit that acknowledged notices (``outbox.acknowledge``: a drain, a wake
-        the gateway accepted), whichever part made it: the readers are told (what is
-        pending changed), and the notices the acknowledgement reopened (work that came
-        after a notice froze) are opened, for delivery and the readers alike."""
-        self.changes.told()
+        the gateway accepted), whichever part made it: what is pending changed, and the
+        notices the acknowledgement reopened (work that came after a notice froze) are
+        opened, for delivery and the readers alike."""
+        self.bus.publish(NoticesAcknowledged(tuple(reopened)))
         self._opened(reopened)
 
     def watches_changed(self) -> None:
-        """Which sessions are watched may have changed (a watch, a reset, a deletion): said
-        on the stream, and the readers look."""
-        self.changes.told()
-        self.stream.publish(WatchesChanged())
+        """Which sessions are watched may have changed (a watch, a reset, a deletion)."""
+        self.bus.publish(WatchesChanged())
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on a read snapshot."""

@@ -9,13 +9,13 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from monitor.kernel import Kernel
-from monitor.kernel.changes import StoreMoved, WatchesChanged
-from monitor.serve.reload import ConfigReloaded
-from monitor.upstream.changes import LinksChanged
+from monitor.kernel.bus import Change, ConfigReloaded, LinksChanged, StoreMoved, WatchesChanged
 
 # a watch, a spawn or a reset here; an adoption or a missing source; another process's
 # commit; new roots or nodes
-LINK_CHANGES: tuple[type, ...] = (WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded)
+LINK_CHANGES: tuple[type[Change], ...] = (
+    *(WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded),
+)
 
 
 def start_task(stack: AsyncExitStack, coro: Coroutine[Any, Any, None]) -> None:
@@ -25,8 +25,5 @@ def start_task(stack: AsyncExitStack, coro: Coroutine[Any, Any, None]) -> None:
 
 
 def set_on_link_changes(stack: AsyncExitStack, kernel: Kernel, event: asyncio.Event) -> None:
-    """Set ``event`` at each of :data:`LINK_CHANGES` until ``stack`` closes; the change hub
-    hears other processes from now on."""
-    for kind in LINK_CHANGES:
-        stack.callback(kernel.stream.subscribe(kind, lambda _: event.set()))
-    kernel.changes.mark()
+    """Set ``event`` at each of :data:`LINK_CHANGES` until ``stack`` closes."""
+    stack.enter_context(kernel.bus.subscribe(LINK_CHANGES, lambda _: event.set()))

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from monitor import inotify
 from monitor.errors import SessionwatchError
+from monitor.kernel.bus import SourcesMoved, SourcesWatched
 from monitor.serve.components import set_on_link_changes, start_task
-from monitor.upstream.changes import SourcesMoved, SourcesWatched
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -45,7 +45,7 @@ class FileWatch:
         # the log would grow with writes, not with changes of state
         logging.getLogger("watchfiles").setLevel(logging.WARNING)
         self.monitor = monitor
-        self.stream = monitor.kernel.stream
+        self.bus = monitor.kernel.bus
         self.stopping = stopping
         self._paths_changed = asyncio.Event()  # which files are watched may have changed
         self._polled = False  # inotify refused a watch: watchfiles from then on
@@ -78,12 +78,12 @@ class FileWatch:
                 async for paths in self._changes(dirs, stop, files):
                     keys = set().union(*(files.get(str(Path(p)), set()) for p in paths))
                     if keys:
-                        self.stream.publish(SourcesMoved(frozenset(keys)))
+                        self.bus.publish(SourcesMoved(frozenset(keys)))
                     wal = set().union(*(files.get(p, set()) for p in paths if p.endswith("-wal")))
                     if wal:
-                        self.stream.publish(SourcesMoved(frozenset(wal), settling=True))
+                        self.bus.publish(SourcesMoved(frozenset(wal), settling=True))
             finally:
-                self.stream.publish(SourcesWatched(WATCHED_BY, frozenset()))
+                self.bus.publish(SourcesWatched(WATCHED_BY, frozenset()))
                 stop.set()
                 refresher.cancel()
 
@@ -114,7 +114,7 @@ class FileWatch:
     def _armed(self, files: dict[str, set[str]]) -> Callable[[], None]:
         def say() -> None:
             keys = frozenset(set().union(*files.values()))
-            self.stream.publish(SourcesWatched(WATCHED_BY, keys))
+            self.bus.publish(SourcesWatched(WATCHED_BY, keys))
 
         return say
 
@@ -155,7 +155,7 @@ class FileWatch:
 
     def _check_soon(self, keys: set[str]) -> None:
         """One early check of ``keys``: what changed before the watch took them in."""
-        self.stream.publish(SourcesMoved(frozenset(keys), catch_up=True))
+        self.bus.publish(SourcesMoved(frozenset(keys), catch_up=True))
 
 
 def _dirs_of(files: dict[str, set[str]]) -> list[str]:

@@ -24,10 +24,10 @@ import aiohttp
 from adapters import node_client
 from adapters.base import NodeAddress
 from monitor.errors import SessionwatchError
+from monitor.kernel.bus import SourcesMoved
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.retry import Backoff
 from monitor.serve.components import set_on_link_changes, start_task
-from monitor.upstream.changes import SourcesMoved
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -52,7 +52,7 @@ class NodeWatch:
     ) -> None:
         """``nodes``: the configured nodes as they are now (a reload may change them)."""
         self.monitor = monitor
-        self.stream = monitor.kernel.stream
+        self.bus = monitor.kernel.bus
         self.stopping = stopping
         self.nodes = nodes
         self._links_changed = asyncio.Event()
@@ -147,4 +147,4 @@ class NodeWatch:
                 cursor = moved
                 keys = self.keys.get(name)
                 if keys:  # a node's missing sources re-arm nothing: catch_up
-                    self.stream.publish(SourcesMoved(frozenset(keys), catch_up=True))
+                    self.bus.publish(SourcesMoved(frozenset(keys), catch_up=True))

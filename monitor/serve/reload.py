@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from adapters.registry import roots_of
 from monitor.config import Config, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError
-from monitor.records import NamedTuple
+from monitor.kernel.bus import ConfigReloaded
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -35,12 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIVE = ("roots", "nodes", "gateway", "log")
-
-
-class ConfigReloaded(NamedTuple):
-    """The configuration in force after a ``SIGHUP``."""
-
-    config: Config
 
 
 class Reload:
@@ -64,8 +58,10 @@ class Reload:
         stack.callback(loop.remove_signal_handler, signal.SIGHUP)
 
     def hangup(self) -> None:
-        config = reload(self.current(), self.path, self.monitor, self.waker)
-        self.monitor.kernel.stream.publish(ConfigReloaded(config))
+        old = self.current()
+        new = reload(old, self.path, self.monitor, self.waker)
+        if new is not old:
+            self.monitor.kernel.bus.publish(ConfigReloaded(old, new))
 
 
 def changed_sections(old: Config, new: Config) -> list[str]:

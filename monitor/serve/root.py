@@ -36,6 +36,7 @@ from monitor.errors import (
     StoreLocked,
 )
 from monitor.kernel import Kernel, KernelSettings
+from monitor.kernel.bus import Bus, ConfigReloaded
 from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
@@ -51,7 +52,7 @@ from monitor.retry import Backoff
 from monitor.serve.components import start_task
 from monitor.serve.file_watch import FileWatch
 from monitor.serve.node_watch import NodeWatch
-from monitor.serve.reload import ConfigReloaded, Reload
+from monitor.serve.reload import Reload
 from monitor.serve.ticks import Ticks
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
@@ -105,17 +106,15 @@ class Sidecar:
     async def start(self, stack: AsyncExitStack) -> None:
         """The components that run in any case, in order; file and node watching when
         ``watch_files`` is on."""
-        stack.callback(
-            self.kernel.stream.subscribe(ConfigReloaded, lambda c: self._in_force(c.config))
-        )
+        stack.enter_context(self.kernel.bus.subscribe(ConfigReloaded, self._in_force))
         await self.ticks.start(stack)
         if self.config.monitor.watch_files:
             await self.files.start(stack)
             await self.node_watch.start(stack)
         await HourlyPrune(self.kernel, self.stopping).start(stack)
 
-    def _in_force(self, config: Config) -> None:
-        self.config = config
+    def _in_force(self, reloaded: ConfigReloaded) -> None:
+        self.config = reloaded.new
 
     async def start_api(self, stack: AsyncExitStack, token: str) -> None:
         """The API site (and the status page on it), last: requests come once all runs."""
@@ -199,10 +198,13 @@ async def running(
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
         timers = timers or LoopTimers(clock)
+        bus = Bus()  # the service's changes, from every part to every part
         health = TickHealth(
-            interval_s=config.monitor.interval_s, budget_s=config.monitor.adapter_budget_s
+            interval_s=config.monitor.interval_s,
+            budget_s=config.monitor.adapter_budget_s,
+            bus=bus,
         )
-        waker = _hooks_client(config, metrics, db, timers, health)
+        waker = _hooks_client(config, metrics, db, timers, bus)
         if waker:
             stack.push_async_callback(waker.close)
         store = await open_state(db, stopping, metrics, clock)
@@ -210,7 +212,7 @@ async def running(
             yield None
             return
         kernel = await Kernel.on_store(
-            store, KernelSettings.of(config), metrics=metrics, on_delete=(delete_links,)
+            store, KernelSettings.of(config), metrics=metrics, on_delete=(delete_links,), bus=bus
         )
         stack.push_async_callback(kernel.close)
         delivery = Delivery(store, waker, timers=timers, metrics=metrics) if waker else None
@@ -270,13 +272,13 @@ async def _sweep(kernel: Kernel, metrics: Metrics) -> None:
 
 
 def _hooks_client(
-    config: Config, metrics: Metrics, db: Path | str, timers: Timers, tick: TickHealth
+    config: Config, metrics: Metrics, db: Path | str, timers: Timers, bus: Bus
 ) -> HooksClient | None:
     """The hooks client of ``[gateway]``, else of the gateway's own configuration next to it
     (said once at start, the token never), else none."""
     gateway = config.gateway
     if not gateway.wakes:
-        return _openclaw_client(config, metrics, db, timers, tick)
+        return _openclaw_client(config, metrics, db, timers, bus)
     token_file = Path(expand_user(gateway.hooks_token_file))
     read_secret(token_file, "the hooks token file")  # a missing or shared file stops start-up
     log.info("wakes go to %s/wake (the token in %s)", gateway.hooks_url.rstrip("/"), token_file)
@@ -284,7 +286,7 @@ def _hooks_client(
         gateway.hooks_url,
         token_file,
         timers=timers,
-        on_outcome=tick.noted,
+        bus=bus,
         main_key=config.session.main_key,
         retry_s=gateway.retry_interval_s,
         metrics=metrics,
@@ -292,7 +294,7 @@ def _hooks_client(
 
 
 def _openclaw_client(
-    config: Config, metrics: Metrics, db: Path | str, timers: Timers, tick: TickHealth
+    config: Config, metrics: Metrics, db: Path | str, timers: Timers, bus: Bus
 ) -> HooksClient | None:
     from monitor.openclaw.files import found_hooks
 
@@ -314,7 +316,7 @@ def _openclaw_client(
         url,
         Path(),
         timers=timers,
-        on_outcome=tick.noted,
+        bus=bus,
         main_key=config.session.main_key,
         retry_s=config.gateway.retry_interval_s,
         metrics=metrics,

@@ -37,9 +37,8 @@ import time
 from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
+from monitor.kernel.bus import ConfigReloaded, LinksChanged, SourcesMoved, SourcesWatched
 from monitor.serve.components import LINK_CHANGES, start_task
-from monitor.serve.reload import ConfigReloaded
-from monitor.upstream.changes import LinksChanged, SourcesMoved, SourcesWatched
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -92,14 +91,13 @@ class Ticks:
 
     async def start(self, stack: AsyncExitStack) -> None:
         stack.push_async_callback(self.monitor.tick_done)  # last: the tick in flight ends
-        stream = self.kernel.stream
-        stack.callback(stream.subscribe(SourcesMoved, self._moved_sources))
-        stack.callback(stream.subscribe(SourcesWatched, self._watched))
-        for kind in LINK_CHANGES:
-            stack.callback(stream.subscribe(kind, self._changed))
+        bus = self.kernel.bus
+        stack.enter_context(bus.subscribe(SourcesMoved, self._moved_sources))
+        stack.enter_context(bus.subscribe(SourcesWatched, self._watched))
+        stack.enter_context(bus.subscribe(LINK_CHANGES, self._changed))
         stack.callback(self._cancel_settling)
-        stack.callback(
-            stream.subscribe(ConfigReloaded, lambda c: self.reschedule(c.config.monitor.interval_s))
+        stack.enter_context(
+            bus.subscribe(ConfigReloaded, lambda c: self.reschedule(c.new.monitor.interval_s))
         )
         start_task(stack, self.on_schedule())
 
@@ -260,7 +258,7 @@ class Ticks:
             for (adapter, outcome), n in counted.items():
                 self.metrics.links_now.labels(adapter, outcome).set(n)
         if rearm and any(r.outcome == "missing" for r in results):
-            self.kernel.stream.publish(LinksChanged())
+            self.kernel.bus.publish(LinksChanged())
         more = frozenset(r.session_key for r in results if r.more and not r.unsettled)
         if more:  # stopped at the scan cap: the rest now, in turn with the other keys due
             self._moved_sources(SourcesMoved(more, catch_up=True))

@@ -16,13 +16,13 @@ from adapters.base import Adapter, Marker
 from adapters.registry import LOCAL_HOST, entry, host_id_for
 from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
 from monitor.kernel import Kernel
+from monitor.kernel.bus import LinksChanged
 from monitor.kernel.events import CATALOG_ID, HOST_ID, ActorType, EventKind
 from monitor.kernel.keys import normalize_key, resolve_agent
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import read_session, write_session_row
 from monitor.kernel.signal_log import make_draft
 from monitor.paths import expand_user
-from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink, keys_linked_to, read_link, upsert_link
 from monitor.upstream.session_catalog import SessionCatalog
 
@@ -126,7 +126,7 @@ class Adoption:
             )
 
         link = await self.kernel.commit(run)
-        self.kernel.stream.publish(LinksChanged())
+        self.kernel.bus.publish(LinksChanged())
         return AdoptedLink(link, declined, tuple(warnings))
 
     async def adopt_catalog(

@@ -18,12 +18,12 @@ from adapters.catalog import CatalogListing
 from adapters.registry import build_adapters, entry, roots_of
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
+from monitor.kernel.bus import LinksChanged
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
 from monitor.paths import expand_user
 from monitor.upstream import links
 from monitor.upstream.adoption import AdoptedLink, Adoption
-from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.settle import LinkResult
@@ -214,7 +214,7 @@ class UpstreamMonitor:
         assert isinstance(adapters, dict)  # from build_adapters (see ``from_config``)
         adapters.clear()
         adapters.update(fresh)
-        self.kernel.stream.publish(LinksChanged())  # what is watched may differ
+        self.kernel.bus.publish(LinksChanged())  # what is watched may differ
 
     async def links(self) -> list[links.LinkView]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
@@ -260,7 +260,7 @@ class UpstreamMonitor:
         scope, params = session_scope(normalize_key(session_key), agent_id)
         removed: int = await self.kernel.commit(lambda r: links.delete_links(r.conn, scope, params))
         if removed:
-            self.kernel.stream.publish(LinksChanged())
+            self.kernel.bus.publish(LinksChanged())
         return removed > 0
 
     async def blocked_count(self) -> int:

@@ -18,12 +18,12 @@ from adapters.base import Adapter, Follow, GatewayBound, Marker, Outcome, Probe,
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
+from monitor.kernel.bus import LinksChanged
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
 from monitor.upstream import links
 from monitor.upstream.bindings import NONE, Bound, probe_refs
-from monitor.upstream.changes import LinksChanged
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult, settle
 
@@ -368,7 +368,7 @@ class TickWrites:
         store = StoreTakes()
         for kind, works, outcomes in checked:
             if any(o.rewatch for o in outcomes):
-                self.kernel.stream.publish(LinksChanged())  # a file to watch: a new branch
+                self.kernel.bus.publish(LinksChanged())  # a file to watch: a new branch
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
                 if _unchanged(link, outcome, snapshot):

@@ -20,6 +20,7 @@ from aiohttp import web
 from adapters.base import own_text_hash
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.bus import NOTICE_CHANGES
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.events import EventKind, lacks_via, refuse_a_mistyped_via
 from monitor.kernel.feed import NoticeFeed
@@ -275,20 +276,22 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    seen = kernel.changes.mark()
     changed, written = True, loop.time()
     try:
-        while not stopping.is_set():
-            if changed:
-                for notice in feed.fresh(await _follow(request, feed.after)):
-                    await response.write(b"event: notice\ndata: " + orjson.dumps(notice) + b"\n\n")
+        async with kernel.bus.listen(NOTICE_CHANGES) as heard:  # from before the first read
+            while not stopping.is_set():
+                if changed:
+                    heard.pending()  # what the read below sees
+                    for notice in feed.fresh(await _follow(request, feed.after)):
+                        await response.write(
+                            b"event: notice\ndata: " + orjson.dumps(notice) + b"\n\n"
+                        )
+                        written = loop.time()
+                if loop.time() - written >= KEEPALIVE_S:
+                    await response.write(b": keep-alive\n\n")
                     written = loop.time()
-            if loop.time() - written >= KEEPALIVE_S:
-                await response.write(b": keep-alive\n\n")
-                written = loop.time()
-            wait = KEEPALIVE_S - (loop.time() - written)
-            now = await kernel.changes.after(seen, wait, unless=stopping)
-            changed, seen = now != seen, now
+                wait = KEEPALIVE_S - (loop.time() - written)
+                changed = await heard.next(wait, unless=stopping) is not None
     except (ConnectionResetError, SessionwatchError):
         pass  # the client went away, or the database did: the stream ends
     return response

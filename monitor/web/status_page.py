@@ -37,6 +37,14 @@ from monitor.config import Config, NodeConfig, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient, LastWake
 from monitor.errors import SessionwatchError
 from monitor.kernel import Kernel
+from monitor.kernel.bus import (
+    PAGE_CHANGES,
+    WRITES,
+    ConfigReloaded,
+    TickRan,
+    TitlesRead,
+    WakeOutcome,
+)
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.signal_log import Activity
 from monitor.upstream import UpstreamMonitor
@@ -305,49 +313,45 @@ class StatusPage:
         comment every 15 s otherwise."""
         if not self._admitted(request):
             return self._refuse()
-        changes, tick = self.sources.kernel.changes, self.sources.tick
-        pulse = tick.pulse
         response = web.StreamResponse(
             headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
         )
         await response.prepare(request)
         loop = asyncio.get_running_loop()
         try:
-            seen_changes, seen_pulse, seen_news = changes.mark(), pulse.count, tick.news
-            shown = await self._fingerprint()
-            sent = quiet_since = loop.time()
-            changed = tick_due = False
-            await response.write(b"retry: 2000\n\n")
-            while not self.stopping.is_set():
-                # told, never polled: the wait lasts until a change, a tick, or the moment
-                # something held back is due (a change within MIN_GAP_S, a tick's refresh,
-                # the keep-alive)
-                if changed:
-                    due = sent + MIN_GAP_S
-                elif tick_due:
-                    due = sent + TICK_REFRESH_S
-                else:
-                    due = quiet_since + KEEPALIVE_S
-                wait = max(due - loop.time(), 0.0)
-                heard = await _first(
-                    changes.after(seen_changes, wait), pulse.after(seen_pulse, wait)
-                )
-                if heard is not None and heard != seen_changes:
-                    seen_changes = heard
-                    now = await self._fingerprint()
-                    changed, shown = changed or now != shown, now
-                if tick.news != seen_news:  # a wake's outcome, a failed tick: at once
-                    seen_news, changed = tick.news, True
-                if pulse.count != seen_pulse:
-                    seen_pulse, tick_due = pulse.count, True
-                since = loop.time() - sent
-                if (changed and since >= MIN_GAP_S) or (tick_due and since >= TICK_REFRESH_S):
-                    await response.write(b"event: changed\ndata: {}\n\n")
-                    sent = quiet_since = loop.time()
-                    changed = tick_due = False
-                elif loop.time() - quiet_since >= KEEPALIVE_S:
-                    await response.write(b": keep-alive\n\n")
-                    quiet_since = loop.time()
+            async with self.sources.kernel.bus.listen(PAGE_CHANGES) as heard:
+                shown = await self._fingerprint()
+                sent = quiet_since = loop.time()
+                changed = tick_due = False
+                await response.write(b"retry: 2000\n\n")
+                while not self.stopping.is_set():
+                    # told, never polled: the wait lasts until a change, or the moment
+                    # something held back is due (a change within MIN_GAP_S, a tick's
+                    # refresh, the keep-alive)
+                    if changed:
+                        due = sent + MIN_GAP_S
+                    elif tick_due:
+                        due = sent + TICK_REFRESH_S
+                    else:
+                        due = quiet_since + KEEPALIVE_S
+                    first = await heard.next(max(due - loop.time(), 0.0), unless=self.stopping)
+                    kinds = {type(c) for c in (first, *heard.pending()) if c is not None}
+                    if kinds & set(WRITES):  # shown only if what it shows moved
+                        now = await self._fingerprint()
+                        changed, shown = changed or now != shown, now
+                    if kinds & {WakeOutcome, TitlesRead, ConfigReloaded}:  # at once
+                        changed = True
+                    if TickRan in kinds:  # its time and duration, or why it failed
+                        tick_due = True
+                        changed = changed or self.sources.tick.failed is not None
+                    since = loop.time() - sent
+                    if (changed and since >= MIN_GAP_S) or (tick_due and since >= TICK_REFRESH_S):
+                        await response.write(b"event: changed\ndata: {}\n\n")
+                        sent = quiet_since = loop.time()
+                        changed = tick_due = False
+                    elif loop.time() - quiet_since >= KEEPALIVE_S:
+                        await response.write(b": keep-alive\n\n")
+                        quiet_since = loop.time()
         except (ConnectionResetError, SessionwatchError):
             pass  # the page was closed, or the database went away: the stream ends
         return response
@@ -463,7 +467,7 @@ class StatusPage:
         with contextlib.suppress(SessionwatchError):
             found = await self.sources.monitor.catalog()
             self._titles = {e.native_id: e.title or "" for e in found.entries if e.native_id}
-            self.sources.tick.noted()  # the open pages fetch the titles
+            self.sources.kernel.bus.publish(TitlesRead())  # the open pages fetch them
 
     async def _node_states(self, config: Config) -> tuple[tuple[str, str, str | None], ...]:
         check = self.sources.node_check
@@ -512,19 +516,6 @@ def turn_chart(hours: tuple[int, ...]) -> Markup:
         f' height="{CHART_H}" role="img" aria-label="{label}"><title>{label}</title>'
         f'<path class="base" d="M0 {CHART_H - 0.5}H{CHART_W}"/>{drawn}</svg>'
     )
-
-
-async def _first(changed: Awaitable[int], ticked: Awaitable[Any]) -> int | None:
-    """Until the first of the two returns (the other is cancelled): the change hub's count
-    when it was the first, else None."""
-    first, second = asyncio.ensure_future(changed), asyncio.ensure_future(ticked)
-    try:
-        await asyncio.wait((first, second), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (first, second):
-            task.cancel()
-        await asyncio.gather(first, second, return_exceptions=True)
-    return first.result() if first.done() and not first.cancelled() else None
 
 
 def _clock(ms: int | None) -> str:

@@ -1,5 +1,5 @@
-"""The change hub: one watcher of the store per process, however many wait on it, and no
-change lost between a waiter's read and its wait. On both stores, with the change made by
+"""The change hub: one watcher of the store per process, however many listen, and no change
+lost between a listener's read and its wait. On both stores, with the change made by
 another process's kernel, as a CLI command or another sidecar makes it."""
 
 from __future__ import annotations
@@ -7,51 +7,50 @@ from __future__ import annotations
 import asyncio
 
 from monitor.kernel import Kernel
-from monitor.kernel.changes import StoreMoved
+from monitor.kernel.bus import WRITES, StoreMoved, StoreWritten
 from tests.helpers import KernelFactory, human, until
 
 KEY = "agent:main:subagent:c1"
 
 
-async def test_every_waiter_hears_a_change_another_process_made_from_one_watcher(
+async def test_every_listener_hears_a_change_another_process_made_from_one_watcher(
     open_kernel: KernelFactory,
 ) -> None:
     kernel: Kernel = await open_kernel()
     other: Kernel = await open_kernel()
+    listening = [kernel.bus.listen((StoreMoved,)) for _ in range(50)]
     hub = kernel.changes
-    seen = hub.mark()
-    waiters = [asyncio.ensure_future(hub.after(seen, 30)) for _ in range(50)]
-    await asyncio.sleep(0)
     await human(other, KEY)
-    heard = await asyncio.wait_for(asyncio.gather(*waiters), 30)
-    assert all(count > seen for count in heard)
+    heard = await asyncio.wait_for(asyncio.gather(*(x.next(30) for x in listening)), 30)
+    assert all(isinstance(change, StoreMoved) for change in heard)
     assert [hub._task] == [t for t in asyncio.all_tasks() if t is hub._task]  # one watcher
 
 
-async def test_a_change_between_the_mark_and_the_wait_is_not_lost(
-    open_kernel: KernelFactory,
-) -> None:
+async def test_a_change_before_the_wait_is_not_lost(open_kernel: KernelFactory) -> None:
     kernel: Kernel = await open_kernel()
     other: Kernel = await open_kernel()
-    seen = kernel.changes.mark()  # before reading what the change would alter
-    await human(other, KEY)  # the change lands before anyone waits
-    await until("the change heard", lambda: kernel.changes.mark() != seen)
-    assert await kernel.changes.after(seen, 30) > seen  # returns at once
+    async with kernel.bus.listen((StoreMoved,)) as heard:  # before reading what it alters
+        await human(other, KEY)  # the change lands before anyone waits
+        await until("the change heard", lambda: kernel.changes.mark() > 0)
+        assert isinstance(await heard.next(0), StoreMoved)  # at once
 
 
 async def test_a_stop_ends_a_wait_at_once(open_kernel: KernelFactory) -> None:
     kernel: Kernel = await open_kernel()
     stopping = asyncio.Event()
-    seen = kernel.changes.mark()
-    wait = asyncio.ensure_future(kernel.changes.after(seen, 3600, unless=stopping))
-    await asyncio.sleep(0)
-    stopping.set()
-    assert seen == await asyncio.wait_for(wait, 30)
+    async with kernel.bus.listen((StoreMoved,)) as heard:
+        wait = asyncio.ensure_future(heard.next(3600, unless=stopping))
+        await asyncio.sleep(0)
+        stopping.set()
+        assert await asyncio.wait_for(wait, 30) is None
 
 
-async def test_the_watcher_ends_with_the_kernel(open_kernel: KernelFactory) -> None:
+async def test_the_watcher_starts_with_its_first_listener_and_ends_with_the_kernel(
+    open_kernel: KernelFactory,
+) -> None:
     kernel: Kernel = await open_kernel()
-    kernel.changes.mark()
+    assert kernel.changes._task is None  # nobody listens: the store is not watched
+    kernel.bus.listen((StoreMoved,))
     task = kernel.changes._task
     assert task is not None
     await kernel.close()
@@ -68,14 +67,15 @@ async def test_an_event_this_process_recorded_re_reads_nothing(open_kernel: Kern
     other: Kernel = await open_kernel()
     kernel: Kernel = await open_kernel()
     moved: list[StoreMoved] = []
-    kernel.stream.subscribe(StoreMoved, moved.append)
-    kernel.changes.mark()
+    kernel.bus.subscribe(StoreMoved, moved.append)
+    written = kernel.bus.listen(WRITES)
     await human(other, "agent:main:subagent:before")
     await until("the other process's first commit heard", lambda: moved)
     moved.clear()
-    seen, looks = kernel.changes.mark(), kernel.changes.looks
+    written.pending()
+    looks = kernel.changes.looks
     await human(kernel, KEY)
-    assert kernel.changes.mark() > seen  # the waiters are told at once
+    assert StoreWritten() in written.pending()  # the readers are told at once
     if kernel.store.watches_changes:  # SQLite: the hub wakes on the write, and looks
         await until("the hub looked", lambda: kernel.changes.looks > looks)
     await human(other, KEY)
@@ -100,7 +100,7 @@ async def test_this_processes_writes_without_an_event_tell_the_readers(
         lambda: kernel.inbox(watcher="agent:main:main", drain=True),
         lambda: GatewaySessions(kernel).reset("agent:main:main"),
     ]
+    heard = kernel.bus.listen(WRITES)
     for step in steps:
-        seen = kernel.changes.mark()
         await step()
-        assert kernel.changes.mark() > seen
+        assert heard.pending(), step

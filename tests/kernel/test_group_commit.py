@@ -17,7 +17,7 @@ import pytest
 from monitor.clock import now_ms
 from monitor.errors import BadInput, StoreError, StoreLocked
 from monitor.kernel import Kernel, NewEvent
-from monitor.kernel.changes import EventsRecorded, WatchesChanged
+from monitor.kernel.bus import EventsRecorded, WatchesChanged
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.store import open_store
 from monitor.kernel.store.batch import PendingWrite
@@ -146,7 +146,7 @@ async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path:
     kernel = await Kernel.open(tmp_path / "state.db", metrics=metrics)
     try:
         seen: list[EventsRecorded] = []
-        kernel.stream.subscribe(EventsRecorded, seen.append)
+        kernel.bus.subscribe(EventsRecorded, seen.append)
         busy, release = threading.Event(), threading.Event()
 
         def hold(c: Conn) -> None:
@@ -169,7 +169,7 @@ async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path:
         first = asyncio.ensure_future(kernel.store.write(hold))
         await asyncio.to_thread(busy.wait, 10)
         armed: list[bool] = []
-        kernel.stream.subscribe(WatchesChanged, lambda _: armed.append(True))
+        kernel.bus.subscribe(WatchesChanged, lambda _: armed.append(True))
         before = asyncio.ensure_future(kernel.commit(spawned("agent:main:subagent:a")))
         failing = asyncio.ensure_future(kernel.store.write(refuse))
         after = asyncio.ensure_future(kernel.commit(spawned("agent:main:subagent:b")))

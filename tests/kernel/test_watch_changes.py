@@ -5,7 +5,7 @@ re-arms from that one change, not from the API."""
 from __future__ import annotations
 
 from monitor.kernel import Kernel, NewEvent
-from monitor.kernel.changes import WatchesChanged
+from monitor.kernel.bus import WatchesChanged
 from monitor.kernel.events import ActorType, EventKind
 from tests.helpers import KernelFactory
 
@@ -17,7 +17,7 @@ GROUP = "agent:main:telegram:group:room-1"
 async def test_every_way_of_watching_says_so_once_committed(open_kernel: KernelFactory) -> None:
     said: list[str] = []
     kernel: Kernel = await open_kernel()
-    kernel.stream.subscribe(WatchesChanged, lambda _: said.append("changed"))
+    kernel.bus.subscribe(WatchesChanged, lambda _: said.append("changed"))
 
     assert await kernel.watch(watcher=MAIN, target=CHILD)
     assert 1 == len(said)
@@ -36,7 +36,7 @@ async def test_every_way_of_watching_says_so_once_committed(open_kernel: KernelF
 async def test_recording_that_watches_nothing_says_nothing(open_kernel: KernelFactory) -> None:
     said: list[str] = []
     kernel: Kernel = await open_kernel()
-    kernel.stream.subscribe(WatchesChanged, lambda _: said.append("changed"))
+    kernel.bus.subscribe(WatchesChanged, lambda _: said.append("changed"))
     done = NewEvent(
         session_key=CHILD, kind=EventKind.RUN_COMPLETED, actor_type=ActorType.AGENT, run_id="r"
     )

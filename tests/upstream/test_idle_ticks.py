@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.config import MonitorConfig
+from monitor.kernel.bus import TickRan
 from monitor.serve.root import running
 from monitor.serve.ticks import FULL_EVERY
 from tests.helpers import make_config, until, user_line
@@ -37,7 +38,7 @@ async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
             paths.append(path)
         ticks: list[str] = []  # "full", "early" (a check of some keys) or "left", in order
         full, early = [0], [0]  # full ticks and early checks begun
-        tick, pulse = sidecar.monitor.tick, sidecar.ticks.health.pulse
+        tick = sidecar.monitor.tick
 
         async def counted(only: set[str] | None = None) -> Any:
             full[0] += only is None
@@ -46,12 +47,15 @@ async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
 
         sidecar.monitor.tick = counted  # type: ignore[method-assign]
 
+        ended = sidecar.kernel.bus.listen((TickRan,))
+
         async def follow() -> None:
-            """Each tick's end beats the health's pulse: full when one began since, early
-            when an early check did (a prompt's), else left out."""
-            seen, began, checked = pulse.count, full[0], early[0]
+            """Each tick's end is on the bus: full when one began since, early when an
+            early check did (a prompt's), else left out."""
+            began, checked = full[0], early[0]
             while True:
-                seen = await pulse.after(seen, 60)
+                if await ended.next(60) is None:
+                    continue
                 if full[0] > began:
                     ticks.append("full")
                 else:
@@ -83,3 +87,4 @@ async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
         await until("the next scheduled tick", lambda: scheduled(), timeout=60)
         assert "full" == scheduled()[0]
         following.cancel()
+        ended.close()

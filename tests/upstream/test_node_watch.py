@@ -90,9 +90,8 @@ async def test_a_node_without_a_change_feed_is_said_once_and_left_to_the_ticks(
     from types import SimpleNamespace
 
     from adapters.base import NodeAddress
-    from monitor.kernel.changes import ChangeStream
+    from monitor.kernel.bus import Bus, SourcesMoved
     from monitor.serve.node_watch import NodeWatch
-    from monitor.upstream.changes import SourcesMoved
     from monitor.web.common import make_guard
 
     key = web.AppKey("token", str)
@@ -105,9 +104,9 @@ async def test_a_node_without_a_change_feed_is_said_once_and_left_to_the_ticks(
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     node = NodeAddress(url=url, token_file=str(tmp_path / "node.token"))
     ticked: list[frozenset[str]] = []
-    stream = ChangeStream()
-    stream.subscribe(SourcesMoved, lambda c: ticked.append(c.keys))
-    monitor = SimpleNamespace(kernel=SimpleNamespace(stream=stream))
+    bus = Bus()
+    bus.subscribe(SourcesMoved, lambda c: ticked.append(c.keys))
+    monitor = SimpleNamespace(kernel=SimpleNamespace(bus=bus))
     watch = NodeWatch(monitor, asyncio.Event(), nodes=lambda: {"old": node})  # type: ignore[arg-type]
     watch.keys["old"] = {KEY}
     try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from monitor.config import RootsConfig
+from monitor.kernel.bus import SourcesMoved
 from monitor.serve.root import running
 from monitor.serve.ticks import SETTLE_MS
-from monitor.upstream.changes import SourcesMoved
 from tests.helpers import make_config, until
 from tests.opencode_db import OpenCodeDB
 
@@ -32,7 +32,7 @@ async def test_a_wal_write_checks_its_keys_again_after_the_write_settles(tmp_pat
         await sidecar.monitor.adopt(kind="opencode", path=str(oc.path), session_key=KEY, thread=SID)
         await sidecar.kernel.watch(watcher=MAIN, target=KEY)
         moved: list[SourcesMoved] = []
-        sidecar.kernel.stream.subscribe(SourcesMoved, moved.append)
+        sidecar.kernel.bus.subscribe(SourcesMoved, moved.append)
         checked: list[set[str] | None] = []
         tick = sidecar.monitor.tick
 

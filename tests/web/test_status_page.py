@@ -399,12 +399,13 @@ class _Sources:
         from types import SimpleNamespace
 
         from monitor.config import ApiConfig, Config
+        from monitor.kernel.bus import Bus
 
         self.db = db
         self._config = Config(api=ApiConfig(listen=listen))
         self.reads = 0
         self.monitor = SimpleNamespace(catalog=self._catalog)
-        self.tick = SimpleNamespace(noted=lambda: None)
+        self.kernel = SimpleNamespace(bus=Bus())
 
     def config(self) -> Any:
         return self._config

@@ -1,0 +1,348 @@
+"""The change bus: every change the running service acts on, and the one way to hear one.
+
+Every kind is a :class:`Change`, declared here:
+
+- the kernel's, after each commit of this process: :class:`StoreWritten` (any commit),
+  :class:`EventsRecorded`, :class:`NoticesOpened`, :class:`NoticesAcknowledged` (a drain, a
+  wake the gateway accepted) and :class:`WatchesChanged`;
+- the store's, for another process's commit: :class:`StoreMoved` (the change hub,
+  :mod:`monitor.kernel.changes`, hears it);
+- upstream's: :class:`LinksChanged`, :class:`SourcesMoved`, :class:`SourcesWatched`;
+- the tick's: :class:`TickRan`;
+- delivery's: :class:`WakeOutcome`;
+- the status page's: :class:`TitlesRead`;
+- the configuration's: :class:`ConfigReloaded` (the one in force before and after).
+
+A part of the service subscribes to the kinds it acts on (:meth:`Bus.subscribe`, APScheduler
+4's broker is the model: a :class:`Subscription` that ends it); the callback runs at once, on
+the publisher's thread (the event loop's), and must be quick and never raise. A reader that
+waits (the notice stream, ``notices --follow``, the status page) iterates
+:meth:`Bus.listen`: it is told, never polls. A source of changes that costs something to
+run (the hub's watch of the store) starts when its kind is first heard
+(:meth:`Bus.on_first`).
+
+Changes are small classes with slots, not dataclasses or named tuples: a one-shot command
+imports this module, and a base class is what every kind shares.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from monitor.lazylog import LazyLogger
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Iterable
+    from typing import Any, TypeVar
+
+    from monitor.config import Config
+    from monitor.kernel.notices import Notice
+    from monitor.kernel.signal_log import Recorded
+
+    C = TypeVar("C", bound="Change")
+
+log = LazyLogger(__name__)
+
+
+class Change:
+    """What changed. Equal when of one kind with equal fields (its slots)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._values() == self._values()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._values()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+# -- the kernel's ----------------------------------------------------------------------
+
+
+class StoreWritten(Change):
+    """This process committed (an event, a notice, a link, a lease, a marker): what a
+    reader shows may differ."""
+
+    __slots__ = ()
+
+
+class EventsRecorded(Change):
+    """Events a commit recorded (duplicates left out), with the notices each opened."""
+
+    __slots__ = ("recorded",)
+
+    def __init__(self, recorded: tuple[Recorded, ...]) -> None:
+        self.recorded = recorded
+
+
+class NoticesOpened(Change):
+    """Notices a commit opened or reopened, or that the start-up sweep found pending: each
+    one this process may have to wake (the policy says whom)."""
+
+    __slots__ = ("notices",)
+
+    def __init__(self, notices: tuple[Notice, ...]) -> None:
+        self.notices = notices
+
+
+class NoticesAcknowledged(Change):
+    """Notices were acknowledged (a drain, a wake the gateway accepted): what is pending
+    changed. ``reopened``: those the acknowledgement opened again (work that came after a
+    notice froze), also published as :class:`NoticesOpened`."""
+
+    __slots__ = ("reopened",)
+
+    def __init__(self, reopened: tuple[Notice, ...] = ()) -> None:
+        self.reopened = reopened
+
+
+class WatchesChanged(Change):
+    """Which sessions are watched may have changed: a watch, a spawn, an ambient watch, a
+    reset, a deletion."""
+
+    __slots__ = ()
+
+
+class StoreMoved(Change):
+    """Another connection committed (another process, another host): ``moves`` is the
+    hub's count of such moves."""
+
+    __slots__ = ("moves",)
+
+    def __init__(self, moves: int) -> None:
+        self.moves = moves
+
+
+# -- upstream's ------------------------------------------------------------------------
+
+
+class LinksChanged(Change):
+    """Links were adopted or removed, a link's source went missing, or the roots and nodes
+    they are read under changed: which files and nodes are watched may differ."""
+
+    __slots__ = ()
+
+
+class SourcesMoved(Change):
+    """The native sources of these links changed (a file written to, a node's feed moved):
+    they are due an early check. ``catch_up``: the check that follows arming a watch, whose
+    missing sources must not re-arm it again. ``settling``: a database's WAL was written,
+    and the commit becomes visible to readers a moment later (SQLite updates the WAL index
+    after the frames): the keys are checked again shortly after, as well as at once."""
+
+    __slots__ = ("catch_up", "keys", "settling")
+
+    def __init__(
+        self, keys: frozenset[str], catch_up: bool = False, settling: bool = False
+    ) -> None:
+        self.keys = keys
+        self.catch_up = catch_up
+        self.settling = settling
+
+
+class SourcesWatched(Change):
+    """The links whose sources a watcher hears as they change, from now on (``by`` names
+    the watcher; an empty set: it hears none, a watch being armed again). A scheduled tick
+    that finds nothing moved since the last full one, every link then quiet and heard, has
+    nothing to read (``serve/ticks.py``)."""
+
+    __slots__ = ("by", "keys")
+
+    def __init__(self, by: str, keys: frozenset[str]) -> None:
+        self.by = by
+        self.keys = keys
+
+
+# -- the tick's, delivery's, the configuration's ---------------------------------------
+
+
+class TickRan(Change):
+    """A scheduled or early tick ended: ``idle`` when it had nothing to read; ``failed``:
+    why it failed as a whole."""
+
+    __slots__ = ("failed", "idle")
+
+    def __init__(self, *, idle: bool = False, failed: str | None = None) -> None:
+        self.idle = idle
+        self.failed = failed
+
+
+class WakeOutcome(Change):
+    """The last outcome of a wake for ``watcher`` changed (delivered, refused, retrying)."""
+
+    __slots__ = ("watcher",)
+
+    def __init__(self, watcher: str) -> None:
+        self.watcher = watcher
+
+
+class TitlesRead(Change):
+    """The status page read the sessions' titles again (from the catalog): open pages
+    fetch them."""
+
+    __slots__ = ()
+
+
+class ConfigReloaded(Change):
+    """A reload (``SIGHUP``) changed the configuration in force: ``old`` was, ``new`` is;
+    each part applies its own section."""
+
+    __slots__ = ("new", "old")
+
+    def __init__(self, old: Config, new: Config) -> None:
+        self.old = old
+        self.new = new
+
+
+# what may have opened a notice a reader has not shown: this process's commit, another's
+NOTICE_CHANGES: tuple[type[Change], ...] = (NoticesOpened, StoreMoved)
+# what this process or another wrote: what a reader of the store shows may differ
+WRITES: tuple[type[Change], ...] = (StoreWritten, NoticesAcknowledged, WatchesChanged, StoreMoved)
+# what the status page may show differently after
+PAGE_CHANGES: tuple[type[Change], ...] = (*WRITES, TickRan, WakeOutcome, TitlesRead, ConfigReloaded)
+
+
+# -- the bus ---------------------------------------------------------------------------
+
+
+class Subscription:
+    """A callback's subscription to some kinds; :meth:`unsubscribe` ends it (also on leaving
+    a ``with`` block)."""
+
+    __slots__ = ("_bus", "_callback", "_kinds")
+
+    def __init__(self, bus: Bus, kinds: tuple[type[Change], ...], callback: Any) -> None:
+        self._bus, self._kinds, self._callback = bus, kinds, callback
+
+    def unsubscribe(self) -> None:
+        for kind in self._kinds:
+            callbacks = self._bus._subscribers.get(kind, [])
+            if self._callback in callbacks:
+                callbacks.remove(self._callback)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.unsubscribe()
+
+
+class Bus:
+    """Typed publish and subscribe, in process (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[type[Change], list[Callable[[Any], None]]] = {}
+        self._first: dict[type[Change], Callable[[], object]] = {}
+
+    def subscribe(
+        self, kinds: type[C] | tuple[type[C], ...], callback: Callable[[C], None]
+    ) -> Subscription:
+        """Call ``callback`` with every change of ``kinds`` from now on."""
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        for kind in kinds:
+            self._subscribers.setdefault(kind, []).append(callback)
+            start = self._first.get(kind)
+            if start is not None:
+                start()
+        return Subscription(self, kinds, callback)
+
+    def publish(self, change: Change) -> None:
+        """Hand ``change`` to its kind's subscribers. One that raises is a bug: said, and
+        the others still hear it."""
+        for callback in tuple(self._subscribers.get(type(change), ())):
+            try:
+                callback(change)
+            except Exception:
+                log.exception("a subscriber to %s failed", type(change).__name__)
+
+    def wants(self, kind: type[Change]) -> bool:
+        """Whether anyone listens for ``kind`` (a publisher may skip building it)."""
+        return bool(self._subscribers.get(kind))
+
+    def on_first(self, kind: type[Change], start: Callable[[], object]) -> None:
+        """Call ``start`` whenever ``kind`` gets a subscriber (it must be idempotent): a
+        source of changes that costs something runs only once someone listens."""
+        self._first[kind] = start
+        if self.wants(kind):
+            start()
+
+    def listen(self, kinds: Iterable[type[Change]], *, keep: int = 1024) -> Listening:
+        """The changes of ``kinds`` from now on, to iterate or wait for (see
+        :class:`Listening`)."""
+        return Listening(self, tuple(kinds), keep)
+
+
+class Listening:
+    """Changes of some kinds, heard since it was made: ``async for change in listening``, or
+    :meth:`next` with a timeout. At most ``keep`` unread changes are kept (the oldest go
+    first): a reader that acts on what changed reads the state again in any case. Ends
+    (unsubscribes) with :meth:`close`, or on leaving an ``async with`` block."""
+
+    def __init__(self, bus: Bus, kinds: tuple[type[Change], ...], keep: int) -> None:
+        self._heard: deque[Change] = deque(maxlen=keep)
+        self._arrived: asyncio.Event | None = None
+        self._subscription = bus.subscribe(kinds, self._hear)
+
+    def _hear(self, change: Change) -> None:
+        self._heard.append(change)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    def pending(self) -> list[Change]:
+        """What was heard and not read yet, now read."""
+        heard = list(self._heard)
+        self._heard.clear()
+        return heard
+
+    async def next(
+        self, timeout: float | None = None, *, unless: asyncio.Event | None = None
+    ) -> Change | None:
+        """The next change; None after ``timeout`` s, or once ``unless`` is set (a stop)."""
+        import asyncio
+
+        while not self._heard:
+            if unless is not None and unless.is_set():
+                return None
+            if self._arrived is None:
+                self._arrived = asyncio.Event()
+            self._arrived.clear()
+            waits = [asyncio.ensure_future(self._arrived.wait())]
+            if unless is not None:
+                waits.append(asyncio.ensure_future(unless.wait()))
+            try:
+                done, _ = await asyncio.wait(
+                    waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for wait in waits:
+                    wait.cancel()
+            if not done:
+                return None
+        return self._heard.popleft()
+
+    def __aiter__(self) -> Listening:
+        return self
+
+    async def __anext__(self) -> Change:
+        change = await self.next()
+        assert change is not None  # no timeout, no stop: only a change ends the wait
+        return change
+
+    def close(self) -> None:
+        self._subscription.unsubscribe()
+
+    async def __aenter__(self) -> Listening:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.close()
