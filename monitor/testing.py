@@ -289,11 +289,11 @@ async def waking_kernel(
         timers=timers,
         transport=gateway.transport(),
     )
-    delivery = Delivery(store, client, timers=timers)
     kernel = await Kernel.on_store(store)
+    delivery = Delivery(kernel, client, timers=timers, others=False)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            await delivery.start(stack, kernel, others=False)
+            await delivery.start(stack, kernel.bus)
             yield kernel, timers
             await delivery.close()
     finally:

@@ -71,9 +71,9 @@ async def kernel_waking(
     store = await open_store(target, clock=clock)
     wakes.timers = ManualTimers(clock)
     wakes.timers.stores.append(store)
-    wakes.delivery = Delivery(store, wakes, timers=wakes.timers)
     kernel = await Kernel.on_store(store, **kwargs)
-    await wakes.delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
+    wakes.delivery = Delivery(kernel, wakes, timers=wakes.timers, others=False)
+    await wakes.delivery.start(contextlib.AsyncExitStack(), kernel.bus)
     return kernel
 
 

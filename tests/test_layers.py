@@ -228,3 +228,27 @@ def test_no_class_is_over_300_lines_and_no_two_share_a_name() -> None:
     for name, module, _ in classes:
         where.setdefault(name, []).append(module)
     assert {} == {name: modules for name, modules in where.items() if len(modules) > 1}
+
+
+def test_every_running_part_starts_one_way() -> None:
+    """Every class of the service with a ``start`` implements the one component contract,
+    ``async def start(self, stack, bus)`` (monitor/serve/components.py), and ``running``
+    starts them from one ordered list (``start_all``)."""
+    starts = []
+    for path in sorted((ROOT / "monitor").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or node.name == "JsonErrorHandler":
+                continue  # (that one overrides aiohttp's RequestHandler.start)
+            for item in node.body:
+                if (
+                    isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and item.name == "start"
+                ):
+                    args = [a.arg for a in item.args.args]
+                    where = f"{path.relative_to(ROOT)}: {node.name}.start{tuple(args)}"
+                    assert isinstance(item, ast.AsyncFunctionDef), where
+                    assert ["self", "stack", "bus"] == args, where
+                    starts.append(node.name)
+    assert len(starts) >= 10, starts
+    root = (ROOT / "monitor" / "serve" / "root.py").read_text()
+    assert 1 == root.count("await start_all(") and ".start(stack" not in root

@@ -43,7 +43,7 @@ import orjson
 
 from monitor.config import GatewayConfig
 from monitor.errors import SessionwatchError, connection_reason, one_line
-from monitor.kernel.bus import Bus, WakeOutcome
+from monitor.kernel.bus import Bus, ConfigReloaded, WakeOutcome
 from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.paths import expand_user
 from monitor.private import read_secret
@@ -183,8 +183,14 @@ class HooksClient:
         self.keys_refused = False  # the gateway refuses caller-chosen session keys
         self.last: dict[str, LastWake] = {}  # per watcher
         self.bus = bus
+        if bus is not None:  # its section of a reload
+            bus.subscribe(ConfigReloaded, self._reloaded)
         self._quiet_until = 0.0  # monotonic s; no call before this: after a 401 or a 429
         self._said: set[str] = set()
+
+    def _reloaded(self, change: ConfigReloaded) -> None:
+        if change.old.gateway != change.new.gateway:
+            self.reconfigure(change.new.gateway)
 
     def reconfigure(self, gateway: GatewayConfig) -> None:
         """A reloaded ``[gateway]``: the next call goes to the new URL with the new token,

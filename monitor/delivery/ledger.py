@@ -40,7 +40,7 @@ from monitor.delivery import claims
 from monitor.delivery.timers import Handle, LoopTimers, Timers
 from monitor.errors import SessionwatchError
 from monitor.kernel import outbox
-from monitor.kernel.bus import NoticesOpened, StoreMoved
+from monitor.kernel.bus import Bus, NoticesOpened, StoreMoved
 from monitor.kernel.policy import WatchPolicy
 from monitor.lazylog import LazyLogger
 
@@ -91,7 +91,7 @@ def holder_id() -> str:
 class Delivery:
     def __init__(
         self,
-        store: StateStore,
+        kernel: Kernel,
         sender: Sender,
         *,
         timers: Timers | None = None,
@@ -99,11 +99,18 @@ class Delivery:
         window_ms: int = WAKE_COALESCE_MS,
         lease_ms: int = LEASE_MS,
         holder: str | None = None,
+        others: bool = True,
+        store: StateStore | None = None,
     ) -> None:
-        self.store = store
+        """``others``: also deliver what other processes opened (False: this process's
+        notices only, a test on a manual clock). ``store``: what the ledger is written
+        through, the kernel's unless given (a test's store that refuses on cue)."""
+        self.kernel = kernel
+        self.store = store or kernel.store
+        self.others = others
         self.sender = sender
         self.metrics = metrics
-        self.timers = timers or LoopTimers(store.clock)
+        self.timers = timers or LoopTimers(kernel.store.clock)
         self.window_ms = window_ms
         self.lease_ms = lease_ms
         self.holder = holder or holder_id()
@@ -115,7 +122,6 @@ class Delivery:
         self._last_woken: dict[str, float] = {}  # monotonic s of each watcher's last wake
         self._looking: asyncio.Task[None] | None = None  # a read of the outbox
         self._look_again = False
-        self._kernel: Kernel | None = None  # once started: it says what an ack reopened
 
     def deliver(self, notices: list[Notice]) -> None:
         """Ask for the watchers of ``notices`` to be woken (those the policy wakes)."""
@@ -132,20 +138,17 @@ class Delivery:
             self._running[watcher] = task
             task.add_done_callback(lambda t: self._passed(watcher, t))
 
-    async def start(self, stack: AsyncExitStack, kernel: Kernel, *, others: bool = True) -> None:
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
         """Deliver from now on, until ``stack`` closes: the notices this process opens, as
-        the kernel's bus publishes them; what the outbox holds at start (a restart's, a
-        crashed peer's); and, with ``others``, what it holds after each commit of another
-        process (a CLI command, a peer on a shared store). ``others``: False to deliver this
-        process's notices only (a test on a manual clock)."""
+        the bus says; what the outbox holds at start (a restart's, a crashed peer's); and,
+        with ``others``, what it holds after each commit of another process (a CLI
+        command, a peer on a shared store)."""
         stack.push_async_callback(self.close)
-        self._kernel = kernel
-        bus = kernel.bus
         stack.enter_context(bus.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
         if not self.store.shared:  # the one serve on this database: old leases were ours
             await self.store.write(claims.release_all, small=True)
         self.look()  # what a restart, a crashed peer or a one-shot command left to wake
-        if others:
+        if self.others:
             stack.enter_context(bus.subscribe(StoreMoved, lambda _: self.look()))
 
     def look(self) -> None:
@@ -297,10 +300,7 @@ class Delivery:
                 self._gave_up([entry])
             elif self.metrics:
                 self.metrics.notices_woken.inc()
-            if self._kernel is not None:
-                self._kernel.acknowledged(reopened)  # delivery hears it back on the stream
-            else:
-                self.deliver(reopened)
+            self.kernel.acknowledged(reopened)  # delivery hears it back on the bus
         return True
 
     async def _settle_kept(self, watcher: str) -> bool:

@@ -164,7 +164,7 @@ class Kernel(Views):
         recorder = Recorder(now, self.policy)
 
         def run(conn: Conn) -> T:
-            recorder.start(conn)
+            recorder.begin(conn)
             return fn(recorder)
 
         result = await self.store.write(run, small=small)

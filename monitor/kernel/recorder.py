@@ -24,7 +24,7 @@ class Recorder:
         self.watches_changed = False  # a spawn or an ambient watch armed a cursor
         self._policy = policy
 
-    def start(self, conn: Conn) -> None:
+    def begin(self, conn: Conn) -> None:
         """A transaction begins on ``conn``; one that is retried starts afresh."""
         self.conn = conn
         self.recorded = []

@@ -1,15 +1,15 @@
-"""What the service's components share: a task that lives as long as the exit stack, and
-the changes after which the watched links (and so the files and nodes to watch) may differ."""
+"""What the service's components share: the one contract every running part implements
+(:class:`Component`), a task that lives as long as the exit stack, and the changes after
+which the watched links (and so the files and nodes to watch) may differ."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, Protocol
 
-from monitor.kernel import Kernel
-from monitor.kernel.bus import Change, ConfigReloaded, LinksChanged, StoreMoved, WatchesChanged
+from monitor.kernel.bus import Bus, Change, ConfigReloaded, LinksChanged, StoreMoved, WatchesChanged
 
 # a watch, a spawn or a reset here; an adoption or a missing source; another process's
 # commit; new roots or nodes
@@ -18,12 +18,27 @@ LINK_CHANGES: tuple[type[Change], ...] = (
 )
 
 
+class Component(Protocol):
+    """A running part of the service. ``start`` begins its work and registers its stop on
+    ``stack`` (subscriptions entered, tasks cancelled, resources released), so that closing
+    the stack stops the parts in the reverse of their start; what it hears and says goes
+    through ``bus``."""
+
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None: ...
+
+
+async def start_all(stack: AsyncExitStack, bus: Bus, components: Iterable[Component]) -> None:
+    """Start ``components`` in order on ``stack``."""
+    for component in components:
+        await component.start(stack, bus)
+
+
 def start_task(stack: AsyncExitStack, coro: Coroutine[Any, Any, None]) -> None:
     """Run ``coro`` until ``stack`` closes (cancelled then)."""
     task = asyncio.ensure_future(coro)
     stack.callback(task.cancel)
 
 
-def set_on_link_changes(stack: AsyncExitStack, kernel: Kernel, event: asyncio.Event) -> None:
+def set_on_link_changes(stack: AsyncExitStack, bus: Bus, event: asyncio.Event) -> None:
     """Set ``event`` at each of :data:`LINK_CHANGES` until ``stack`` closes."""
-    stack.enter_context(kernel.bus.subscribe(LINK_CHANGES, lambda _: event.set()))
+    stack.enter_context(bus.subscribe(LINK_CHANGES, lambda _: event.set()))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from monitor import inotify
 from monitor.errors import SessionwatchError
-from monitor.kernel.bus import SourcesMoved, SourcesWatched
+from monitor.kernel.bus import Bus, SourcesMoved, SourcesWatched
 from monitor.serve.components import set_on_link_changes, start_task
 
 if TYPE_CHECKING:
@@ -50,8 +50,8 @@ class FileWatch:
         self._paths_changed = asyncio.Event()  # which files are watched may have changed
         self._polled = False  # inotify refused a watch: watchfiles from then on
 
-    async def start(self, stack: AsyncExitStack) -> None:
-        set_on_link_changes(stack, self.monitor.kernel, self._paths_changed)
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        set_on_link_changes(stack, bus, self._paths_changed)
         start_task(stack, self.run())
 
     async def run(self) -> None:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -24,10 +24,11 @@ import aiohttp
 from adapters import node_client
 from adapters.base import NodeAddress
 from monitor.errors import SessionwatchError
-from monitor.kernel.bus import SourcesMoved
+from monitor.kernel.bus import Bus, ConfigReloaded, SourcesMoved
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.retry import Backoff
 from monitor.serve.components import set_on_link_changes, start_task
+from monitor.upstream.monitor import nodes_of
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -48,9 +49,9 @@ class NodeWatch:
         monitor: UpstreamMonitor,
         stopping: asyncio.Event,
         *,
-        nodes: Callable[[], Mapping[str, NodeAddress]],
+        nodes: Mapping[str, NodeAddress],
     ) -> None:
-        """``nodes``: the configured nodes as they are now (a reload may change them)."""
+        """``nodes``: the configured nodes (a reload may change them: it says so)."""
         self.monitor = monitor
         self.bus = monitor.kernel.bus
         self.stopping = stopping
@@ -60,9 +61,13 @@ class NodeWatch:
         self._polls: dict[str, asyncio.Task[None]] = {}
         self.without_feed: set[str] = set()  # older nodes: their links wait for the ticks
 
-    async def start(self, stack: AsyncExitStack) -> None:
-        set_on_link_changes(stack, self.monitor.kernel, self._links_changed)
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        stack.enter_context(bus.subscribe(ConfigReloaded, self._reloaded))
+        set_on_link_changes(stack, bus, self._links_changed)
         start_task(stack, self.run())
+
+    def _reloaded(self, change: ConfigReloaded) -> None:
+        self.nodes = nodes_of(change.new)
 
     async def run(self) -> None:
         """Keep one poll per node with watched links, as links change (the change stream);
@@ -110,7 +115,7 @@ class NodeWatch:
                 asked = time.monotonic()
                 try:
                     answer = await node_client.call(
-                        http, self.nodes(), name, "/v1/changes", params=params
+                        http, self.nodes, name, "/v1/changes", params=params
                     )
                 except node_client.NodeError as exc:
                     if node_client.OLDER_NODE in str(exc):

@@ -7,9 +7,12 @@ the log level. What cannot (the store, the listen address and the rest of ``[api
 monitor's other settings, the session rules, the host id) is named as needing a restart. A
 file that does not parse is refused, said once, and the configuration in force stays.
 
-The :class:`Reload` component takes the signal and publishes :class:`ConfigReloaded` on
-the change stream: the tick schedule takes its interval, file and node watching look at
-their roots and nodes again, and the service keeps the configuration in force.
+The configuration in force is a component (:class:`ConfigInForce`): it holds the one in
+force, and on ``SIGHUP`` reads, validates and diffs the file (:func:`reload`) and publishes
+:class:`~monitor.kernel.bus.ConfigReloaded` (the old one and the new) on the bus. Each part
+applies its own section: the adapters are built again (the upstream monitor), the hooks
+client takes ``[gateway]``, the tick schedule its interval, node watching its nodes, and
+file and node watching look at what they watch again.
 """
 
 from __future__ import annotations
@@ -17,51 +20,48 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters.registry import roots_of
+from adapters.registry import build_adapters, roots_of
 from monitor.config import Config, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError
-from monitor.kernel.bus import ConfigReloaded
+from monitor.kernel.bus import Bus, ConfigReloaded
+from monitor.upstream.monitor import adapter_settings
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
-
-    from monitor.delivery.hooks import HooksClient
-    from monitor.upstream import UpstreamMonitor
 
 log = logging.getLogger(__name__)
 
 LIVE = ("roots", "nodes", "gateway", "log")
 
 
-class Reload:
-    """``SIGHUP`` reads ``path`` again (:func:`reload`) and publishes what is in force."""
+class ConfigInForce:
+    """The configuration in force (:attr:`config`); with ``path``, ``SIGHUP`` reads that
+    file again and publishes what changed. ``wakes``: the service wakes a gateway (turning
+    wakes on or off needs a restart)."""
 
-    def __init__(
-        self,
-        path: Path | str | None,
-        current: Callable[[], Config],
-        monitor: UpstreamMonitor,
-        waker: HooksClient | None,
-    ) -> None:
+    def __init__(self, config: Config, path: Path | str | None, *, wakes: bool) -> None:
+        self.config = config
         self.path = path
-        self.current = current
-        self.monitor = monitor
-        self.waker = waker
+        self.wakes = wakes
+        self._bus: Bus | None = None
 
-    async def start(self, stack: AsyncExitStack) -> None:
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        """Listen for ``SIGHUP`` until ``stack`` closes (when there is a file to read)."""
+        self._bus = bus
+        if self.path is None:
+            return
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGHUP, self.hangup)
         stack.callback(loop.remove_signal_handler, signal.SIGHUP)
 
     def hangup(self) -> None:
-        old = self.current()
-        new = reload(old, self.path, self.monitor, self.waker)
-        if new is not old:
-            self.monitor.kernel.bus.publish(ConfigReloaded(old, new))
+        old = self.config
+        self.config = reload(old, self.path, wakes=self.wakes)
+        if self.config is not old and self._bus is not None:
+            self._bus.publish(ConfigReloaded(old, self.config))
 
 
 def changed_sections(old: Config, new: Config) -> list[str]:
@@ -86,14 +86,10 @@ def _token_file_usable(config: Config) -> bool:
     return True
 
 
-def reload(
-    current: Config,
-    path: Path | str | None,
-    monitor: UpstreamMonitor,
-    waker: HooksClient | None,
-) -> Config:
+def reload(current: Config, path: Path | str | None, *, wakes: bool) -> Config:
     """The configuration in force after a reload (the new one, or ``current`` when the
-    file is refused). Says what changed, what applied and what needs a restart."""
+    file is refused). Says what changed, what applies and what needs a restart; the parts
+    apply theirs when it is published."""
     try:
         new = load_config(path)
         roots_of(new.roots.given)  # its [roots] keys are the formats' own
@@ -107,21 +103,19 @@ def reload(
     elif not changed_sections(current, new):
         log.info("configuration reloaded: nothing changed in it")
     changed = changed_sections(current, new)
-    if waker is not None and new.gateway.wakes and not _token_file_usable(new):
+    if wakes and new.gateway.wakes and not _token_file_usable(new):
         changed = [s for s in changed if s != "gateway"]  # its token file said why
     if not changed:
         return current
     louder = _level(new.log.level) < _level(current.log.level)
     if "log" in changed and louder:  # first, so that what the reload did is said at all
         logging.getLogger().setLevel(new.log.level.upper())
-    wakes_live = waker is not None and new.gateway.wakes  # turning wakes on or off: restart
+    wakes_live = wakes and new.gateway.wakes  # turning wakes on or off: restart
     applied = [s for s in changed if s in LIVE and (s != "gateway" or wakes_live)]
     restart = [s for s in changed if s not in applied]
     try:
         if "roots" in applied or "nodes" in applied:
-            monitor.reconfigure(new)
-        if "gateway" in applied and waker is not None:  # applied only while wakes stay on
-            waker.reconfigure(new.gateway)
+            build_adapters(adapter_settings(new))  # what the monitor builds: refused here
     except SessionwatchError as exc:
         log.error("configuration not reloaded, the one in force stays: %s", exc)
         return current

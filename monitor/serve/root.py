@@ -20,10 +20,9 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from adapters.base import NodeAddress
 from adapters.registry import node_kinds
 from monitor.clock import Clock, now_ms
-from monitor.config import Config, is_loopback, is_pg_url, without_password
+from monitor.config import ApiConfig, Config, is_loopback, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient
 from monitor.delivery.ledger import Delivery
 from monitor.delivery.timers import LoopTimers, Timers
@@ -36,7 +35,7 @@ from monitor.errors import (
     StoreLocked,
 )
 from monitor.kernel import Kernel, KernelSettings
-from monitor.kernel.bus import Bus, ConfigReloaded
+from monitor.kernel.bus import Bus
 from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
@@ -49,15 +48,15 @@ from monitor.private import (
     take_instance_lock,
 )
 from monitor.retry import Backoff
-from monitor.serve.components import start_task
+from monitor.serve.components import Component, start_all, start_task
 from monitor.serve.file_watch import FileWatch
 from monitor.serve.node_watch import NodeWatch
-from monitor.serve.reload import Reload
+from monitor.serve.reload import ConfigInForce
 from monitor.serve.ticks import Ticks
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
-from monitor.upstream.monitor import node_address, root_paths
+from monitor.upstream.monitor import nodes_of, root_paths
 from monitor.upstream.tick_health import TickHealth
 from monitor.web.api import build_app
 from monitor.web.common import start_site
@@ -69,85 +68,103 @@ log = logging.getLogger(__name__)
 
 
 class Sidecar:
-    """The running service: the kernel, the monitor and the components, as ``running``
-    built them. ``config`` is the configuration in force (a reload replaces it)."""
+    """The running service's parts, each a handle of its own (``running`` made them): for
+    ``serve``'s log line, tests and benches. None of them reaches back here."""
 
     def __init__(
         self,
         kernel: Kernel,
         monitor: UpstreamMonitor,
-        config: Config,
+        configuration: ConfigInForce,
         metrics: Metrics,
         *,
         ticks: Ticks,
+        api: ApiSite,
         waker: HooksClient | None = None,
         delivery: Delivery | None = None,
-        db_display: str = "",
-        stopping: asyncio.Event,
+        leases: HostLeases | None = None,
     ) -> None:
-        """``db_display``: the store, as the status page names it (no password)."""
         self.kernel = kernel
         self.monitor = monitor
-        self.config = config
+        self.configuration = configuration
         self.metrics = metrics
         self.ticks = ticks
-        self.stopping = stopping
-        self.addresses: list[str] = []  # where the API listens, once it does
+        self.api = api
         self.waker = waker
         self.delivery = delivery
-        self.db_display = db_display
-        self.files = FileWatch(monitor, stopping)
-        self.node_watch = NodeWatch(monitor, stopping, nodes=self.nodes)
+        self.leases = leases
 
-    def nodes(self) -> dict[str, NodeAddress]:
-        """The paired nodes as the configuration names them now (a reload may change it)."""
-        return {name: node_address(node) for name, node in self.config.nodes.items()}
+    @property
+    def config(self) -> Config:
+        """The configuration in force (a reload replaces it)."""
+        return self.configuration.config
 
-    async def start(self, stack: AsyncExitStack) -> None:
-        """The components that run in any case, in order; file and node watching when
-        ``watch_files`` is on."""
-        stack.enter_context(self.kernel.bus.subscribe(ConfigReloaded, self._in_force))
-        await self.ticks.start(stack)
-        if self.config.monitor.watch_files:
-            await self.files.start(stack)
-            await self.node_watch.start(stack)
-        await HourlyPrune(self.kernel, self.stopping).start(stack)
+    @property
+    def addresses(self) -> list[str]:
+        """Where the API listens."""
+        return self.api.addresses
 
-    def _in_force(self, reloaded: ConfigReloaded) -> None:
-        self.config = reloaded.new
 
-    async def start_api(self, stack: AsyncExitStack, token: str) -> None:
-        """The API site (and the status page on it), last: requests come once all runs."""
-        page = PageSources(
-            kernel=self.kernel,
-            monitor=self.monitor,
-            tick=self.ticks.health,
-            config=lambda: self.config,
-            waker=lambda: self.waker,
-            db=self.db_display,
-            version=VERSION,
-            node_check=node_reachable,
-        )
-        app = build_app(self.kernel, self.monitor, self.metrics, token, page)
-        allowed = self.config.api.allowed_hosts
+class ApiSite:
+    """The API site, and the status page on it: started last, so that requests come once
+    every other part runs."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        monitor: UpstreamMonitor,
+        metrics: Metrics,
+        token: str,
+        page: PageSources,
+        api: ApiConfig,
+    ) -> None:
+        self.app = build_app(kernel, monitor, metrics, token, page)
+        self.listen, self.allowed = api.listen, api.allowed_hosts
+        self.addresses: list[str] = []  # once it listens
+
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
         self.addresses = await start_site(
-            stack, app, self.config.api.listen, "[api] listen", allowed
+            stack, self.app, self.listen, "[api] listen", self.allowed
         )
+
+
+class Recovery:
+    """Start-up recovery: the notices the sweep finds pending are published (and so
+    delivered: delivery starts first), and a prune."""
+
+    def __init__(self, kernel: Kernel, metrics: Metrics) -> None:
+        self.kernel = kernel
+        self.metrics = metrics
+
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        kernel, metrics = self.kernel, self.metrics
+        pending = await kernel.sweep()
+        pruned = await kernel.retention.prune()
+        log.info(
+            "start-up: %d pending notices, %d events pruned", len(pending), pruned.deleted_events
+        )
+        metrics.undecided_notices.set(kernel.undecided_notices)
+        if kernel.undecided_notices:
+            log.warning(
+                "%d notices an earlier sessionwatch left pending on this database, which the"
+                " gateway shares, cannot be told from the gateway's own: they are left to the"
+                " gateway, and the next change recorded on each of their pairs wakes it",
+                kernel.undecided_notices,
+            )
 
 
 class HourlyPrune:
     """Retention on the service's own schedule, hourly, so that a log others write to (the
     gateway) is pruned too; a recording prunes when it is due as well (the kernel's)."""
 
-    def __init__(self, kernel: Kernel, stopping: asyncio.Event) -> None:
+    def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
-        self.stopping = stopping
 
-    async def start(self, stack: AsyncExitStack) -> None:
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
         start_task(stack, self.run())
 
     async def run(self) -> None:
-        while not self.stopping.is_set():
+        while True:  # until the stack cancels it
             await self.kernel.retention.when_due()
             due_s = (self.kernel.retention.next_at - self.kernel.clock()) / 1000
             await asyncio.sleep(min(3600.0, max(1.0, due_s)))
@@ -181,12 +198,14 @@ async def running(
     *,
     clock: Clock = now_ms,
     timers: Timers | None = None,
+    config_path: Path | str | None = None,
 ) -> AsyncIterator[Sidecar | None]:
     """The whole service on one exit stack; None when stopped before the database opened.
     ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL;
     ``clock``: the wall clock of what is stored; ``timers``: what delivery times on (its
     windows, quiet periods and retries), the loop's monotonic clock unless given. A
-    simulation moves both through weeks; a wall clock moved alone leaves a window open."""
+    simulation moves both through weeks; a wall clock moved alone leaves a window open.
+    ``config_path``: the file ``SIGHUP`` reads again (none: no reload)."""
     stopping = stopping or asyncio.Event()
     async with AsyncExitStack() as stack:
         lock = None
@@ -215,12 +234,8 @@ async def running(
             store, KernelSettings.of(config), metrics=metrics, on_delete=(delete_links,), bus=bus
         )
         stack.push_async_callback(kernel.close)
-        delivery = Delivery(store, waker, timers=timers, metrics=metrics) if waker else None
-        if delivery is not None:  # before the sweep: it wakes what the sweep finds
-            await delivery.start(stack, kernel)
-        leases = await _host_leases(kernel, config, metrics)
-        if leases is not None:
-            await leases.start_keeping(stack, stopping)  # released after the tick in flight
+        delivery = Delivery(kernel, waker, timers=timers, metrics=metrics) if waker else None
+        leases = _host_leases(kernel, config, metrics)
         monitor = UpstreamMonitor.from_config(
             kernel,
             config,
@@ -235,39 +250,50 @@ async def running(
             initial_delay_s=config.monitor.initial_delay_s,
             stopping=stopping,
         )
-        sidecar = Sidecar(
-            kernel,
-            monitor,
-            config,
-            metrics,
-            ticks=ticks,
+        configuration = ConfigInForce(config, config_path, wakes=waker is not None)
+        page = PageSources(
+            kernel=kernel,
+            monitor=monitor,
+            tick=health,
+            config=config,
             waker=waker,
-            delivery=delivery,
-            db_display=without_password(db) if is_pg_url(db) else str(db),
-            stopping=stopping,
+            db=without_password(db) if is_pg_url(db) else str(db),
+            version=VERSION,
+            node_check=node_reachable,
         )
-        await _sweep(kernel, metrics)
-        await sidecar.start(stack)
-        await sidecar.start_api(stack, token)
+        api = ApiSite(kernel, monitor, metrics, token, page, config.api)
+        watching: list[Component] = (
+            [FileWatch(monitor, stopping), NodeWatch(monitor, stopping, nodes=nodes_of(config))]
+            if config.monitor.watch_files
+            else []
+        )
+        await start_all(
+            stack,
+            bus,
+            [
+                *([delivery] if delivery else []),  # before the sweep: it wakes what it finds
+                *([leases] if leases else []),  # released after the tick in flight
+                Recovery(kernel, metrics),
+                ticks,
+                *watching,
+                HourlyPrune(kernel),
+                configuration,
+                api,  # last: requests come once all runs
+            ],
+        )
         stack.callback(stopping.set)  # first on the way out: no component starts anew
         if lock is not None:
-            lock.say_serving(sidecar.addresses)  # where `open` finds this serve
-        yield sidecar
-
-
-async def _sweep(kernel: Kernel, metrics: Metrics) -> None:
-    """Start-up recovery (the notices the sweep finds are published, and delivered) and a
-    prune."""
-    pending = await kernel.sweep()
-    pruned = await kernel.retention.prune()
-    log.info("start-up: %d pending notices, %d events pruned", len(pending), pruned.deleted_events)
-    metrics.undecided_notices.set(kernel.undecided_notices)
-    if kernel.undecided_notices:
-        log.warning(
-            "%d notices an earlier sessionwatch left pending on this database, which the"
-            " gateway shares, cannot be told from the gateway's own: they are left to the"
-            " gateway, and the next change recorded on each of their pairs wakes it",
-            kernel.undecided_notices,
+            lock.say_serving(api.addresses)  # where `open` finds this serve
+        yield Sidecar(
+            kernel,
+            monitor,
+            configuration,
+            metrics,
+            ticks=ticks,
+            api=api,
+            waker=waker,
+            delivery=delivery,
+            leases=leases,
         )
 
 
@@ -324,7 +350,7 @@ def _openclaw_client(
     )
 
 
-async def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> HostLeases | None:
+def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> HostLeases | None:
     """On a store several sidecars share: this sidecar's host lease (its id must be set,
     and unique among the live ones); None on a file only this sidecar serves."""
     if not kernel.store.shared:
@@ -335,9 +361,7 @@ async def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> Host
             ' (for example: [host] id = "laptop")'
         )
     ttl_ms = ttl_for(config.monitor.interval_s)
-    leases = HostLeases(kernel, config.host.id, ttl_ms=ttl_ms, metrics=metrics)
-    await leases.start()
-    return leases
+    return HostLeases(kernel, config.host.id, ttl_ms=ttl_ms, metrics=metrics)
 
 
 async def serve(config: Config, db: Path | str, config_path: Path | str | None = None) -> None:
@@ -346,17 +370,14 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    async with running(config, db, stopping) as sidecar:
+    async with running(config, db, stopping, config_path=config_path) as sidecar:
         if sidecar is None:
             log.info("stopped before the state database could be opened")
             return
-        async with AsyncExitStack() as stack:
-            reload = Reload(config_path, lambda: sidecar.config, sidecar.monitor, sidecar.waker)
-            await reload.start(stack)
-            shown = without_password(db) if isinstance(db, str) else db
-            log.info("sessionwatch serving %s on %s", shown, ", ".join(sidecar.addresses))
-            await stopping.wait()
-            log.info("stopping: no new requests; finishing the tick in flight")
+        shown = without_password(db) if isinstance(db, str) else db
+        log.info("sessionwatch serving %s on %s", shown, ", ".join(sidecar.addresses))
+        await stopping.wait()
+        log.info("stopping: no new requests; finishing the tick in flight")
 
 
 def node_roots(config: Config) -> dict[str, str]:

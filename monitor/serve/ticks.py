@@ -37,7 +37,7 @@ import time
 from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
-from monitor.kernel.bus import ConfigReloaded, LinksChanged, SourcesMoved, SourcesWatched
+from monitor.kernel.bus import Bus, ConfigReloaded, LinksChanged, SourcesMoved, SourcesWatched
 from monitor.serve.components import LINK_CHANGES, start_task
 
 if TYPE_CHECKING:
@@ -89,9 +89,8 @@ class Ticks:
         self._left = 0  # scheduled ticks left out in a row
         self._settle_timers: list[asyncio.TimerHandle] = []
 
-    async def start(self, stack: AsyncExitStack) -> None:
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
         stack.push_async_callback(self.monitor.tick_done)  # last: the tick in flight ends
-        bus = self.kernel.bus
         stack.enter_context(bus.subscribe(SourcesMoved, self._moved_sources))
         stack.enter_context(bus.subscribe(SourcesWatched, self._watched))
         stack.enter_context(bus.subscribe(LINK_CHANGES, self._changed))

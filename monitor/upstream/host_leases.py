@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from monitor.errors import AlreadyRunning, SessionwatchError
 from monitor.kernel import Kernel
 from monitor.kernel import leases as lease_rows
+from monitor.kernel.bus import Bus
 from monitor.kernel.leases import Lease
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class HostLeases:
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._shared = False
         self._said: str | None = None
+        self.keeper: asyncio.Task[None] | None = None  # renewing, once started
 
     @property
     def name(self) -> str:
@@ -63,8 +65,17 @@ class HostLeases:
             lambda r: lease_rows.take(r.conn, name, self.me, now=now, ttl_ms=self.ttl_ms)
         )
 
-    async def start(self) -> None:
-        """Take this host's lease, or refuse to start: another live sidecar has the id."""
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        """Take this host's lease (or refuse to start: another live sidecar has the id),
+        and keep the leases until ``stack`` closes, then give them up (started before the
+        tick component, so released after the tick in flight finished)."""
+        await self.take()
+        stack.push_async_callback(self.release)
+        self.keeper = asyncio.ensure_future(self.keep())  # cancelled before the release
+        stack.callback(self.keeper.cancel)
+
+    async def take(self) -> None:
+        """Take this host's lease, or refuse: another live sidecar has the id."""
         lease = await self._take(self.name)
         if not lease.held_by(self.me) and _dead_here(lease.holder):
             await self.kernel.commit(lambda r: lease_rows.release(r.conn, self.name, lease.holder))
@@ -96,21 +107,11 @@ class HostLeases:
             log.warning("%s", message)
             self._said = message
 
-    async def start_keeping(self, stack: AsyncExitStack, stopping: asyncio.Event) -> None:
-        """Keep the leases until ``stack`` closes, then give them up (registered before the
-        tick component, so after the tick in flight finished)."""
-        stack.push_async_callback(self.release)
-        keeper = asyncio.ensure_future(self.keep(stopping))  # cancelled before the release
-        stack.callback(keeper.cancel)
-
-    async def keep(self, stopping: asyncio.Event) -> None:
-        """Renew every third of the lease's life until ``stopping``."""
+    async def keep(self) -> None:
+        """Renew every third of the lease's life, until cancelled."""
         period = self.ttl_ms / 3000
-        while not stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), period)
-            if stopping.is_set():
-                return
+        while True:
+            await asyncio.sleep(period)
             try:
                 await self.renew()
             except SessionwatchError as exc:  # the store is down: the leases lapse

@@ -18,7 +18,7 @@ from adapters.catalog import CatalogListing
 from adapters.registry import build_adapters, entry, roots_of
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
-from monitor.kernel.bus import LinksChanged
+from monitor.kernel.bus import ConfigReloaded, LinksChanged
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
 from monitor.paths import expand_user
@@ -42,6 +42,11 @@ def node_address(node: NodeConfig) -> NodeAddress:
     """A ``[nodes.NAME]`` as the adapters take it (its pin as bare hex)."""
     pin = node.fingerprint.removeprefix("sha256:") or None
     return NodeAddress(url=node.url, token_file=node.token_file, fingerprint=pin)
+
+
+def nodes_of(config: Config) -> dict[str, NodeAddress]:
+    """The configuration's paired nodes, as the adapters take them."""
+    return {name: node_address(node) for name, node in config.nodes.items()}
 
 
 def adapter_settings(config: Config) -> Settings:
@@ -87,6 +92,7 @@ class UpstreamMonitor:
         )
         self.sessions = SessionCatalog(kernel, adapters)
         self.adoption = Adoption(kernel, adapters, self.sessions, host=settings.host)
+        kernel.bus.subscribe(ConfigReloaded, self._reloaded)  # for the kernel's lifetime
 
     @classmethod
     def from_config(
@@ -205,6 +211,13 @@ class UpstreamMonitor:
         )
 
     # -- links -------------------------------------------------------------------------
+
+    def _reloaded(self, change: ConfigReloaded) -> None:
+        """Its sections of a reload: the roots and the nodes (checked before it was
+        published: a failure here is a bug, said by the bus)."""
+        old, new = change.old, change.new
+        if (old.roots, old.nodes) != (new.roots, new.nodes):
+            self.reconfigure(new)
 
     def reconfigure(self, config: Config) -> None:
         """New roots and nodes: every part reads the one adapters mapping, replaced in place

@@ -76,14 +76,14 @@ STATIC = {"app.js": "text/javascript", "app.css": "text/css"}
 
 @dataclass
 class PageSources:
-    """What the page reads, as the service wires it (the config and the waker may be
-    replaced by a reload, hence the getters)."""
+    """What the page reads, as the service wires it. ``config`` is the one in force: a
+    reload replaces it (the page hears it on the bus)."""
 
     kernel: Kernel
     monitor: UpstreamMonitor
     tick: TickHealth
-    config: Callable[[], Config]
-    waker: Callable[[], HooksClient | None]
+    config: Config
+    waker: HooksClient | None
     db: str
     version: str
     node_check: Callable[[str, NodeConfig], Awaitable[str | None]] | None = None
@@ -215,8 +215,9 @@ class StatusPage:
         self.env.filters["clock"] = _clock
         self.env.filters["turn_chart"] = turn_chart
         # cookies ignore ports: two sidecars on one host would log each other out
-        instance = f"{sources.db}\n{sources.config().api.listen}".encode()
+        instance = f"{sources.db}\n{sources.config.api.listen}".encode()
         self.cookie = f"{COOKIE}_{hashlib.sha256(instance).hexdigest()[:12]}"
+        sources.kernel.bus.subscribe(ConfigReloaded, self._reloaded)  # the kernel's lifetime
         self._titles: dict[str, str] = {}
         self._titled: set[str] = set()  # the threads the last catalog read was asked for
         self._titles_at = -TITLES_TTL_S
@@ -301,6 +302,9 @@ class StatusPage:
             body=self._static[name], content_type=STATIC[name], headers=SECURITY_HEADERS
         )
 
+    def _reloaded(self, change: ConfigReloaded) -> None:
+        self.sources.config = change.new
+
     async def favicon(self, request: web.Request) -> web.Response:
         """None: said at once, so a browser's automatic request is no error."""
         return web.Response(status=204, headers=SECURITY_HEADERS)
@@ -371,8 +375,7 @@ class StatusPage:
         """What the page shows; of the adopted sessions, page ``page`` (the ones typed
         into most recently first)."""
         s = self.sources
-        config = s.config()
-        waker = s.waker()
+        config, waker = s.config, s.waker
         roots = tuple(
             (kind, str(path), path.exists()) for kind, path in root_paths(config.roots).items()
         )

@@ -112,9 +112,9 @@ async def rig(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Rig]:
     )
     store = RefusingStore(await open_store(tmp_path / "state.db", clock=clock), timers)
     timers.stores.append(store._store)
-    delivery = Delivery(store, client, timers=timers, metrics=metrics)  # type: ignore[arg-type]
     kernel = await Kernel.on_store(store._store, metrics=metrics)
-    await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
+    delivery = Delivery(kernel, client, timers=timers, metrics=metrics, others=False, store=store)  # type: ignore[arg-type]
+    await delivery.start(contextlib.AsyncExitStack(), kernel.bus)
     yield Rig(kernel, delivery, client, gateway, transport, timers, store, metrics, token_file)
     await delivery.close()
     await kernel.close()
@@ -572,9 +572,9 @@ async def test_a_redirect_is_never_followed(
                 metrics=metrics,
             )
             store = await open_store(tmp_path / "state.db", clock=clock)
-            delivery = Delivery(store, client, timers=timers, metrics=metrics)
             kernel = await Kernel.on_store(store)
-            await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
+            delivery = Delivery(kernel, client, timers=timers, metrics=metrics, others=False)
+            await delivery.start(contextlib.AsyncExitStack(), kernel.bus)
             try:
                 await kernel.watch(watcher=MAIN, target=PEER)
                 for _ in range(2):
@@ -718,9 +718,9 @@ async def test_a_slow_gateway_gets_one_wake_over_http(tmp_path: Path, clock: Man
     token_file.chmod(0o600)
     kernel = await Kernel.open(tmp_path / "state.db")
     client = HooksClient(f"http://127.0.0.1:{port}/hooks", token_file, timers=LoopTimers())
-    delivery = Delivery(kernel.store, client)
+    delivery = Delivery(kernel, client, others=False)
     try:
-        await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
+        await delivery.start(contextlib.AsyncExitStack(), kernel.bus)
         await kernel.watch(watcher=MAIN, target=PEER)
         await kernel.record(
             NewEvent(

@@ -217,8 +217,11 @@ class Model:
             transport=self.gateway.transport(i),
             retry_s=30.0,
         )
-        delivery = Delivery(store, client, timers=self.timers, holder=f"sidecar-{i}-{id(store)}")  # type: ignore[arg-type]
-        await delivery.start(contextlib.AsyncExitStack(), kernel, others=False)
+        holder = f"sidecar-{i}-{id(store)}"
+        delivery = Delivery(
+            kernel, client, timers=self.timers, holder=holder, others=False, store=store
+        )  # type: ignore[arg-type]
+        await delivery.start(contextlib.AsyncExitStack(), kernel.bus)
         return Sidecar(store, kernel, delivery, client)
 
     async def crash(self, i: int) -> None:

@@ -186,7 +186,8 @@ async def test_the_shared_lease_is_held_once_and_taken_over(pg_url: str, tmp_pat
         assert 1 == sum(_holders(sidecars))
         holder = sidecars[_holders(sidecars).index(True)]
         other = sidecars[1 - sidecars.index(holder)]
-        holder.stopping.set()  # it stops renewing, and never releases: as after a SIGKILL
+        assert holder.leases is not None and holder.leases.keeper is not None
+        holder.leases.keeper.cancel()  # it stops renewing, and never releases: as after a SIGKILL
         for _ in range(300):  # within one tick interval (2 s) here; bench/hosts.py times it
             if other.monitor.ticker.holds_shared():
                 break

@@ -402,13 +402,10 @@ class _Sources:
         from monitor.kernel.bus import Bus
 
         self.db = db
-        self._config = Config(api=ApiConfig(listen=listen))
+        self.config = Config(api=ApiConfig(listen=listen))
         self.reads = 0
         self.monitor = SimpleNamespace(catalog=self._catalog)
         self.kernel = SimpleNamespace(bus=Bus())
-
-    def config(self) -> Any:
-        return self._config
 
     async def _catalog(self) -> Any:
         from types import SimpleNamespace
