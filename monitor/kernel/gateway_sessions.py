@@ -25,8 +25,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from monitor.kernel.kernel import Kernel
+    from monitor.kernel.commits import Commits
     from monitor.kernel.recorder import Recorder
+    from monitor.kernel.settings import KernelSettings
     from monitor.kernel.store.protocol import Conn
 
     # Deletes a higher layer's rows of a session scope in the kernel's transaction: how a
@@ -35,17 +36,19 @@ if TYPE_CHECKING:
 
 
 class GatewaySessions:
-    """The kernel's known sessions (the :class:`~monitor.kernel.kernel.Kernel` offers each
-    method as its own); ``commit`` is the kernel's, so a ``created`` event is recorded as
+    """The kernel's known sessions (:attr:`Kernel.gateway_sessions`); it commits through the
+    kernel's :class:`~monitor.kernel.commits.Commits`, so a ``created`` event is recorded as
     every event is."""
 
-    def __init__(self, kernel: Kernel, on_delete: Sequence[ScopeDeleter] = ()) -> None:
+    def __init__(
+        self, commits: Commits, settings: KernelSettings, on_delete: Sequence[ScopeDeleter] = ()
+    ) -> None:
         """``on_delete``: what deletes a higher layer's rows of a session scope
         (``keys.session_scope``) in the deletion's transaction (the upstream links)."""
-        self.kernel = kernel
-        self.store = kernel.store
-        self.settings = kernel.settings
-        self.policy = kernel.policy
+        self.commits = commits
+        self.store = commits.store
+        self.settings = settings
+        self.policy = commits.policy
         self._on_delete = tuple(on_delete)
 
     async def remember_own_message(
@@ -111,7 +114,7 @@ class GatewaySessions:
             assert row is not None  # written above, in this transaction
             return row
 
-        return await self.kernel.commit(run)
+        return await self.commits.commit(run)
 
     async def reset(self, key: str) -> None:
         """A watcher's reset: its cursors and self-echo memory go; targets' history stays."""
@@ -127,7 +130,7 @@ class GatewaySessions:
             sessions.forget_session_own(conn, k)
 
         await self.store.write(run)
-        self.kernel.watches_changed()
+        self.commits.watches_changed()
 
     async def delete(self, key: str, *, agent_id: str | None = None) -> None:
         """Delete a session: its events, head, cursors on both sides, our rows, and what the
@@ -148,4 +151,4 @@ class GatewaySessions:
                 deleter(conn, scope, params)
 
         await self.store.write(run)
-        self.kernel.watches_changed()
+        self.commits.watches_changed()

@@ -21,15 +21,9 @@ from collections.abc import Callable, Sequence
 from monitor.clock import Clock, now_ms
 from monitor.errors import BadInput
 from monitor.kernel import cursors, outbox, retention
-from monitor.kernel.bus import (
-    Bus,
-    EventsRecorded,
-    NoticesAcknowledged,
-    NoticesOpened,
-    StoreWritten,
-    WatchesChanged,
-)
+from monitor.kernel.bus import Bus
 from monitor.kernel.changes import ChangeHub
+from monitor.kernel.commits import Commits
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.gateway_sessions import GatewaySessions
 from monitor.kernel.keys import normalize_key, parse_agent_key
@@ -54,9 +48,6 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
     from monitor.kernel.gateway_sessions import ScopeDeleter
-
-
-_WRITTEN = StoreWritten()  # one for every commit: it holds nothing
 
 
 class Kernel(Views):
@@ -92,9 +83,10 @@ class Kernel(Views):
                 settings.store_path_template,
             ),
         )
+        self.commits = Commits(store, self.policy, self.bus, self.retention, metrics)
         # the gateway's sessions: what the sidecar knows of them, their own messages, resets
         # and deletions
-        self.gateway_sessions = GatewaySessions(self, on_delete)
+        self.gateway_sessions = GatewaySessions(self.commits, settings, on_delete)
 
     @classmethod
     async def open(
@@ -156,54 +148,17 @@ class Kernel(Views):
     async def commit(
         self, fn: Callable[[Recorder], T], *, small: bool = False, now: int | None = None
     ) -> T:
-        """Run ``fn`` as one write transaction (``recorder.conn``): the events it records
-        through the recorder commit with whatever else it writes, and are observed after.
-        ``small``: one event, which the store may run inline; ``now``: the caller's time,
-        when it has read the clock already."""
-        now = self.clock() if now is None else now
-        recorder = Recorder(now, self.policy)
-
-        def run(conn: Conn) -> T:
-            recorder.begin(conn)
-            return fn(recorder)
-
-        result = await self.store.write(run, small=small)
-        self.bus.publish(_WRITTEN)  # whatever it wrote (a link, a lease, a mark)
-        if recorder.recorded:
-            self._observe(recorder)
-            if self.retention.due(now):  # the hot path awaits nothing more
-                await self.retention.when_due(now)
-        return result
-
-    def _observe(self, recorder: Recorder) -> None:
-        """After a commit: count what was recorded, and publish what it changed."""
-        fresh = [r for r in recorder.recorded if not r.duplicate]
-        if not fresh:
-            return
-        if self.metrics:
-            for r in fresh:
-                self.metrics.recorded(r.event.kind, len(r.notices))
-        if self.bus.wants(EventsRecorded):  # the hot path builds nothing for no one
-            self.bus.publish(EventsRecorded(tuple(fresh)))
-        self._opened([n for r in fresh for n in r.notices])
-        if recorder.watches_changed:
-            self.watches_changed()
-
-    def _opened(self, notices: list[Notice]) -> None:
-        if notices:
-            self.bus.publish(NoticesOpened(tuple(notices)))
+        """One write transaction of a layer above (see :meth:`Commits.commit`)."""
+        return await self.commits.commit(fn, small=small, now=now)
 
     def acknowledged(self, reopened: list[Notice]) -> None:
-        """After a commit that acknowledged notices (``outbox.acknowledge``: a drain, a wake
-        the gateway accepted), whichever part made it: what is pending changed, and the
-        notices the acknowledgement reopened (work that came after a notice froze) are
-        opened, for delivery and the readers alike."""
-        self.bus.publish(NoticesAcknowledged(tuple(reopened)))
-        self._opened(reopened)
+        """After a commit that acknowledged notices, a drain's or a delivered wake's (see
+        :meth:`Commits.acknowledged`)."""
+        self.commits.acknowledged(reopened)
 
     def watches_changed(self) -> None:
         """Which sessions are watched may have changed (a watch, a reset, a deletion)."""
-        self.bus.publish(WatchesChanged())
+        self.commits.watches_changed()
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on a read snapshot."""
@@ -342,5 +297,5 @@ class Kernel(Views):
             return every, ours, cursors.undecided_legacy(conn)
 
         pending, ours, self.undecided_notices = await self.store.write(run)
-        self._opened(ours)
+        self.commits.opened(ours)
         return pending

@@ -93,12 +93,11 @@ async def test_this_processes_writes_without_an_event_tell_the_readers(
     """A watch, a drain, a reset: no event is recorded, and the readers (the notice
     stream, the status page) are told at once all the same, never at a keep-alive."""
     kernel: Kernel = await open_kernel()
-    from monitor.kernel.gateway_sessions import GatewaySessions
 
     steps = [
         lambda: kernel.watch(watcher="agent:main:main", target=KEY),
         lambda: kernel.inbox(watcher="agent:main:main", drain=True),
-        lambda: GatewaySessions(kernel).reset("agent:main:main"),
+        lambda: kernel.gateway_sessions.reset("agent:main:main"),
     ]
     heard = kernel.bus.listen(WRITES)
     for step in steps:
