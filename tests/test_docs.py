@@ -4,6 +4,7 @@ docs/gateway-integration.md really work against ``serve``."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -167,3 +168,15 @@ def test_the_api_reference_names_every_route_of_the_openapi_document() -> None:
     for path, operations in document()["paths"].items():
         for method in operations:
             assert f"`{method.upper()} {path}" in text, f"{method.upper()} {path}"
+
+
+def test_the_architecture_diagram_names_every_module_of_the_runtime() -> None:
+    diagram = (REPO / "docs" / "architecture.md").read_text().split("```")[1]
+    modules = [*(REPO / "monitor").rglob("*.py"), *(REPO / "adapters").glob("*.py")]
+    missing = [
+        str(p.relative_to(REPO))
+        for p in modules
+        if p.stem != "__init__"
+        and not re.search(rf"(?<![\w.]){re.escape(p.stem)}(\.py)?(?!\w)", diagram)
+    ]
+    assert not missing, f"docs/architecture.md's diagram leaves out {missing}"
