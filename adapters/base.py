@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -365,6 +366,63 @@ class Adapter(Protocol):
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]
     ) -> Iterable[dict[str, Any]]: ...
+
+
+class FileSource:
+    """What every adapter of the file form shares: a link's ref names its file
+    (``filePath``), which keys its catalog entry and is what is watched."""
+
+    def catalog_key(self, ref: Ref) -> str:
+        return str(ref.get("filePath", ""))
+
+    def watched_paths(self, ref: Ref) -> list[str]:
+        path = ref.get("filePath")
+        return [path] if isinstance(path, str) and path else []
+
+
+class DatabaseSource:
+    """What every adapter of the database form shares: a link's ref names the database
+    (``dbPath``) and a session in it (``threadId``); the database and its WAL are watched
+    (the harness commits to its WAL, and to the file itself at a checkpoint)."""
+
+    def database(self, ref: Ref) -> str:
+        """The database a ref names (a subclass may give a default)."""
+        return str(ref.get("dbPath") or "")
+
+    def catalog_key(self, ref: Ref) -> str:
+        return f"{os.path.realpath(self.database(ref))}\n{ref.get('threadId', '')}"
+
+    def watched_paths(self, ref: Ref) -> list[str]:
+        db = self.database(ref)
+        return [db, f"{db}-wal"] if db else []
+
+
+class FileNodeReader(Protocol):
+    """What a node serves a file form's sources with (the module ``Entry.node_reader``
+    names): the file of a thread, where a new link starts, and the lines from a marker on.
+    ``fmt`` is the format's own description (a JSONL format's ``FORMAT``)."""
+
+    MAX_CAP: int
+
+    def find_file(self, fmt: Any, root: str, thread: str, file: str | None) -> str: ...
+
+    def read_baseline(self, fmt: Any, root: str, path: str) -> dict[str, Any]: ...
+
+    def read_lines(
+        self, fmt: Any, root: str, path: str, marker: Marker, cap: int, max_line: int
+    ) -> dict[str, Any]: ...
+
+
+class DatabaseNodeReader(Protocol):
+    """What a node serves a database form's sources with (the module ``Entry.node_reader``
+    names): a batch of sessions' change signals, and one session's export; each the HTTP
+    status and body of the node's answer."""
+
+    MAX_IDS: int
+
+    def signals_answer(self, db: str, ids: list[str]) -> tuple[int, dict[str, Any]]: ...
+
+    def export_answer(self, db: str, session_id: str) -> tuple[int, dict[str, Any]]: ...
 
 
 @runtime_checkable

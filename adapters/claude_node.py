@@ -28,14 +28,13 @@ from adapters.base import (
     Probe,
     Ref,
     Settings,
-    Source,
 )
 from adapters.catalog import CatalogListing
 from adapters.claude import ClaudeState
 from adapters.jsonl_format import format_of
 from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from
 from adapters.node_client import Gone, NodeError
-from monitor.errors import BadInput, Declined
+from monitor.errors import Declined
 
 if TYPE_CHECKING:
     import aiohttp  # a node is called only once one is configured
@@ -55,29 +54,16 @@ def newest_anchor(items: list[dict[str, Any]]) -> tuple[str | None, int]:
     return None, len(items)
 
 
-class ClaudeNodeAdapter:
+class ClaudeNodeAdapter(node_client.NodeSource):
     kind = KIND
 
     def __init__(self, nodes: Mapping[str, NodeAddress], *, pages: int = 4) -> None:
         self.nodes = nodes
         self.pages = pages
 
-    def resolve(self, path: str, thread: str | None) -> Source:
-        """``path`` names a configured node; ``thread`` the thread on it."""
-        return node_client.resolve(self.nodes, KIND, path, thread)
-
-    def catalog_key(self, ref: Ref) -> str:
-        return node_client.catalog_key(ref)
-
-    def watched_paths(self, ref: Ref) -> list[str]:
-        return []  # the transcript is on the node's machine: the tick reads it
-
     async def catalog(self) -> CatalogListing:
         """Every configured node's Claude sessions; a node that does not answer is an error."""
         return await node_client.node_catalog(self.nodes, KIND, SERVES, legacy="/v1/threads")
-
-    def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
-        raise BadInput("replay reads a local file: replay the transcript on the node itself")
 
     async def _items(
         self, http: aiohttp.ClientSession, ref: dict[str, Any], params: dict[str, str]

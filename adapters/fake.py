@@ -25,6 +25,7 @@ from typing import Any
 from adapters.base import (
     Adapter,
     Drift,
+    FileSource,
     Marker,
     Outcome,
     OwnPool,
@@ -43,7 +44,7 @@ KIND = "fake"
 SUFFIX = ".fake"
 
 
-class FakeAdapter:
+class FakeAdapter(FileSource):
     kind = KIND
 
     def __init__(self, root: str) -> None:
@@ -93,13 +94,6 @@ class FakeAdapter:
                     )
                 )
         return found
-
-    def catalog_key(self, ref: Ref) -> str:
-        return str(ref.get("filePath", ""))
-
-    def watched_paths(self, ref: Ref) -> list[str]:
-        path = ref.get("filePath")
-        return [path] if isinstance(path, str) and path else []
 
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]

@@ -35,6 +35,7 @@ from adapters.base import (
     DEFAULT_MAX_LINE,
     DEFAULT_SCAN_CAP,
     Drift,
+    FileSource,
     Marker,
     Outcome,
     OwnPool,
@@ -477,7 +478,7 @@ def _join(
     return ([(offset, line)] if line else []) + rest
 
 
-class JsonlAdapter:
+class JsonlAdapter(FileSource):
     """Tails linked JSONL files, each link's read in its own daemon thread."""
 
     def __init__(
@@ -542,13 +543,6 @@ class JsonlAdapter:
         from adapters.jsonl_catalog import scan_files
 
         return await _scanned(scan_files, self.format, self.root, digest)
-
-    def catalog_key(self, ref: Ref) -> str:
-        return str(ref.get("filePath", ""))
-
-    def watched_paths(self, ref: Ref) -> list[str]:
-        path = ref.get("filePath")
-        return [path] if isinstance(path, str) and path else []
 
     def replay(
         self, path: str, thread: str | None, own_texts: list[str]

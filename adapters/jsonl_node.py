@@ -38,7 +38,6 @@ from adapters.base import (
     Probe,
     Ref,
     Settings,
-    Source,
     non_negative_int,
 )
 from adapters.catalog import CatalogListing
@@ -54,7 +53,7 @@ from adapters.jsonl_format import JsonlFormat, format_of
 from adapters.jsonl_scan import Cutoff, parse_line, scan
 from adapters.node_client import Gone, NodeError
 from adapters.tailer import NotRegularFile, TailRead, read_tail
-from monitor.errors import BadInput, Declined, NotFound
+from monitor.errors import Declined, NotFound
 
 if TYPE_CHECKING:
     import aiohttp  # a node is called only once one is configured
@@ -221,7 +220,7 @@ def _blocked(offset: int, max_line: int) -> dict[str, Any]:
 # -- on the sidecar ---------------------------------------------------------------------
 
 
-class NodeJsonlAdapter:
+class NodeJsonlAdapter(node_client.NodeSource):
     """Links of ``kind`` (``codex-node``, ``pi-node``): the node's ``fmt`` sessions."""
 
     def __init__(
@@ -233,20 +232,8 @@ class NodeJsonlAdapter:
         self.cap = settings.scan_cap
         self.max_line = settings.max_line
 
-    def resolve(self, path: str, thread: str | None) -> Source:
-        return node_client.resolve(self.nodes, self.kind, path, thread)
-
-    def catalog_key(self, ref: Ref) -> str:
-        return node_client.catalog_key(ref)
-
-    def watched_paths(self, ref: Ref) -> list[str]:
-        return []  # on the node's machine: the tick reads it
-
     async def catalog(self) -> CatalogListing:
         return await node_client.node_catalog(self.nodes, self.kind, self.format.kind)
-
-    def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
-        raise BadInput("replay reads a local file: replay the session on the node itself")
 
     def _path(self, ref: Ref, what: str) -> tuple[str, str]:
         """The node a ref names, and the path of ``what`` of its session there."""

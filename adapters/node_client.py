@@ -169,6 +169,29 @@ def catalog_key(ref: Ref) -> str:
     return f"{ref.get('nodeId', '')}\n{ref.get('threadId', '')}"
 
 
+class NodeSource:
+    """What every node form's adapter shares: an adoption names a configured node and a
+    thread on it, which key its catalog entry; nothing is watched here (the source is on
+    the node's machine: the node's change feed and the tick read it), and nothing replays
+    here."""
+
+    kind: str
+    nodes: Mapping[str, NodeAddress]
+
+    def resolve(self, path: str, thread: str | None) -> Source:
+        """``path`` names a configured node; ``thread`` the thread on it."""
+        return resolve(self.nodes, self.kind, path, thread)
+
+    def catalog_key(self, ref: Ref) -> str:
+        return catalog_key(ref)
+
+    def watched_paths(self, ref: Ref) -> list[str]:
+        return []
+
+    def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
+        raise BadInput("replay reads a local source: replay the session on the node itself")
+
+
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 

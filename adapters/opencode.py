@@ -26,6 +26,7 @@ import orjson
 
 from adapters.base import (
     Adapter,
+    DatabaseSource,
     Drift,
     Marker,
     Outcome,
@@ -434,7 +435,7 @@ async def baseline_session(sessions: SessionReader, where: str, session_id: str)
     return {"seq": seq, "lastHumanMessageId": messages[-1].id if messages else None}
 
 
-class OpenCodeAdapter:
+class OpenCodeAdapter(DatabaseSource):
     """Checks linked OpenCode sessions; see the module docstring."""
 
     kind = "opencode"
@@ -479,13 +480,8 @@ class OpenCodeAdapter:
         messages are counted."""
         return await asyncio.to_thread(scan_sessions, self.default_db, digest)
 
-    def catalog_key(self, ref: Ref) -> str:
-        return f"{os.path.realpath(self.sessions.where(ref))}\n{ref.get('threadId', '')}"
-
-    def watched_paths(self, ref: Ref) -> list[str]:
-        """OpenCode commits to its ``-wal`` (and the database itself at a checkpoint)."""
-        db = self.sessions.where(ref)
-        return [db, f"{db}-wal"] if db else []
+    def database(self, ref: Ref) -> str:
+        return self.sessions.where(ref)
 
     def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
         if not thread:

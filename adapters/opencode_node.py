@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapters import node_client
-from adapters.base import Adapter, NodeAddress, Ref, Settings, Source
+from adapters.base import Adapter, NodeAddress, Ref, Settings
 from adapters.catalog import CatalogListing
 from adapters.node_client import Answered
 from adapters.opencode import (
@@ -32,7 +32,6 @@ from adapters.opencode import (
     read_export,
     read_signals,
 )
-from monitor.errors import BadInput
 
 NO_DATABASE = "no_such_database"
 SCHEMA_DRIFT = "schema_drift"
@@ -164,7 +163,7 @@ class NodeSessions:
         )
 
 
-class OpenCodeNodeAdapter(OpenCodeAdapter):
+class OpenCodeNodeAdapter(node_client.NodeSource, OpenCodeAdapter):
     kind = "opencode-node"
 
     def __init__(self, nodes: Mapping[str, NodeAddress], settings: Settings) -> None:
@@ -175,20 +174,8 @@ class OpenCodeNodeAdapter(OpenCodeAdapter):
         )
         self.nodes = nodes
 
-    def resolve(self, path: str, thread: str | None) -> Source:
-        return node_client.resolve(self.nodes, self.kind, path, thread)
-
     async def catalog(self) -> CatalogListing:
         return await node_client.node_catalog(self.nodes, self.kind, "opencode")
-
-    def catalog_key(self, ref: Ref) -> str:
-        return node_client.catalog_key(ref)
-
-    def watched_paths(self, ref: Ref) -> list[str]:
-        return []  # on the node's machine: the tick reads it
-
-    def replay(self, path: str, thread: str | None, own_texts: list[str]) -> list[dict[str, Any]]:
-        raise BadInput("replay reads a local database: replay the session on the node itself")
 
 
 def build(settings: Settings, kind: str, serves: str) -> Adapter:

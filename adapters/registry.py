@@ -11,11 +11,17 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from adapters.base import Adapter, Settings
+from adapters.base import Adapter, DatabaseNodeReader, FileNodeReader, Settings
 from monitor.errors import BadInput, did_you_mean
 from monitor.records import NamedTuple
+
+if TYPE_CHECKING:  # the node readers the registry names are what they must be
+    from adapters import jsonl_node, opencode_node
+
+    _FILE_READER: FileNodeReader = jsonl_node
+    _DATABASE_READER: DatabaseNodeReader = opencode_node
 
 LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
 GATEWAY_HOST_PREFIX = "gateway:"
@@ -48,6 +54,10 @@ class Entry(NamedTuple):
     # (variable, the root below its value), before ``root_default``
     root_env: tuple[tuple[str, str], ...] = ()
     serves: str | None = None  # a node form: the local format it reads on the node
+    # a local format: the module a node serves its sources with (a file form's
+    # :class:`~adapters.base.FileNodeReader`, a database form's ``DatabaseNodeReader``);
+    # None: no node serves it
+    node_reader: str | None = None
     # False for a kind whose links only the gateway writes (it is read, never adopted here)
     adoptable: bool = True
 
@@ -58,6 +68,21 @@ class Entry(NamedTuple):
     @property
     def needs_thread(self) -> bool:
         return self.form != "file"
+
+    def file_reader(self) -> FileNodeReader:
+        """What a node serves this file form's sources with (see ``node_reader``)."""
+        reader: FileNodeReader = self._reader("file")
+        return reader
+
+    def database_reader(self) -> DatabaseNodeReader:
+        """What a node serves this database form's sources with (see ``node_reader``)."""
+        reader: DatabaseNodeReader = self._reader("database")
+        return reader
+
+    def _reader(self, form: Form) -> Any:
+        if self.node_reader is None or self.form != form:
+            raise BadInput(f"no node serves {self.name} sessions as a {form}")
+        return importlib.import_module(self.node_reader)
 
     def build(self, settings: Settings) -> Adapter:
         module = importlib.import_module(self.module)
@@ -87,6 +112,7 @@ register(
     Entry(
         name="claude",
         module="adapters.claude",
+        node_reader="adapters.jsonl_node",
         upstream_kind="claude-cli",
         catalog_id="claude",
         root_key="claude",
@@ -98,6 +124,7 @@ register(
     Entry(
         name="codex",
         module="adapters.codex",
+        node_reader="adapters.jsonl_node",
         upstream_kind="codex-rollout",
         catalog_id="codex",
         root_key="codex",
@@ -118,6 +145,7 @@ register(
     Entry(
         name="pi",
         module="adapters.pi",
+        node_reader="adapters.jsonl_node",
         upstream_kind="pi-cli",
         catalog_id="pi",
         root_key="pi",
@@ -129,6 +157,7 @@ register(
     Entry(
         name="opencode",
         module="adapters.opencode",
+        node_reader="adapters.opencode_node",
         upstream_kind="opencode-cli",
         catalog_id="opencode",
         form="database",
@@ -182,6 +211,11 @@ register(
 def adoptable_names() -> tuple[str, ...]:
     """The kinds a person (or the gateway through the API) adopts a source of here."""
     return tuple(name for name, e in _ENTRIES.items() if e.adoptable)
+
+
+def node_served() -> tuple[str, ...]:
+    """The local formats a node serves: those whose entry names a node reader."""
+    return tuple(e.name for e in _ENTRIES.values() if e.node_reader)
 
 
 def node_kinds() -> dict[str, str]:

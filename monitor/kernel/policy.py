@@ -7,12 +7,13 @@ from monitor.errors import BadInput
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import is_group_key, is_subagent_key, main_key_for, parse_agent_key
 from monitor.kernel.notices import Notice
+from monitor.kernel.signal_log import NO_ROUTE, Route
 from monitor.kernel.watcher_stores import StorePathRule
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from monitor.kernel.signal_log import EventDraft
+    from monitor.kernel.events import StateEvent
 
 MAX_STORE_PATH = 4096
 
@@ -40,19 +41,17 @@ class WatchPolicy:
             return main_key_for(agent_id, self.main_key)
         return None
 
-    def route(self, draft: EventDraft) -> EventDraft:
-        """Where recording ``draft`` routes, whoever records it: a spawn seeds the parent's
-        cursor, a group's human turn its agent's main session's ambient watch; either
-        watcher's cursor names its default store path."""
-        row = draft.row
-        watcher = row.actor_id if row.kind == EventKind.CHILD_SPAWNED else None
+    def route(self, row: StateEvent) -> Route:
+        """What recording ``row`` does besides storing it, whoever records it: a spawn seeds
+        the parent's cursor, a group's human turn arms its agent's main session's ambient
+        watch; either watcher's cursor names its default store path. The recorder acts on
+        it, and what it armed becomes the commit's changes."""
         ambient = self.ambient_watcher(row.kind, row.actor_type, row.session_key, row.agent_id)
         if ambient is not None:
-            watcher = ambient
-            draft = draft._replace(ambient_watcher=ambient)
-        if watcher is not None:
-            draft = draft._replace(watcher_store_path=self.default_store_path(watcher))
-        return draft
+            return Route(ambient=ambient, store_path=self.default_store_path(ambient))
+        if row.kind == EventKind.CHILD_SPAWNED and row.actor_id:
+            return Route(seed=row.actor_id, store_path=self.default_store_path(row.actor_id))
+        return NO_ROUTE
 
     def why_not_watched(self, watcher: str, target: str, *, ambient: bool = False) -> str | None:
         """Why ``watcher`` cannot watch ``target``, in words; None when it can."""

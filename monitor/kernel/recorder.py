@@ -31,9 +31,9 @@ class Recorder:
         self.watches_changed = False
 
     def __call__(self, draft: EventDraft) -> Recorded:
-        draft = self._policy.route(draft)
-        result = record_event(self.conn, draft, self.now)
+        route = self._policy.route(draft.row)  # the policy's decision, acted on here
+        result = record_event(self.conn, draft, self.now, route)
         self.recorded.append(result)
-        if draft.watcher_store_path is not None and not result.duplicate:
-            self.watches_changed = True
+        if route.arms_watch and not result.duplicate:
+            self.watches_changed = True  # a change of the commit's (Commits publishes it)
         return result

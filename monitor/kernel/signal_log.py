@@ -96,12 +96,28 @@ class NewEvent(NamedTuple):
 
 class EventDraft(NamedTuple):
     """A validated event about to be recorded: its row, whose ``sequence`` the recording
-    assigns (an event's stored fields are :class:`StateEvent`'s, declared once), and where
-    recording it routes."""
+    assigns (an event's stored fields are :class:`StateEvent`'s, declared once)."""
 
     row: StateEvent
-    watcher_store_path: str | None = None
-    ambient_watcher: str | None = None  # a main session that starts watching this group
+
+
+class Route(NamedTuple):
+    """What recording an event does besides storing it, as the watch policy decides
+    (``WatchPolicy.route``): ``seed``, a spawn's parent, starts watching the child from this
+    event; ``ambient``, an agent's main session, starts watching a group ambiently; either
+    cursor names ``store_path``, the watcher's store."""
+
+    seed: str | None = None
+    ambient: str | None = None
+    store_path: str | None = None
+
+    @property
+    def arms_watch(self) -> bool:
+        """Recording it arms a cursor: which sessions are watched may change."""
+        return self.store_path is not None and (self.seed or self.ambient) is not None
+
+
+NO_ROUTE = Route()  # most events: stored, and their watchers' cursors moved
 
 
 class Recorded(NamedTuple):
@@ -158,8 +174,6 @@ def make_draft(
     dedupe_key: str | None = None,
     payload: Any = None,
     occurred_at: int | None = None,
-    watcher_store_path: str | None = None,
-    ambient_watcher: str | None = None,
 ) -> EventDraft:
     """Validate producer input into an :class:`EventDraft`; raises :class:`BadInput`."""
     key = normalize_key(session_key)
@@ -186,7 +200,7 @@ def make_draft(
         payload=compact,
         dedupe_key=dedupe,
     )
-    return EventDraft(row, watcher_store_path, ambient_watcher)
+    return EventDraft(row)
 
 
 def _row_to_event(row: tuple[Any, ...]) -> StateEvent:
@@ -258,8 +272,9 @@ _INSERT_EVENT = (
 )
 
 
-def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
-    """The recording transaction's body: see the module docstring."""
+def record_event(conn: Conn, draft: EventDraft, now: int, route: Route = NO_ROUTE) -> Recorded:
+    """The recording transaction's body, acting on the policy's ``route``: see the module
+    docstring."""
     row = draft.row
     payload_json = orjson.dumps(row.payload).decode() if row.payload else None
     values = (
@@ -290,12 +305,12 @@ def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
         return Recorded(event=existing, duplicate=True)
     raise_head(conn, row.session_key, row.agent_id, sequence, now)
     notices: list[Notice] = []
-    if row.kind == EventKind.CHILD_SPAWNED and row.actor_id and draft.watcher_store_path:
+    if route.seed and route.store_path:
         seed_cursor(
             conn,
-            watcher=row.actor_id,
+            watcher=route.seed,
             target=row.session_key,
-            store_path=draft.watcher_store_path,
+            store_path=route.store_path,
             at=sequence,
             now=now,
         )
@@ -308,12 +323,12 @@ def record_event(conn: Conn, draft: EventDraft, now: int) -> Recorded:
             now=now,
         )
         outbox.append(conn, notices, now)
-    if draft.ambient_watcher and draft.watcher_store_path:
+    if route.ambient and route.store_path:
         register_watch(
             conn,
-            watcher=draft.ambient_watcher,
+            watcher=route.ambient,
             target=row.session_key,
-            store_path=draft.watcher_store_path,
+            store_path=route.store_path,
             provenance=PROVENANCE_AMBIENT,
             now=now,
             head_of=lambda key, agent: read_head(conn, key, agent)[0],

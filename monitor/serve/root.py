@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from adapters.registry import node_kinds
+from adapters.registry import node_served
 from monitor.clock import Clock, now_ms
 from monitor.config import ApiConfig, Config, is_loopback, is_pg_url, without_password
 from monitor.delivery.hooks import HooksClient
@@ -382,7 +382,7 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
 
 def node_roots(config: Config) -> dict[str, str]:
     """The roots a node serves: each format a node can serve, from the configuration."""
-    served = set(node_kinds().values())
+    served = set(node_served())
     return {kind: str(path) for kind, path in root_paths(config.roots).items() if kind in served}
 
 

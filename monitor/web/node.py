@@ -16,16 +16,21 @@ sends only what those read (see each kind's module for what crosses the wire):
   thread no longer has (it was rewritten) answers 404 ``no_such_item``. Records the byte
   pre-filter says cannot be a human turn are sent as ``{"uuid", "type"}`` only.
   ``GET /v1/threads`` is the Claude catalog of older sidecars.
-- Codex and Pi (:mod:`adapters.jsonl_node`): ``GET /v1/sources/{kind}/{threadId}/baseline``
-  and ``GET /v1/sources/{kind}/{threadId}/lines?offset=…`` (the local tailer's read).
-- OpenCode (:mod:`adapters.opencode_node`): ``POST /v1/sources/opencode/signals`` and
-  ``GET /v1/sources/opencode/{sessionId}/export``; the database is opened read-only.
+- A format of the file form (Codex and Pi, through :mod:`adapters.jsonl_node`):
+  ``GET /v1/sources/{kind}/{threadId}/baseline`` and
+  ``GET /v1/sources/{kind}/{threadId}/lines?offset=…`` (the local tailer's read).
+- A format of the database form (OpenCode, through :mod:`adapters.opencode_node`):
+  ``POST /v1/sources/{kind}/signals`` and ``GET /v1/sources/{kind}/{sessionId}/export``;
+  the database is opened read-only.
 - ``GET /v1/changes?after=CURSOR&wait=S``: a long poll on the node's change feed, which
   watches the served roots (:class:`ChangeFeed`): it answers the feed's cursor (and the
   kinds whose root exists) at once when it is not ``after``, else when something under a
   root changes, or after ``S`` seconds; ``wait=0`` is the cheap "are you there".
   Only the cursor crosses the wire; a sidecar checks the node's links when it moves, as
   file watching checks local links early. The ticks stay the truth.
+
+Each format's reader is the module its registry entry names (``Entry.node_reader``): these
+routes dispatch through the registry, and a new format served by a node adds no code here.
 """
 
 from __future__ import annotations
@@ -44,10 +49,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from adapters import jsonl_node, opencode_node
-from adapters.base import Adapter, Settings
+from adapters.base import Adapter, FileNodeReader, Settings
 from adapters.jsonl_format import JsonlFormat, format_of
-from adapters.registry import ITEMS_SERVES, entry, node_kinds
+from adapters.registry import ITEMS_SERVES, entry, node_served
 from monitor.errors import BadInput, ItemGone, NotFound
 from monitor.pulse import Pulse
 from monitor.web.common import error, json_response, make_guard
@@ -371,9 +375,16 @@ async def catalog(request: web.Request) -> web.Response:
 
 def _jsonl(request: web.Request, root: str) -> tuple[JsonlFormat[Any], str]:
     """The format and session file a JSONL source route names."""
-    fmt = format_of(request.match_info["kind"])
-    thread = _thread_id(request.match_info["thread"])
-    return fmt, jsonl_node.find_file(fmt, root, thread, request.query.get("file"))
+    kind = request.match_info["kind"]
+    fmt, thread = format_of(kind), _thread_id(request.match_info["thread"])
+    return fmt, entry(kind).file_reader().find_file(fmt, root, thread, request.query.get("file"))
+
+
+def _file_reader(request: web.Request) -> FileNodeReader:
+    """The node reader of the file form a source route names (once it is served)."""
+    kind = request.match_info["kind"]
+    _root(request, kind, "file")
+    return entry(kind).file_reader()
 
 
 def _root(request: web.Request, kind: str, form: str) -> str:
@@ -416,7 +427,8 @@ async def _located(
 
 
 async def source_baseline(request: web.Request) -> web.Response:
-    return await _located(request, jsonl_node.read_baseline)
+    reader = _file_reader(request)
+    return await _located(request, reader.read_baseline)
 
 
 async def source_lines(request: web.Request) -> web.Response:
@@ -427,11 +439,12 @@ async def source_lines(request: web.Request) -> web.Response:
         "head": _digest(query, "head"),
         "tail": _digest(query, "tail"),
     }
-    cap = _count(query, "cap", jsonl_node.MAX_CAP) or 1
-    max_line = _count(query, "maxLine", jsonl_node.MAX_CAP) or 1
+    reader = _file_reader(request)
+    cap = _count(query, "cap", reader.MAX_CAP) or 1
+    max_line = _count(query, "maxLine", reader.MAX_CAP) or 1
     return await _located(
         request,
-        lambda fmt, root, path: jsonl_node.read_lines(fmt, root, path, marker, cap, max_line),
+        lambda fmt, root, path: reader.read_lines(fmt, root, path, marker, cap, max_line),
     )
 
 
@@ -443,17 +456,20 @@ async def database_signals(request: web.Request) -> web.Response:
     ids = body.get("ids") if isinstance(body, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise BadInput("ids must be a list of session ids")
-    if len(ids) > opencode_node.MAX_IDS:
-        raise BadInput(f"at most {opencode_node.MAX_IDS} ids a request")
-    db = _root(request, request.match_info["kind"], "database")
-    status, answer = await asyncio.to_thread(opencode_node.signals_answer, db, ids)
+    kind = request.match_info["kind"]
+    db = _root(request, kind, "database")
+    reader = entry(kind).database_reader()
+    if len(ids) > reader.MAX_IDS:
+        raise BadInput(f"at most {reader.MAX_IDS} ids a request")
+    status, answer = await asyncio.to_thread(reader.signals_answer, db, ids)
     return json_response(answer, status)
 
 
 async def database_export(request: web.Request) -> web.Response:
-    thread = _thread_id(request.match_info["thread"])
-    db = _root(request, request.match_info["kind"], "database")
-    status, answer = await asyncio.to_thread(opencode_node.export_answer, db, thread)
+    kind, thread = request.match_info["kind"], _thread_id(request.match_info["thread"])
+    db = _root(request, kind, "database")
+    reader = entry(kind).database_reader()
+    status, answer = await asyncio.to_thread(reader.export_answer, db, thread)
     return json_response(answer, status)
 
 
@@ -490,7 +506,7 @@ def build_node_app(roots: Mapping[str, str] | Path, token: str) -> web.Applicati
     """The node's app, serving each format of ``roots`` (by format name; a bare path is a
     Claude root, as older callers gave it) whose root exists now or later."""
     given = {ITEMS_SERVES: str(roots)} if isinstance(roots, Path) else dict(roots)
-    served_formats = set(node_kinds().values())
+    served_formats = set(node_served())
     known = {
         kind: os.path.expanduser(root) for kind, root in given.items() if kind in served_formats
     }

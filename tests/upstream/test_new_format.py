@@ -212,3 +212,100 @@ def test_a_new_jsonl_format_is_a_module_a_registry_line_and_a_roots_entry(
     )
     assert 2 == plain.returncode
     assert "unknown key [roots] lines" in plain.stderr
+
+
+# -- a new database format, locally and on a node ---------------------------------------
+
+
+@pytest.fixture
+def rows_db(tmp_path: Path) -> Iterator[Path]:
+    """``tests/upstream/rows_format.py``'s database, with a session and a sub-agent run; its
+    one registry line added for the test."""
+    import sqlite3
+
+    from tests.upstream import rows_format
+
+    registry.register(rows_format.ENTRY)  # the one registry line
+    db = tmp_path / "rows.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(rows_format.SCHEMA)
+        conn.execute("INSERT INTO session VALUES ('s1', NULL, '/w', 'tidy the rows', 1)")
+        conn.execute("INSERT INTO session VALUES ('s2', 's1', '/w', 'a sub-agent', 2)")
+        conn.execute("INSERT INTO message (session_id, role, text) VALUES ('s1', 'person', 'go')")
+    yield db
+    registry.unregister("rows")
+
+
+def say(db: Path, role: str, text: str) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO message (session_id, role, text) VALUES ('s1', ?, ?)", (role, text)
+        )
+
+
+async def test_a_new_database_format_is_a_module_and_a_registry_line(
+    tmp_path: Path, rows_db: Path
+) -> None:
+    """Listed, adopted by its catalog id, and a person's row recorded by ``serve``'s tick,
+    with ``[roots] rows_db`` the only configuration it takes."""
+    from monitor.config import MonitorConfig, load_config
+    from monitor.serve.root import running
+
+    config_file = tmp_path / "sessionwatch.toml"
+    config_file.write_text(
+        f'[roots]\nrows_db = "{rows_db}"\n'
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+    )
+    config = load_config(config_file)
+    config = config._replace(monitor=MonitorConfig(initial_delay_s=3600, watch_files=True))
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        listed = await sidecar.monitor.catalog("rows")
+        assert (["tidy the rows"], 1) == ([e.title for e in listed.entries], listed.skipped)
+        adopted = await sidecar.monitor.adopt_source(
+            session_key=KEY, catalog_id=listed.entries[0].catalog_id
+        )
+        assert adopted.link is not None
+        ref = adopted.link.ref
+        assert {"dbPath": str(rows_db.resolve()), "threadId": "s1"} == ref
+        assert await sidecar.kernel.watch(watcher=MAIN, target=KEY)
+        assert str(rows_db.resolve()) in sidecar.monitor.adapters["rows"].watched_paths(ref)
+        say(rows_db, "model", "done")
+        say(rows_db, "person", "and the docs")
+        await sidecar.monitor.tick()
+        status = await sidecar.kernel.status(KEY, changes_since=0)
+        assert status.state_changes is not None
+        kinds = [e.kind for e in status.state_changes.events]
+        assert 1 == kinds.count("human_direct_message"), kinds
+        assert [KEY] == [n.target for n in await sidecar.kernel.notices(watcher=MAIN)]
+
+
+async def test_a_node_serves_a_new_database_format_through_its_registry_entry(
+    rows_db: Path,
+) -> None:
+    """The node's database routes dispatch through the registry: the new format's own
+    reader answers, and a kind the node does not serve is refused by name."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from monitor.web.node import build_node_app
+
+    app = build_node_app({"rows": str(rows_db)}, "t0ken")
+    headers = {"Authorization": "Bearer t0ken"}
+    async with TestClient(TestServer(app)) as client:
+        got = await client.post(
+            "/v1/sources/rows/signals", json={"ids": ["s1", "gone"]}, headers=headers
+        )
+        assert (200, {"signals": {"s1": 1}}) == (got.status, await got.json())
+        say(rows_db, "person", "again")
+        got = await client.get("/v1/sources/rows/s1/export", headers=headers)
+        answer = await got.json()
+        assert 200 == got.status and [1, 2] == [m["id"] for m in answer["messages"]]
+        assert "again" not in str(answer)  # hashes only: no text crosses the wire
+        got = await client.post(
+            "/v1/sources/opencode/signals", json={"ids": ["s1"]}, headers=headers
+        )
+        assert 404 == got.status and "serves no 'opencode' sessions" in await got.text()
+        catalog = await (await client.get("/v1/catalog", headers=headers)).json()
+        assert ["rows"] == catalog["kinds"]
