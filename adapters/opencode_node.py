@@ -177,6 +177,11 @@ class OpenCodeNodeAdapter(node_client.NodeSource, OpenCodeAdapter):
     async def catalog(self) -> CatalogListing:
         return await node_client.node_catalog(self.nodes, self.kind, "opencode")
 
+    async def catalog_matching(self, digest: str) -> CatalogListing:
+        """A node's sessions, listed whole: the node finds none by id (the local
+        database's reading by id is not this adapter's)."""
+        return await self.catalog()
+
 
 def build(settings: Settings, kind: str, serves: str) -> Adapter:
     return OpenCodeNodeAdapter(settings.nodes, settings)

@@ -180,3 +180,14 @@ def test_the_architecture_diagram_names_every_module_of_the_runtime() -> None:
         and not re.search(rf"(?<![\w.]){re.escape(p.stem)}(\.py)?(?!\w)", diagram)
     ]
     assert not missing, f"docs/architecture.md's diagram leaves out {missing}"
+
+
+def test_the_docs_say_what_is_true_not_how_the_work_was_organised() -> None:
+    """No doc speaks of the work's own steps (a numbered issue or stop, "this stop"): the
+    history is in git."""
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = path.read_text()
+        found = re.findall(
+            r"\b(?:[Ii]ssue|[Ss]top|[Ss]print) \d+\b|\bthis stop\b|stop before", text
+        )
+        assert not found, f"{path.name}: {found}"

@@ -7,8 +7,8 @@ from monitor.errors import BadInput
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import is_group_key, is_subagent_key, main_key_for, parse_agent_key
 from monitor.kernel.notices import Notice
-from monitor.kernel.signal_log import NO_ROUTE, Route
 from monitor.kernel.watcher_stores import StorePathRule
+from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
 
@@ -16,6 +16,25 @@ if TYPE_CHECKING:
     from monitor.kernel.events import StateEvent
 
 MAX_STORE_PATH = 4096
+
+
+class EventRoute(NamedTuple):
+    """What recording an event does besides storing it, as the watch policy decides
+    (``WatchPolicy.route``): ``seed``, a spawn's parent, starts watching the child from this
+    event; ``ambient``, an agent's main session, starts watching a group ambiently; either
+    cursor names ``store_path``, the watcher's store."""
+
+    seed: str | None = None
+    ambient: str | None = None
+    store_path: str | None = None
+
+    @property
+    def arms_watch(self) -> bool:
+        """Recording it arms a cursor: which sessions are watched may change."""
+        return self.store_path is not None and (self.seed or self.ambient) is not None
+
+
+NO_ROUTE = EventRoute()  # most events: stored, and their watchers' cursors moved
 
 
 class WatchPolicy:
@@ -41,16 +60,16 @@ class WatchPolicy:
             return main_key_for(agent_id, self.main_key)
         return None
 
-    def route(self, row: StateEvent) -> Route:
+    def route(self, row: StateEvent) -> EventRoute:
         """What recording ``row`` does besides storing it, whoever records it: a spawn seeds
         the parent's cursor, a group's human turn arms its agent's main session's ambient
         watch; either watcher's cursor names its default store path. The recorder acts on
         it, and what it armed becomes the commit's changes."""
         ambient = self.ambient_watcher(row.kind, row.actor_type, row.session_key, row.agent_id)
         if ambient is not None:
-            return Route(ambient=ambient, store_path=self.default_store_path(ambient))
+            return EventRoute(ambient=ambient, store_path=self.default_store_path(ambient))
         if row.kind == EventKind.CHILD_SPAWNED and row.actor_id:
-            return Route(seed=row.actor_id, store_path=self.default_store_path(row.actor_id))
+            return EventRoute(seed=row.actor_id, store_path=self.default_store_path(row.actor_id))
         return NO_ROUTE
 
     def why_not_watched(self, watcher: str, target: str, *, ambient: bool = False) -> str | None:

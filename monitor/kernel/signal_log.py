@@ -28,6 +28,7 @@ from monitor.kernel.events import (
 )
 from monitor.kernel.keys import normalize_key, parse_agent_key, resolve_agent
 from monitor.kernel.notices import PROVENANCE_AMBIENT, Notice
+from monitor.kernel.policy import NO_ROUTE, EventRoute
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
@@ -99,25 +100,6 @@ class EventDraft(NamedTuple):
     assigns (an event's stored fields are :class:`StateEvent`'s, declared once)."""
 
     row: StateEvent
-
-
-class Route(NamedTuple):
-    """What recording an event does besides storing it, as the watch policy decides
-    (``WatchPolicy.route``): ``seed``, a spawn's parent, starts watching the child from this
-    event; ``ambient``, an agent's main session, starts watching a group ambiently; either
-    cursor names ``store_path``, the watcher's store."""
-
-    seed: str | None = None
-    ambient: str | None = None
-    store_path: str | None = None
-
-    @property
-    def arms_watch(self) -> bool:
-        """Recording it arms a cursor: which sessions are watched may change."""
-        return self.store_path is not None and (self.seed or self.ambient) is not None
-
-
-NO_ROUTE = Route()  # most events: stored, and their watchers' cursors moved
 
 
 class Recorded(NamedTuple):
@@ -272,7 +254,7 @@ _INSERT_EVENT = (
 )
 
 
-def record_event(conn: Conn, draft: EventDraft, now: int, route: Route = NO_ROUTE) -> Recorded:
+def record_event(conn: Conn, draft: EventDraft, now: int, route: EventRoute = NO_ROUTE) -> Recorded:
     """The recording transaction's body, acting on the policy's ``route``: see the module
     docstring."""
     row = draft.row
