@@ -38,20 +38,24 @@ LIVE = ("roots", "nodes", "gateway", "log")
 
 
 class ConfigInForce:
-    """The configuration in force (:attr:`config`); with ``path``, ``SIGHUP`` reads that
-    file again and publishes what changed. ``wakes``: the service wakes a gateway (turning
-    wakes on or off needs a restart)."""
+    """The configuration in force (:attr:`config`); with ``hangup``, ``SIGHUP`` reads
+    ``path`` again (None: ``$SESSIONWATCH_CONFIG``, else the defaults, as at start) and
+    publishes what changed. ``wakes``: the service wakes a gateway (turning wakes on or off
+    needs a restart)."""
 
-    def __init__(self, config: Config, path: Path | str | None, *, wakes: bool) -> None:
+    def __init__(
+        self, config: Config, path: Path | str | None, *, wakes: bool, hangup: bool = False
+    ) -> None:
         self.config = config
         self.path = path
         self.wakes = wakes
+        self.hangup_reloads = hangup
         self._bus: Bus | None = None
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
-        """Listen for ``SIGHUP`` until ``stack`` closes (when there is a file to read)."""
+        """Listen for ``SIGHUP`` until ``stack`` closes (``serve``: one per process)."""
         self._bus = bus
-        if self.path is None:
+        if not self.hangup_reloads:
             return
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGHUP, self.hangup)

@@ -199,13 +199,15 @@ async def running(
     clock: Clock = now_ms,
     timers: Timers | None = None,
     config_path: Path | str | None = None,
+    hangup: bool = False,
 ) -> AsyncIterator[Sidecar | None]:
     """The whole service on one exit stack; None when stopped before the database opened.
     ``db``: the SQLite file (one ``serve`` per file, kept private) or a PostgreSQL URL;
     ``clock``: the wall clock of what is stored; ``timers``: what delivery times on (its
     windows, quiet periods and retries), the loop's monotonic clock unless given. A
     simulation moves both through weeks; a wall clock moved alone leaves a window open.
-    ``config_path``: the file ``SIGHUP`` reads again (none: no reload)."""
+    ``hangup``: ``SIGHUP`` reads the configuration again, from ``config_path`` (as at start:
+    else ``$SESSIONWATCH_CONFIG``, else the defaults); ``serve``'s, one per process."""
     stopping = stopping or asyncio.Event()
     async with AsyncExitStack() as stack:
         lock = None
@@ -250,7 +252,7 @@ async def running(
             initial_delay_s=config.monitor.initial_delay_s,
             stopping=stopping,
         )
-        configuration = ConfigInForce(config, config_path, wakes=waker is not None)
+        configuration = ConfigInForce(config, config_path, wakes=waker is not None, hangup=hangup)
         page = PageSources(
             kernel=kernel,
             monitor=monitor,
@@ -370,7 +372,7 @@ async def serve(config: Config, db: Path | str, config_path: Path | str | None =
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    async with running(config, db, stopping, config_path=config_path) as sidecar:
+    async with running(config, db, stopping, config_path=config_path, hangup=True) as sidecar:
         if sidecar is None:
             log.info("stopped before the state database could be opened")
             return

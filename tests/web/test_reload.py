@@ -160,3 +160,34 @@ def test_a_reloaded_interval_applies_from_the_next_tick(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert ticks() >= 3
         assert "restart" not in log.read_text()  # the interval alone: nothing else to say
+
+
+def test_sighup_reads_the_file_the_environment_names_when_no_config_is_given(
+    tmp_path: Path,
+) -> None:
+    """``serve`` without ``--config``, on ``$SESSIONWATCH_CONFIG``: a SIGHUP reads that file
+    again (and ends nothing: SIGHUP's default would end the process)."""
+    import os
+
+    config = tmp_path / "sw.toml"
+    config.write_text(
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+        "[monitor]\ninitial_delay_s = 3600\n"
+    )
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "SESSIONWATCH_CONFIG": str(config)}
+    argv = [sys.executable, "-m", "monitor", "--db", str(tmp_path / "s.db"), "serve"]
+    proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True, env=env)
+    drain = None
+    try:
+        served_address(proc)
+        assert proc.stderr is not None
+        drain = subprocess.Popen(["cat"], stdin=proc.stderr, stdout=log.open("w"))
+        proc.send_signal(signal.SIGHUP)
+        assert "nothing changed" in wait_for_line(log, "configuration reloaded")
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        assert 0 == proc.wait(30)
+        if drain is not None:
+            drain.wait(10)
