@@ -75,6 +75,31 @@ def turns(db: str, config: Path) -> int:
     )
 
 
+def waits_to_write(db: str, tick: subprocess.Popen[bytes], waiting: int) -> bool:
+    """Whether ``tick`` waits for the write lock, having read: on SQLite, one of its
+    threads sleeps in SQLite's busy handler (the kernel says where a thread waits, in
+    ``/proc``); on PostgreSQL, more than ``waiting`` sessions wait for the advisory lock
+    (``serve``'s own early check may be one of them)."""
+    if db.startswith("postgresql://"):
+        with psycopg.connect(db, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()
+        return row is not None and int(row[0]) > waiting
+    tasks = Path(f"/proc/{tick.pid}/task")
+    try:
+        return any((t / "wchan").read_text() == "hrtimer_nanosleep" for t in tasks.iterdir())
+    except OSError:  # it ended: nothing to wait for
+        return True
+
+
+def until_waiting(db: str, tick: subprocess.Popen[bytes], waiting: int) -> None:
+    deadline = time.monotonic() + 60
+    while not waits_to_write(db, tick, waiting):
+        assert time.monotonic() < deadline, "the tick never waited for the write lock"
+        time.sleep(0.01)
+
+
 @contextlib.contextmanager
 def write_lock(db: str) -> Iterator[None]:
     """The store's write lock, held by this test until the block ends."""
@@ -103,12 +128,12 @@ def test_ticks_beside_serve_record_each_prompt_once(
     base = [sys.executable, "-m", "monitor", "--db", db, *c, "tick"]
     for i in range(0, PROMPTS, 2):
         with write_lock(db):
-            ticks = []
+            ticks: list[subprocess.Popen[bytes]] = []
             for n in (i, i + 1):
                 with transcript.open("ab") as f:
                     f.write(user_line(f"prompt {n}", f"u{n}"))
                 ticks.append(subprocess.Popen(base, stdout=subprocess.DEVNULL))
-                time.sleep(0.7)  # it reads meanwhile, and waits for the lock to settle
+                until_waiting(db, ticks[-1], len(ticks) - 1)  # it has read, and waits
         assert [0, 0] == [t.wait(timeout=60) for t in ticks]
         assert turns(db, config) <= i + 2
     deadline = time.monotonic() + 20
