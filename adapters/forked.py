@@ -50,7 +50,12 @@ def split(work: Callable[[list[W]], M], items: list[W], ways: int | None = None)
         return work(items)
     parts = [items[i::ways] for i in range(ways)]
     children = [_fork(work, part) for part in parts[1:]]
-    found = work(parts[0])
+    try:
+        found = work(parts[0])
+    except BaseException:  # no child outlives the call, nor waits on a pipe no one reads
+        for made in filter(None, children):
+            _answer(made, time.monotonic())  # out of patience at once: killed, reaped
+        raise
     deadline = time.monotonic() + PATIENCE_S
     for child, part in zip(children, parts[1:], strict=True):
         answer = _answer(child, deadline) if child is not None else None
@@ -101,10 +106,13 @@ def _answer(child: tuple[int, int], deadline: float) -> object | None:
             os.kill(pid, signal.SIGKILL)  # out of patience
     finally:
         os.close(read_end)
-    _, status = os.waitpid(pid, 0)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped by someone else (SIGCHLD ignored): the bytes say
+        status = 0
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         return None
-    try:  # our own child's bytes, all of them: it ended well
+    try:  # our own child's bytes, all of them (a cut pickle does not load)
         found: object = pickle.loads(b"".join(chunks))
     except Exception:  # never trusted blindly
         return None

@@ -153,3 +153,22 @@ def test_a_catalog_never_opens_a_fifo_its_directory_entry_or_link_names(
     assert refused["pipe.jsonl"] == refused["to-pipe.jsonl"] == "not a regular file (a FIFO)"
     linked = [e for e in found.entries if e.path == str((claude / "p3" / "s3.jsonl").resolve())]
     assert 2 == len(linked)  # the file and the link to it, each an entry of the same file
+
+
+def test_a_failure_here_leaves_no_child_behind() -> None:
+    here = os.getpid()
+
+    def work(part: list[int]) -> Seen:
+        if os.getpid() == here:
+            raise RuntimeError("a bug here")
+        time.sleep(60)  # a child still at work
+        return Seen()
+
+    def children() -> set[str]:
+        tasks = Path(f"/proc/{os.getpid()}/task").iterdir()
+        return {pid for t in tasks for pid in (t / "children").read_text().split()}
+
+    before = children()
+    with pytest.raises(RuntimeError):
+        forked.split(work, list(range(10)), 3)
+    assert children() <= before  # killed and reaped: none left, not even a zombie
