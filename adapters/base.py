@@ -380,6 +380,12 @@ class FileSource:
         return [path] if isinstance(path, str) and path else []
 
 
+def session_key_in(db: str, session_id: str) -> str:
+    """What names a session of a database form (a resolved database path): its catalog
+    entry's key, as :meth:`DatabaseSource.catalog_key` gives it for a link."""
+    return f"{db}\n{session_id}"
+
+
 class DatabaseSource:
     """What every adapter of the database form shares: a link's ref names the database
     (``dbPath``) and a session in it (``threadId``); the database and its WAL are watched
@@ -390,7 +396,7 @@ class DatabaseSource:
         return str(ref.get("dbPath") or "")
 
     def catalog_key(self, ref: Ref) -> str:
-        return f"{os.path.realpath(self.database(ref))}\n{ref.get('threadId', '')}"
+        return session_key_in(os.path.realpath(self.database(ref)), str(ref.get("threadId", "")))
 
     def watched_paths(self, ref: Ref) -> list[str]:
         db = self.database(ref)

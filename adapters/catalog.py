@@ -10,9 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
+def id_digest(key: str) -> str:
+    """The digest of a catalog id, of what names the source (see ``catalog_key``): what
+    adoption by id matches a prefix of."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 def catalog_id(kind: str, key: str) -> str:
-    """A catalog id: the kind and a digest of what names the source (see ``catalog_key``)."""
-    return f"{kind}:{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    """A catalog id: the kind and the digest of what names the source."""
+    return f"{kind}:{id_digest(key)}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,7 +44,12 @@ class CatalogEntry:
     @property
     def short_id(self) -> str:
         """The first 8 hex digits of the id: what the table shows and ``adopt`` takes."""
-        return self.catalog_id.partition(":")[2][:8]
+        return self.digest[:8]
+
+    @property
+    def digest(self) -> str:
+        """The id without its kind (:func:`id_digest`)."""
+        return self.catalog_id.partition(":")[2]
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from adapters import forked, zst
-from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest
 from adapters.jsonl_format import JsonlFormat
 from adapters.jsonl_scan import first_prompt, parse_line
 from adapters.tailer import open_regular
@@ -247,7 +247,7 @@ def _digest(fmt: JsonlFormat[Any], real: str) -> str:
     """The digest of the catalog id of the file at ``real`` (of the plain file, for a
     compressed one)."""
     named = zst.plain_of(real) if fmt.compressed and real.endswith(zst.SUFFIX) else real
-    return catalog_id(fmt.kind, named).partition(":")[2]
+    return id_digest(named)
 
 
 def _entries(fmt: JsonlFormat[Any], named: list[tuple[_Candidate, str]]) -> CatalogListing:

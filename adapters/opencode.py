@@ -37,9 +37,10 @@ from adapters.base import (
     Source,
     Turn,
     normalize_text,
+    session_key_in,
     text_hash,
 )
-from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest
 from monitor.errors import BadInput, Declined, OutsideRoots, Unreachable
 
 log = logging.getLogger(__name__)
@@ -613,7 +614,7 @@ def scan_sessions(db: str, digest: str | None = None) -> CatalogListing:
         if digest is None:
             return conn.execute(_SESSIONS).fetchall()
         ids = [sid for (sid,) in conn.execute("SELECT id FROM session")]
-        named = [sid for sid in ids if _digest(real, sid).startswith(digest)]
+        named = [sid for sid in ids if id_digest(session_key_in(real, sid)).startswith(digest)]
         if len(named) > _NAMED:  # a prefix that short names many: read them all
             wanted = set(named)
             return [r for r in conn.execute(_SESSIONS) if r[0] in wanted]
@@ -632,7 +633,7 @@ def scan_sessions(db: str, digest: str | None = None) -> CatalogListing:
             continue
         catalog.entries.append(
             CatalogEntry(
-                catalog_id=f"opencode:{_digest(real, sid)}",
+                catalog_id=catalog_id("opencode", session_key_in(real, sid)),
                 kind="opencode",
                 native_id=sid,
                 path=real,
@@ -644,11 +645,6 @@ def scan_sessions(db: str, digest: str | None = None) -> CatalogListing:
             )
         )
     return catalog
-
-
-def _digest(db: str, session_id: str) -> str:
-    """The digest of a session's catalog id (see ``catalog_key``)."""
-    return catalog_id("opencode", f"{db}\n{session_id}").partition(":")[2]
 
 
 def replay_session(

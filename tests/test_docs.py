@@ -32,7 +32,7 @@ def test_every_shell_block_of_the_docs_is_run_by_a_test() -> None:
         assert f'doc_block("{name}")' in sources or f'doc_blocks("{name}")' in sources, name
     fresh = doc_block("fresh-machine").splitlines()
     assert 2 == len(fresh) and fresh[1].endswith(".venv/bin/pytest -q")
-    assert 'eval "$(readme_test_command)"' in (REPO / ".ci" / "run").read_text()
+    assert 'eval "$test_command"' in (REPO / ".ci" / "run").read_text()
 
 
 def test_the_setup_that_differs_runs_as_written_on_a_fresh_account(tmp_path: Path) -> None:

@@ -201,7 +201,7 @@ class SessionCatalog:
         parts = await asyncio.gather(*(of(k) for k in kinds))
         return [
             e for part in parts for e in part.entries
-            if e.catalog_id.partition(":")[2].startswith(digest)
+            if e.digest.startswith(digest)
         ]  # fmt: skip
 
 

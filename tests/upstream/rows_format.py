@@ -24,6 +24,7 @@ from adapters.base import (
     Settings,
     Source,
     Turn,
+    session_key_in,
     text_hash,
 )
 from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
@@ -139,7 +140,7 @@ class RowsAdapter(DatabaseSource):
                 continue
             listing.entries.append(
                 CatalogEntry(
-                    catalog_id=catalog_id(KIND, f"{db}\n{sid}"),
+                    catalog_id=catalog_id(KIND, session_key_in(db, sid)),
                     kind=KIND,
                     native_id=sid,
                     path=db,
