@@ -52,9 +52,6 @@ class WakeLog:
     def quiet_s(self) -> float:
         return 0.0
 
-    def say_once(self, reason: str, message: str, *args: object) -> None:
-        pass
-
     async def settled(self) -> None:
         assert self.timers is not None
         await self.timers.quiesce()

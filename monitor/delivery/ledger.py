@@ -43,6 +43,7 @@ from monitor.kernel import outbox
 from monitor.kernel.bus import Bus, NoticesOpened, StoreMoved
 from monitor.kernel.policy import WatchPolicy
 from monitor.lazylog import LazyLogger
+from monitor.retry import Backoff
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -62,6 +63,8 @@ LEASE_MS = 30 * SECOND_MS  # longer than one attempt (hooks.CONNECT_S + hooks.RE
 # the longest one attempt lasts once it went (hooks.CONNECT_S + hooks.READ_S), with a margin:
 # a call goes only while the lease it renewed still covers that much
 ATTEMPT_MS = 15 * SECOND_MS
+STORE_RETRY_S = 0.5  # a write of the ledger the store refused: tried again from this
+STORE_RETRY_CAP_S = 5.0  # ... doubling up to this, whatever the gateway's retry interval
 
 
 class Sender(Protocol):
@@ -79,8 +82,6 @@ class Sender(Protocol):
     def quiet_s(self) -> float:
         """How long no call may go; 0 when calls may go."""
         ...
-
-    def say_once(self, reason: str, message: str, *args: object) -> None: ...
 
 
 def holder_id() -> str:
@@ -122,6 +123,10 @@ class Delivery:
         self._last_woken: dict[str, float] = {}  # monotonic s of each watcher's last wake
         self._looking: asyncio.Task[None] | None = None  # a read of the outbox
         self._look_again = False
+        # a write the store refused (locked, away, full) is tried again on this backoff,
+        # not on the gateway's retry interval: the gateway did nothing wrong
+        self._store_backoff = Backoff(STORE_RETRY_S, STORE_RETRY_CAP_S)
+        self._store_trouble = ""  # what the store last refused, said once until it heals
 
     def deliver(self, notices: list[Notice]) -> None:
         """Ask for the watchers of ``notices`` to be woken (those the policy wakes)."""
@@ -203,15 +208,15 @@ class Delivery:
         return min(cap_ms, max(0, until_ms - self.timers.now_ms())) / 1000
 
     async def _pass(self, watcher: str) -> None:
+        if not await self._settle_kept(watcher):  # a record is no wake: not held by the window
+            self._after(watcher, self._store_backoff.next())
+            return
         last = self._last_woken.get(watcher)
         if last is not None:
             left = last + self.window_ms / 1000 - self.timers.monotonic()
             if left > 0:  # within the window on this process's monotonic clock
                 self._after(watcher, left)
                 return
-        if not await self._settle_kept(watcher):
-            self._after(watcher, self.sender.retry_s)
-            return
         now = self.timers.now_ms()
         try:
             got = await self.store.write(
@@ -226,9 +231,9 @@ class Delivery:
                 small=True,  # each step of a pass is a few rows: inline when it may be
             )
         except SessionwatchError as exc:  # the store is down: the notices are still there
-            self.sender.say_once("store", "could not claim a wake (%s); retrying", exc)
-            self._after(watcher, self.sender.retry_s)
+            self._after(watcher, self._store_refused("could not claim a wake", exc))
             return
+        self._store_took()
         if isinstance(got, claims.Busy):  # another holder: once its lease has run out
             self._after(watcher, self._wall_delay(got.until, self.lease_ms) + 0.05)
         elif isinstance(got, claims.Wait):
@@ -250,7 +255,7 @@ class Delivery:
 
     async def _send(self, watcher: str, entries: list[OutboxRow]) -> None:
         """Each claimed notice in its own call, while the lease holds; then the lease ends."""
-        again = again_now = False
+        again = again_now = store_again = False
         try:
             for entry in entries:
                 if self.sender.quiet_s() > 0:
@@ -261,12 +266,15 @@ class Delivery:
                 if held and held[-1] == "lost":  # claimed again: by us, or Busy
                     again_now = True
                     break
-                if answer is None and held and held[-1] == "go":
-                    await self._settle(entry, "refused")  # not ours to send after all
-                if answer is None or answer.result == "withdrawn":
+                if answer is None:  # not ours to send now; the gateway's settings may change
+                    if held and held[-1] == "go":
+                        await self._settle(entry, "refused")
+                    again = True
+                    continue
+                if answer.result == "withdrawn":
                     continue  # not ours to send, or no longer pending: no call made
                 if not await self._settle(entry, answer.result):
-                    again = True
+                    store_again = True  # the store refused the record, not the gateway
                     break
                 if answer.result != "accepted":
                     again = True
@@ -276,6 +284,8 @@ class Delivery:
                 await self._release(watcher)
         if again_now:
             self._again.add(watcher)  # when this pass has ended
+        elif store_again:
+            self._after(watcher, self._store_backoff.next())
         elif again:
             self._after(watcher, max(self.sender.retry_s, self.sender.quiet_s()))
 
@@ -291,10 +301,9 @@ class Delivery:
             )
         except SessionwatchError as exc:
             self._unsettled.setdefault(entry.watcher, []).append((entry, result))
-            self.sender.say_once(
-                "ack", "could not acknowledge a delivered notice (%s); retrying", exc
-            )
+            self._store_refused("could not record a wake's outcome", exc)
             return False
+        self._store_took()
         if delivered:
             if result != "accepted":
                 self._gave_up([entry])
@@ -311,6 +320,8 @@ class Delivery:
             if not await self._settle(entry, result):
                 self._unsettled[watcher] = self._unsettled.pop(watcher, []) + kept[at + 1 :]
                 return False
+        if kept:  # the lease kept the notices until recorded: a peer may take the watcher
+            await self._release(watcher)
         return True
 
     def _still(self, entry: OutboxRow, held: list[claims.Hold]) -> Callable[[], Awaitable[bool]]:
@@ -355,6 +366,21 @@ class Delivery:
             )
         except SessionwatchError as exc:  # it expires on its own
             log.debug("a wake lease was not released: %s", exc)
+
+    def _store_refused(self, what: str, exc: SessionwatchError) -> float:
+        """A write of the ledger the store refused: said once until the store takes one
+        again; the delay before the pass tries again (the store's backoff)."""
+        if not self._store_trouble:
+            log.warning("%s (%s); the ledger tries again until the store takes it", what, exc)
+        self._store_trouble = str(exc)
+        return self._store_backoff.next()
+
+    def _store_took(self) -> None:
+        """A write of the ledger went through: a refusal said before is over."""
+        if self._store_trouble:
+            log.info("the store takes the wake ledger's writes again")
+            self._store_trouble = ""
+        self._store_backoff.reset()
 
     def _gave_up(self, entries: list[OutboxRow]) -> None:
         for entry in entries:

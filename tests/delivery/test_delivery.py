@@ -356,11 +356,38 @@ async def test_an_acknowledgement_the_store_refused_is_retried_never_the_wake(
     await rig.human(PEER)
     assert [notice(PEER, 0)] == rig.gateway.texts
     assert [notice(PEER, 0)] == await rig.pending()
-    assert "could not acknowledge" in caplog.text
-    await rig.timers.advance(int(RETRY_S * 1000))
+    assert "could not record a wake's outcome" in caplog.text
+    await rig.timers.advance(1_000)  # the store's backoff, not the gateway's retry interval
     await rig.settled()
     assert [] == await rig.pending()
     assert [notice(PEER, 0)] == rig.gateway.texts  # sent once
+
+
+async def test_an_acknowledgement_the_store_refused_delays_no_wake_past_the_window(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store refused a record, not the gateway a wake: the watcher's next notice is
+    woken when the 20 s window ends, not after the gateway's retry interval, and the log
+    says the store's trouble once and its end once, never that the gateway came back."""
+    caplog.set_level(logging.INFO)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+
+    async def refuse_the_next_writes() -> None:
+        rig.transport.before = None
+        rig.store.refusals = 2  # the outcome's record, and its first retry
+
+    rig.transport.before = refuse_the_next_writes
+    await rig.human(PEER)
+    await rig.human(OTHER)  # inside the window: due when it ends
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    await rig.timers.advance(20_000)
+    await rig.settled()
+    assert [notice(PEER, 0), notice(OTHER, 0)] == rig.gateway.texts
+    assert [] == await rig.pending()
+    assert 1 == caplog.text.count("could not record a wake's outcome")
+    assert 1 == caplog.text.count("takes the wake ledger's writes again")
+    assert "accepts wakes again" not in caplog.text
 
 
 async def test_work_during_a_wake_reopens_one_notice_that_is_woken_too(rig: Rig) -> None:
@@ -757,3 +784,27 @@ async def test_a_call_goes_only_while_its_lease_covers_it(rig: Rig) -> None:
     await rig.settled()
     assert [notice(PEER, 0)] == rig.gateway.texts
     assert [] == await rig.pending()
+
+
+async def test_a_refusal_of_caller_chosen_keys_heals_without_a_restart(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway refused ``sessionKey`` once (a transient allowedSessionKeyPrefixes),
+    then takes it again: the peer watcher's notice, left pending, is woken with its own key
+    at its next try, and the refusal and its end are each said once."""
+    rig.gateway.allow_keys = False
+    caplog.set_level(logging.INFO)
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=COORDINATOR, target=PEER)
+    await rig.human(PEER)
+    assert [notice(PEER, 0)] == await rig.pending(COORDINATOR)
+    await rig.timers.advance(int(RETRY_S * 1000))  # still refused: tried, pending, not said
+    await rig.settled()
+    assert [notice(PEER, 0)] == await rig.pending(COORDINATOR)
+    rig.gateway.allow_keys = True  # openclaw.json fixed, the gateway restarted
+    await rig.timers.advance(int(RETRY_S * 1000))
+    await rig.settled()
+    assert [] == await rig.pending(COORDINATOR)
+    assert COORDINATOR == rig.gateway.wakes[-1].get("sessionKey")
+    assert 1 == caplog.text.count("refuses caller-chosen session keys")
+    assert 1 == caplog.text.count("takes caller-chosen session keys again")
