@@ -58,7 +58,8 @@ def problem(what: str, fix: str) -> Finding:
 async def run(config: Config, db: Path | str) -> list[Finding]:
     """Every check, in the order a reader would fix them."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
-        found = [await _database(config, db), _api_token(config), *_roots(config)]
+        found = [await _database(config, db), *_serve_elsewhere(config, db)]
+        found += [_api_token(config), *_roots(config)]
         found += await _hooks(config, http, db)
         found += await asyncio.gather(*(_node(name, n, http) for name, n in config.nodes.items()))
     return found
@@ -72,6 +73,9 @@ async def _database(config: Config, db: Path | str) -> Finding:
     loose = isinstance(db, Path) and bool(loose_state_files(db)) and made_by_sessionwatch(db)
     try:
         if isinstance(db, Path):
+            awaited = _awaited(db)
+            if awaited is not None:
+                return awaited
             if not db.exists():
                 why = cannot_create(db)
                 if why:
@@ -104,6 +108,42 @@ async def _database(config: Config, db: Path | str) -> Finding:
             "serve sets it to mode 0600 at start",
         )
     return ok(f"the state database {shown} opens")
+
+
+def _awaited(db: Path) -> Finding | None:
+    """OpenClaw's state database, which its gateway has yet to make: nothing is watched or
+    woken until it does (serve waits for it)."""
+    from monitor.openclaw.files import awaited_state_db
+
+    install = awaited_state_db(db)
+    if install is None:
+        return None
+    return problem(
+        f"OpenClaw at {install.state_dir} has not made its state database {db} yet: serve"
+        " waits for it, and nothing is watched or woken until then",
+        "start the gateway once (openclaw gateway run, or its service)",
+    )
+
+
+def _serve_elsewhere(config: Config, db: Path | str) -> list[Finding]:
+    """A ``serve`` still running on sessionwatch's own default database while the store is
+    OpenClaw's (one started before an earlier release followed the gateway's): its notices
+    never reach the gateway."""
+    from monitor.openclaw.home import state_dir_of
+    from monitor.private import serving_addresses
+
+    if not isinstance(db, Path) or state_dir_of(os.path.abspath(db)) is None:
+        return []
+    own = Path(expand_user(Config().store.path))
+    if os.path.abspath(own) == os.path.abspath(db) or not serving_addresses(own):
+        return []
+    return [
+        problem(
+            f"a serve runs on {own}, not on OpenClaw's state database {db}, which the gateway"
+            " reads: what it watches and wakes is not the gateway's",
+            "restart that serve: with no --db and no [store] path it serves OpenClaw's",
+        )
+    ]
 
 
 def cannot_create(path: Path) -> str | None:

@@ -114,6 +114,17 @@ def an_openclaw_install(state: Path, port: int, token: str = TOKEN) -> None:
     )
 
 
+def serve_process(env: dict[str, str]) -> subprocess.Popen[str]:
+    """``sessionwatch serve`` with ``env``, its log on a pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "monitor", "serve"],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def sw(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "monitor", *args],
@@ -157,13 +168,7 @@ async def test_serve_with_no_configuration_uses_openclaws_files(
         assert TOKEN not in orjson.dumps(shown).decode()
         doctor = (await run("doctor")).stdout
         assert "accept the token in OpenClaw's hooks.token" in doctor, doctor
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "serve"],
-            cwd=REPO,
-            env=env,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = serve_process(env)
         said: list[str] = []
         try:
             await asyncio.to_thread(served_address, proc, said)
@@ -184,6 +189,56 @@ async def test_serve_with_no_configuration_uses_openclaws_files(
             proc.terminate()
             proc.wait(30)
     assert len(gw.wakes) == 1  # the stand-in knows only the old token: the new one was sent
+
+
+async def test_serve_started_before_the_gateways_first_start_follows_its_database(
+    tmp_path: Path,
+) -> None:
+    """An OpenClaw install whose gateway has not run yet (its configuration, no state
+    database): serve waits for the database, said once; doctor flags it and a one-shot
+    write refuses to make it; once the gateway makes it, serve runs on it and wakes."""
+    home = tmp_path / "home"
+    home.mkdir()
+    own = tmp_path / "sw.toml"
+    own.write_text('[api]\nlisten = "127.0.0.1:0"\n')
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "SESSIONWATCH_CONFIG": str(own),
+    }
+    state = home / ".openclaw"
+    db = state / "state" / "openclaw.sqlite"
+    async with running_hooks_gateway() as gw:
+        port = int(gw.url.rsplit(":", 1)[1].split("/")[0])
+        an_openclaw_install(state, port)
+        db.unlink()  # the configuration onboarding wrote; the gateway has not started yet
+
+        def run(*args: str) -> asyncio.Future[subprocess.CompletedProcess[str]]:
+            return asyncio.ensure_future(asyncio.to_thread(sw, env, *args))
+
+        proc = serve_process(env)
+        said: list[str] = []
+        try:
+            assert proc.stderr is not None
+            line = await asyncio.to_thread(proc.stderr.readline)
+            assert "has not made its state database yet: waiting for" in line, line
+            doctor = await run("doctor")
+            assert 1 == doctor.returncode and "has not made its state database" in doctor.stdout
+            spawn = ["spawn", "--parent", MAIN, "--child", CHILD, "--run-id", "r"]
+            refused = await run(*spawn)
+            assert 2 == refused.returncode and "start the gateway" in refused.stderr
+            assert not db.exists() and not (home / ".local").exists()  # nothing made anywhere
+            an_openclaw_install(state, port)  # the gateway's first start makes its database
+            await asyncio.to_thread(served_address, proc, said)
+            assert 1 == sum("made its state database" in line for line in said), said
+            assert (await run(*spawn)).returncode == 0
+            record = ["record", "--session", CHILD, "--kind", "human_direct_message"]
+            assert (await run(*record, "--actor", "human")).returncode == 0
+            await until("the gateway woken", lambda: len(gw.wakes) == 1)
+            assert 0 == (await run("doctor")).returncode
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the sidecar as another user")

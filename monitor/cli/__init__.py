@@ -64,6 +64,7 @@ def run() -> NoReturn:
 def _main(given: list[str]) -> tuple[int, bool]:
     """The exit code, and whether the command ran on the calling thread (run_now)."""
     direct = False
+    _tolerant_streams()
     try:
         _check_utf8(given)
         args = parse(given)
@@ -116,6 +117,8 @@ async def _run(args: Args, target: str) -> dict[str, Any]:
     reads = COMMANDS[args.command].reads
     only_reads = reads(args) if callable(reads) else bool(reads)
     scratch = None
+    if not is_pg_url(target) and not os.path.exists(target):
+        _refuse_the_gateways_to_make(target, args.command, reads == "scratch")
     if only_reads and not is_pg_url(target) and not os.path.exists(target):
         if reads != "scratch":
             raise BadInput(
@@ -140,6 +143,26 @@ async def _run(args: Args, target: str) -> dict[str, Any]:
             fresh.discard()
         if scratch is not None:
             scratch.cleanup()
+
+
+def _refuse_the_gateways_to_make(target: str, command: str, scratch: bool) -> None:
+    """A command never makes the state database an OpenClaw install's gateway has yet to
+    make (its first start): the gateway would not find its own schema there."""
+    from monitor.openclaw.home import state_dir_of
+
+    if scratch or state_dir_of(os.path.abspath(target)) is None:  # not in a gateway's place
+        return
+    from pathlib import Path
+
+    from monitor.openclaw.files import awaited_state_db
+
+    install = awaited_state_db(Path(target))
+    if install is not None:
+        raise BadInput(
+            f"OpenClaw at {install.state_dir} has not made its state database {target} yet"
+            f" (its gateway makes it at its first start): start the gateway, then run"
+            f" {command} again; or name a database of sessionwatch's own with --db"
+        )
 
 
 async def _on(handler: KernelHandler, args: Args, path: str, named: str) -> dict[str, Any]:
@@ -213,6 +236,15 @@ def _run_command(args: Args, target: str, direct: bool) -> dict[str, Any]:
     import asyncio
 
     return asyncio.run(_run(args, target))
+
+
+def _tolerant_streams() -> None:
+    """Print on any locale: on a terminal that is not UTF-8 (Latin-1, say), what it cannot
+    show is replaced (``?``), never a UnicodeEncodeError (a title's "…" killed catalog)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding not in ("utf8", "utf_8") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
 
 
 def _check_utf8(argv: list[str]) -> None:

@@ -131,6 +131,20 @@ class AiohttpTransport:
             await self._session.close()
 
 
+class Credentials(Protocol):
+    """The hooks URL and token as the gateway's own configuration says them
+    (:class:`monitor.openclaw.files.Hooks`)."""
+
+    @property
+    def seen(self) -> object:
+        """The version of the configuration last read."""
+        ...
+
+    def current(self) -> tuple[str, str]:
+        """(hooks URL, token) now; raises a SessionwatchError saying why not."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class WakeAnswer:
     """One wake call's outcome: ``result`` is the metric label."""
@@ -165,7 +179,7 @@ class HooksClient:
         main_key: str = "main",
         retry_s: float = 30.0,
         metrics: Metrics | None = None,
-        credentials: Callable[[], tuple[str, str]] | None = None,
+        credentials: Credentials | None = None,
         bus: Bus | None = None,
     ) -> None:
         """``credentials``: the hooks URL and token as the gateway's own configuration says
@@ -180,7 +194,10 @@ class HooksClient:
         self.metrics = metrics
         self.timers = timers
         self.transport: Transport = transport or AiohttpTransport()
-        self.keys_refused = False  # the gateway refuses caller-chosen session keys
+        # the gateway refused caller-chosen session keys: when (monotonic s), and the
+        # version of its configuration then; checked again after retry_s, or at once when
+        # its configuration changed (OpenClaw applies a change without a restart)
+        self._keys_refused: tuple[float, object] | None = None
         self.last: dict[str, LastWake] = {}  # per watcher
         self.bus = bus
         if bus is not None:  # its section of a reload
@@ -198,7 +215,7 @@ class HooksClient:
         self.url = gateway.hooks_url.rstrip("/") + "/wake"
         self.token_file = Path(expand_user(gateway.hooks_token_file))
         self.retry_s = gateway.retry_interval_s
-        self.keys_refused = False
+        self._keys_refused = None
         self._quiet_until = 0.0
         self._said.clear()
 
@@ -219,16 +236,16 @@ class HooksClient:
         if key is not None:
             body["agentId"] = key.agent_id
         is_main = key is not None and watcher == main_key_for(key.agent_id, self.main_key)
-        if self.keys_refused and not is_main:
+        keys_refused = self.keys_refused()
+        if keys_refused and not is_main:
             return None
-        if not self.keys_refused:
+        if not keys_refused:
             body["sessionKey"] = watcher
         answer = await self._post(body, still)
         if answer.result == "withdrawn":
             return answer
         if answer.result == "refused" and _refuses_keys(answer.error):
-            if not self.keys_refused:  # two passes in flight may both hear it
-                self._keys_refused_said(answer.error)
+            self._refused_keys(answer.error)
             self._count(answer)
             if not is_main:
                 return None
@@ -236,6 +253,9 @@ class HooksClient:
             answer = await self._post(body, still)
             if answer.result == "withdrawn":
                 return answer
+        elif answer.result == "accepted" and "sessionKey" in body and "keys" in self._said:
+            self._said.discard("keys")
+            log.info("the gateway takes caller-chosen session keys again")
         self._explain(answer)
         before = self.last.get(watcher)
         self.last[watcher] = LastWake(answer.result, answer.error, self.timers.now_ms())
@@ -244,21 +264,42 @@ class HooksClient:
             self.bus.publish(WakeOutcome(watcher))  # a status page shows it at once
         return self._count(answer)
 
-    def _keys_refused_said(self, error: str) -> None:
-        self.keys_refused = True
-        log.warning(
+    def keys_refused(self) -> bool:
+        """The gateway refused caller-chosen session keys lately: less than ``retry_s``
+        ago, with its configuration unchanged since."""
+        if self._keys_refused is None:
+            return False
+        at, version = self._keys_refused
+        if self.timers.monotonic() - at < self.retry_s and version == self._version():
+            return True
+        self._keys_refused = None  # the next wake carries its key again
+        return False
+
+    def _version(self) -> object:
+        """The version of the gateway's configuration the credentials came from, if any."""
+        return None if self.credentials is None else self.credentials.seen
+
+    def _refused_keys(self, error: str) -> None:
+        self._keys_refused = (self.timers.monotonic(), self._version())
+        self.say_once(
+            "keys",
             "the gateway refuses caller-chosen session keys (%s): main sessions are woken"
-            " through their agent's main session, other watchers' notices stay pending;"
-            " set %s to wake each watcher's own session",
+            " through their agent's main session, other watchers' notices stay pending and"
+            " are tried again every %.0f s; set %s to wake each watcher's own session",
             error,
+            self.retry_s,
             KEYS_SETTING,
         )
 
     async def _post(self, body: dict[str, Any], still: StillToSend | None) -> WakeAnswer:
         try:
             if self.credentials is not None:
-                base, token = self.credentials()
-                self.url = base.rstrip("/") + "/wake"
+                base, token = self.credentials.current()
+                url = base.rstrip("/") + "/wake"
+                if url != self.url:  # a new gateway.port, say: followed, said once
+                    if self.url != "/wake":
+                        log.info("wakes now go to %s, as OpenClaw's configuration says", url)
+                    self.url = url
             else:
                 token = read_secret(self.token_file, "the hooks token file")
         except SessionwatchError as exc:  # its mode, a missing or unreadable file: no call

@@ -24,6 +24,7 @@ applies at the next wake without a restart; it is never printed.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -32,13 +33,15 @@ from typing import Any, NamedTuple
 from monitor.errors import ConfigError
 from monitor.openclaw.home import (
     agent_db,
+    config_path,
     home_dir,
     profile_of,
     state_db,
     state_dir,
     state_dir_of,
-    user_path,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 18789
 DEFAULT_HOOKS_PATH = "/hooks"
@@ -61,14 +64,42 @@ def locate(env: os._Environ[str] | dict[str, str] | None = None) -> Install:
     env = os.environ if env is None else env
     home = home_dir(env)
     state, found_by = state_dir(env, home)
-    config_override = (env.get("OPENCLAW_CONFIG_PATH") or "").strip()
-    if config_override:
-        config = Path(user_path(config_override, home))
-    else:
-        config = Path(state, "openclaw.json")
-        if not config.exists() and Path(state, "clawdbot.json").exists():
-            config = Path(state, "clawdbot.json")
+    config = Path(config_path(env, home, state))
     return Install(Path(state), config, Path(state_db(state)), found_by)
+
+
+def awaited_state_db(db: Path) -> Install | None:
+    """The install whose gateway has yet to make ``db``, its state database, at its first
+    start: an OpenClaw configuration is there (the one this environment locates, or
+    ``openclaw.json`` beside the database's place), and ``db`` holds no table yet. None when
+    ``db`` is no such database, or is made. ``serve`` waits for it: a database the sidecar
+    made in its place would not be the one the gateway reads."""
+    install = locate()
+    if os.path.abspath(db) != os.path.abspath(install.db):
+        state = state_dir_of(os.path.abspath(db))
+        if state is None:
+            return None
+        install = Install(Path(state), Path(state, "openclaw.json"), db, "the database's place")
+    if not install.config_path.is_file() or _has_tables(db):
+        return None
+    return install
+
+
+def _has_tables(db: Path) -> bool:
+    """``db`` exists and holds a table (the gateway makes its schema in one transaction);
+    a file SQLite cannot read counts as made (opening it says why)."""
+    import sqlite3
+
+    if not db.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)
+        try:
+            return conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:  # locked: the gateway commits its schema right now
+        return "locked" not in str(exc)
 
 
 def substitute(value: Any, env: os._Environ[str] | dict[str, str], where: str = "") -> Any:
@@ -179,14 +210,20 @@ def hooks_token(config: dict[str, Any], env: os._Environ[str] | dict[str, str], 
 
 class Hooks:
     """The gateway's hooks as its configuration says now: the URL and the token, read
-    again when the file changes (a rotated token, a new port apply at the next wake)."""
+    again when the file changes (a rotated token, a new port apply at the next wake).
+
+    A file that does not parse (a typo while it is edited) is what the running gateway
+    does not apply either: it keeps its last good configuration, and so do the wakes, with
+    the last good URL and token, said once per version of the file. ``seen`` names the
+    version of the file last read, good or not (a refusal it may heal is checked again
+    when it changes)."""
 
     def __init__(self, install: Install, env: os._Environ[str] | dict[str, str] | None = None):
         self.install = install
         self.env = os.environ if env is None else env
-        self._seen: tuple[int, int, int] | None = None
-        self._url = ""
-        self._token = ""
+        self.seen: tuple[int, int, int] | None = None
+        self._good: tuple[str, str] | None = None  # the last good (URL, token)
+        self._broken = ""  # why the file last read does not parse, said once
 
     def current(self) -> tuple[str, str]:
         """(hooks URL, token); raises ConfigError with the reason when they cannot be had."""
@@ -198,14 +235,31 @@ class Hooks:
                 f"cannot read OpenClaw's configuration {path}: {exc.strerror}"
             ) from None
         seen = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if seen != self._seen:
+        if seen == self.seen and self._good is not None:
+            return self._good
+        self.seen = seen
+        try:
             config = read_config(path)
-            if section(config, "hooks").get("enabled") is not True:
-                raise ConfigError(f"OpenClaw's hooks are off in {path}: set hooks.enabled true")
-            self._url = hooks_url(config, self.env)
-            self._token = hooks_token(config, self.env, path)
-            self._seen = seen
-        return self._url, self._token
+        except ConfigError as exc:
+            if self._good is None:
+                raise
+            if not self._broken:
+                log.warning(
+                    "%s; wakes keep its last good hooks URL and token, as the running gateway"
+                    " keeps its last good configuration, until the file parses again",
+                    exc,
+                )
+            self._broken = str(exc)
+            return self._good
+        if self._broken:
+            log.info("OpenClaw's configuration %s parses again", path)
+            self._broken = ""
+        if section(config, "hooks").get("enabled") is not True:
+            self._good = None
+            raise ConfigError(f"OpenClaw's hooks are off in {path}: set hooks.enabled true")
+        self._good = None  # until both are had
+        self._good = (hooks_url(config, self.env), hooks_token(config, self.env, path))
+        return self._good
 
 
 def found_hooks(config: Any, db: Path | str) -> Hooks | None:

@@ -93,10 +93,31 @@ def gateway_state_dir(env: Mapping[str, str] | None = None) -> str:
     return state_dir(env, home_dir(env))[0]
 
 
+def config_path(env: Mapping[str, str], home: str, state: str) -> str:
+    """The gateway's configuration: ``$OPENCLAW_CONFIG_PATH``, else ``openclaw.json`` (or
+    the legacy ``clawdbot.json``) in the state directory (it may not exist)."""
+    override = (env.get("OPENCLAW_CONFIG_PATH") or "").strip()
+    if override:
+        return user_path(override, home)
+    config = os.path.join(state, "openclaw.json")
+    legacy = os.path.join(state, "clawdbot.json")
+    return legacy if not os.path.exists(config) and os.path.exists(legacy) else config
+
+
 def found_state_db(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """The gateway's state database when it exists, with what chose its directory (a
-    one-shot command's store next to OpenClaw); else None."""
+    """The gateway's state database next to this user, with what chose its directory (a
+    one-shot command's store next to OpenClaw), when it exists, or when the install's
+    configuration does and its gateway has yet to make it at its first start (``serve``
+    then waits for it: :func:`monitor.openclaw.files.awaited_state_db`); else None."""
     env = os.environ if env is None else env
-    state, found_by = state_dir(env, home_dir(env))
+    home = home_dir(env)
+    state, found_by = state_dir(env, home)
     db = state_db(state)
-    return (db, f"OpenClaw's state directory {state} ({found_by})") if os.path.isfile(db) else None
+    if os.path.isfile(db):
+        return db, f"OpenClaw's state directory {state} ({found_by})"
+    if os.path.isfile(config_path(env, home, state)):
+        return db, (
+            f"OpenClaw's state directory {state} ({found_by}), whose gateway has not made"
+            " its state database yet"
+        )
+    return None

@@ -190,6 +190,35 @@ async def open_state(
             return None
 
 
+async def gateway_made(db: Path, stopping: asyncio.Event, poll_s: float = 0.5) -> bool:
+    """Wait while ``db`` is the state database of an OpenClaw install whose gateway has not
+    made it yet (its first start comes after this ``serve``'s: a unit's ``After=`` does not
+    wait for a file), said once; True once it is made, or when it is no such database;
+    False when stopped first."""
+    from monitor.openclaw.files import awaited_state_db
+
+    install = await asyncio.to_thread(awaited_state_db, db)
+    if install is None:
+        return True
+    log.warning(
+        "next to OpenClaw at %s (%s), whose gateway has not made its state database yet:"
+        " waiting for %s, which serve follows once the gateway's first start makes it"
+        " (--db or [store] path would run serve on a database of its own, which the"
+        " gateway never reads)",
+        install.state_dir,
+        install.config_path,
+        db,
+    )
+    while install is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), poll_s)
+        if stopping.is_set():
+            return False
+        install = await asyncio.to_thread(awaited_state_db, db)
+    log.info("OpenClaw's gateway made its state database %s: serving on it", db)
+    return True
+
+
 @contextlib.asynccontextmanager
 async def running(
     config: Config,
@@ -209,6 +238,9 @@ async def running(
     ``hangup``: ``SIGHUP`` reads the configuration again, from ``config_path`` (as at start:
     else ``$SESSIONWATCH_CONFIG``, else the defaults); ``serve``'s, one per process."""
     stopping = stopping or asyncio.Event()
+    if isinstance(db, Path) and not await gateway_made(db, stopping):
+        yield None
+        return
     async with AsyncExitStack() as stack:
         lock = None
         if isinstance(db, Path):
@@ -336,10 +368,19 @@ def _openclaw_client(
     state = hooks.install.state_dir
     try:
         url, _ = hooks.current()
-    except SessionwatchError as exc:
-        log.warning("next to OpenClaw at %s, but no wakes: %s", state, exc)
-        return None
-    log.info("next to OpenClaw at %s: state %s; wakes go to %s/wake", state, db, url.rstrip("/"))
+    except SessionwatchError as exc:  # read again at each wake: a fix applies, no restart
+        url = ""
+        log.warning(
+            "next to OpenClaw at %s: state %s; no wakes until its configuration says where:"
+            " %s (read again at each wake)",
+            state,
+            db,
+            exc,
+        )
+    else:
+        log.info(
+            "next to OpenClaw at %s: state %s; wakes go to %s/wake", state, db, url.rstrip("/")
+        )
     return HooksClient(
         url,
         Path(),
@@ -348,7 +389,7 @@ def _openclaw_client(
         main_key=config.session.main_key,
         retry_s=config.gateway.retry_interval_s,
         metrics=metrics,
-        credentials=hooks.current,
+        credentials=hooks,
     )
 
 
