@@ -3,6 +3,7 @@ state files, the API token it makes, and secrets others made (the gateway's hook
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -36,10 +37,17 @@ class InstanceLock:
         if not self.handles:
             return
         handle = self.handles[0]
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n" + "".join(f"{a}\n" for a in addresses))
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n" + "".join(f"{a}\n" for a in addresses))
+            handle.flush()
+        except OSError as exc:  # `open` then finds the address in the configuration
+            log.warning(
+                "cannot write where serve answers into its lock file %s: %s",
+                handle.name,
+                os_reason(exc, Path(handle.name).parent),
+            )
 
 
 def serving_addresses(db: Path) -> list[str]:
@@ -68,7 +76,9 @@ def take_instance_lock(db: Path) -> InstanceLock:
         try:
             fd = os.open(real, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise ConfigError(f"cannot create the state database {db}: {exc.strerror}") from None
+            raise ConfigError(
+                f"cannot create the state database {db}: {os_reason(exc, real.parent)}"
+            ) from None
         handle = os.fdopen(fd, "r+b")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -91,8 +101,7 @@ def _lock(path: Path, db: Path) -> IO[str]:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:
         raise ConfigError(
-            f"cannot take the instance lock {path}: {exc.strerror}"
-            f" (the directory {path.parent} must be writable by this user)"
+            f"cannot take the instance lock {path}: {os_reason(exc, path.parent)}"
         ) from None
     handle = os.fdopen(fd, "a+")
     try:
@@ -104,10 +113,17 @@ def _lock(path: Path, db: Path) -> IO[str]:
         raise AlreadyRunning(
             f"another sessionwatch serve (pid {holder}) is running on {db}; refusing to start"
         ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # its buffer cannot be written either
+            handle.close()
+        raise ConfigError(
+            f"cannot take the instance lock {path}: {os_reason(exc, path.parent)}"
+        ) from None
     return handle
 
 
@@ -174,29 +190,27 @@ def check_private_state(db: Path, *, ours: Callable[[Path], bool] | None = None)
 
 
 def load_token(path: Path) -> str:
-    """The API token; a new random one is written with mode 0600 when the file is absent.
-    An existing one that others can read is refused."""
+    """The API token; a new random one is written with mode 0600 when the file is absent,
+    or empty (an earlier release's start on a full disk left it so: it holds no secret). A
+    new file takes its name only once whole, so a failed write leaves nothing behind. An
+    existing one that others can read is refused."""
     refuse_if_shared(path, "the token file")
     try:
         token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        token = secrets.token_urlsafe(32)
-        try:
-            make_private_dirs(path.parent)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(token + "\n")
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot create the API token file {path}: {exc.strerror or exc}"
-                f" (its directory {path.parent} must be writable by this user)"
-            ) from None
-        log.info("created the API token file %s", path)
-        return token
+        token = ""
     except OSError as exc:
         raise ConfigError(f"cannot read the API token file {path}: {exc.strerror}") from None
     if not token:
-        raise ConfigError(f"the API token file {path} is empty")
+        empty = path.exists()
+        token = secrets.token_urlsafe(32)
+        if not write_private(path, token + "\n", "the API token file", replace=empty):
+            return load_token(path)  # another serve made it meanwhile: theirs stands
+        if empty:
+            log.warning("the API token file %s was empty: wrote a new token in it", path)
+        else:
+            log.info("created the API token file %s", path)
+        return token
     if len(token) < SHORT_TOKEN:
         log.warning(
             "the API token in %s is %d long, easy to guess; use at least %d characters"
@@ -206,6 +220,51 @@ def load_token(path: Path) -> str:
             SHORT_TOKEN,
         )
     return token
+
+
+def write_private(path: Path, text: str, what: str, *, replace: bool = True) -> bool:
+    """``text`` as the whole of ``path``, mode 0600, its missing directories made 0700: on a
+    new file beside it, synced, then given the name, so that ``path`` is either as it was
+    or whole. ``replace=False``: only when ``path`` does not exist (False when another
+    process made it meanwhile: that one stands). A ConfigError names the cause (a full disk
+    is not a permission)."""
+    temp = path.with_name(f".{path.name}.new-{os.getpid()}")
+    try:
+        make_private_dirs(path.parent)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        if replace:
+            os.replace(temp, path)
+        else:
+            try:
+                os.link(temp, path)  # never over a file made meanwhile
+            except FileExistsError:
+                return False
+            finally:
+                temp.unlink(missing_ok=True)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {what} {path}: {os_reason(exc, path.parent)}") from None
+    return True
+
+
+def os_reason(exc: OSError, directory: Path) -> str:
+    """Why a write failed, in words, with what to do: a full disk, a read-only file
+    system and a directory this user may not write are three different fixes."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full ({exc.strerror}): free space on it, then start again"
+    if exc.errno == errno.EROFS:
+        return f"{directory} is on a read-only file system"
+    return f"{exc.strerror or exc} (the directory {directory} must be writable by this user)"
 
 
 def read_secret(path: Path, what: str) -> str:

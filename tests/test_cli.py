@@ -279,7 +279,7 @@ def test_a_token_file_that_cannot_be_made_is_one_line(tmp_path: Path, command: s
     args = ["--listen", "127.0.0.1:0", "--token-file", "/proc/sw-test/token"]
     extra = args if command == "node" else []
     err = sw(tmp_path / "s.db", "--config", str(config), command, *extra, code=1)
-    assert "cannot create the API token file /proc/sw-test/token" in err
+    assert "cannot write the API token file /proc/sw-test/token" in err
 
 
 def test_a_configuration_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:

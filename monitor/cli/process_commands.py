@@ -31,7 +31,15 @@ def _serve(args: Args) -> int:
 
     _setup_logging(args.log_format, args.config_obj.log.level)
     config_path = args.config or os.environ.get("SESSIONWATCH_CONFIG")
-    asyncio.run(serve(args.config_obj, db_path(args, args.config_obj), config_path))
+    try:
+        asyncio.run(serve(args.config_obj, db_path(args, args.config_obj), config_path))
+    except OSError as exc:  # what the system refused that no part said: one line, no trace
+        from pathlib import Path
+
+        from monitor.private import os_reason
+
+        where = Path(exc.filename).parent if exc.filename else Path.cwd()
+        raise SessionwatchError(f"serve stopped: {os_reason(exc, where)}") from None
     return 0
 
 

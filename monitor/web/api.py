@@ -27,7 +27,15 @@ from monitor.kernel.feed import NoticeFeed
 from monitor.metrics import CONTENT_TYPE, Metrics
 from monitor.upstream import UpstreamMonitor
 from monitor.web import models, wire
-from monitor.web.common import MAX_BODY, QUERY_PARAMS, make_guard, unavailable
+from monitor.web.common import (
+    MAX_BODY,
+    QUERY_PARAMS,
+    STORE_TROUBLE,
+    StoreTrouble,
+    make_guard,
+    store_refused,
+    unavailable,
+)
 from monitor.web.models import (
     AgentQuery,
     CatalogQuery,
@@ -182,7 +190,7 @@ async def post_event(request: web.Request) -> web.Response:
     try:
         result = await request.app[KERNEL].record(NewEvent(**given))
     except StoreError as exc:
-        log.warning("event not recorded: %s", exc)  # best-effort: the gateway's turn goes on
+        store_refused(request, exc)  # best-effort: the gateway's turn goes on
         failed = {"recorded": False, "error": {"code": "store_unavailable", "message": str(exc)}}
         return unavailable(respond(models.NotRecorded, failed, 503))
     recorded = wire.event_record(result.event, duplicate=result.duplicate)
@@ -365,6 +373,7 @@ def build_app(
     app[METRICS] = metrics
     app[TOKEN] = token
     app[STREAMS] = asyncio.Event()
+    app[STORE_TROUBLE] = StoreTrouble()
 
     async def end_streams(app: web.Application) -> None:
         app[STREAMS].set()

@@ -80,7 +80,7 @@ def _refusal(request: web.Request, exc: BaseException) -> web.Response | None:
     if isinstance(exc, OutsideRoots):
         return error(403, "outside_roots", str(exc))
     if isinstance(exc, StoreError):
-        log.warning("%s %s: %s", request.method, request.path, exc)
+        store_refused(request, exc)
         return unavailable(error(503, "store_unavailable", str(exc)))
     if isinstance(exc, Unreachable):
         return unavailable(error(503, "upstream_unreachable", str(exc)))
@@ -175,14 +175,55 @@ def make_guard(
         ):
             return error(401, "unauthorized", "a valid Authorization: Bearer <token> is required")
         try:
-            return await handler(request)
+            answer = await handler(request)
         except (SessionwatchError, web.HTTPException) as exc:
-            answer = _refusal(request, exc)
-            if answer is None:
+            refused = _refusal(request, exc)
+            if refused is None:
                 raise
-            return answer
+            return refused
+        trouble = request.app.get(STORE_TROUBLE)
+        if trouble is not None and request.method != "GET" and answer.status < 500:
+            trouble.over()  # a write went through
+        return answer
 
     return guard
+
+
+class StoreTrouble:
+    """The store refusing the API's requests (full, locked, away): said once, with the
+    first refusal, and its end once, at the next write that goes through; never one line
+    per request (a full disk refused 1,497 requests in a row)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self) -> None:
+        self.reason = ""
+
+    def refused(self, exc: BaseException) -> None:
+        if not self.reason:
+            log.warning(
+                "the state database refuses requests (%s): each is answered 503 until it"
+                " takes them again",
+                exc,
+            )
+        self.reason = str(exc)
+
+    def over(self) -> None:
+        if self.reason:
+            log.info("the state database takes requests again")
+            self.reason = ""
+
+
+STORE_TROUBLE = web.AppKey("store_trouble", StoreTrouble)
+
+
+def store_refused(request: web.Request, exc: BaseException) -> None:
+    """Say that the store refused ``request`` (once, until it takes one again)."""
+    trouble = request.app.get(STORE_TROUBLE)
+    if trouble is None:
+        log.warning("%s %s: %s", request.method, request.path, exc)
+    else:
+        trouble.refused(exc)
 
 
 class JsonErrorHandler(web.RequestHandler):
