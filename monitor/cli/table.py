@@ -10,6 +10,7 @@ from pathlib import Path
 from adapters.catalog import CatalogEntry, CatalogListing
 from monitor.clock import ago
 from monitor.errors import escaped
+from monitor.kernel.keys import shown_key
 
 
 def _size(entry: CatalogEntry) -> str:
@@ -41,6 +42,7 @@ def _plural(n: int, word: str) -> str:
 
 
 _GAP = "  "
+KEY_CELLS = 28  # a session key: its head and its tail (monitor.kernel.keys.shown_key)
 
 
 def _fit(text: str, width: int, *, right: bool = False) -> str:
@@ -73,7 +75,7 @@ def _widths(rows: list[tuple[str, ...]], width: int) -> list[int]:
         widest(3, 9, 28),  # directory
         widest(4, 10, 16),  # age
         widest(5, 8, 12),  # size
-        widest(6, 7, 24),  # session
+        widest(6, 7, KEY_CELLS),  # session
     ]
     fixed[2] = max(width - sum(fixed) - len(_GAP) * (len(fixed) - 1), 10)
     return fixed
@@ -92,21 +94,23 @@ def print_catalog(catalog: CatalogListing, now_ms: int, *, width: int = 100) -> 
             escaped(_home(e.cwd, home)),
             ago(e.updated_at, now_ms),
             _size(e),
-            escaped(", ".join(k for k in (e.session_key, *e.also_keys) if k)),
+            escaped(", ".join(shown_key(k, KEY_CELLS) for k in (e.session_key, *e.also_keys) if k)),
         )
         for e in catalog.entries
     ]
     header = ("id", "kind", "title", "directory", "age", "size", "session")
     widths = _widths([header, *rows], width)
     right = (False, False, False, False, True, True, False)
-    # padded by a format string; only a cell too long, or not a cell a character, is fitted
-    line = _GAP.join(f"{{:{'>' if r else '<'}{w}}}" for w, r in zip(widths, right, strict=True))
+    # padded by str's own methods, a cell a character; only a cell too long, or not a cell
+    # a character (CJK, emoji: two cells), is fitted, by its cells (a format string would
+    # pad it by its characters again)
+    columns = list(zip(widths, right, strict=True))
     lines = [
-        line.format(
-            *(
-                cell if len(cell) <= w and cell.isascii() else _fit(cell, w, right=r)
-                for cell, w, r in zip(row, widths, right, strict=True)
-            )
+        _GAP.join(
+            (cell.rjust(w) if r else cell.ljust(w))
+            if len(cell) <= w and cell.isascii()
+            else _fit(cell, w, right=r)
+            for cell, (w, r) in zip(row, columns, strict=True)
         ).rstrip()
         for row in (header, *rows)
     ]

@@ -129,3 +129,15 @@ def session_scope(key: str, agent_id: str | None) -> tuple[str, tuple[str, ...]]
     if agent is None:
         return "session_key = ?", (key,)
     return "session_key = ? AND agent_id = ?", (key, agent)
+
+
+def shown_key(key: str, width: int) -> str:
+    """``key`` in at most ``width`` characters for people, what tells it apart kept: its
+    ``agent:<id>:`` head and its tail. A key the gateway's catalog made for an adoption
+    (``agent:main:plugin:anthropic:catalog-adopt:claude:<64 hex>``) differs from the next
+    only in its tail, which a cut at the end would drop."""
+    if len(key) <= width:
+        return key
+    second = key.find(":", key.find(":") + 1)
+    head = key[: second + 1] if 0 < second < width // 2 else key[: (width - 1) // 2]
+    return head + "…" + key[len(key) - (width - 1 - len(head)) :]

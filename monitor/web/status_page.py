@@ -46,6 +46,7 @@ from monitor.kernel.bus import (
     WakeOutcome,
 )
 from monitor.kernel.changes import KEEPALIVE_S
+from monitor.kernel.keys import shown_key
 from monitor.kernel.signal_log import Activity
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.links import LinkView
@@ -214,6 +215,7 @@ class StatusPage:
         self.env.filters["ago"] = ago
         self.env.filters["clock"] = _clock
         self.env.filters["turn_chart"] = turn_chart
+        self.env.filters["short_key"] = shown_key
         # cookies ignore ports: two sidecars on one host would log each other out
         instance = f"{sources.db}\n{sources.config.api.listen}".encode()
         self.cookie = f"{COOKIE}_{hashlib.sha256(instance).hexdigest()[:12]}"

@@ -288,6 +288,47 @@ def test_many_sessions_come_in_pages_with_titles_and_a_chart_of_their_day(serve:
     assert [] == errors
 
 
+def test_catalog_keys_and_long_titles_fit_a_phone_and_stay_told_apart(serve: Serve) -> None:
+    """Sessions the gateway's catalog adopted carry keys that end in a 64-hex run and differ
+    only there: on a 390 px phone the page stays 390 px wide, the keys shown differ (their
+    tails are kept), and a long title takes at most three lines, whole in its tooltip."""
+    skip_without_browser()
+    from playwright.sync_api import sync_playwright
+
+    serve.start()
+    head = "agent:main:plugin:anthropic:catalog-adopt:claude:"
+    keys = [head + digit * 56 + f"{i:08x}" for i, digit in enumerate("ab")]
+    title = "rework the billing pipeline so that " * 12
+    for i, key in enumerate(keys):
+        path = transcript(serve, f"c{i}", title)
+        api(serve, "POST", "/v1/links", {"kind": "claude", "path": str(path), "sessionKey": key})
+        api(serve, "POST", "/v1/watches", {"watcher": "agent:main:main", "target": key})
+        api(serve, "POST", "/v1/events", {"sessionKey": key,
+            "kind": "human_direct_message", "actorType": "human"})  # fmt: skip
+    link = serve.cli("open", "--url", serve.base).strip()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        for width in (390, 1280):
+            page = browser.new_page(viewport={"width": width, "height": 844})
+            page.goto(link)
+            page.locator("tr.link").first.wait_for()
+            assert width >= page.evaluate("document.documentElement.scrollWidth"), width
+            shown = page.locator("tr.link .open-timeline").all_inner_texts()
+            assert 2 == len(set(shown)) and all(k[-8:] in " ".join(shown) for k in keys)
+            title_cell = page.locator("tr.link .title").first
+            whole = (title_cell.get_attribute("title") or "").rstrip("…").strip()
+            assert len(whole) > 150 and title.startswith(whole)  # the title as the sidecar keeps it
+            line = float(page.evaluate(
+                "parseFloat(getComputedStyle(document.querySelector('tr.link .clamp')).lineHeight)"
+            ))  # fmt: skip
+            box = page.locator("tr.link .clamp").first.bounding_box()
+            assert box is not None and box["height"] <= 3 * line + 1, (box, line)
+            if width == 390:
+                page.screenshot(path=str(ARTEFACTS / "catalog-keys-phone.png"), full_page=True)
+            link = serve.cli("open", "--url", serve.base).strip()
+        browser.close()
+
+
 def test_the_page_needs_a_ticket_and_a_ticket_works_once(serve: Serve) -> None:
     """Without the cookie: a 401 page naming ``sessionwatch open``, and no data; a ticket
     is spent by its first use; the API's token opens the page too (for scripts)."""
