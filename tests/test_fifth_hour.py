@@ -7,6 +7,7 @@ CI runs as root), filled with a file and freed by removing it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -152,3 +153,53 @@ def test_a_disk_that_fills_under_serve_is_said_once_and_heals(small_disk: Path) 
     assert "Traceback" not in log
     assert 1 == log.count("the state database refuses requests"), log
     assert 1 == log.count("the state database takes requests again"), log
+
+
+def test_the_cli_prints_on_a_latin_1_terminal(tmp_path: Path) -> None:
+    """``catalog`` (its "…" cut, a CJK title) and ``doctor`` on a terminal that takes
+    Latin-1 only: what it cannot show is replaced, nothing dies of a UnicodeEncodeError."""
+    root = tmp_path / "claude" / "p"
+    root.mkdir(parents=True)
+    title = "Réparer les tests — 修复测试 🚀 " + "and a title long enough to be cut " * 3
+    line = {"type": "user", "uuid": "u1", "cwd": "/srv/b",
+            "message": {"role": "user", "content": title}}  # fmt: skip
+    (root / "s1.jsonl").write_text(json.dumps(line) + "\n")
+    ascii_line = {**line, "message": {"role": "user", "content": "an ascii title " * 9}}
+    (root / "s2.jsonl").write_text(json.dumps(ascii_line) + "\n")
+    config = tmp_path / "sw.toml"
+    config.write_text(f'[roots]\nclaude = "{tmp_path / "claude"}"\n')
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1", "HOME": str(tmp_path)}
+    for command in (["catalog"], ["doctor"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor", "--config", str(config), *command],
+            cwd=REPO, env=env, capture_output=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert b"Traceback" not in done.stderr and b"UnicodeEncodeError" not in done.stderr
+        assert done.returncode in (0, 1), done.stderr
+        shown = done.stdout.decode("latin-1")
+        if command == ["catalog"]:
+            assert "Réparer les tests ? ????" in shown and "2 sessions" in shown, shown
+            assert 2 == shown.count("?  /srv/b"), shown  # each "…" cut, replaced
+
+
+def test_a_typo_in_openclaw_json_keeps_the_last_good_hooks_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from monitor.openclaw.files import Hooks, locate
+
+    config = tmp_path / "openclaw.json"
+    good = '{gateway: {port: 18800}, hooks: {enabled: true, token: "t0k3n-long-enough"}}'
+    config.write_text(good)
+    env = {"HOME": str(tmp_path), "OPENCLAW_CONFIG_PATH": str(config)}
+    hooks = Hooks(locate(env), env)
+    before = hooks.current()
+    assert ("http://127.0.0.1:18800/hooks", "t0k3n-long-enough") == before
+    seen = hooks.seen
+    config.write_text(good.replace("port: 18800}", "port: 18800"))  # a brace lost
+    for _ in range(3):
+        assert before == hooks.current()  # as the running gateway keeps its last good one
+    assert seen != hooks.seen  # a refusal that this version may heal is checked again
+    assert 1 == caplog.text.count("is not JSON5"), caplog.text
+    config.write_text(good.replace("18800", "18801"))
+    assert "http://127.0.0.1:18801/hooks" == hooks.current()[0]
+    assert 1 == caplog.text.count("parses again")
