@@ -221,6 +221,11 @@ async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) ->
         except SessionwatchError as exc:
             return [problem(str(exc), "put the gateway's hooks.token in it, mode 600")]
         base = gateway.hooks_url
+        where = Where(
+            "start the gateway, or correct [gateway] hooks_url",
+            "set hooks.enabled true in the gateway, and hooks_url to its hooks.path",
+            "set [gateway] hooks_url to the gateway's own address and hooks.path",
+        )
     else:
         hooks = found_hooks(config, db)
         if hooks is None:
@@ -234,15 +239,31 @@ async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) ->
             ]
         path = hooks.install.config_path
         settings = _openclaw_settings(hooks, watcher_agents(db))
-        if any("hooks are off" in f.what for f in settings):
-            return settings  # said once, with its snippet
+        if any(f.level == "PROBLEM" and "hooks.allow" not in f.what for f in settings):
+            return settings  # off, or unreadable: said once, with its fix
         try:
             base, token = hooks.current()
         except SessionwatchError as exc:
             return [*settings, problem(str(exc), f"edit {path}, then restart the gateway")]
         token_file = f"OpenClaw's hooks.token ({path})"
-    found = await _probe_hooks(base, token, token_file, http)
+        where = Where(
+            f"start the gateway, or check gateway.port in {path} (and $OPENCLAW_GATEWAY_PORT"
+            " in the gateway's unit, which wins over it)",
+            f"set hooks.enabled true in {path}, and hooks.path to where the hooks are",
+            f"check gateway.port in {path}: another server answers on it",
+        )
+    found = await _probe_hooks(base, token, token_file, http, where)
     return [*settings, *found]
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """The fixes of the hooks' probe, by where their address came from: the sidecar's
+    ``[gateway]`` or OpenClaw's own configuration."""
+
+    down: str  # nothing answers
+    missing: str  # 404
+    other: str  # something that is not OpenClaw's hooks answers
 
 
 def _openclaw_settings(hooks: Any, watchers: set[str]) -> list[Finding]:
@@ -254,7 +275,13 @@ def _openclaw_settings(hooks: Any, watchers: set[str]) -> list[Finding]:
     try:
         h = section(read_config(path), "hooks")
     except SessionwatchError as exc:
-        return [problem(str(exc), f"fix {path}")]
+        return [
+            problem(
+                str(exc),
+                "correct it where the message says; meanwhile the running gateway keeps its"
+                " last good configuration, and serve's wakes its last good URL and token",
+            )
+        ]
     found = []
     if h.get("enabled") is not True:
         found.append(problem(
@@ -317,7 +344,7 @@ def watcher_agents(db: Path | str) -> set[str]:
 
 
 async def _probe_hooks(
-    base: str, token: str, token_file: Path | str, http: aiohttp.ClientSession
+    base: str, token: str, token_file: Path | str, http: aiohttp.ClientSession, where: Where
 ) -> list[Finding]:
     url = base.rstrip("/") + "/wake"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -328,7 +355,7 @@ async def _probe_hooks(
         return [
             problem(
                 f"the gateway's hooks at {url} do not answer ({connection_reason(exc)})",
-                "start the gateway, or correct [gateway] hooks_url",
+                where.down,
             )
         ]
     error = _error_of(raw)
@@ -345,7 +372,7 @@ async def _probe_hooks(
         return [
             problem(
                 f"no hooks at {url} (404)",
-                "set hooks.enabled true in the gateway, and hooks_url to its hooks.path",
+                where.missing,
             )
         ]
     if status == 429:
@@ -356,7 +383,7 @@ async def _probe_hooks(
             problem(
                 f"{url} took a wake with no text ({answered}); OpenClaw's hooks refuse one"
                 " (400 text required), so this is not them",
-                "set [gateway] hooks_url to the gateway's own address and hooks.path",
+                where.other,
             )
         ]
     return [problem(f"the gateway answered {answered} at {url}", "see the gateway's log")]

@@ -272,3 +272,31 @@ async def test_doctor_names_openclaws_own_settings_that_refuse_the_wakes(
     found = await doctor.run(make_config(tmp_path), db)
     off = [line for line in lines(found, "PROBLEM") if "hooks are off" in line]
     assert len(off) == 1 and "OpenClaw's hooks are off (hooks.enabled" in off[0], off
+
+
+async def test_next_to_openclaw_a_broken_file_is_said_once_and_fixes_name_its_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typo in openclaw.json is one line, whose fix says what to do (not "fix <file>");
+    a gateway that does not answer points at gateway.port in that file and
+    $OPENCLAW_GATEWAY_PORT, never at a [gateway] hooks_url nobody set."""
+    state = tmp_path / "oc"
+    (state / "state").mkdir(parents=True)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(state))
+    monkeypatch.delenv("OPENCLAW_GATEWAY_PORT", raising=False)
+    db = state / "state" / "openclaw.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE gateway_kv (key TEXT PRIMARY KEY, value TEXT)")
+    conn.close()
+    db.chmod(0o600)
+    config = state / "openclaw.json"
+    config.write_text('{gateway: {port: 1}, hooks: {enabled: true, token: "t0123456789abcdef"}')
+    found = [f.line() for f in await doctor.run(make_config(tmp_path), db)]
+    broken = [line for line in found if "openclaw.json" in line]
+    assert 1 == len(broken) and "is not JSON5" in broken[0], found
+    assert "fix: fix" not in broken[0] and "last good configuration" in broken[0]
+    config.write_text('{gateway: {port: 1}, hooks: {enabled: true, token: "t0123456789abcdef"}}')
+    found = [f.line() for f in await doctor.run(make_config(tmp_path), db)]
+    (down,) = [line for line in found if "do not answer" in line]
+    assert "gateway.port in" in down and "$OPENCLAW_GATEWAY_PORT" in down, down
+    assert "[gateway] hooks_url" not in "\n".join(found)
