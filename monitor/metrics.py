@@ -91,8 +91,10 @@ class Metrics:
             "sessionwatch_wake_calls_total",
             "Wake calls to the gateway's hooks API, by result: accepted, refused (400),"
             " unauthorized (401), throttled (429), redirected (3xx, never followed),"
-            " no_token (the token file cannot be read: no call), failed (5xx, timeout,"
-            " unreachable)",
+            " no_token (the token cannot be read: no call), failed (5xx, a refused"
+            " connection, no connection in time: the gateway never had it), unanswered (no"
+            " answer once the request went out: the gateway may have taken it; sent at most"
+            " once more)",
             ["result"],
             registry=r,
         )

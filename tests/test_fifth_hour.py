@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,3 +204,85 @@ def test_a_typo_in_openclaw_json_keeps_the_last_good_hooks_said_once(
     config.write_text(good.replace("18800", "18801"))
     assert "http://127.0.0.1:18801/hooks" == hooks.current()[0]
     assert 1 == caplog.text.count("parses again")
+
+
+def test_the_version_is_written_in_one_place() -> None:
+    """``--version``, the API document and the status page (``VERSION``) and the installed
+    package's metadata all read ``monitor.__version__``; pyproject.toml names no other."""
+    import tomllib
+    from importlib.metadata import version
+
+    from monitor import __version__
+    from monitor.web.openapi import VERSION
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "--version"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert f"sessionwatch {__version__}" == done.stdout.strip()
+    assert __version__ == VERSION == version("sessionwatch")
+
+
+def test_the_wake_metric_names_every_result_it_counts() -> None:
+    from monitor.metrics import Metrics
+
+    (family,) = [m for m in Metrics().registry.collect() if m.name == "sessionwatch_wake_calls"]
+    for result in ("accepted", "refused", "unauthorized", "throttled", "redirected",
+                   "no_token", "failed", "unanswered"):  # fmt: skip
+        assert result in family.documentation, result
+    assert "timeout" not in family.documentation.split("failed")[1].split("unanswered")[0]
+
+
+def test_serve_help_says_where_it_listens_and_how_its_database_is_chosen() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "serve", "--help"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    for said in ("--db", "$SESSIONWATCH_DB", "[store] path", "OpenClaw", "127.0.0.1:8765",
+                 "token_file", "SIGHUP"):  # fmt: skip
+        assert said in done.stdout, said
+
+
+def test_serve_says_once_that_it_watches_a_session_adopted_and_watched_while_it_ran(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "claude" / "p"
+    root.mkdir(parents=True)
+    line = {"type": "user", "uuid": "u1", "cwd": "/srv/b",
+            "message": {"role": "user", "content": "fix the tests"}}  # fmt: skip
+    transcript = root / "s1.jsonl"
+    transcript.write_text(json.dumps(line) + "\n")
+    config = tmp_path / "sw.toml"
+    config.write_text(
+        f'[roots]\nclaude = "{tmp_path / "claude"}"\n'
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+    )
+    env = {**os.environ, "SESSIONWATCH_CONFIG": str(config),
+           "SESSIONWATCH_DB": str(tmp_path / "state.db")}  # fmt: skip
+    proc = serve_process(env)
+    said: list[str] = []
+    try:
+        served_address(proc, said)
+        subprocess.run(
+            [sys.executable, "-m", "monitor", "adopt", "--kind", "claude", "--path",
+             str(transcript), "--session-key", "agent:main:billing"],
+            cwd=REPO, env=env, capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "monitor", "watch", "--watcher", MAIN, "--target",
+             "agent:main:billing"],
+            cwd=REPO, env=env, capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        threading.Timer(30, proc.terminate).start()  # never said: the pipe ends, the test fails
+        for line_said in proc.stderr:
+            said.append(line_said)
+            if "now watching" in line_said:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    (watching,) = [s for s in said if "now watching" in s]
+    assert "agent:main:billing" in watching and str(transcript) in watching

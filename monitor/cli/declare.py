@@ -157,6 +157,7 @@ class Command(NamedTuple):  # a NamedTuple: a dataclass costs every command's st
     # is refused, never created; "scratch": it runs on an empty one it removes afterwards
     reads: bool | str | Callable[[Args], bool] = False
     alone: bool = False
+    about: str = ""  # what --help says beyond the one line: where it reads and writes
 
 
 COMMANDS: dict[str, Command] = {}
@@ -172,11 +173,12 @@ def command(
     roots: bool = False,
     reads: bool | str | Callable[[Args], bool] = False,
     alone: bool = False,
+    about: str = "",
 ) -> Callable[[H], H]:
     """Declare the command its handler is: ``needs`` says what the handler is handed."""
 
     def register(fn: H) -> H:
-        COMMANDS[name] = Command(help, arguments, fn, needs, done, loop, roots, reads, alone)
+        COMMANDS[name] = Command(help, arguments, fn, needs, done, loop, roots, reads, alone, about)
         return fn
 
     return register

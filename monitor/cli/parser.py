@@ -60,7 +60,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         # only the command this run names: argparse's parsers cost about a millisecond
         # each to build
         if only in (None, name):
-            parser = sub.add_parser(name, help=declared.help)
+            parser = sub.add_parser(
+                name,
+                help=declared.help,
+                description=declared.help + (f"\n\n{declared.about}" if declared.about else ""),
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
             for flags, options in declared.arguments:
                 parser.add_argument(*flags, **options)
     return p

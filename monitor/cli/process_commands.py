@@ -22,8 +22,31 @@ from monitor.cli.declare import (
 from monitor.config import is_pg_url, without_password
 from monitor.errors import SessionwatchError, one_line
 
+SERVE_ABOUT = """\
+SIGHUP reads the configuration again; SIGINT or SIGTERM stop it cleanly.
 
-@command("serve", "run the sidecar until SIGINT/SIGTERM", needs="config", roots=True)
+Its state database, the first of:
+  --db PATH|URL (before the command: sessionwatch --db ... serve), $SESSIONWATCH_DB,
+  [store] url or [store] path in the configuration (--config FILE or $SESSIONWATCH_CONFIG),
+  OpenClaw's own state database when an OpenClaw install is found next to this user
+  (waited for until the gateway's first start makes it),
+  else ~/.local/state/sessionwatch/state.db (made on first start).
+
+It listens on [api] listen (default 127.0.0.1:8765; "unix:PATH" for a socket), with the
+bearer token in [api] token_file (default ~/.local/state/sessionwatch/token, made 0600 on
+first start). Its log goes to stderr (--log-format json: one JSON object a line).
+
+sessionwatch config shows each value in force and where it came from;
+sessionwatch doctor checks them; sessionwatch open opens its status page."""
+
+
+@command(
+    "serve",
+    "run the sidecar until SIGINT/SIGTERM",
+    needs="config",
+    roots=True,
+    about=SERVE_ABOUT,
+)
 def _serve(args: Args) -> int:
     import asyncio
 

@@ -49,6 +49,7 @@ class FileWatch:
         self.stopping = stopping
         self._paths_changed = asyncio.Event()  # which files are watched may have changed
         self._polled = False  # inotify refused a watch: watchfiles from then on
+        self._said: set[str] | None = None  # the keys whose watching was said (None: none)
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
         set_on_link_changes(stack, bus, self._paths_changed)
@@ -64,6 +65,7 @@ class FileWatch:
             files = await self._watched_files_or_none()
             if files is None:
                 continue
+            self._say_watching(files)
             dirs = _dirs_of(files)
             if not dirs:
                 await self._links_may_have_changed()
@@ -145,6 +147,7 @@ class FileWatch:
             if _dirs_of(fresh) != dirs:
                 stop.set()
                 return
+            self._say_watching(fresh)
             fresh_keys = set().union(*fresh.values()) - set().union(*files.values())
             files.clear()
             files.update(fresh)
@@ -152,6 +155,19 @@ class FileWatch:
                 self._armed(files)()
             if fresh_keys:  # written to before the map named them: one check catches up
                 self._check_soon(fresh_keys)
+
+    def _say_watching(self, files: dict[str, set[str]]) -> None:
+        """Each session watched since the last time, once: at start their number; later
+        each by its key and file (an adoption and a watch that the gateway, the CLI or the
+        API made while serve ran, seen here within half a second)."""
+        now = {key: path for path, keys in files.items() for key in keys}
+        if self._said is None:
+            if now:
+                log.info("watching the files of %d adopted, watched sessions", len(now))
+        else:
+            for key in sorted(now.keys() - self._said):
+                log.info("now watching %s (%s): adopted and watched since", key, now[key])
+        self._said = set(now)
 
     def _check_soon(self, keys: set[str]) -> None:
         """One early check of ``keys``: what changed before the watch took them in."""

@@ -17,21 +17,11 @@ import msgspec
 import orjson
 
 from adapters.registry import Form, adoptable_names, entry
+from monitor import __version__
 from monitor.kernel.events import EventKind, summary_schema
 from monitor.web import models as m
 
-
-def _package_version() -> str:
-    """The document's version is the package's."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sessionwatch")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "0.0.0+unknown"
-
-
-VERSION = _package_version()
+VERSION = __version__  # the document's, the page's and --version's: one place
 
 
 @dataclass(frozen=True)
