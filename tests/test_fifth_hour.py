@@ -276,11 +276,13 @@ def test_serve_says_once_that_it_watches_a_session_adopted_and_watched_while_it_
             cwd=REPO, env=env, capture_output=True, check=True, timeout=60,
         )  # fmt: skip
         assert proc.stderr is not None
-        threading.Timer(30, proc.terminate).start()  # never said: the pipe ends, the test fails
+        guard = threading.Timer(30, proc.terminate)  # never said: the pipe ends, it fails
+        guard.start()
         for line_said in proc.stderr:
             said.append(line_said)
             if "now watching" in line_said:
                 break
+        guard.cancel()
     finally:
         proc.terminate()
         proc.wait(30)
