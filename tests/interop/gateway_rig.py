@@ -391,7 +391,8 @@ class Sidecar:
         self.hooks_token_file.write_text(token + "\n")
         self.hooks_token_file.chmod(0o600)
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
+        """Start ``serve``; with ``wait``, until it listens (else :meth:`serving`)."""
         self.proc = subprocess.Popen(
             [*self.base_argv(), "serve"],
             cwd=REPO,
@@ -399,7 +400,11 @@ class Sidecar:
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
         )
-        wait_for("serve to listen", lambda: "serving" in self.log_text(), 60)
+        if wait:
+            self.serving()
+
+    def serving(self, timeout: float = 60) -> None:
+        wait_for("serve to listen", lambda: "serving" in self.log_text(), timeout)
 
     def base_argv(self) -> list[str]:
         db = [] if self.zero else ["--db", str(self.gateway.db)]

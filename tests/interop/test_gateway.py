@@ -87,7 +87,8 @@ def no_lock_errors(*logs: str) -> None:
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogRig]:
     """The gateway as a throwaway user with no state overrides, a Claude Code session of
     that user's, adopted through the gateway's own catalog, and ``serve`` on the gateway's
-    database, started before the adoption."""
+    database with no configuration, started before the gateway's first start (it waits
+    for the database the gateway makes) and so before the adoption."""
     work = tmp_path_factory.mktemp("catalog")
     with throwaway_user() as user:
         readable = subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(NODE)])
@@ -97,11 +98,11 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogRig]:
         gateway = Gateway(work, model, user=user)
         sidecar: Sidecar | None = None
         try:
-            gateway.start()
-            project = gateway.home / "billing"
-            subprocess.run(["runuser", "-u", user, "--", "mkdir", "-p", str(project)], check=True)
-            claude = ClaudeCode(gateway, project)
-            thread = claude.prompt("fix the failing billing tests")
+            # a first boot where the sidecar's unit wins the race: openclaw.json is there
+            # (onboarding wrote it), the gateway has not started yet, so its state database
+            # is not made: serve waits for it, and follows it once the gateway makes it
+            gateway.write_config()
+            assert not gateway.db.exists()
             sidecar = Sidecar(  # no configuration: it finds the gateway's files
                 work,
                 gateway,
@@ -109,7 +110,16 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogRig]:
                 hooks_token=gateway.hooks_token,
                 zero=True,
             )
-            sidecar.start()
+            sidecar.start(wait=False)
+            wait_for("serve to wait", lambda: "waiting for" in sidecar.log_text(), 60)
+            gateway.start()
+            sidecar.serving(120)
+            assert 1 == sidecar.log_text().count("has not made its state database yet")
+            assert "made its state database" in sidecar.log_text()
+            project = gateway.home / "billing"
+            subprocess.run(["runuser", "-u", user, "--", "mkdir", "-p", str(project)], check=True)
+            claude = ClaudeCode(gateway, project)
+            thread = claude.prompt("fix the failing billing tests")
             found = sidecar.cli("config")
             assert found["store"]["effective"] == str(gateway.db), found
             assert found["gateway"]["hooks_url"] == f"{gateway.base}/hooks", found
