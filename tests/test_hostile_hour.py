@@ -381,8 +381,7 @@ def test_the_cli_refuses_a_mistyped_channel_too(tmp_path: Path) -> None:
 
 
 def test_the_version_is_the_packages() -> None:
-    import tomllib
+    from importlib.metadata import version
 
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     done = run("--version")
-    assert (0, f"sessionwatch {project['version']}\n") == (done.returncode, done.stdout)
+    assert (0, f"sessionwatch {version('sessionwatch')}\n") == (done.returncode, done.stdout)

@@ -164,10 +164,11 @@ class FileWatch:
         if self._said is None:
             if now:
                 log.info("watching the files of %d adopted, watched sessions", len(now))
+            self._said = set()
         else:
             for key in sorted(now.keys() - self._said):
                 log.info("now watching %s (%s): adopted and watched since", key, now[key])
-        self._said = set(now)
+        self._said |= now.keys()  # a key whose file came and went is not news again
 
     def _check_soon(self, keys: set[str]) -> None:
         """One early check of ``keys``: what changed before the watch took them in."""

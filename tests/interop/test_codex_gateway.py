@@ -306,7 +306,7 @@ def test_each_prompt_is_recorded_once_before_and_after_the_branch(codex: CodexRi
     typed = time.monotonic()
     person.turn(rig.thread, "and run them again")
     person.close()
-    wait_for("the source's prompt to be recorded", lambda: rig.records() or None, 10)
+    wait_for("the source's prompt to be recorded", lambda: rig.records() or None, 30)
     first_at = time.monotonic() - typed
     (first,) = rig.records()
     assert first.startswith(prefix) and first.endswith(f"{rig.marker()['turnId']}:1")
@@ -332,11 +332,13 @@ def test_each_prompt_is_recorded_once_before_and_after_the_branch(codex: CodexRi
     # 3. After it, the gateway probes the branch: typed there, recorded once; the source no
     # longer counts.
     written = typed_into(rig, branch, "now the integration tests")
-    wait_for("the branch's prompt to be recorded", lambda: len(rig.records()) == 2 or None, 10)
+    wait_for("the branch's prompt to be recorded", lambda: len(rig.records()) == 2 or None, 30)
     second_at = time.monotonic() - written
     assert rig.records()[1].startswith(prefix)
     assert rig.records()[1].endswith(f"{rig.marker()['turnId']}:1")
-    assert first_at < 1.0 and second_at < 1.0, (first_at, second_at)
+    # by the early check, not by the tick (every 60 s here): a bound no loaded machine
+    # misses (it read 2.1 s beside three busy workers); bench/codex_wake.py measures speed
+    assert first_at < 15 and second_at < 15, (first_at, second_at)
 
     # 4. The person goes on in their own thread, the source, which the gateway no longer
     # probes: the sidecar follows it on its own marker, records the prompt once under a
@@ -344,12 +346,12 @@ def test_each_prompt_is_recorded_once_before_and_after_the_branch(codex: CodexRi
     marker = rig.marker()
     written = typed_into(rig, rig.thread, "and the flaky one, from my own terminal")
     wait_for(
-        "the source's later prompt to be recorded", lambda: len(rig.records()) == 3 or None, 10
+        "the source's later prompt to be recorded", lambda: len(rig.records()) == 3 or None, 30
     )
     third_at = time.monotonic() - written
     assert rig.records()[2].startswith(f"upstream-source:{rig.key}:"), rig.records()
     assert marker == rig.marker()
-    assert third_at < 1.0, third_at
+    assert third_at < 15, third_at  # the early check, as above
 
     # 5. The gateway's own monitor polls every minute: it finds nothing new.
     time.sleep(65)
