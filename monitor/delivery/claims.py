@@ -5,13 +5,15 @@ crash, see the same: each function here is one step of a pass, run in its own tr
 
 1. :func:`claim`: the watcher's lease, for the notices of its own that are due. A lease
    someone else holds and has not let expire says :class:`Busy`; a wake within the window
-   says :class:`Wait`; else the lease is ours until ``now + lease_ms``, the window starts
-   now, and the due notices are returned. A notice left ``sending`` by a holder whose lease
-   expired was cut mid-call: that call may have reached the gateway, so it counts as one
-   unanswered call (and a notice with :data:`~monitor.kernel.outbox.MAX_UNANSWERED` of
-   them counts as delivered: acknowledged, never sent again).
+   says :class:`Wait`; else the lease is ours for ``lease_ms``, and the due notices are
+   returned. A notice left ``sending`` by a holder whose lease expired was cut mid-call:
+   that call may have reached the gateway, so it counts as one unanswered call (and a
+   notice with :data:`~monitor.kernel.outbox.MAX_UNANSWERED` of them counts as delivered:
+   acknowledged, never sent again).
 2. :func:`hold`: just before each call, the lease is still ours (renewed) and the notice
-   still pending (read again); then it is ``sending``. Else the call is withdrawn; and
+   still pending (read again); then it is ``sending``, and the window starts: when the
+   call goes out, not at the claim (a pass that waited for the store or for a peer's
+   lease does not shorten it). Else the call is withdrawn; and
    also when the gateway itself queued and woke the notice since it opened (OpenClaw's
    start-up sweep does that for every pending notice: a notice opened while the gateway
    was down reached it that way, and a call would put it in its queue twice).
@@ -19,6 +21,12 @@ crash, see the same: each function here is one step of a pass, run in its own tr
    transaction that marks it ``woken``. Unanswered: one more unanswered call. Failed: due
    again.
 4. :func:`release`: the lease ends.
+
+Every time a step writes or compares (a lease's expiry, the window's start) is the store's
+clock, read inside the step's transaction once its lock is taken
+(:func:`~monitor.kernel.store.protocol.store_now`): on PostgreSQL the server's, so that no
+host's wall clock, however far off, breaks a window or takes over a live lease; a wait
+comes back as the time left (``left_ms``), which the caller times on its monotonic clock.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Literal
 
 from monitor.kernel import outbox
 from monitor.kernel.outbox import MAX_UNANSWERED, OutboxRow
+from monitor.kernel.store.protocol import store_now
 from monitor.records import NamedTuple
 
 TYPE_CHECKING = False
@@ -46,39 +55,39 @@ class Claimed(NamedTuple):
 
 
 class Busy(NamedTuple):
-    """Another holder's lease runs until ``until`` (wall-clock ms)."""
+    """Another holder's lease runs ``left_ms`` more (by the store's clock)."""
 
-    until: int
+    left_ms: int
 
 
 class Wait(NamedTuple):
-    """The watcher was woken within the window, which ends at ``until`` (wall-clock ms)."""
+    """The watcher was woken within the window, which ends in ``left_ms`` (by the store's
+    clock)."""
 
-    until: int
+    left_ms: int
 
 
 Claim = Claimed | Busy | Wait | None  # None: nothing is due
 
 
-def claim(
-    conn: Conn, watcher: str, *, holder: str, now: int, window_ms: int, lease_ms: int
-) -> Claim:
-    """Step 1 (see the module docstring). A wake stored at a time after ``now`` (the wall
-    clock stepped back since) holds no window: one that lasted until the clock caught up
-    would stall every wake meanwhile."""
+def claim(conn: Conn, watcher: str, *, holder: str, window_ms: int, lease_ms: int) -> Claim:
+    """Step 1 (see the module docstring). A wake stored at a time after the store's ``now``
+    (its clock stepped back since: SQLite's is the host's) holds no window: one that lasted
+    until the clock caught up would stall every wake meanwhile."""
+    now = store_now(conn)
     row = conn.execute(
         "SELECT woken_at, holder, lease_until FROM sessionwatch_wakes"
         " WHERE watcher_session_key = ?",
         (watcher,),
     ).fetchone()
     if row is not None and row[1] not in (None, holder) and int(row[2]) > now:
-        return Busy(int(row[2]))
+        return Busy(int(row[2]) - now)
     settled: list[OutboxRow] = []
     reopened: list[Notice] = []
     for entry in outbox.due(conn, watcher, now):
         if entry.state != outbox.SENDING:
             continue
-        gave_up, more = settle(conn, entry, "unanswered", now)  # a call cut by a crash
+        gave_up, more = _settle(conn, entry, "unanswered", now)  # a call cut by a crash
         if gave_up:
             settled.append(entry)
             reopened += more
@@ -88,13 +97,12 @@ def claim(
         return None if not settled else Claimed([], settled, reopened)
     if row is not None and now - window_ms < int(row[0]) <= now:
         release(conn, watcher, holder)
-        return Wait(int(row[0]) + window_ms)
-    conn.execute(
+        return Wait(int(row[0]) + window_ms - now)
+    conn.execute(  # the window is not started here: at the call (hold)
         "INSERT INTO sessionwatch_wakes (watcher_session_key, woken_at, holder, lease_until)"
-        " VALUES (?, ?, ?, ?) ON CONFLICT (watcher_session_key) DO UPDATE SET"
-        " woken_at = excluded.woken_at, holder = excluded.holder,"
-        " lease_until = excluded.lease_until",
-        (watcher, now, holder, now + lease_ms),
+        " VALUES (?, 0, ?, ?) ON CONFLICT (watcher_session_key) DO UPDATE SET"
+        " holder = excluded.holder, lease_until = excluded.lease_until",
+        (watcher, holder, now + lease_ms),
     )
     return Claimed(entries, settled, reopened)
 
@@ -102,13 +110,15 @@ def claim(
 Hold = Literal["go", "gone", "theirs", "lost"]
 
 
-def hold(conn: Conn, entry: OutboxRow, *, holder: str, now: int, lease_ms: int) -> Hold:
-    """Step 2: ``go`` when the call for ``entry`` may go now (it is then ``sending``, and
-    the lease runs ``lease_ms`` from now); ``gone`` when its notice was acknowledged or
-    drained, or settled by someone else; ``theirs`` when the gateway woke it itself (it is
-    then ``woken``, and its cursor is left for the gateway's drain to acknowledge); ``lost``
-    when the lease expired (someone may have taken it over: the pass ends, and claims
-    again)."""
+def hold(conn: Conn, entry: OutboxRow, *, holder: str, lease_ms: int, window_ms: int) -> Hold:
+    """Step 2: ``go`` when the call for ``entry`` may go now (it is then ``sending``, the
+    lease runs ``lease_ms`` from now, and the window starts now unless a call of this pass
+    started it, ``window_ms`` long); ``gone`` when its notice
+    was acknowledged or drained, or settled by someone else; ``theirs`` when the gateway
+    woke it itself (it is then ``woken``, and its cursor is left for the gateway's drain to
+    acknowledge); ``lost`` when the lease expired (someone may have taken it over: the pass
+    ends, and claims again)."""
+    now = store_now(conn)
     held = conn.execute(
         "UPDATE sessionwatch_wakes SET lease_until = ? WHERE watcher_session_key = ?"
         " AND holder = ? AND lease_until > ?",
@@ -126,13 +136,22 @@ def hold(conn: Conn, entry: OutboxRow, *, holder: str, now: int, lease_ms: int) 
         outbox.set_state(conn, entry.id, outbox.WOKEN, now)
         return "theirs"
     outbox.set_state(conn, entry.id, outbox.SENDING, now)
+    conn.execute(  # the window starts as the pass's first call goes out (the others in it)
+        "UPDATE sessionwatch_wakes SET woken_at = ? WHERE watcher_session_key = ?"
+        " AND NOT (woken_at > ? AND woken_at <= ?)",
+        (now, entry.watcher, now - window_ms, now),
+    )
     return "go"
 
 
-def settle(conn: Conn, entry: OutboxRow, result: str, now: int) -> tuple[bool, list[Notice]]:
+def settle(conn: Conn, entry: OutboxRow, result: str) -> tuple[bool, list[Notice]]:
     """Step 3, for a call's ``result`` (``accepted``, ``unanswered`` or anything else, a
     failure): whether the notice now counts as delivered, and the notices that its
     acknowledgement reopened (work that came after it froze)."""
+    return _settle(conn, entry, result, store_now(conn))
+
+
+def _settle(conn: Conn, entry: OutboxRow, result: str, now: int) -> tuple[bool, list[Notice]]:
     current = outbox.read(conn, entry.id)
     if current is None or current.state not in (outbox.WAKE, outbox.SENDING):
         return False, []  # settled by someone else meanwhile

@@ -10,9 +10,12 @@ accepted; what each answer means for the notice is :class:`monitor.delivery.ledg
 
 - 5xx, a refused connection, no connection in :data:`CONNECT_S`: the call reached no
   gateway that took it, so it is tried three times, then ``failed``.
-- No answer in :data:`READ_S` once the request went out, or a connection cut after it did:
-  the gateway may have taken the wake, so it is not tried again here (``unanswered``; the
-  ledger allows one more call, :mod:`monitor.delivery.ledger`).
+- No answer in :data:`READ_S` once the request went out, nor a whole answer within
+  :data:`CONNECT_S` + :data:`READ_S` of the start (a gateway that trickles its answer), or a
+  connection cut after it went: the gateway may have taken the wake, so it is not tried
+  again here (``unanswered``; the ledger allows one more call,
+  :mod:`monitor.delivery.ledger`). An attempt so ends before the wake's lease does
+  (:data:`monitor.delivery.ledger.ATTEMPT_MS`).
 - 401: said once, naming the token file; no call at all for ``retry_s``, so the gateway's
   lockout (20 failures a minute) is never reached.
 - 429: no call until its ``Retry-After`` has passed.
@@ -61,6 +64,7 @@ CONNECT_S = 3.0  # no connection by then: the gateway never saw the call
 READ_S = 10.0  # the request went out and no answer came by then: it may have been taken
 ATTEMPTS = 3
 BACKOFF_S = 0.5
+KEYS_REFUSED = "the gateway refuses caller-chosen session keys"  # a watcher's not woken
 KEYS_SETTING = (
     'hooks.allowRequestSessionKey: true, with "agent:" (and "hook:") in'
     " hooks.allowedSessionKeyPrefixes"
@@ -106,9 +110,12 @@ class AiohttpTransport:
         import aiohttp
 
         if self._session is None:
+            # the whole attempt is bounded, connect and the whole answer: a gateway that
+            # trickles its answer (a header line every few seconds) ends it as unanswered
+            # well before the wake's lease runs out, so no peer takes over a live call
             timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=self._connect_s, connect=self._connect_s,
-                sock_read=self._read_s,
+                total=self._connect_s + self._read_s, sock_connect=self._connect_s,
+                connect=self._connect_s, sock_read=self._read_s,
             )  # fmt: skip
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
@@ -225,9 +232,10 @@ class HooksClient:
 
     async def wake(
         self, watcher: str, text: str, *, still: StillToSend | None = None
-    ) -> WakeAnswer | None:
-        """One notice in one wake call; None when the gateway refuses caller-chosen keys and
-        ``watcher`` is no main session (its notice stays pending, for its own drains).
+    ) -> WakeAnswer:
+        """One notice in one wake call. When the gateway refuses caller-chosen keys and
+        ``watcher`` is no main session: ``refused`` (its notice stays pending, for its own
+        drains, and is tried with its key again after ``retry_s``: the refusal may heal).
         ``still``: asked just before each attempt; False withdraws the call (``withdrawn``,
         no call made: the notice was acknowledged or drained meanwhile, or the lease is
         lost)."""
@@ -237,8 +245,8 @@ class HooksClient:
             body["agentId"] = key.agent_id
         is_main = key is not None and watcher == main_key_for(key.agent_id, self.main_key)
         keys_refused = self.keys_refused()
-        if keys_refused and not is_main:
-            return None
+        if keys_refused and not is_main:  # no call: refused as the gateway last answered
+            return self._outcome(watcher, WakeAnswer("refused", KEYS_REFUSED))
         if not keys_refused:
             body["sessionKey"] = watcher
         answer = await self._post(body, still)
@@ -247,8 +255,8 @@ class HooksClient:
         if answer.result == "refused" and _refuses_keys(answer.error):
             self._refused_keys(answer.error)
             self._count(answer)
-            if not is_main:
-                return None
+            if not is_main:  # pending, tried again with its key after retry_s
+                return self._outcome(watcher, WakeAnswer("refused", KEYS_REFUSED))
             del body["sessionKey"]
             answer = await self._post(body, still)
             if answer.result == "withdrawn":
@@ -257,12 +265,16 @@ class HooksClient:
             self._said.discard("keys")
             log.info("the gateway takes caller-chosen session keys again")
         self._explain(answer)
+        return self._count(self._outcome(watcher, answer))
+
+    def _outcome(self, watcher: str, answer: WakeAnswer) -> WakeAnswer:
+        """``answer`` as ``watcher``'s last outcome (a status page shows it at once)."""
         before = self.last.get(watcher)
         self.last[watcher] = LastWake(answer.result, answer.error, self.timers.now_ms())
         news = before is None or (before.result, before.error) != (answer.result, answer.error)
         if news and self.bus is not None:
-            self.bus.publish(WakeOutcome(watcher))  # a status page shows it at once
-        return self._count(answer)
+            self.bus.publish(WakeOutcome(watcher))
+        return answer
 
     def keys_refused(self) -> bool:
         """The gateway refused caller-chosen session keys lately: less than ``retry_s``

@@ -11,8 +11,13 @@ models):
   expires: a sidecar that crashed mid-pass is taken over once its lease ran out; on SQLite,
   where one ``serve`` delivers, a restart takes its own old leases back at once;
 - the window (at most one wake per watcher per :data:`WAKE_COALESCE_MS`) is stored with the
-  lease, so that a restart or a peer honours it; in process it is also timed on the
-  monotonic clock, so that a step of the wall clock never wakes twice within it;
+  lease, so that a restart or a peer honours it; it starts when a call goes out; in process
+  it is also timed on the monotonic clock, so that a step of the wall clock never wakes
+  twice within it;
+- every time the ledger writes or compares (a lease's expiry, a window's start) is the
+  store's clock, read in the transaction that writes or compares it: on PostgreSQL the
+  server's, so no host's wall clock enters a promise between hosts; what a pass waits for
+  comes back as time left, timed here on the monotonic clock;
 - each call is preceded by a read of its notice, inside the lease: a notice drained or
   acknowledged meanwhile is withdrawn, never sent;
 - retries are passes too: they go through the claim and the window.
@@ -84,6 +89,36 @@ class Sender(Protocol):
         ...
 
 
+class StoreRetry:
+    """A write of the ledger the store refused (locked, away, full) is tried again on its
+    own backoff, not on the gateway's retry interval (the gateway did nothing wrong); said
+    once until the store takes one again, and its end once."""
+
+    def __init__(self) -> None:
+        self.backoff = Backoff(STORE_RETRY_S, STORE_RETRY_CAP_S)
+        self.trouble = ""  # what the store last refused
+
+    def refused(self, what: str, exc: SessionwatchError) -> float:
+        """Said once until it heals; the delay before the pass tries again."""
+        if not self.trouble:
+            log.warning("%s (%s); the ledger tries again until the store takes it", what, exc)
+        self.trouble = str(exc)
+        return self.backoff.next()
+
+    def took(self) -> None:
+        """A write of the ledger went through: a refusal said before is over."""
+        if self.trouble:
+            log.info("the store takes the wake ledger's writes again")
+            self.trouble = ""
+        self.backoff.reset()
+
+
+def _capped(left_ms: int, cap_ms: int) -> float:
+    """Seconds of a wait the store's clock measured, never more than ``cap_ms`` (a clock
+    that stepped back does not stretch a wait), timed here on the monotonic clock."""
+    return min(cap_ms, max(0, left_ms)) / 1000
+
+
 def holder_id() -> str:
     """This process's name in the leases: its host and pid, and a nonce for a pid reused."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -123,10 +158,7 @@ class Delivery:
         self._last_woken: dict[str, float] = {}  # monotonic s of each watcher's last wake
         self._looking: asyncio.Task[None] | None = None  # a read of the outbox
         self._look_again = False
-        # a write the store refused (locked, away, full) is tried again on this backoff,
-        # not on the gateway's retry interval: the gateway did nothing wrong
-        self._store_backoff = Backoff(STORE_RETRY_S, STORE_RETRY_CAP_S)
-        self._store_trouble = ""  # what the store last refused, said once until it heals
+        self._store = StoreRetry()  # a ledger write the store refused: when to try again
 
     def deliver(self, notices: list[Notice]) -> None:
         """Ask for the watchers of ``notices`` to be woken (those the policy wakes)."""
@@ -202,14 +234,9 @@ class Delivery:
 
         self._later[watcher] = self.timers.call_later(max(0.0, delay_s), fire)
 
-    def _wall_delay(self, until_ms: int, cap_ms: int) -> float:
-        """Seconds until the stored wall-clock ``until_ms``, never more than ``cap_ms``
-        (a clock that stepped does not stretch a wait)."""
-        return min(cap_ms, max(0, until_ms - self.timers.now_ms())) / 1000
-
     async def _pass(self, watcher: str) -> None:
         if not await self._settle_kept(watcher):  # a record is no wake: not held by the window
-            self._after(watcher, self._store_backoff.next())
+            self._after(watcher, self._store.backoff.next())
             return
         last = self._last_woken.get(watcher)
         if last is not None:
@@ -217,41 +244,40 @@ class Delivery:
             if left > 0:  # within the window on this process's monotonic clock
                 self._after(watcher, left)
                 return
-        now = self.timers.now_ms()
         try:
             got = await self.store.write(
                 lambda conn: claims.claim(
                     conn,
                     watcher,
                     holder=self.holder,
-                    now=now,
                     window_ms=self.window_ms,
                     lease_ms=self.lease_ms,
                 ),
                 small=True,  # each step of a pass is a few rows: inline when it may be
             )
         except SessionwatchError as exc:  # the store is down: the notices are still there
-            self._after(watcher, self._store_refused("could not claim a wake", exc))
+            self._after(watcher, self._store.refused("could not claim a wake", exc))
             return
-        self._store_took()
+        self._store.took()
         if isinstance(got, claims.Busy):  # another holder: once its lease has run out
-            self._after(watcher, self._wall_delay(got.until, self.lease_ms) + 0.05)
+            self._after(watcher, _capped(got.left_ms, self.lease_ms) + 0.05)
         elif isinstance(got, claims.Wait):
-            self._after(watcher, self._wall_delay(got.until, self.window_ms))
+            self._after(watcher, _capped(got.left_ms, self.window_ms))
         elif got is not None:
             self._gave_up(got.settled)
             self.deliver(got.reopened)
             if got.entries:
-                self._woken(watcher)
                 await self._send(watcher, got.entries)
 
     def _woken(self, watcher: str) -> None:
-        """``watcher``'s window starts now; the windows that ended are forgotten."""
+        """A call to wake ``watcher`` goes out: its window starts now, unless one runs (a
+        pass's first call started it, as :func:`claims.hold` has it in the store); the
+        windows that ended are forgotten."""
         now = self.timers.monotonic()
         window_s = self.window_ms / 1000
         for old in [w for w, at in self._last_woken.items() if now - at >= window_s]:
             del self._last_woken[old]
-        self._last_woken[watcher] = now
+        self._last_woken.setdefault(watcher, now)
 
     async def _send(self, watcher: str, entries: list[OutboxRow]) -> None:
         """Each claimed notice in its own call, while the lease holds; then the lease ends."""
@@ -266,12 +292,9 @@ class Delivery:
                 if held and held[-1] == "lost":  # claimed again: by us, or Busy
                     again_now = True
                     break
-                if answer is None:  # not ours to send now; the gateway's settings may change
-                    if held and held[-1] == "go":
-                        await self._settle(entry, "refused")
-                    again = True
-                    continue
-                if answer.result == "withdrawn":
+                if answer is None and held and held[-1] == "go":
+                    await self._settle(entry, "refused")  # not ours to send after all
+                if answer is None or answer.result == "withdrawn":
                     continue  # not ours to send, or no longer pending: no call made
                 if not await self._settle(entry, answer.result):
                     store_again = True  # the store refused the record, not the gateway
@@ -285,7 +308,7 @@ class Delivery:
         if again_now:
             self._again.add(watcher)  # when this pass has ended
         elif store_again:
-            self._after(watcher, self._store_backoff.next())
+            self._after(watcher, self._store.backoff.next())
         elif again:
             self._after(watcher, max(self.sender.retry_s, self.sender.quiet_s()))
 
@@ -294,16 +317,15 @@ class Delivery:
         before the next claim (the lease keeps the notice meanwhile): a wake the gateway
         accepted is never sent again for want of its acknowledgement, unless this process
         dies first (then the taker's one repeat). False when it was kept."""
-        now = self.timers.now_ms()
         try:
             delivered, reopened = await self.store.write(
-                lambda conn: claims.settle(conn, entry, result, now), small=True
+                lambda conn: claims.settle(conn, entry, result), small=True
             )
         except SessionwatchError as exc:
             self._unsettled.setdefault(entry.watcher, []).append((entry, result))
-            self._store_refused("could not record a wake's outcome", exc)
+            self._store.refused("could not record a wake's outcome", exc)
             return False
-        self._store_took()
+        self._store.took()
         if delivered:
             if result != "accepted":
                 self._gave_up([entry])
@@ -329,12 +351,15 @@ class Delivery:
         appended to ``held``."""
 
         async def still() -> bool:
-            now = self.timers.now_ms()
             began = self.timers.monotonic()
             try:
                 answer: claims.Hold = await self.store.write(
                     lambda conn: claims.hold(
-                        conn, entry, holder=self.holder, now=now, lease_ms=self.lease_ms
+                        conn,
+                        entry,
+                        holder=self.holder,
+                        lease_ms=self.lease_ms,
+                        window_ms=self.window_ms,
                     ),
                     small=True,
                 )
@@ -347,6 +372,8 @@ class Delivery:
                 # due again as it was (no call went), and the pass claims again
                 await self._settle(entry, "refused")
                 answer = "lost"
+            if answer == "go":
+                self._woken(entry.watcher)  # the window starts as the pass's first call goes
             if answer == "theirs":
                 log.info(
                     "%s: not woken for %s: the gateway queued and woke it itself when it"
@@ -366,21 +393,6 @@ class Delivery:
             )
         except SessionwatchError as exc:  # it expires on its own
             log.debug("a wake lease was not released: %s", exc)
-
-    def _store_refused(self, what: str, exc: SessionwatchError) -> float:
-        """A write of the ledger the store refused: said once until the store takes one
-        again; the delay before the pass tries again (the store's backoff)."""
-        if not self._store_trouble:
-            log.warning("%s (%s); the ledger tries again until the store takes it", what, exc)
-        self._store_trouble = str(exc)
-        return self._store_backoff.next()
-
-    def _store_took(self) -> None:
-        """A write of the ledger went through: a refusal said before is over."""
-        if self._store_trouble:
-            log.info("the store takes the wake ledger's writes again")
-            self._store_trouble = ""
-        self._store_backoff.reset()
 
     def _gave_up(self, entries: list[OutboxRow]) -> None:
         for entry in entries:

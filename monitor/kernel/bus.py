@@ -163,6 +163,21 @@ class SourcesWatched(Change):
         self.keys = keys
 
 
+class OwnershipChanged(Change):
+    """This sidecar gained or lost ``ticks:shared`` on a store several share (``shared``:
+    it ticks the links without a host now: OpenCode databases and paired nodes), as
+    :class:`monitor.upstream.host_leases.HostLeases` took, lost or let lapse the lease. The
+    tick and node watching follow it: the new holder ticks those links and arms their nodes'
+    feeds at once; one that lost it (paused past its lease, say) stops before it ticks
+    again."""
+
+    __slots__ = ("holder", "shared")
+
+    def __init__(self, shared: bool, holder: str) -> None:
+        self.shared = shared
+        self.holder = holder  # this sidecar's name in the leases
+
+
 # -- the tick's, delivery's, the configuration's ---------------------------------------
 
 

@@ -9,12 +9,20 @@ from collections.abc import Coroutine, Iterable
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
-from monitor.kernel.bus import Bus, Change, ConfigReloaded, LinksChanged, StoreMoved, WatchesChanged
+from monitor.kernel.bus import (
+    Bus,
+    Change,
+    ConfigReloaded,
+    LinksChanged,
+    OwnershipChanged,
+    StoreMoved,
+    WatchesChanged,
+)
 
 # a watch, a spawn or a reset here; an adoption or a missing source; another process's
 # commit; new roots or nodes
 LINK_CHANGES: tuple[type[Change], ...] = (
-    *(WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded),
+    *(WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded, OwnershipChanged),
 )
 
 

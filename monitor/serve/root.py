@@ -270,12 +270,7 @@ async def running(
         stack.push_async_callback(kernel.close)
         delivery = Delivery(kernel, waker, timers=timers, metrics=metrics) if waker else None
         leases = _host_leases(kernel, config, metrics)
-        monitor = UpstreamMonitor.from_config(
-            kernel,
-            config,
-            metrics=metrics,
-            holds_shared=leases.holds_shared if leases else lambda: True,
-        )
+        monitor = UpstreamMonitor.from_config(kernel, config, metrics=metrics)
         ticks = Ticks(
             kernel,
             monitor,

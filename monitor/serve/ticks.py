@@ -16,9 +16,12 @@ readers a moment after it writes the frames, and a check at once can come before
 whose links went missing publishes :class:`LinksChanged` (unless it was a watch's own
 catch-up check), so the watches are armed again for their directories.
 
+Gaining the links without a host (:class:`OwnershipChanged`: their holder died) runs a full
+tick at once, and the schedule goes on from it.
+
 A scheduled tick with nothing to read is left out: nothing moved since the last full tick
-began (no source written, no link, watch or configuration changed, no other process's
-commit), every link it checked was quiet, and a live inotify watch hears every one of them
+began (no source written, no link, watch, ownership or configuration changed, no other
+process's commit), every link it checked was quiet, and a live inotify watch hears every one of them
 (:class:`SourcesWatched`, from file watching), so a write would have woken an early check.
 One scheduled tick in :data:`FULL_EVERY` is full whatever was heard: a quiet link's scan
 time is stamped then, and a link whose source no watch hears (a node's, one without a file)
@@ -37,7 +40,14 @@ import time
 from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
-from monitor.kernel.bus import Bus, ConfigReloaded, LinksChanged, SourcesMoved, SourcesWatched
+from monitor.kernel.bus import (
+    Bus,
+    ConfigReloaded,
+    LinksChanged,
+    OwnershipChanged,
+    SourcesMoved,
+    SourcesWatched,
+)
 from monitor.serve.components import LINK_CHANGES, start_task
 
 if TYPE_CHECKING:
@@ -86,6 +96,7 @@ class Ticks:
         self._heard: dict[str, frozenset[str]] = {}  # per watcher, the links it hears
         self._quiet: frozenset[str] | None = None  # the last full tick's, when all were quiet
         self._moved = True  # something moved since the last full tick began
+        self._now_due = False  # a tick is due at once (ownership gained)
         self._left = 0  # scheduled ticks left out in a row
         self._settle_timers: list[asyncio.TimerHandle] = []
 
@@ -94,11 +105,19 @@ class Ticks:
         stack.enter_context(bus.subscribe(SourcesMoved, self._moved_sources))
         stack.enter_context(bus.subscribe(SourcesWatched, self._watched))
         stack.enter_context(bus.subscribe(LINK_CHANGES, self._changed))
+        stack.enter_context(bus.subscribe(OwnershipChanged, self._owned))
         stack.callback(self._cancel_settling)
         stack.enter_context(
             bus.subscribe(ConfigReloaded, lambda c: self.reschedule(c.new.monitor.interval_s))
         )
         start_task(stack, self.on_schedule())
+
+    def _owned(self, change: OwnershipChanged) -> None:
+        """The links without a host became ours (their holder died, say): a full tick at
+        once, not at the next interval."""
+        if change.shared:
+            self._now_due = True
+            self._rescheduled.set()
 
     def reschedule(self, interval_s: float) -> None:
         """A new interval (a reload): it applies from the next tick."""
@@ -112,7 +131,10 @@ class Ticks:
         last: float | None = None  # when the last tick started
         while not self.stopping.is_set():
             if await self._interrupted(due - loop.time()):
-                if last is not None:
+                if self._now_due:  # now, then on the grid from there
+                    self._now_due = False
+                    due = loop.time()
+                elif last is not None:
                     due = last + self.health.interval_s
                 continue
             last = loop.time()

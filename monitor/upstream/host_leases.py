@@ -7,6 +7,13 @@ sidecar ticks its own host's file links. Leases last ``ttl`` and are renewed eve
 it; a sidecar that dies (SIGKILL, a lost host) stops renewing, and another takes
 ``ticks:shared`` within ``ttl`` plus one renewal period: under one tick interval, since
 ``ttl`` is half of it.
+
+Every expiry is the store's clock (:mod:`monitor.kernel.leases`); here, only how long a
+lease has left is timed, on the monotonic clock. Gaining or losing ``ticks:shared`` is a
+change on the bus (:class:`~monitor.kernel.bus.OwnershipChanged`): the new holder ticks
+the links without a host at once and arms their nodes' feeds; a holder whose lease ran out
+unrenewed (paused, cut from the store) says it lost it, and each tick reads the lease in
+the store, so one paused past its lease ticks none of them when it resumes.
 """
 
 from __future__ import annotations
@@ -23,15 +30,13 @@ from typing import TYPE_CHECKING
 from monitor.errors import AlreadyRunning, SessionwatchError
 from monitor.kernel import Kernel
 from monitor.kernel import leases as lease_rows
-from monitor.kernel.bus import Bus
-from monitor.kernel.leases import Lease
+from monitor.kernel.bus import Bus, OwnershipChanged
+from monitor.kernel.leases import SHARED, Lease
 
 if TYPE_CHECKING:
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
 log = logging.getLogger(__name__)
-
-SHARED = "ticks:shared"
 
 
 def ttl_for(interval_s: float) -> int:
@@ -49,6 +54,7 @@ class HostLeases:
         self.ttl_ms = ttl_ms
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._shared = False
+        self._lapse: asyncio.TimerHandle | None = None  # when the held lease runs out
         self._said: str | None = None
         self.keeper: asyncio.Task[None] | None = None  # renewing, once started
 
@@ -60,9 +66,8 @@ class HostLeases:
         return self._shared
 
     async def _take(self, name: str) -> Lease:
-        now = self.kernel.clock()
         return await self.kernel.commit(
-            lambda r: lease_rows.take(r.conn, name, self.me, now=now, ttl_ms=self.ttl_ms)
+            lambda r: lease_rows.take(r.conn, name, self.me, ttl_ms=self.ttl_ms)
         )
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
@@ -81,7 +86,7 @@ class HostLeases:
             await self.kernel.commit(lambda r: lease_rows.release(r.conn, self.name, lease.holder))
             lease = await self._take(self.name)
         if not lease.held_by(self.me):
-            left = max(0, lease.expires_at - self.kernel.clock()) / 1000
+            left = max(0, lease.left_ms) / 1000
             raise AlreadyRunning(
                 f"another sidecar ({lease.holder}) runs with host id {self.host!r} on this"
                 f" store (its lease ends in {left:.0f} s unless renewed); give each sidecar"
@@ -91,16 +96,36 @@ class HostLeases:
 
     async def renew(self) -> None:
         """Renew the host lease; take (or keep) the shared one when it is free."""
+        began = asyncio.get_running_loop().time()
         host = await self._take(self.name)
         if not host.held_by(self.me):  # lost while paused: say so, stop ticking shared links
             self._say(f"lost the lease of host id {self.host!r} to {host.holder}")
         shared = await self._take(SHARED)
         held = shared.held_by(self.me) and host.held_by(self.me)
+        if held:  # it runs out unrenewed this long after the statements began, at the latest
+            left_s = min(host.left_ms, shared.left_ms) / 1000
+            self._expire_at(began + left_s)
+        self._hold(held)
+
+    def _hold(self, held: bool) -> None:
+        """Whether this sidecar ticks the links without a host now: said, counted, and
+        published when it changes."""
         if held != self._shared:
             log.info("%s the links without a host", "ticking" if held else "no longer ticking")
-        self._shared = held
+            self._shared = held
+            self.kernel.bus.publish(OwnershipChanged(held, self.me))
+        if not held and self._lapse is not None:
+            self._lapse.cancel()
+            self._lapse = None
         if self.metrics:
             self.metrics.shared_lease.set(int(held))
+
+    def _expire_at(self, when: float) -> None:
+        """The held lease runs out at ``when`` (the loop's monotonic clock) unless renewed
+        by then: it is let go then (a renewal moves it)."""
+        if self._lapse is not None:
+            self._lapse.cancel()
+        self._lapse = asyncio.get_running_loop().call_at(when, lambda: self._hold(False))
 
     def _say(self, message: str) -> None:
         if self._said != message:
@@ -115,12 +140,11 @@ class HostLeases:
             try:
                 await self.renew()
             except SessionwatchError as exc:  # the store is down: the leases lapse
-                self._shared = False
-                self._say(f"could not renew the leases: {exc}")
+                self._say(f"could not renew the leases: {exc}")  # let go when they run out
 
     async def release(self) -> None:
         """A clean stop gives both leases up at once."""
-        self._shared = False
+        self._hold(False)
         for name in (SHARED, self.name):
             with contextlib.suppress(SessionwatchError):
                 await self._release(name)

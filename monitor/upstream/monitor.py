@@ -9,7 +9,7 @@ when the scan began.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,7 +73,6 @@ class UpstreamMonitor:
         settings: TickSettings,
         *,
         metrics: Metrics | None = None,
-        holds_shared: Callable[[], bool] = lambda: True,
     ) -> None:
         self.kernel = kernel
         self.adapters = adapters
@@ -86,7 +85,6 @@ class UpstreamMonitor:
             adapters,
             settings,
             metrics,
-            holds_shared,
             gateway_texts=transcripts.recent if transcripts else None,
             gateway_session=transcripts.session_id if transcripts else None,
         )
@@ -101,7 +99,6 @@ class UpstreamMonitor:
         config: Config,
         *,
         metrics: Metrics | None = None,
-        holds_shared: Callable[[], bool] = lambda: True,
     ) -> UpstreamMonitor:
         m = config.monitor
         return cls(
@@ -114,7 +111,6 @@ class UpstreamMonitor:
                 host=config.host.effective,
             ),
             metrics=metrics,
-            holds_shared=holds_shared,
         )
 
     # -- the tick ----------------------------------------------------------------------
@@ -263,6 +259,8 @@ class UpstreamMonitor:
         """Paired node -> the session keys of the watched links on it, whose early check a
         change the node reports wakes (:mod:`monitor.serve.node_watch`)."""
         by_node: dict[str, set[str]] = {}
+        if not self.ticker.holds_shared():  # another sidecar ticks them, and hears their feeds
+            return by_node
         for link, _ in await self._watched():
             if link.kind and entry(link.kind).remote:
                 by_node.setdefault(str(link.ref.get("nodeId", "")), set()).add(link.session_key)

@@ -18,8 +18,10 @@ from adapters.base import Adapter, Follow, GatewayBound, Marker, Outcome, Probe,
 from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
-from monitor.kernel.bus import LinksChanged
+from monitor.kernel import leases as lease_rows
+from monitor.kernel.bus import LinksChanged, OwnershipChanged
 from monitor.kernel.cursors import watched_targets
+from monitor.kernel.leases import SHARED as SHARED_LEASE
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import SessionFlags, all_session_flags, recent_own
 from monitor.upstream import links
@@ -47,6 +49,7 @@ class Snapshot:
     stateful: dict[tuple[str, str], str | None]
     bound: Bound  # refs read instead of the links' own, links the gateway is busy with
     follows: dict[tuple[str, str], Follow]  # threads followed beside links, and where
+    shared: bool = True  # this sidecar holds ticks:shared now, by the store's clock
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,13 +154,13 @@ class Ticker:
         adapters: Mapping[str, Adapter],
         settings: TickSettings,
         metrics: Metrics | None = None,
-        holds_shared: Callable[[], bool] = lambda: True,
         gateway_texts: Callable[[str, str], list[str]] | None = None,
         gateway_session: Callable[[str, str], str | None] | None = None,
     ) -> None:
-        """``holds_shared``: whether this sidecar ticks the links without a host (OpenCode
-        databases, paired nodes) now: on a shared store, while it holds their lease.
-        ``gateway_texts(agent, key)``: the gateway's own recent user texts of a session, read
+        """On a shared store the links without a host (OpenCode databases, paired nodes)
+        are ticked while this sidecar holds their lease: its leases say so on the bus
+        (:class:`~monitor.kernel.bus.OwnershipChanged`), and each tick reads it in the
+        store. ``gateway_texts(agent, key)``: the gateway's own recent user texts of a session, read
         from its store next to OpenClaw; each counts as the gateway's (self-echo), as the
         messages a gateway pushes through the API do. ``gateway_session(agent, key)``: the
         session's current id in the gateway's own store, which says whose binding a
@@ -168,7 +171,8 @@ class Ticker:
         self.adapters = adapters
         self.settings = settings
         self.metrics = metrics
-        self.holds_shared = holds_shared
+        self._shared_holder: str | None = None  # our name in ticks:shared, while held
+        kernel.bus.subscribe(OwnershipChanged, self._owned)  # the kernel's lifetime
         self._own_host = f"{GATEWAY_HOST_PREFIX}{settings.host}"
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
@@ -207,7 +211,25 @@ class Ticker:
             stateful=links.stateful_links(conn),
             bound=bound,
             follows=_follows(conn, watched, bound),
+            shared=self._holds_shared_now(conn),
         )
+
+    def _holds_shared_now(self, conn: Conn) -> bool:
+        """On a shared store, whether the lease of the links without a host is ours, read in
+        the tick's own snapshot on the store's clock: a sidecar that was paused past its
+        lease stops ticking them before it ticks again, whatever it last heard."""
+        if not self.kernel.store.shared:
+            return True
+        holder = self._shared_holder
+        return holder is not None and lease_rows.holds(conn, SHARED_LEASE, holder)
+
+    def _owned(self, change: OwnershipChanged) -> None:
+        self._shared_holder = change.holder if change.shared else None
+
+    def holds_shared(self) -> bool:
+        """Whether this sidecar ticks the links without a host, as its leases last said
+        (:class:`~monitor.kernel.bus.OwnershipChanged`); a tick checks it in the store."""
+        return not self.kernel.store.shared or self._shared_holder is not None
 
     def gateway_bound(
         self,
@@ -256,7 +278,7 @@ class Ticker:
         """Which links this tick checks, per kind, and which it skips, and why."""
         agents_per_key = Counter(link.session_key for link in snapshot.links)
         plan = Plan()
-        shared = self.holds_shared()
+        shared = snapshot.shared
         for link in snapshot.links:
             if only is not None and link.session_key not in only:
                 continue

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -653,25 +654,33 @@ async def test_a_wake_claimed_at_a_later_wall_time_holds_no_window(
         )
         now = clock()
 
-        async def claim(holder: str, at: int) -> claims.Claim:
+        async def claim(holder: str, at: int, *, keep: bool = False) -> claims.Claim:
+            clock.now = at  # the store's clock (SQLite: the host's)
+
             def run(conn: Any) -> claims.Claim:
-                got = claims.claim(
-                    conn, MAIN, holder=holder, now=at, window_ms=20_000, lease_ms=30_000
-                )
-                claims.release(conn, MAIN, holder)
+                got = claims.claim(conn, MAIN, holder=holder, window_ms=20_000, lease_ms=30_000)
+                if isinstance(got, claims.Claimed) and got.entries:  # the call goes out
+                    first = got.entries[0]
+                    held = claims.hold(
+                        conn, first, holder=holder, lease_ms=30_000, window_ms=20_000
+                    )
+                    assert "go" == held
+                    conn.execute(
+                        "UPDATE sessionwatch_notice_outbox SET state = 'wake' WHERE id = ?",
+                        (first.id,),
+                    )  # not settled: due again
+                if not keep:
+                    claims.release(conn, MAIN, holder)
                 return got
 
             return await kernel.store.write(run)
 
         assert isinstance(await claim("a", now), claims.Claimed)
-        assert claims.Wait(now + 20_000) == await claim("a", now + 1_000)
+        assert claims.Wait(19_000) == await claim("a", now + 1_000)
         assert isinstance(await claim("a", now - 3_600_000), claims.Claimed)
-        await kernel.store.write(
-            lambda conn: claims.claim(
-                conn, MAIN, holder="b", now=now, window_ms=20_000, lease_ms=30_000
-            )
-        )
-        assert claims.Busy(now + 30_000) == await claim("a", now + 25_000)
+        clock.now = now
+        await claim("b", now + 40_000, keep=True)
+        assert claims.Busy(5_000) == await claim("a", now + 65_000)
     finally:
         await kernel.close()
 
@@ -808,3 +817,36 @@ async def test_a_refusal_of_caller_chosen_keys_heals_without_a_restart(
     assert COORDINATOR == rig.gateway.wakes[-1].get("sessionKey")
     assert 1 == caplog.text.count("refuses caller-chosen session keys")
     assert 1 == caplog.text.count("takes caller-chosen session keys again")
+
+
+async def test_a_gateway_that_trickles_its_answer_ends_the_attempt_within_its_bound() -> None:
+    """The gateway sends 200 and a header line every 0.2 s, its body never: each read is
+    quick, so only a bound on the whole attempt ends it, as unanswered (the gateway may
+    have taken it), before the wake's lease could run out and a peer take the call over."""
+    from monitor.delivery.hooks import AiohttpTransport, CallFailed
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        try:
+            for n in range(100):
+                writer.write(f"X-Trickle-{n}: 1\r\n".encode())
+                await writer.drain()
+                await asyncio.sleep(0.2)
+        except ConnectionError:
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport = AiohttpTransport(connect_s=0.5, read_s=1.0)
+    began = time.monotonic()
+    try:
+        with pytest.raises(CallFailed) as failed:
+            await transport.post(f"http://127.0.0.1:{port}/hooks/wake", b"{}", {})
+    finally:
+        await transport.close()
+        server.close()
+    took = time.monotonic() - began
+    assert failed.value.maybe_taken  # unanswered: never tried again by this holder
+    assert took < 10, took  # about connect + read (1.5 s), never the 20 s of the trickle

@@ -49,6 +49,7 @@ from monitor.config import without_password
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel.store.batch import Batcher, Expired, PendingWrite, Result, live_writes
 from monitor.kernel.store.pg_schema import migrate, schema_version
+from monitor.kernel.store.protocol import NOW_SQL
 from monitor.kernel.store.sqlite_schema import SCHEMA_VERSION
 from monitor.pulse import Pulse
 from monitor.retry import Backoff
@@ -79,17 +80,27 @@ def _placeholders(sql: str, named: bool) -> str:
     return text.replace("?", "%s")
 
 
+# The server's clock, in ms: the store's clock that every host compares (NOW_SQL)
+SERVER_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+
 class PgConn:
-    """A psycopg connection as the SQL modules use one (see :mod:`.protocol`)."""
+    """A psycopg connection as the SQL modules use one (see :mod:`.protocol`); ``now``: what
+    :data:`~monitor.kernel.store.protocol.NOW_SQL` reads (the server's clock, unless a test
+    gives one of its own)."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_now")
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], now: Callable[[], str]) -> None:
         self._conn = conn
+        self._now = now
 
     def execute(self, sql: str, parameters: Any = None, /) -> Cursor:
         named = isinstance(parameters, Mapping)
-        cursor: Cursor = self._conn.execute(_placeholders(sql, named), parameters)
+        text = _placeholders(sql, named)
+        if NOW_SQL in text:
+            text = text.replace(NOW_SQL, self._now())
+        cursor: Cursor = self._conn.execute(text, parameters)
         return cursor
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor:
@@ -115,6 +126,10 @@ class PgStore:
         self.url = url
         self.path = without_password(url)  # what messages and ``status`` name the store by
         self.clock = clock
+        # the store's clock in SQL: the server's, unless a clock of a test's was given
+        self._now_sql: Callable[[], str] = (
+            (lambda: SERVER_NOW) if clock is now_ms else (lambda: str(int(clock())))
+        )
         self.on_error = on_error
         self.shared = True  # several sidecars may use this store
         self._up_at = -FLAP_S  # monotonic s when it last answered again after an outage
@@ -276,7 +291,7 @@ class PgStore:
         """One write in its savepoint; a broken connection fails the whole batch."""
         try:
             with conn.transaction():
-                return (True, fn(PgConn(conn)))
+                return (True, fn(PgConn(conn, self._now_sql)))
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
@@ -294,7 +309,7 @@ class PgStore:
             try:
                 with self._readers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
                     try:
-                        result = fn(PgConn(conn))
+                        result = fn(PgConn(conn, self._now_sql))
                     except psycopg.OperationalError:
                         if not retried and conn.broken:
                             raise _Retry from None

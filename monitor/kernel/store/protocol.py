@@ -34,6 +34,21 @@ class Conn(Protocol):
 
 T = TypeVar("T")
 
+# The store's clock in SQL: ms since the epoch, read where the statement runs. SQLite (one
+# host's file) answers with the store's ``clock`` (the host's, or a test's); PostgreSQL with
+# the server's ``clock_timestamp()``, so that several hosts compare one clock, whatever
+# theirs says (a test's clock stands in for it when given).
+NOW_SQL = "sw_now()"
+
+
+def store_now(conn: Conn) -> int:
+    """The store's clock, read in the transaction at hand: after its lock is taken (SQLite's
+    ``BEGIN IMMEDIATE``, PostgreSQL's write lock), so a write that waited for it stamps the
+    time it runs, not the time it was asked for. What a lease's expiry and a wake's window
+    are written and compared with (:mod:`monitor.kernel.leases`,
+    :mod:`monitor.delivery.claims`)."""
+    return int(conn.execute(f"SELECT {NOW_SQL}").fetchone()[0])
+
 
 class StateStore(Protocol):
     """What the kernel needs of a store. Three implement it: :class:`.sqlite.Store`

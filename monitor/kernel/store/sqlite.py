@@ -224,7 +224,7 @@ class Store:
         inline = WriterConn(conn)
         writer = _writer(inline, on_error)
         try:
-            await writer.submit(configure, BUSY_TIMEOUT_MS / 1000, alone=True)
+            await writer.submit(lambda c: configure(c, clock), BUSY_TIMEOUT_MS / 1000, alone=True)
             if created:
                 make_private(db_path)
             await writer.submit(lambda c: migrate(c, clock()), BUSY_TIMEOUT_MS / 1000)

@@ -41,9 +41,11 @@ BUSY_TIMEOUT_MS = 5000
 PRIVATE = 0o600
 
 
-def configure(conn: sqlite3.Connection) -> None:
-    """The pragmas every sessionwatch connection runs with."""
+def configure(conn: sqlite3.Connection, clock: Clock = now_ms) -> None:
+    """The pragmas every sessionwatch connection runs with, and the store's clock in SQL
+    (:data:`~monitor.kernel.store.protocol.NOW_SQL`)."""
     conn.isolation_level = None  # transactions are explicit
+    conn.create_function("sw_now", 0, lambda: int(clock()))
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     refuse_newer(conn)  # before WAL mode is set, which writes to the file
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -252,7 +254,7 @@ class DirectStore:
         store = cls(conn, db_path, clock)
         try:
             with translated():
-                configure(conn)
+                configure(conn, clock)
                 if created:
                     make_private(db_path)
                 migrate_without_waiting(conn, clock())
