@@ -63,8 +63,8 @@ class Sidecars:
         assert proc.returncode == 0, proc.stderr.decode()
         return json.loads(proc.stdout)
 
-    def start(self, who: str) -> None:
-        proc = subprocess.Popen(self.command(who, "serve"), stderr=subprocess.PIPE)
+    def start(self, who: str, env: dict[str, str] | None = None) -> None:
+        proc = subprocess.Popen(self.command(who, "serve"), stderr=subprocess.PIPE, env=env)
         assert proc.stderr is not None
         for line in proc.stderr:
             if b"sessionwatch serving" in line:
@@ -188,3 +188,47 @@ def test_a_restart_after_a_kill_mid_call_sends_the_wake_once_more_and_no_drained
     assert drained != last
     assert_one_wake_a_window(calls)
     assert sidecars.cli("notices", "--watcher", WATCHER)["notices"] == []
+
+
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+@pytest.mark.skipif(not Path(FAKETIME).exists(), reason="libfaketime is not installed (faketime)")
+def test_a_host_whose_wall_clock_is_off_breaks_no_window_and_repeats_no_call(
+    on_postgresql: Sidecars, sink: WakeSink, tmp_path: Path
+) -> None:
+    """Two sidecars on PostgreSQL, one with its wall clock 45 s ahead, then 45 s behind (its
+    monotonic clock untouched, libfaketime): each lease and window is the store's clock, so
+    turns that come faster than the window are woken one window apart, whichever host
+    sends them, each notice accepted once (the release before broke the window every 10 s,
+    and sent a live call twice at +45 s)."""
+    import os
+    import time
+
+    sidecars = on_postgresql
+    offset = tmp_path / "faketime"
+    offset.write_text("+45 x1\n")
+    skewed = {
+        **os.environ,
+        "LD_PRELOAD": FAKETIME,
+        "FAKETIME_TIMESTAMP_FILE": str(offset),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
+    sidecars.start("a")
+    sidecars.start("b", env=skewed)
+    turn = ["record", "--session", CHILD, "--kind", "human_direct_message", "--actor", "human"]
+    for n in range(6):  # a turn every 4 s: notices faster than the window
+        sidecars.cli(*turn)
+        time.sleep(4)
+        if n == 2:
+            offset.write_text("-45 x1\n")  # the other way (FAKETIME_NO_CACHE: read at once)
+    deadline = time.monotonic() + 90
+    while sidecars.cli("notices", "--watcher", WATCHER)["notices"]:  # each woken, accepted
+        assert time.monotonic() < deadline, sink.calls
+        time.sleep(0.5)
+    calls = list(sink.calls)
+    assert 2 <= len(calls)
+    assert_one_wake_a_window(calls)
+    taken = [c.text for c in calls if c.answer == 200]
+    assert len(taken) == len(set(taken)), calls  # no notice accepted twice
