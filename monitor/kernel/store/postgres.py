@@ -91,7 +91,9 @@ class PgConn:
 
     __slots__ = ("_conn", "_now")
 
-    def __init__(self, conn: psycopg.Connection[Any], now: Callable[[], str]) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], now: Callable[[], str] = lambda: SERVER_NOW
+    ) -> None:
         self._conn = conn
         self._now = now
 
