@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -300,3 +301,23 @@ async def test_next_to_openclaw_a_broken_file_is_said_once_and_fixes_name_its_ke
     (down,) = [line for line in found if "do not answer" in line]
     assert "gateway.port in" in down and "$OPENCLAW_GATEWAY_PORT" in down, down
     assert "[gateway] hooks_url" not in "\n".join(found)
+
+
+async def test_doctor_flags_a_serve_left_on_its_own_database_next_to_openclaw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A serve that started before the gateway had made its database, under an earlier
+    release, runs on sessionwatch's own default database: doctor, on OpenClaw's, says so."""
+    home = tmp_path / "home"
+    own = home / ".local" / "state" / "sessionwatch" / "state.db"
+    own.parent.mkdir(parents=True)
+    own.with_name("state.db.lock").write_text(f"{os.getpid()}\nhttp://127.0.0.1:8765\n")
+    monkeypatch.setenv("HOME", str(home))
+    state = tmp_path / "oc"
+    (state / "state").mkdir(parents=True)
+    db = state / "state" / "openclaw.sqlite"
+    found = [f.line() for f in await doctor.run(make_config(tmp_path), db)]
+    (elsewhere,) = [line for line in found if "a serve runs on" in line]
+    assert str(own) in elsewhere and "restart that serve" in elsewhere
+    found = [f.line() for f in await doctor.run(make_config(tmp_path), own)]
+    assert not [line for line in found if "a serve runs on" in line]
