@@ -54,6 +54,7 @@ class HostLeases:
         self.ttl_ms = ttl_ms
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._shared = False
+        self._told = False  # the tick has heard of this sidecar's leases
         self._lapse: asyncio.TimerHandle | None = None  # when the held lease runs out
         self._said: str | None = None
         self.keeper: asyncio.Task[None] | None = None  # renewing, once started
@@ -110,9 +111,12 @@ class HostLeases:
     def _hold(self, held: bool) -> None:
         """Whether this sidecar ticks the links without a host now: said, counted, and
         published when it changes."""
-        if held != self._shared:
-            log.info("%s the links without a host", "ticking" if held else "no longer ticking")
-            self._shared = held
+        if held != self._shared or not self._told:  # the first: the tick is leased from now
+            if held != self._shared:
+                log.info(
+                    "%s the links without a host", "ticking" if held else "no longer ticking"
+                )
+            self._shared, self._told = held, True
             self.kernel.bus.publish(OwnershipChanged(held, self.me))
         if not held and self._lapse is not None:
             self._lapse.cancel()

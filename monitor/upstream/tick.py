@@ -172,6 +172,7 @@ class Ticker:
         self.settings = settings
         self.metrics = metrics
         self._shared_holder: str | None = None  # our name in ticks:shared, while held
+        self._leased = False  # a sidecar's leases say who ticks the links without a host
         kernel.bus.subscribe(OwnershipChanged, self._owned)  # the kernel's lifetime
         self._own_host = f"{GATEWAY_HOST_PREFIX}{settings.host}"
         self._lock = asyncio.Lock()
@@ -218,18 +219,21 @@ class Ticker:
         """On a shared store, whether the lease of the links without a host is ours, read in
         the tick's own snapshot on the store's clock: a sidecar that was paused past its
         lease stops ticking them before it ticks again, whatever it last heard."""
-        if not self.kernel.store.shared:
-            return True
+        if not self.kernel.store.shared or not self._leased:
+            return True  # a store of its own, or no leases at all (a one-shot `tick`)
         holder = self._shared_holder
         return holder is not None and lease_rows.holds(conn, SHARED_LEASE, holder)
 
     def _owned(self, change: OwnershipChanged) -> None:
+        self._leased = True
         self._shared_holder = change.holder if change.shared else None
 
     def holds_shared(self) -> bool:
         """Whether this sidecar ticks the links without a host, as its leases last said
-        (:class:`~monitor.kernel.bus.OwnershipChanged`); a tick checks it in the store."""
-        return not self.kernel.store.shared or self._shared_holder is not None
+        (:class:`~monitor.kernel.bus.OwnershipChanged`); a tick checks it in the store.
+        With no leases (a store of its own, a one-shot ``tick``), every link is its own."""
+        shared = self.kernel.store.shared and self._leased
+        return not shared or self._shared_holder is not None
 
     def gateway_bound(
         self,

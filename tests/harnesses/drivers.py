@@ -262,16 +262,19 @@ class OpenCodeServer:
             self.base = found.group(0).decode() if found else ""
         self.session = str(self.post("/session")["id"])
 
-    def post(self, path: str, body: Message | None = None) -> Any:
-        status, answer = http("POST", self.base + path, body if body is not None else {})
+    def post(self, path: str, body: Message | None = None, timeout: float = 30) -> Any:
+        status, answer = http(
+            "POST", self.base + path, body if body is not None else {}, timeout=timeout
+        )
         assert status < 300, (path, status, answer)
         return answer
 
     def message(self, text: str, session: str | None = None, wait: bool = True) -> None:
-        """A prompt; with ``wait``, once its turn is done, else as soon as it is queued."""
+        """A prompt; with ``wait``, once its turn is done (answered at its end: a first
+        turn beside three busy workers took over 30 s), else as soon as it is queued."""
         route = "message" if wait else "prompt_async"
         body = {"parts": [{"type": "text", "text": text}], "model": self.MODEL}
-        self.post(f"/session/{session or self.session}/{route}", body)
+        self.post(f"/session/{session or self.session}/{route}", body, timeout=TIMEOUT_S)
 
     def idle(self) -> None:
         def quiet() -> bool:

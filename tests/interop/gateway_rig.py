@@ -67,8 +67,11 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0) ->
         time.sleep(0.2)
 
 
-def http(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-    """One loopback HTTP call with the standard library (the rig runs outside asyncio)."""
+def http(
+    method: str, url: str, body: Any = None, token: str | None = None, timeout: float = 30
+) -> tuple[int, Any]:
+    """One loopback HTTP call with the standard library (the rig runs outside asyncio);
+    ``timeout``: for the answer (a harness's whole turn, for one that answers at its end)."""
     import urllib.error
     import urllib.request
 
@@ -78,7 +81,7 @@ def http(method: str, url: str, body: Any = None, token: str | None = None) -> t
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             raw = resp.read()
             status = resp.status
     except urllib.error.HTTPError as exc:

@@ -5,7 +5,6 @@ in ``FULL_EVERY`` is full whatever was heard, and anything heard makes the next 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -47,22 +46,19 @@ async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
 
         sidecar.monitor.tick = counted  # type: ignore[method-assign]
 
-        ended = sidecar.kernel.bus.listen((TickRan,))
+        since = [0, 0]  # full ticks and early checks begun, as of the last end told
 
-        async def follow() -> None:
-            """Each tick's end is on the bus: full when one began since, early when an
-            early check did (a prompt's), else left out."""
-            began, checked = full[0], early[0]
-            while True:
-                if await ended.next(60) is None:
-                    continue
-                if full[0] > began:
-                    ticks.append("full")
-                else:
-                    ticks.append("early" if early[0] > checked else "left")
-                began, checked = full[0], early[0]
+        def ended(_: TickRan) -> None:
+            """Each tick's end, told as it is published (a listener's task could tell a
+            tick left out before the prompt after it): full when one began since, early
+            when an early check did (a prompt's), else left out."""
+            if full[0] > since[0]:
+                ticks.append("full")
+            else:
+                ticks.append("early" if early[0] > since[1] else "left")
+            since[:] = [full[0], early[0]]
 
-        following = asyncio.ensure_future(follow())
+        following = sidecar.kernel.bus.subscribe(TickRan, ended)
 
         def run_of(n: int) -> bool:
             """The last ``n`` ticks were left out."""
@@ -86,5 +82,4 @@ async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
 
         await until("the next scheduled tick", lambda: scheduled(), timeout=60)
         assert "full" == scheduled()[0]
-        following.cancel()
-        ended.close()
+        following.unsubscribe()
