@@ -113,9 +113,7 @@ class HostLeases:
         published when it changes."""
         if held != self._shared or not self._told:  # the first: the tick is leased from now
             if held != self._shared:
-                log.info(
-                    "%s the links without a host", "ticking" if held else "no longer ticking"
-                )
+                log.info("%s the links without a host", "ticking" if held else "no longer ticking")
             self._shared, self._told = held, True
             self.kernel.bus.publish(OwnershipChanged(held, self.me))
         if not held and self._lapse is not None:
