@@ -10,12 +10,20 @@ Run: python bench/hosts.py [--events 2000] [--clients 8] [--rows 50000] [--sampl
     for 20 events back, on the PostgreSQL store (target p99 under 2 ms, as on SQLite).
 (c) The latency from an event recorded through sidecar A to its notice on sidecar B's SSE
     stream: p50/p99 over ``--samples`` notices (target p99 under one second).
+(d) What hosts cost: 1, 2, 4 and 8 sidecars (``--hosts``) on one database, each waking a
+    hooks stand-in (tests/wake_sink.py), while turns flow: one turn every 0.25 s for
+    ``--seconds``, on 10 targets each watched by its own main session, recorded through
+    the sidecars' APIs in turn. For each count: the CPU each host used (a share of one
+    core), the database's committed transactions per turn and per wake
+    (``pg_stat_database``), the lease writes per second (``sessionwatch_leases``' row
+    updates, ``pg_stat_user_tables``), and a turn's time to its wake (p50, max).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -75,14 +83,16 @@ def baseline(url: str, n: int) -> float:
         return n / (time.perf_counter() - start)
 
 
-def start_sidecar(url: str, root: Path, host: str) -> tuple[subprocess.Popen[str], str, str]:
+def start_sidecar(
+    url: str, root: Path, host: str, extra: str = "", interval_s: float = 3600
+) -> tuple[subprocess.Popen[str], str, str]:
     home = root / host
     (home / "claude").mkdir(parents=True)
     config = home / "sessionwatch.toml"
     config.write_text(
         f'[host]\nid = "{host}"\n[roots]\nclaude = "{home / "claude"}"\n'
-        "[monitor]\ninitial_delay_s = 3600\ninterval_s = 3600\nwatch_files = false\n"
-        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{home / "token"}"\n'
+        f"[monitor]\ninitial_delay_s = 3600\ninterval_s = {interval_s}\nwatch_files = false\n"
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{home / "token"}"\n{extra}'
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "monitor", "--db", url, "--config", str(config), "serve"],
@@ -178,6 +188,100 @@ async def notice_latency(a: tuple[str, str], b: tuple[str, str], samples: int) -
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds a process used so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pg_counts(url: str) -> tuple[int, int]:
+    """Committed transactions of this database, and the lease table's row writes."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        xacts = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        leases = conn.execute(
+            "SELECT n_tup_upd + n_tup_ins FROM pg_stat_user_tables"
+            " WHERE relname = 'sessionwatch_leases'"
+        ).fetchone()
+    return int(xacts[0] if xacts else 0), int(leases[0] if leases else 0)
+
+
+async def hosts_cost(admin: str, count: int, seconds: float) -> str:
+    """(d) for ``count`` sidecars: one line of figures."""
+    from tests.wake_sink import HOOKS_TOKEN, WakeSink
+
+    url = fresh_database(admin, f"bench_hosts_{count}")
+    with psycopg.connect(url) as conn:
+        migrate(PgConn(conn), now_ms())
+    sink = WakeSink()
+    procs: list[subprocess.Popen[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        token_file = root / "hooks-token"
+        token_file.write_text(HOOKS_TOKEN + "\n")
+        token_file.chmod(0o600)
+        try:
+            apis = []
+            for n in range(count):
+                gateway = (
+                    f'[gateway]\nhooks_url = "{sink.url_for(f"h{n}")}"\n'
+                    f'hooks_token_file = "{token_file}"\n'
+                )
+                proc, base, token = start_sidecar(url, root, f"h{n}", gateway, interval_s=10)
+                procs.append(proc)
+                apis.append((base, {"Authorization": f"Bearer {token}"}))
+            targets = [f"agent:main:subagent:t{i}" for i in range(10)]
+            async with aiohttp.ClientSession() as http:
+                base, headers = apis[0]
+                for i, target in enumerate(targets):
+                    watch = {"watcher": f"agent:w{i}:main", "target": target}
+                    async with http.post(f"{base}/v1/watches", json=watch, headers=headers) as r:
+                        assert r.status == 200, await r.text()
+                await asyncio.sleep(2)  # the leases settle
+                cpu0 = [cpu_s(p.pid) for p in procs]
+                xacts0, leases0 = pg_counts(url)
+                sent: dict[str, float] = {}
+                start, turns = time.monotonic(), 0
+                while time.monotonic() - start < seconds:
+                    target = targets[turns % len(targets)]
+                    base, headers = apis[turns % len(apis)]
+                    body = {"sessionKey": target, "kind": "human_direct_message",
+                            "actorType": "human"}  # fmt: skip
+                    sent.setdefault(target, time.monotonic())
+                    async with http.post(f"{base}/v1/events", json=body, headers=headers) as r:
+                        assert r.status == 200, await r.text()
+                    turns += 1
+                    await asyncio.sleep(0.25)
+                await asyncio.sleep(2)  # the last wakes go out
+                elapsed = time.monotonic() - start
+                cpu = [(cpu_s(p.pid) - c) / elapsed for p, c in zip(procs, cpu0, strict=True)]
+                xacts, lease_writes = (
+                    a - b for a, b in zip(pg_counts(url), (xacts0, leases0), strict=True)
+                )
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
+            sink.close()
+    calls = [c for c in sink.calls if c.answer == 200 and c.at >= start]
+    first_call = {}
+    for c in calls:
+        target = c.text.split('sessionKey "')[1].split('"')[0]
+        first_call.setdefault(target, c.at)
+    to_wake = sorted(first_call[t] - sent[t] for t in first_call if t in sent)
+    p50 = statistics.median(to_wake) * 1000 if to_wake else float("nan")
+    worst = max(to_wake) * 1000 if to_wake else float("nan")
+    return (
+        f"{count} hosts: CPU per host {statistics.mean(cpu) * 100:.1f} % of a core"
+        f" (max {max(cpu) * 100:.1f} %); {xacts / max(turns, 1):.1f} transactions per turn,"
+        f" {xacts / max(len(calls), 1):.1f} per wake ({turns} turns, {len(calls)} wakes);"
+        f" {lease_writes / elapsed:.2f} lease writes/s; first turn to its wake p50"
+        f" {p50:.0f} ms, max {worst:.0f} ms"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a PostgreSQL server to use (default: a throwaway one)")
@@ -185,6 +289,9 @@ async def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--hosts", default="1,2,4,8", help="(d): the sidecar counts")
+    parser.add_argument("--seconds", type=float, default=20, help="(d): turns flow this long")
+    parser.add_argument("--only", choices=("abc", "d"), help="run only these parts")
     args = parser.parse_args()
     cluster = None
     if args.url is None:
@@ -193,6 +300,11 @@ async def main() -> None:
     admin = args.url or (cluster.url if cluster else "")
     procs: list[subprocess.Popen[str]] = []
     try:
+        if args.only != "abc":
+            for count in (int(n) for n in args.hosts.split(",")):
+                print(f"(d) {await hosts_cost(admin, count, args.seconds)}", flush=True)
+        if args.only == "d":
+            return
         plain = baseline(fresh_database(admin, "bench_plain"), args.events)
         url = fresh_database(admin, "bench_hosts")
         seed_watchers(url)
