@@ -247,6 +247,10 @@ def write_private(path: Path, text: str, what: str, *, replace: bool = True) -> 
                 os.link(temp, path)  # never over a file made meanwhile
             except FileExistsError:
                 return False
+            except OSError:  # a file system without hard links: a rename, checked just before
+                if path.exists():
+                    return False
+                os.replace(temp, path)
             finally:
                 temp.unlink(missing_ok=True)
     except OSError as exc:
