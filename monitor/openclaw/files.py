@@ -214,7 +214,7 @@ class Hooks:
 
     A file that does not parse (a typo while it is edited) is what the running gateway
     does not apply either: it keeps its last good configuration, and so do the wakes, with
-    the last good URL and token, said once per version of the file. ``seen`` names the
+    the last good URL and token, said once until it parses again. ``seen`` names the
     version of the file last read, good or not (a refusal it may heal is checked again
     when it changes)."""
 
