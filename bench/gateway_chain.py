@@ -42,6 +42,7 @@ from tests.interop.gateway_rig import (
     MockModelProcess,
     Sidecar,
     mentions,
+    serve_before_first_start,
     throwaway_user,
     wait_for,
     why_not_runnable,
@@ -133,17 +134,7 @@ def main() -> int:
         gateway = Gateway(work, model, user=user)
         sidecar: Sidecar | None = None
         try:
-            gateway.write_config()
-            sidecar = Sidecar(
-                work,
-                gateway,
-                claude_root=gateway.home / ".claude" / "projects",
-                hooks_token=gateway.hooks_token,
-                zero=True,
-            )
-            sidecar.start(wait=False)
-            gateway.start()
-            sidecar.serving(120)
+            sidecar = serve_before_first_start(work, gateway)
             project = gateway.home / "billing"
             subprocess.run(["runuser", "-u", user, "--", "mkdir", "-p", str(project)], check=True)
             claude = ClaudeCode(gateway, project)

@@ -449,6 +449,30 @@ class Sidecar:
             self.proc.wait(30)
 
 
+def serve_before_first_start(work: Path, gateway: Gateway) -> Sidecar:
+    """A first boot where the sidecar's unit wins the race: ``openclaw.json`` is there
+    (onboarding wrote it), the gateway has not started yet, so its state database is not
+    made. ``serve``, with no configuration, waits for it; then the gateway starts, and
+    ``serve`` follows the database it makes. The sidecar, serving."""
+    gateway.write_config()
+    sidecar = Sidecar(
+        work,
+        gateway,
+        claude_root=gateway.home / ".claude" / "projects",
+        hooks_token=gateway.hooks_token,
+        zero=True,
+    )
+    sidecar.start(wait=False)
+    try:
+        wait_for("serve to wait", lambda: "waiting for" in sidecar.log_text(), 60)
+        gateway.start()
+        sidecar.serving(120)
+    except BaseException:
+        sidecar.stop()
+        raise
+    return sidecar
+
+
 @contextlib.contextmanager
 def throwaway_user(user: str = USER) -> Iterator[str]:
     """A system user with its own home in a fresh directory; removed afterwards. Modules

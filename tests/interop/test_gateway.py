@@ -30,6 +30,7 @@ from tests.interop.gateway_rig import (
     Sidecar,
     mentions,
     model_texts,
+    serve_before_first_start,
     throwaway_user,
     wait_for,
     why_not_runnable,
@@ -98,22 +99,8 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogRig]:
         gateway = Gateway(work, model, user=user)
         sidecar: Sidecar | None = None
         try:
-            # a first boot where the sidecar's unit wins the race: openclaw.json is there
-            # (onboarding wrote it), the gateway has not started yet, so its state database
-            # is not made: serve waits for it, and follows it once the gateway makes it
-            gateway.write_config()
             assert not gateway.db.exists()
-            sidecar = Sidecar(  # no configuration: it finds the gateway's files
-                work,
-                gateway,
-                claude_root=gateway.home / ".claude" / "projects",
-                hooks_token=gateway.hooks_token,
-                zero=True,
-            )
-            sidecar.start(wait=False)
-            wait_for("serve to wait", lambda: "waiting for" in sidecar.log_text(), 60)
-            gateway.start()
-            sidecar.serving(120)
+            sidecar = serve_before_first_start(work, gateway)
             assert 1 == sidecar.log_text().count("has not made its state database yet")
             assert "made its state database" in sidecar.log_text()
             project = gateway.home / "billing"
