@@ -459,8 +459,13 @@ def status_answer(conn: Conn, key: str, agent_id: str, since: int) -> bytes:
         except Exception as exc:
             if getattr(exc, "sqlstate", None) != "22P02":  # invalid_text_representation
                 raise
-            conn.execute("ROLLBACK")  # the failed transaction; the next read begins one
-            return orjson.dumps(status_object(session_status(conn, key, agent_id, since)))
+            # the failed statement's transaction, if any; then one snapshot of its own (a
+            # single-statement peek runs without a transaction)
+            conn.execute("ROLLBACK")
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            found = session_status(conn, key, agent_id, since)
+            conn.execute("COMMIT")
+            return orjson.dumps(status_object(found))
     version, pruned, earliest, events, more = row
     version, pruned = version or 0, pruned or 0
     if earliest is None:

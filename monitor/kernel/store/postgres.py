@@ -67,6 +67,19 @@ WRITE_LOCK = 0x73776174  # "swat": the one advisory lock every write takes
 CHANNEL = "sessionwatch"
 CONNECT_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_MS = 5000  # how long a write waits for the lock (another writer, another host)
+# A host cut off from the server mid-write (a partition: no FIN, no RST comes back) would
+# hold the one write lock for as long as the cut lasts, and every other host's writes with
+# it: the server ends a writer's session that sits idle in its transaction past
+# WRITE_TIMEOUT_MS (any other writer's wait for the lock), which lets the lock go, and each
+# connection gives up on a peer that stops acknowledging (TCP_USER_TIMEOUT) or answering
+# keepalives, instead of the kernel's quarter of an hour.
+DEAD_PEER: dict[str, Any] = {
+    "tcp_user_timeout": 5000,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+}
 LISTEN_BACKOFF_S = (0.2, 5.0)
 FLAP_S = 5.0  # an outage said again this soon after it ended is said at INFO
 
@@ -152,7 +165,11 @@ class PgStore:
         cls, url: str, *, clock: Clock = now_ms, on_error: Callable[[], None] | None = None
     ) -> PgStore:
         """Connect, create or migrate the schema, and start listening for changes."""
-        common = {"connect_timeout": int(CONNECT_TIMEOUT_S), "application_name": "sessionwatch"}
+        common = {
+            "connect_timeout": int(CONNECT_TIMEOUT_S),
+            "application_name": "sessionwatch",
+            **DEAD_PEER,
+        }
         # A connection the pool lost is tried again after 1, 2, 4, 8 s...: during an outage
         # of 20 s the next attempt is 16 s away, and once the server is back every caller
         # would time out until then. Given up after CONNECT_TIMEOUT_S, the pool connects
@@ -163,7 +180,11 @@ class PgStore:
             max_size=4,
             open=False,
             reconnect_timeout=CONNECT_TIMEOUT_S,
-            kwargs={**common, "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"},
+            kwargs={
+                **common,
+                "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"
+                f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS}",
+            },
         )
         readers = ConnectionPool(
             url,
@@ -222,7 +243,9 @@ class PgStore:
         return await asyncio.to_thread(self._read, fn)
 
     async def peek(self, fn: Callable[[Conn], T], *, single: bool = False) -> T:
-        return await self.read(fn)
+        """``single``: one statement, its own snapshot, so no BEGIN and COMMIT around it
+        (two round trips of the three)."""
+        return await asyncio.to_thread(self._read, fn, single)
 
     def version(self) -> int | None:
         """A counter that moves with every commit of another store (see the module
@@ -301,7 +324,7 @@ class PgStore:
         except Exception as exc:  # the caller's own error (BadInput, a bug): its own
             return (False, exc)
 
-    def _read(self, fn: Callable[[Conn], T]) -> T:
+    def _read(self, fn: Callable[[Conn], T], single: bool = False) -> T:
         """``fn`` in a read-only transaction. A read whose connection turns out dead (the
         server ended it while it sat idle in the pool: a restart, an administrator) runs
         once more on a fresh one, once the pool has let go of its other dead ones; a read
@@ -310,6 +333,7 @@ class PgStore:
         while True:
             try:
                 with self._readers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+                    conn.autocommit = single  # the pool hands out idle connections
                     try:
                         result = fn(PgConn(conn, self._now_sql))
                     except psycopg.OperationalError:
@@ -368,7 +392,10 @@ class PgStore:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
+                    self.url,
+                    autocommit=True,
+                    connect_timeout=int(CONNECT_TIMEOUT_S),
+                    **DEAD_PEER,  # a partition ends the listening too: heard as a change
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     if self._opened:  # whatever happened while not listening
