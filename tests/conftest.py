@@ -153,9 +153,13 @@ SLOW = (  # a module each, seconds to minutes
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by what it needs (pyproject's markers); the rest are ``quick``."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs (pyproject's markers); the rest are ``quick``. A
+    ``long`` test runs only when ``-m`` names it."""
+    asked_long = "long" in (config.getoption("markexpr", "") or "")
     for item in items:
+        if item.get_closest_marker("long") and not asked_long:
+            item.add_marker(pytest.mark.skip(reason="a long run: pytest -m long runs it"))
         path = Path(str(item.fspath)).relative_to(REPO).as_posix()
         marks = []
         if path.startswith("tests/interop/"):

@@ -69,10 +69,14 @@ def _free_port() -> int:
 class Cluster:
     """One server: :meth:`start`, :meth:`stop` (and start again), :meth:`destroy`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, netns: str | None = None, listen: str = "127.0.0.1") -> None:
+        """``netns``: a network namespace the server runs in, listening on ``listen`` there
+        (tests/netns.py)."""
         self.root = Path(tempfile.mkdtemp(prefix="sessionwatch-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.listen = listen
+        self.port = _free_port() if netns is None else 5432  # a namespace of its own
+        self.netns = netns
         self._as: list[str] = []
         if os.geteuid() == 0:
             owner = pwd.getpwnam("postgres")
@@ -89,18 +93,22 @@ class Cluster:
             "-E",
             "UTF8",
         )
+        if netns:  # the hosts' addresses inside the test's namespaces
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all 10.0.0.0/8 trust\n")
 
     def _run(self, *argv: str) -> None:
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
         subprocess.run(
-            [*self._as, *argv], check=True, capture_output=True, timeout=120, cwd=self.root
+            [*inside, *self._as, *argv], check=True, capture_output=True, timeout=120, cwd=self.root
         )
 
     @property
     def url(self) -> str:
-        return f"postgresql://{USER}@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://{USER}@{self.listen}:{self.port}/postgres"
 
     def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        options = f"-p {self.port} -k {self.root} -c listen_addresses={self.listen} -c fsync=off"
         self._run(
             find_binary("pg_ctl") or "pg_ctl",
             "-D",
@@ -112,6 +120,8 @@ class Cluster:
             "-w",
             "start",
         )
+        if self.netns:  # pg_ctl -w waited for it to accept connections
+            return
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -28,10 +28,11 @@ class Call:
     who: str  # the first path segment ("" for the bare /hooks base)
     text: str
     answer: int | None  # the status sent; None while held or when the caller was gone
+    watcher: str = ""  # the sessionKey it named
 
 
 class WakeSink:
-    def __init__(self, jitter: float = 0.0) -> None:
+    def __init__(self, jitter: float = 0.0, host: str = "127.0.0.1") -> None:
         self.mode: Mode = "accept"
         self.jitter = jitter
         self.calls: list[Call] = []
@@ -46,13 +47,15 @@ class WakeSink:
                     self.send_response(401)
                     self.end_headers()
                     return
-                sink._answer(self, str(json.loads(body).get("text")))
+                wake = json.loads(body)
+                sink._answer(self, str(wake.get("text")), str(wake.get("sessionKey") or ""))
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.port = self.server.server_address[1]
+        self.base = f"http://{host}:{self.port}"
         self.url = self.url_for("")
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -60,11 +63,11 @@ class WakeSink:
         """The hooks base for the sidecar named ``who``."""
         return f"{self.base}/{who}/hooks" if who else f"{self.base}/hooks"
 
-    def _answer(self, handler: http.server.BaseHTTPRequestHandler, text: str) -> None:
+    def _answer(self, handler: http.server.BaseHTTPRequestHandler, text: str, watcher: str) -> None:
         arrived, mode = time.monotonic(), self.mode
         who = handler.path.strip("/").split("/")[0] if handler.path.count("/") > 2 else ""
         if mode == "hold":
-            self._keep(Call(arrived, who, text, None))
+            self._keep(Call(arrived, who, text, None, watcher))
             self._released.wait(120)
             return  # no answer: the caller was killed, or its call times out
         if mode == "accept":
@@ -77,7 +80,7 @@ class WakeSink:
             handler.send_header("Content-Length", str(len(answer)))
             handler.end_headers()
             handler.wfile.write(answer)
-        self._keep(Call(arrived, who, text, status))
+        self._keep(Call(arrived, who, text, status, watcher))
 
     def _keep(self, call: Call) -> None:
         with self._lock:

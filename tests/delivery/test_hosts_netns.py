@@ -1,0 +1,134 @@
+"""Hosts as hosts: three ``serve`` processes on one PostgreSQL, each in its own network
+namespace, under random faults in combination (tests/hosts_chaos.py, tests/netns.py).
+
+The short run goes in every suite run; the long one is behind the ``long`` marker
+(``pytest -m long tests/delivery/test_hosts_netns.py``; ``SESSIONWATCH_CHAOS_S`` sets its
+length, 1200 s unless set). ``SESSIONWATCH_CHAOS_SEED`` replays a run: each run prints its
+seed, its faults and its figures."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import netns
+from tests.hosts_chaos import FAKETIME, Chaos, violations
+from tests.pg_cluster import Cluster, fresh_database
+from tests.pg_cluster import why_unavailable as pg_unavailable
+
+
+def _why_not() -> str | None:
+    return (
+        netns.why_unavailable()
+        or pg_unavailable()
+        or (None if Path(FAKETIME).exists() else "libfaketime is not installed (faketime)")
+    )
+
+
+def _skip_unless_possible() -> None:
+    reason = _why_not()
+    if reason:
+        if os.environ.get("SESSIONWATCH_REQUIRE_NETNS"):  # CI: it must run
+            raise RuntimeError(f"SESSIONWATCH_REQUIRE_NETNS is set, but {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def chaos(tmp_path: Path) -> Iterator[Chaos]:
+    _skip_unless_possible()
+    seed = int(os.environ.get("SESSIONWATCH_CHAOS_SEED") or random.randrange(1 << 30))
+    made = Chaos(tmp_path, seed)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _run(chaos: Chaos, seconds: float) -> None:
+    try:
+        chaos.run(seconds)
+        chaos.settle()
+    finally:
+        print(f"seed {chaos.record.seed}")
+        for at, what in chaos.record.faults:
+            print(f"  {at:10.1f} {what}")
+    problems, figures = violations(chaos)
+    print(figures)
+    assert problems == [], problems
+
+
+def test_three_hosts_under_random_faults_keep_every_promise(chaos: Chaos) -> None:
+    _run(chaos, float(os.environ.get("SESSIONWATCH_CHAOS_SHORT_S") or 75))
+
+
+@pytest.mark.long
+def test_three_hosts_under_random_faults_for_twenty_minutes(chaos: Chaos) -> None:
+    _run(chaos, float(os.environ.get("SESSIONWATCH_CHAOS_S") or 1200))
+
+
+# Host a's write: it takes the one write lock, says so, and sits in its transaction (a
+# host cut off mid-write sends nothing more, whatever it does meanwhile).
+CUT_MID_WRITE = """
+import asyncio, sys, time
+from monitor.kernel.store.postgres import PgStore
+async def main():
+    store = await PgStore.open(sys.argv[1])
+    def write(conn):
+        conn.execute("SELECT 1")
+        print("locked", flush=True)
+        time.sleep(40)
+    await store.write(write)
+asyncio.run(main())
+"""
+
+
+def test_a_host_cut_off_mid_write_holds_no_other_hosts_writes_for_long() -> None:
+    """Host a takes the one write lock and is cut off from PostgreSQL (its link down: no
+    FIN, no RST). Host b's writes go through once the server has ended a's session idle in
+    its transaction (``WRITE_TIMEOUT_MS``), within two of b's lock waits, while the cut
+    still lasts; the release before held every host's writes for as long as the cut (and
+    a cut that never heals until the server's TCP gave up, hours)."""
+    _skip_unless_possible()
+    net = netns.Net()
+    cluster = Cluster(netns=net.bridge, listen=net.pg_address)
+    writer: subprocess.Popen[str] | None = None
+    try:
+        cluster.start()
+        with netns.inside(net.bridge):
+            url = fresh_database(cluster.url, "cut")
+        for host in ("a", "b"):
+            net.add_host(host)
+        inside = ["ip", "netns", "exec"]
+        writer = subprocess.Popen(
+            [*inside, net.ns("a"), sys.executable, "-c", CUT_MID_WRITE, url],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "locked"
+        net.cut("a", ("pg",))
+        cut_at = time.monotonic()
+        record = [sys.executable, "-m", "monitor", "--db", url, "record", "--session"]
+        record += ["agent:main:main", "--kind", "goal_changed", "--actor", "agent"]
+        answers = []
+        for _ in range(2):  # each waits for the lock up to WRITE_TIMEOUT_MS
+            done = subprocess.run([*inside, net.ns("b"), *record], capture_output=True, text=True)
+            answers.append((round(time.monotonic() - cut_at, 1), done.returncode, done.stderr))
+            if done.returncode == 0:
+                break
+        assert answers[-1][1] == 0, answers
+        assert time.monotonic() - cut_at < 25, answers  # a's link is still down (40 s)
+        print(f"b's write went through {answers[-1][0]} s after a was cut: {answers}")
+    finally:
+        if writer is not None:
+            writer.kill()
+            writer.wait()
+        cluster.destroy()
+        net.close()
