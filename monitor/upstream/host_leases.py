@@ -102,10 +102,13 @@ class HostLeases:
         if not host.held_by(self.me):  # lost while paused: say so, stop ticking shared links
             self._say(f"lost the lease of host id {self.host!r} to {host.holder}")
         shared = await self._take(SHARED)
+        # it runs out unrenewed this long after the statements began, at the latest: a
+        # renewal whose answer came after that (a slow store) holds nothing
+        lapse = began + min(host.left_ms, shared.left_ms) / 1000
         held = shared.held_by(self.me) and host.held_by(self.me)
-        if held:  # it runs out unrenewed this long after the statements began, at the latest
-            left_s = min(host.left_ms, shared.left_ms) / 1000
-            self._expire_at(began + left_s)
+        held = held and lapse > asyncio.get_running_loop().time()
+        if held:
+            self._expire_at(lapse)
         self._hold(held)
 
     def _hold(self, held: bool) -> None:
