@@ -2,12 +2,16 @@
 ``b``) on one throwaway cluster (or ``--url``), three figures.
 
 Run: python bench/hosts.py [--events 2000] [--clients 8] [--rows 50000] [--samples 200]
+     [--only abc|b|d]
 
 (a) Recording throughput: ``--events`` events POSTed to the two sidecars at once (``--clients``
     connections each, half to each host), against a plain psycopg loop on one connection
     running the same transaction (the kernel's ``record_event`` body, with ten watchers).
-(b) ``changesSince`` at ``--rows`` rows: p50/p99 of ``Kernel.status(key, changes_since=...)``
-    for 20 events back, on the PostgreSQL store (target p99 under 2 ms, as on SQLite).
+(b) ``changesSince`` at ``--rows`` rows, 20 events back, on the PostgreSQL store: p50/p99
+    as the API asks it (``Kernel.changes_answer``) and as the Python object
+    (``Kernel.status``), against two floors: ``SELECT 1`` the API's way (a thread hop, a
+    pooled connection, a round trip) and the API's statement on a bare connection in this
+    thread (target p99 under 2 ms, as on SQLite).
 (c) The latency from an event recorded through sidecar A to its notice on sidecar B's SSE
     stream: p50/p99 over ``--samples`` notices (target p99 under one second).
 (d) What hosts cost: 1, 2, 4 and 8 sidecars (``--hosts``) on one database, each waking a
@@ -30,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -41,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402
 from monitor.kernel.events import ActorType, EventKind  # noqa: E402
-from monitor.kernel.signal_log import make_draft, record_event  # noqa: E402
+from monitor.kernel.signal_log import make_draft, record_event, status_answer  # noqa: E402
 from monitor.kernel.store.pg_schema import migrate  # noqa: E402
 from monitor.kernel.store.postgres import PgConn  # noqa: E402
 from tests.helpers import served_address  # noqa: E402
@@ -129,8 +134,11 @@ async def sidecar_throughput(
     return n / elapsed, statistics.quantiles(latencies, n=100)[98] * 1000
 
 
-async def changes_since(url: str, rows: int, samples: int) -> tuple[float, float]:
-    """p50/p99 (ms) of a 20-events-back ``changesSince`` at ``rows`` rows."""
+async def changes_since(url: str, rows: int, samples: int) -> dict[str, tuple[float, float]]:
+    """p50/p99 (ms) of a 20-events-back ``changesSince`` at ``rows`` rows: as the API asks
+    it (``Kernel.changes_answer``: one statement builds the answer's JSON), as the Python
+    object (``Kernel.status``), and the API's statement on a bare autocommit connection
+    in this thread (the floor: no pool, no thread hop)."""
     with psycopg.connect(url) as conn:
         migrate(PgConn(conn), now_ms())
         conn.execute(
@@ -144,21 +152,51 @@ async def changes_since(url: str, rows: int, samples: int) -> tuple[float, float
             " SELECT session_key, agent_id, max(sequence), 0 FROM session_state_events"
             " GROUP BY session_key, agent_id ON CONFLICT DO NOTHING"
         )
+        conn.execute(  # a session with two events, the newest of the log
+            "INSERT INTO session_state_events (session_key, agent_id, kind, actor_type,"
+            " occurred_at, summary) SELECT 'agent:main:sparse', 'main', 'goal_changed',"
+            " 'agent', %s, 'goal changed' FROM generate_series(1, 2)",
+            (now_ms(),),
+        )
         conn.execute("ANALYZE")
+    key = "agent:main:subagent:s7"
     kernel = await Kernel.open(url)
+    floor = psycopg.connect(url, autocommit=True)
     try:
-        key = "agent:main:subagent:s7"
         head = (await kernel.status(key)).state_version
         since = head - 20 * 50
+        ways: dict[str, Any] = {
+            "API (changes_answer)": lambda: kernel.changes_answer(key, agent_id=None, since=since),
+            "Python object (status)": lambda: kernel.status(key, changes_since=since),
+            "API, a session of two events, from 0": lambda: kernel.changes_answer(
+                "agent:main:sparse", agent_id=None, since=0
+            ),
+            "Python object, the same": lambda: kernel.status("agent:main:sparse", changes_since=0),
+            "floor: SELECT 1 the API's way": lambda: kernel.store.peek(
+                lambda conn: conn.execute("SELECT 1").fetchone(), single=True
+            ),
+        }
+        out: dict[str, tuple[float, float]] = {}
+        for name, call in ways.items():
+            times = []
+            for _ in range(samples):
+                t = time.perf_counter()
+                await call()
+                times.append((time.perf_counter() - t) * 1000)
+            out[name] = (statistics.median(times), statistics.quantiles(times, n=100)[98])
         times = []
         for _ in range(samples):
             t = time.perf_counter()
-            await kernel.status(key, changes_since=since)
+            status_answer(PgConn(floor), key, "main", since)
             times.append((time.perf_counter() - t) * 1000)
+        out["its statement, bare connection"] = (
+            statistics.median(times),
+            statistics.quantiles(times, n=100)[98],
+        )
     finally:
+        floor.close()
         await kernel.close()
-    q = statistics.quantiles(times, n=100)
-    return statistics.median(times), q[98]
+    return out
 
 
 async def notice_latency(a: tuple[str, str], b: tuple[str, str], samples: int) -> list[float]:
@@ -216,12 +254,12 @@ async def hosts_cost(admin: str, count: int, seconds: float) -> str:
     with psycopg.connect(url) as conn:
         migrate(PgConn(conn), now_ms())
     sink = WakeSink()
-    procs: list[subprocess.Popen[str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         token_file = root / "hooks-token"
         token_file.write_text(HOOKS_TOKEN + "\n")
         token_file.chmod(0o600)
+        procs: list[subprocess.Popen[str]] = []
         try:
             apis = []
             for n in range(count):
@@ -282,35 +320,14 @@ async def hosts_cost(admin: str, count: int, seconds: float) -> str:
     )
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", help="a PostgreSQL server to use (default: a throwaway one)")
-    parser.add_argument("--events", type=int, default=2000)
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=50_000)
-    parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--hosts", default="1,2,4,8", help="(d): the sidecar counts")
-    parser.add_argument("--seconds", type=float, default=20, help="(d): turns flow this long")
-    parser.add_argument("--only", choices=("abc", "d"), help="run only these parts")
-    args = parser.parse_args()
-    cluster = None
-    if args.url is None:
-        cluster = Cluster()
-        cluster.start()
-    admin = args.url or (cluster.url if cluster else "")
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        if args.only != "abc":
-            for count in (int(n) for n in args.hosts.split(",")):
-                print(f"(d) {await hosts_cost(admin, count, args.seconds)}", flush=True)
-        if args.only == "d":
-            return
-        plain = baseline(fresh_database(admin, "bench_plain"), args.events)
-        url = fresh_database(admin, "bench_hosts")
-        seed_watchers(url)
-        with tempfile.TemporaryDirectory() as tmp:
-            started = [start_sidecar(url, Path(tmp), host) for host in ("a", "b")]
-            procs = [p for p, _, _ in started]
+async def through_two_sidecars(admin: str, args: argparse.Namespace) -> None:
+    """(a) and (c): events recorded through two sidecars, and a notice from one to the other."""
+    plain = baseline(fresh_database(admin, "bench_plain"), args.events)
+    url = fresh_database(admin, "bench_hosts")
+    seed_watchers(url)
+    with tempfile.TemporaryDirectory() as tmp:
+        started = [start_sidecar(url, Path(tmp), host) for host in ("a", "b")]
+        try:
             sidecars = [(base, token) for _, base, token in started]
             rate, p99 = await sidecar_throughput(sidecars, args.events, args.clients)
             print(
@@ -324,17 +341,43 @@ async def main() -> None:
                 f"(c) event on A to notice on B's stream: p50 {statistics.median(lat) * 1000:.0f}"
                 f" ms, p99 {q[98] * 1000:.0f} ms over {len(lat)} notices (target p99 < 1000 ms)"
             )
-        p50, p99c = await changes_since(
-            fresh_database(admin, "bench_changes"), args.rows, args.samples
-        )
-        print(
-            f"(b) changesSince at {args.rows:,} rows: p50 {p50:.2f} ms, p99 {p99c:.2f} ms"
-            " (target p99 < 2 ms)"
-        )
+        finally:
+            for proc, _, _ in started:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a PostgreSQL server to use (default: a throwaway one)")
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--hosts", default="1,2,4,8", help="(d): the sidecar counts")
+    parser.add_argument("--seconds", type=float, default=20, help="(d): turns flow this long")
+    parser.add_argument("--only", choices=("abc", "b", "d"), help="run only these parts")
+    args = parser.parse_args()
+    cluster = None
+    if args.url is None:
+        cluster = Cluster()
+        cluster.start()
+    admin = args.url or (cluster.url if cluster else "")
+    try:
+        if args.only in (None, "d"):
+            for count in (int(n) for n in args.hosts.split(",")):
+                print(f"(d) {await hosts_cost(admin, count, args.seconds)}", flush=True)
+        if args.only == "d":
+            return
+        if args.only != "b":
+            await through_two_sidecars(admin, args)
+        ways = await changes_since(fresh_database(admin, "bench_changes"), args.rows, args.samples)
+        for name, (p50, p99c) in ways.items():
+            print(
+                f"(b) changesSince at {args.rows:,} rows, {name}: p50 {p50:.2f} ms,"
+                f" p99 {p99c:.2f} ms (target p99 < 2 ms)"
+            )
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=30)
         if cluster is not None:
             cluster.destroy()
 

@@ -80,6 +80,12 @@ DEAD_PEER: dict[str, Any] = {
     "keepalives_interval": 1,
     "keepalives_count": 3,
 }
+# psycopg prepares a statement run five times on a connection, and PostgreSQL may then
+# settle on a generic plan, one for any values: for changesSince that plan walks the whole
+# log in sequence order to find a session with few events (7.5 ms at 50,000 rows, where a
+# plan for the values at hand reads its two rows: bench/hosts.py (b)). Each statement is
+# planned for its values, as an unprepared one is.
+CUSTOM_PLANS = "-c plan_cache_mode=force_custom_plan"
 LISTEN_BACKOFF_S = (0.2, 5.0)
 FLAP_S = 5.0  # an outage said again this soon after it ended is said at INFO
 
@@ -135,6 +141,7 @@ class PgStore:
         url: str,
         writers: ConnectionPool,
         readers: ConnectionPool,
+        answers: ConnectionPool,
         clock: Clock,
         on_error: Callable[[], None] | None = None,
     ) -> None:
@@ -151,6 +158,7 @@ class PgStore:
         self.watches_changes = False  # a NOTIFY wakes it; its poll stays the safety net
         self._writers = writers
         self._readers = readers
+        self._answers = answers  # single statements (peek(single=True)): changesSince
         self._changes = Pulse()  # beats at every change of another store heard: the version
         self._token = secrets.token_hex(8)  # this store's change notices carry it
         self._down = False  # an outage is said once, and its end once
@@ -183,7 +191,7 @@ class PgStore:
             kwargs={
                 **common,
                 "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"
-                f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS}",
+                f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS} {CUSTOM_PLANS}",
             },
         )
         readers = ConnectionPool(
@@ -195,10 +203,23 @@ class PgStore:
             kwargs={
                 **common,
                 "options": "-c default_transaction_isolation=repeatable\\ read"
-                " -c default_transaction_read_only=on",
+                f" -c default_transaction_read_only=on {CUSTOM_PLANS}",
             },
         )
-        store = cls(url, writers, readers, clock, on_error)
+        # One statement a snapshot by itself (changesSince): no BEGIN and COMMIT around it
+        answers = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=2,
+            open=False,
+            reconnect_timeout=CONNECT_TIMEOUT_S,
+            kwargs={
+                **common,
+                "autocommit": True,
+                "options": f"-c default_transaction_read_only=on {CUSTOM_PLANS}",
+            },
+        )
+        store = cls(url, writers, readers, answers, clock, on_error)
         try:
             await asyncio.to_thread(store._open_pools)
             if await store.read(schema_version) < SCHEMA_VERSION:  # else opening writes nothing
@@ -223,7 +244,7 @@ class PgStore:
             psycopg.connect(
                 self.url, connect_timeout=int(CONNECT_TIMEOUT_S), application_name="sessionwatch"
             ).close()
-            for pool in (self._writers, self._readers):
+            for pool in self._pools:
                 pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except (PoolTimeout, psycopg.Error) as exc:
             cause = without_password(" ".join(str(exc).split()))
@@ -243,9 +264,9 @@ class PgStore:
         return await asyncio.to_thread(self._read, fn)
 
     async def peek(self, fn: Callable[[Conn], T], *, single: bool = False) -> T:
-        """``single``: one statement, its own snapshot, so no BEGIN and COMMIT around it
-        (two round trips of the three)."""
-        return await asyncio.to_thread(self._read, fn, single)
+        """``single``: one statement, its own snapshot, on a connection of the answers'
+        pool (no transaction around it)."""
+        return await asyncio.to_thread(self._read, fn, self._answers if single else self._readers)
 
     def version(self) -> int | None:
         """A counter that moves with every commit of another store (see the module
@@ -267,7 +288,7 @@ class PgStore:
         await asyncio.to_thread(self._close_pools)
 
     def _close_pools(self) -> None:
-        for pool in (self._writers, self._readers):
+        for pool in self._pools:
             with contextlib.suppress(Exception):
                 pool.close(timeout=1.0)
 
@@ -324,7 +345,11 @@ class PgStore:
         except Exception as exc:  # the caller's own error (BadInput, a bug): its own
             return (False, exc)
 
-    def _read(self, fn: Callable[[Conn], T], single: bool = False) -> T:
+    @property
+    def _pools(self) -> tuple[ConnectionPool, ...]:
+        return (self._writers, self._readers, self._answers)
+
+    def _read(self, fn: Callable[[Conn], T], pool: ConnectionPool | None = None) -> T:
         """``fn`` in a read-only transaction. A read whose connection turns out dead (the
         server ended it while it sat idle in the pool: a restart, an administrator) runs
         once more on a fresh one, once the pool has let go of its other dead ones; a read
@@ -332,8 +357,7 @@ class PgStore:
         retried = False
         while True:
             try:
-                with self._readers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
-                    conn.autocommit = single  # the pool hands out idle connections
+                with (pool or self._readers).connection(timeout=CONNECT_TIMEOUT_S) as conn:
                     try:
                         result = fn(PgConn(conn, self._now_sql))
                     except psycopg.OperationalError:
@@ -344,7 +368,7 @@ class PgStore:
                 return result
             except _Retry:
                 retried = True
-                self._readers.check()
+                (pool or self._readers).check()
             except SessionwatchError:
                 raise
             except (psycopg.Error, PoolTimeout) as exc:
