@@ -204,6 +204,26 @@ def test_no_module_outside_the_adapters_names_an_upstream_kind() -> None:
         assert not named, f"{path.relative_to(ROOT)} names {sorted(named)}"
 
 
+def test_every_write_goes_through_commits() -> None:
+    """Only :class:`~monitor.kernel.commits.Commits` (and the stores' own modules) calls a
+    store's ``write``: every write transaction then publishes ``StoreWritten`` and the
+    changes it names, by construction."""
+    found = []
+    for package in ("monitor", "adapters"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = path.relative_to(ROOT).as_posix()
+            if where == "monitor/kernel/commits.py" or where.startswith("monitor/kernel/store/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                owner = node.func.value
+                named = getattr(owner, "attr", None) or getattr(owner, "id", "")
+                if node.func.attr == "write" and named.lstrip("_").endswith("store"):
+                    found.append(f"{where}:{node.lineno}")
+    assert [] == found
+
+
 MAX_CLASS_LINES = 300
 
 

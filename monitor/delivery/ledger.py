@@ -56,9 +56,10 @@ if TYPE_CHECKING:
 
     from monitor.delivery.hooks import WakeAnswer
     from monitor.kernel import Kernel
+    from monitor.kernel.commits import Commits
     from monitor.kernel.notices import Notice
     from monitor.kernel.outbox import OutboxRow
-    from monitor.kernel.store.protocol import StateStore
+    from monitor.kernel.recorder import Recorder
     from monitor.metrics import Metrics
 
 log = LazyLogger(__name__)
@@ -113,6 +114,19 @@ class StoreRetry:
         self.backoff.reset()
 
 
+def _settling(entry: OutboxRow, result: str) -> Callable[[Recorder], bool]:
+    """The transaction that records a call's outcome; whether the notice counts as
+    delivered. An acknowledgement is named to the commit (delivery hears it on the bus)."""
+
+    def run(r: Recorder) -> bool:
+        delivered, reopened = claims.settle(r.conn, entry, result)
+        if delivered:
+            r.acknowledge(reopened)
+        return delivered
+
+    return run
+
+
 def _capped(left_ms: int, cap_ms: int) -> float:
     """Seconds of a wait the store's clock measured, never more than ``cap_ms`` (a clock
     that stepped back does not stretch a wait), timed here on the monotonic clock."""
@@ -136,13 +150,14 @@ class Delivery:
         lease_ms: int = LEASE_MS,
         holder: str | None = None,
         others: bool = True,
-        store: StateStore | None = None,
+        commits: Commits | None = None,
     ) -> None:
         """``others``: also deliver what other processes opened (False: this process's
-        notices only, a test on a manual clock). ``store``: what the ledger is written
-        through, the kernel's unless given (a test's store that refuses on cue)."""
+        notices only, a test on a manual clock). ``commits``: what the ledger is written
+        through, the kernel's unless given (a test's, on a store that refuses on cue)."""
         self.kernel = kernel
-        self.store = store or kernel.store
+        self.commits = commits or kernel.commits
+        self.store = self.commits.store
         self.others = others
         self.sender = sender
         self.metrics = metrics
@@ -183,7 +198,7 @@ class Delivery:
         stack.push_async_callback(self.close)
         stack.enter_context(bus.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
         if not self.store.shared:  # the one serve on this database: old leases were ours
-            await self.store.write(claims.release_all, small=True)
+            await self.commits.write(claims.release_all, small=True)
         self.look()  # what a restart, a crashed peer or a one-shot command left to wake
         if self.others:
             stack.enter_context(bus.subscribe(StoreMoved, lambda _: self.look()))
@@ -245,7 +260,7 @@ class Delivery:
                 self._after(watcher, left)
                 return
         try:
-            got = await self.store.write(
+            got = await self.commits.write(
                 lambda conn: claims.claim(
                     conn,
                     watcher,
@@ -318,9 +333,7 @@ class Delivery:
         accepted is never sent again for want of its acknowledgement, unless this process
         dies first (then the taker's one repeat). False when it was kept."""
         try:
-            delivered, reopened = await self.store.write(
-                lambda conn: claims.settle(conn, entry, result), small=True
-            )
+            delivered = await self.commits.commit(_settling(entry, result), small=True)
         except SessionwatchError as exc:
             self._unsettled.setdefault(entry.watcher, []).append((entry, result))
             self._store.refused("could not record a wake's outcome", exc)
@@ -331,7 +344,6 @@ class Delivery:
                 self._gave_up([entry])
             elif self.metrics:
                 self.metrics.notices_woken.inc()
-            self.kernel.acknowledged(reopened)  # delivery hears it back on the bus
         return True
 
     async def _settle_kept(self, watcher: str) -> bool:
@@ -353,7 +365,7 @@ class Delivery:
         async def still() -> bool:
             began = self.timers.monotonic()
             try:
-                answer: claims.Hold = await self.store.write(
+                answer: claims.Hold = await self.commits.write(
                     lambda conn: claims.hold(
                         conn,
                         entry,
@@ -388,7 +400,7 @@ class Delivery:
 
     async def _release(self, watcher: str) -> None:
         try:
-            await self.store.write(
+            await self.commits.write(
                 lambda conn: claims.release(conn, watcher, self.holder), small=True
             )
         except SessionwatchError as exc:  # it expires on its own

@@ -1,10 +1,13 @@
-"""The kernel's write transactions, and what each one changed, said once on the bus.
+"""The one writer: every write transaction of the service, and what each one changed, said
+once on the bus.
 
 :class:`Commits` runs a transaction through a :class:`Recorder` (every event is recorded
-that way, whoever records it), then counts what was recorded, publishes what changed and
-runs retention when it is due. The kernel and its parts (the gateway's sessions, delivery
-through :meth:`Kernel.acknowledged`) commit through the one instance the kernel holds: none
-of them holds the kernel.
+that way, whoever records it), then publishes :class:`StoreWritten` and what the
+transaction named (the events, the notices it opened or acknowledged, the watches), counts
+what was recorded and runs retention when it is due. A transaction that failed publishes
+nothing. The kernel and its parts (the gateway's sessions, retention) and delivery's
+ledger commit through the one instance the kernel holds: none of them calls the store's
+``write`` (tests/test_layers.py checks it).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from monitor.kernel.bus import (
     WatchesChanged,
 )
 from monitor.kernel.recorder import Recorder
+from monitor.kernel.retention import Retention
 
 TYPE_CHECKING = False
 
@@ -25,9 +29,7 @@ if TYPE_CHECKING:
     from typing import TypeVar
 
     from monitor.kernel.bus import Bus
-    from monitor.kernel.notices import Notice
     from monitor.kernel.policy import WatchPolicy
-    from monitor.kernel.retention import Retention
     from monitor.kernel.store.protocol import Conn, StateStore
     from monitor.metrics import Metrics
 
@@ -40,17 +42,12 @@ class Commits:
     """Write transactions on ``store``, routed by ``policy``; their changes on ``bus``."""
 
     def __init__(
-        self,
-        store: StateStore,
-        policy: WatchPolicy,
-        bus: Bus,
-        retention: Retention,
-        metrics: Metrics | None = None,
+        self, store: StateStore, policy: WatchPolicy, bus: Bus, metrics: Metrics | None = None
     ) -> None:
         self.store = store
         self.policy = policy
         self.bus = bus
-        self.retention = retention
+        self.retention = Retention(self)
         self.metrics = metrics
 
     async def commit(
@@ -68,40 +65,30 @@ class Commits:
             return fn(recorder)
 
         result = await self.store.write(run, small=small)
-        self.bus.publish(_WRITTEN)  # whatever it wrote (a link, a lease, a mark)
-        if recorder.recorded:
-            self._observe(recorder)
-            if self.retention.due(now):  # the hot path awaits nothing more
-                await self.retention.when_due(now)
+        self._observe(recorder)
+        if recorder.recorded and self.retention.due(now):  # the hot path awaits nothing more
+            await self.retention.when_due(now)
         return result
+
+    async def write(self, fn: Callable[[Conn], T], *, small: bool = False) -> T:
+        """A write transaction that records no event and names no change but itself."""
+        return await self.commit(lambda r: fn(r.conn), small=small)
 
     def _observe(self, recorder: Recorder) -> None:
         """After a commit: count what was recorded, and publish what it changed."""
+        self.bus.publish(_WRITTEN)  # whatever it wrote (a link, a lease, a mark)
         fresh = [r for r in recorder.recorded if not r.duplicate]
-        if not fresh:
-            return
-        if self.metrics:
-            for r in fresh:
-                self.metrics.recorded(r.event.kind, len(r.notices))
-        if self.bus.wants(EventsRecorded):  # the hot path builds nothing for no one
-            self.bus.publish(EventsRecorded(tuple(fresh)))
-        self.opened([n for r in fresh for n in r.notices])
+        if fresh:
+            if self.metrics:
+                for r in fresh:
+                    self.metrics.recorded(r.event.kind, len(r.notices))
+            if self.bus.wants(EventsRecorded):  # the hot path builds nothing for no one
+                self.bus.publish(EventsRecorded(tuple(fresh)))
+        opened = [n for r in fresh for n in r.notices] + recorder.opened
+        if recorder.acknowledged is not None:
+            self.bus.publish(NoticesAcknowledged(tuple(recorder.acknowledged)))
+            opened += recorder.acknowledged
+        if opened:
+            self.bus.publish(NoticesOpened(tuple(opened)))
         if recorder.watches_changed:
-            self.watches_changed()
-
-    def opened(self, notices: list[Notice]) -> None:
-        """Notices opened outside :meth:`commit` (reopened, or found at start-up)."""
-        if notices:
-            self.bus.publish(NoticesOpened(tuple(notices)))
-
-    def acknowledged(self, reopened: list[Notice]) -> None:
-        """After a commit that acknowledged notices (``outbox.acknowledge``: a drain, a wake
-        the gateway accepted), whichever part made it: what is pending changed, and the
-        notices the acknowledgement reopened (work that came after a notice froze) are
-        opened, for delivery and the readers alike."""
-        self.bus.publish(NoticesAcknowledged(tuple(reopened)))
-        self.opened(reopened)
-
-    def watches_changed(self) -> None:
-        """Which sessions are watched may have changed (a watch, a reset, a deletion)."""
-        self.bus.publish(WatchesChanged())
+            self.bus.publish(WatchesChanged())

@@ -60,7 +60,7 @@ class GatewaySessions:
         agent = resolve_agent(k, agent_id)
         now = self.store.clock()
         keep = self.settings.own_text_limit if limit is None else limit
-        await self.store.write(
+        await self.commits.write(
             lambda conn: sessions.remember_own(conn, k, agent, digest, now, keep)
         )
         return keep
@@ -125,12 +125,12 @@ class GatewaySessions:
                 " (agent:<agentId>:<rest>)"
             )
 
-        def run(conn: Conn) -> None:
-            cursors.delete_watcher_cursors(conn, k)
-            sessions.forget_session_own(conn, k)
+        def run(r: Recorder) -> None:
+            cursors.delete_watcher_cursors(r.conn, k)
+            sessions.forget_session_own(r.conn, k)
+            r.watches_changed = True
 
-        await self.store.write(run)
-        self.commits.watches_changed()
+        await self.commits.commit(run)
 
     async def delete(self, key: str, *, agent_id: str | None = None) -> None:
         """Delete a session: its events, head, cursors on both sides, our rows, and what the
@@ -143,12 +143,12 @@ class GatewaySessions:
             )
         scope, params = session_scope(k, agent_id)
 
-        def run(conn: Conn) -> None:
-            cursors.delete_session_cursors(conn, k)
-            delete_session_log(conn, scope, params)
-            sessions.delete_sessions(conn, scope, params)
+        def run(r: Recorder) -> None:
+            cursors.delete_session_cursors(r.conn, k)
+            delete_session_log(r.conn, scope, params)
+            sessions.delete_sessions(r.conn, scope, params)
             for deleter in self._on_delete:
-                deleter(conn, scope, params)
+                deleter(r.conn, scope, params)
+            r.watches_changed = True
 
-        await self.store.write(run)
-        self.commits.watches_changed()
+        await self.commits.commit(run)

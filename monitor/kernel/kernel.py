@@ -72,7 +72,6 @@ class Kernel(Views):
         self.bus = bus or Bus()  # what each commit changed, for the parts that act on it
         self.changes = ChangeHub(store, self.bus)  # the one watcher of others' commits
         self.metrics = metrics
-        self.retention = retention.Retention(store)
         # pending notices an upgrade could not tell from the gateway's own (see sweep)
         self.undecided_notices = 0
         self.policy = WatchPolicy(
@@ -83,7 +82,8 @@ class Kernel(Views):
                 settings.store_path_template,
             ),
         )
-        self.commits = Commits(store, self.policy, self.bus, self.retention, metrics)
+        self.commits = Commits(store, self.policy, self.bus, metrics)
+        self.retention = self.commits.retention
         # the gateway's sessions: what the sidecar knows of them, their own messages, resets
         # and deletions
         self.gateway_sessions = GatewaySessions(self.commits, settings, on_delete)
@@ -129,7 +129,7 @@ class Kernel(Views):
             )
             kernel.retention.next_at = last + retention.PRUNE_INTERVAL_MS
             if legacy:
-                await store.write(kernel._migrate_legacy_store_paths)
+                await kernel.commits.write(kernel._migrate_legacy_store_paths)
         except BaseException:
             await store.close()
             raise
@@ -150,15 +150,6 @@ class Kernel(Views):
     ) -> T:
         """One write transaction of a layer above (see :meth:`Commits.commit`)."""
         return await self.commits.commit(fn, small=small, now=now)
-
-    def acknowledged(self, reopened: list[Notice]) -> None:
-        """After a commit that acknowledged notices, a drain's or a delivered wake's (see
-        :meth:`Commits.acknowledged`)."""
-        self.commits.acknowledged(reopened)
-
-    def watches_changed(self) -> None:
-        """Which sessions are watched may have changed (a watch, a reset, a deletion)."""
-        self.commits.watches_changed()
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on a read snapshot."""
@@ -204,8 +195,10 @@ class Kernel(Views):
             return False
         provenance = PROVENANCE_AMBIENT if ambient else PROVENANCE_EXPLICIT
         now = self.clock()
-        watched = await self.store.write(
-            lambda conn: cursors.register_watch(
+
+        def run(r: Recorder) -> bool:
+            conn = r.conn
+            r.watches_changed = cursors.register_watch(
                 conn,
                 watcher=w,
                 target=t,
@@ -214,10 +207,9 @@ class Kernel(Views):
                 now=now,
                 head_of=lambda key, agent: read_head(conn, key, agent)[0],
             )
-        )
-        if watched:
-            self.watches_changed()
-        return watched
+            return r.watches_changed
+
+        return await self.commits.commit(run)
 
     def why_not_watched(self, watcher: str, target: str, *, ambient: bool = False) -> str | None:
         """The reason a watch of ``target`` by ``watcher`` answers false, in words."""
@@ -247,19 +239,21 @@ class Kernel(Views):
         path = self.policy.store_path(store_path, w)
         now = self.clock()
 
-        reopened: list[Notice] = []
-
-        def run(conn: Conn) -> Inbox:
+        def read(conn: Conn) -> Inbox:
             pending = cursors.list_pending(conn, watcher=w, store_path=path)
-            if drain:
-                reopened[:] = outbox.acknowledge(conn, pending, now)
-            return Inbox([c.notice() for c in pending], created_text(conn, w, drain=drain))
+            return Inbox([c.notice() for c in pending], created_text(conn, w))
 
-        inbox = await (self.store.write(run) if drain else self.store.peek(run))
-        if drain:
-            if self.metrics:
-                self.metrics.notices_drained.inc(len(inbox.notices))
-            self.acknowledged(reopened)
+        if not drain:
+            return await self.store.peek(read)
+
+        def take(r: Recorder) -> Inbox:
+            pending = cursors.list_pending(r.conn, watcher=w, store_path=path)
+            r.acknowledge(outbox.acknowledge(r.conn, pending, now))
+            return Inbox([c.notice() for c in pending], created_text(r.conn, w, drain=True))
+
+        inbox = await self.commits.commit(take)
+        if self.metrics:
+            self.metrics.notices_drained.inc(len(inbox.notices))
         return inbox
 
     async def follow(
@@ -290,12 +284,12 @@ class Kernel(Views):
 
         now = self.clock()
 
-        def run(conn: Conn) -> tuple[list[Notice], list[Notice], int]:
+        def run(r: Recorder) -> tuple[list[Notice], int]:
+            conn = r.conn
             outbox.append(conn, cursors.heal_unfrozen(conn), now)
             every = [c.notice() for c in cursors.list_pending(conn)]
-            ours = [c.notice() for c in cursors.list_pending(conn, opened_here=True)]
-            return every, ours, cursors.undecided_legacy(conn)
+            r.open([c.notice() for c in cursors.list_pending(conn, opened_here=True)])
+            return every, cursors.undecided_legacy(conn)
 
-        pending, ours, self.undecided_notices = await self.store.write(run)
-        self.commits.opened(ours)
+        pending, self.undecided_notices = await self.commits.commit(run)
         return pending

@@ -7,6 +7,7 @@ from monitor.kernel.signal_log import record_event
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from monitor.kernel.notices import Notice
     from monitor.kernel.policy import WatchPolicy
     from monitor.kernel.signal_log import EventDraft, Recorded
     from monitor.kernel.store.protocol import Conn
@@ -14,7 +15,9 @@ if TYPE_CHECKING:
 
 class Recorder:
     """Records events inside a :meth:`Kernel.commit` transaction, each routed by the watch
-    policy; the kernel observes what was recorded once the transaction committed."""
+    policy, and what else the transaction changed that the parts act on (notices opened or
+    acknowledged, watches); :class:`~monitor.kernel.commits.Commits` publishes all of it
+    once the transaction committed, and nothing of a transaction that did not."""
 
     conn: Conn  # the transaction's connection, from :meth:`start`
 
@@ -22,6 +25,8 @@ class Recorder:
         self.now = now
         self.recorded: list[Recorded] = []
         self.watches_changed = False  # a spawn or an ambient watch armed a cursor
+        self.opened: list[Notice] = []  # notices opened other than by an event
+        self.acknowledged: list[Notice] | None = None  # what an acknowledgement reopened
         self._policy = policy
 
     def begin(self, conn: Conn) -> None:
@@ -29,6 +34,18 @@ class Recorder:
         self.conn = conn
         self.recorded = []
         self.watches_changed = False
+        self.opened = []
+        self.acknowledged = None
+
+    def open(self, notices: list[Notice]) -> None:
+        """Notices this transaction opened other than by an event (found at start-up)."""
+        self.opened.extend(notices)
+
+    def acknowledge(self, reopened: list[Notice]) -> None:
+        """This transaction acknowledged notices (``outbox.acknowledge``: a drain, a wake
+        the gateway accepted): what is pending changed, and ``reopened`` (work that came
+        after a notice froze) opened."""
+        self.acknowledged = [*(self.acknowledged or []), *reopened]
 
     def __call__(self, draft: EventDraft) -> Recorded:
         route = self._policy.route(draft.row)  # the policy's decision, acted on here

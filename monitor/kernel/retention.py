@@ -16,7 +16,8 @@ from monitor.records import NamedTuple
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from monitor.kernel.store.protocol import Conn, StateStore
+    from monitor.kernel.commits import Commits
+    from monitor.kernel.store.protocol import Conn
 
 log = LazyLogger(__name__)
 
@@ -58,13 +59,14 @@ class Retention:
     after a recording and from the running service's schedule, so that a log others write
     to (the gateway) is pruned too; a failure is said and waits for the next hour."""
 
-    def __init__(self, store: StateStore) -> None:
-        self.store = store
+    def __init__(self, commits: Commits) -> None:
+        self.commits = commits
+        self.store = commits.store
         self.next_at = 0  # the kernel sets it from last_prune_at when it opens
 
     async def prune(self, now: int | None = None) -> PruneResult:
         at = self.store.clock() if now is None else now
-        result: PruneResult = await self.store.write(lambda conn: prune(conn, at))
+        result: PruneResult = await self.commits.write(lambda conn: prune(conn, at))
         self.next_at = at + PRUNE_INTERVAL_MS
         return result
 

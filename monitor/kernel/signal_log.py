@@ -448,7 +448,8 @@ def status_answer(conn: Conn, key: str, agent_id: str, since: int) -> bytes:
     also reads the head, the earliest sequence and whether more follow, so no Python object
     is made per event. PostgreSQL 15 cannot check that a text is JSON without failing on
     it, so where its statement meets a payload that is not JSON, the answer is made in
-    Python from the rows (in a transaction of its own), as :func:`status_object` makes it.
+    Python from the rows (in a transaction of its own: on PostgreSQL it runs as a
+    single-statement peek, outside one), as :func:`status_object` makes it.
     SQLite checks each payload (``json_valid``)."""
     if isinstance(conn, sqlite3.Connection):
         row = conn.execute(_STATUS_SQLITE, (key, agent_id, since, CHANGES_LIMIT)).fetchone()
@@ -459,9 +460,7 @@ def status_answer(conn: Conn, key: str, agent_id: str, since: int) -> bytes:
         except Exception as exc:
             if getattr(exc, "sqlstate", None) != "22P02":  # invalid_text_representation
                 raise
-            # the failed statement's transaction, if any; then one snapshot of its own (a
-            # single-statement peek runs without a transaction)
-            conn.execute("ROLLBACK")
+            # one snapshot of its own: a single-statement peek runs outside a transaction
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             found = session_status(conn, key, agent_id, since)
             conn.execute("COMMIT")

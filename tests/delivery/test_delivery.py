@@ -24,6 +24,7 @@ from monitor.delivery.ledger import Delivery
 from monitor.delivery.timers import LoopTimers
 from monitor.errors import ConfigError, NotPrivate, StoreError
 from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.commits import Commits
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
@@ -114,7 +115,10 @@ async def rig(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Rig]:
     store = RefusingStore(await open_store(tmp_path / "state.db", clock=clock), timers)
     timers.stores.append(store._store)
     kernel = await Kernel.on_store(store._store, metrics=metrics)
-    delivery = Delivery(kernel, client, timers=timers, metrics=metrics, others=False, store=store)  # type: ignore[arg-type]
+    commits = Commits(store, kernel.policy, kernel.bus)
+    delivery = Delivery(
+        kernel, client, timers=timers, metrics=metrics, others=False, commits=commits
+    )
     await delivery.start(contextlib.AsyncExitStack(), kernel.bus)
     yield Rig(kernel, delivery, client, gateway, transport, timers, store, metrics, token_file)
     await delivery.close()

@@ -40,6 +40,7 @@ from monitor.delivery.hooks import READ_S, CallFailed, HooksClient, Reply
 from monitor.delivery.ledger import Delivery
 from monitor.errors import StoreError
 from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.commits import Commits
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.notices import notice_text
 from monitor.kernel.store import open_store
@@ -218,9 +219,10 @@ class Model:
             retry_s=30.0,
         )
         holder = f"sidecar-{i}-{id(store)}"
+        commits = Commits(store, kernel.policy, kernel.bus)  # type: ignore[arg-type]
         delivery = Delivery(
-            kernel, client, timers=self.timers, holder=holder, others=False, store=store
-        )  # type: ignore[arg-type]
+            kernel, client, timers=self.timers, holder=holder, others=False, commits=commits
+        )
         await delivery.start(contextlib.AsyncExitStack(), kernel.bus)
         return Sidecar(store, kernel, delivery, client)
 

@@ -173,53 +173,7 @@ class PgStore:
         cls, url: str, *, clock: Clock = now_ms, on_error: Callable[[], None] | None = None
     ) -> PgStore:
         """Connect, create or migrate the schema, and start listening for changes."""
-        common = {
-            "connect_timeout": int(CONNECT_TIMEOUT_S),
-            "application_name": "sessionwatch",
-            **DEAD_PEER,
-        }
-        # A connection the pool lost is tried again after 1, 2, 4, 8 s...: during an outage
-        # of 20 s the next attempt is 16 s away, and once the server is back every caller
-        # would time out until then. Given up after CONNECT_TIMEOUT_S, the pool connects
-        # again as soon as a caller waits, so no caller waits past its own timeout.
-        writers = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=4,
-            open=False,
-            reconnect_timeout=CONNECT_TIMEOUT_S,
-            kwargs={
-                **common,
-                "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"
-                f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS} {CUSTOM_PLANS}",
-            },
-        )
-        readers = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=4,
-            open=False,
-            reconnect_timeout=CONNECT_TIMEOUT_S,
-            kwargs={
-                **common,
-                "options": "-c default_transaction_isolation=repeatable\\ read"
-                f" -c default_transaction_read_only=on {CUSTOM_PLANS}",
-            },
-        )
-        # One statement a snapshot by itself (changesSince): no BEGIN and COMMIT around it
-        answers = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=2,
-            open=False,
-            reconnect_timeout=CONNECT_TIMEOUT_S,
-            kwargs={
-                **common,
-                "autocommit": True,
-                "options": f"-c default_transaction_read_only=on {CUSTOM_PLANS}",
-            },
-        )
-        store = cls(url, writers, readers, answers, clock, on_error)
+        store = cls(url, *_pools(url), clock, on_error)
         try:
             await asyncio.to_thread(store._open_pools)
             if await store.read(schema_version) < SCHEMA_VERSION:  # else opening writes nothing
@@ -435,6 +389,57 @@ class PgStore:
                 if backoff.fresh:  # said once per outage
                     log.warning("listening for changes on %s failed: %s; retrying", self.path, exc)
             await backoff.wait()
+
+
+def _pools(url: str) -> tuple[ConnectionPool, ConnectionPool, ConnectionPool]:
+    """The writers', the readers' and the answers' pools, not yet open."""
+    common = {
+        "connect_timeout": int(CONNECT_TIMEOUT_S),
+        "application_name": "sessionwatch",
+        **DEAD_PEER,
+    }
+    # A connection the pool lost is tried again after 1, 2, 4, 8 s...: during an outage
+    # of 20 s the next attempt is 16 s away, and once the server is back every caller
+    # would time out until then. Given up after CONNECT_TIMEOUT_S, the pool connects
+    # again as soon as a caller waits, so no caller waits past its own timeout.
+    writers = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=4,
+        open=False,
+        reconnect_timeout=CONNECT_TIMEOUT_S,
+        kwargs={
+            **common,
+            "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"
+            f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS} {CUSTOM_PLANS}",
+        },
+    )
+    readers = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=4,
+        open=False,
+        reconnect_timeout=CONNECT_TIMEOUT_S,
+        kwargs={
+            **common,
+            "options": "-c default_transaction_isolation=repeatable\\ read"
+            f" -c default_transaction_read_only=on {CUSTOM_PLANS}",
+        },
+    )
+    # One statement a snapshot by itself (changesSince): no BEGIN and COMMIT around it
+    answers = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=2,
+        open=False,
+        reconnect_timeout=CONNECT_TIMEOUT_S,
+        kwargs={
+            **common,
+            "autocommit": True,
+            "options": f"-c default_transaction_read_only=on {CUSTOM_PLANS}",
+        },
+    )
+    return writers, readers, answers
 
 
 class _Retry(Exception):
