@@ -393,53 +393,44 @@ class PgStore:
 
 def _pools(url: str) -> tuple[ConnectionPool, ConnectionPool, ConnectionPool]:
     """The writers', the readers' and the answers' pools, not yet open."""
-    common = {
-        "connect_timeout": int(CONNECT_TIMEOUT_S),
-        "application_name": "sessionwatch",
-        **DEAD_PEER,
-    }
-    # A connection the pool lost is tried again after 1, 2, 4, 8 s...: during an outage
-    # of 20 s the next attempt is 16 s away, and once the server is back every caller
-    # would time out until then. Given up after CONNECT_TIMEOUT_S, the pool connects
-    # again as soon as a caller waits, so no caller waits past its own timeout.
-    writers = ConnectionPool(
+    writers = _pool(
         url,
-        min_size=1,
-        max_size=4,
-        open=False,
-        reconnect_timeout=CONNECT_TIMEOUT_S,
-        kwargs={
-            **common,
-            "options": f"-c lock_timeout={WRITE_TIMEOUT_MS}"
-            f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS} {CUSTOM_PLANS}",
-        },
+        4,
+        options=f"-c lock_timeout={WRITE_TIMEOUT_MS}"
+        f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS} {CUSTOM_PLANS}",
     )
-    readers = ConnectionPool(
+    readers = _pool(
         url,
-        min_size=1,
-        max_size=4,
-        open=False,
-        reconnect_timeout=CONNECT_TIMEOUT_S,
-        kwargs={
-            **common,
-            "options": "-c default_transaction_isolation=repeatable\\ read"
-            f" -c default_transaction_read_only=on {CUSTOM_PLANS}",
-        },
+        4,
+        options="-c default_transaction_isolation=repeatable\\ read"
+        f" -c default_transaction_read_only=on {CUSTOM_PLANS}",
     )
     # One statement a snapshot by itself (changesSince): no BEGIN and COMMIT around it
-    answers = ConnectionPool(
+    answers = _pool(
+        url, 2, autocommit=True, options=f"-c default_transaction_read_only=on {CUSTOM_PLANS}"
+    )
+    return writers, readers, answers
+
+
+def _pool(url: str, size: int, **kwargs: Any) -> ConnectionPool:
+    """A pool of up to ``size`` connections with ``kwargs``. A connection the pool lost is
+    tried again after 1, 2, 4, 8 s...: during an outage of 20 s the next attempt is 16 s
+    away, and once the server is back every caller would time out until then. Given up
+    after CONNECT_TIMEOUT_S, the pool connects again as soon as a caller waits, so no
+    caller waits past its own timeout."""
+    return ConnectionPool(
         url,
         min_size=1,
-        max_size=2,
+        max_size=size,
         open=False,
         reconnect_timeout=CONNECT_TIMEOUT_S,
         kwargs={
-            **common,
-            "autocommit": True,
-            "options": f"-c default_transaction_read_only=on {CUSTOM_PLANS}",
+            "connect_timeout": int(CONNECT_TIMEOUT_S),
+            "application_name": "sessionwatch",
+            **DEAD_PEER,
+            **kwargs,
         },
     )
-    return writers, readers, answers
 
 
 class _Retry(Exception):
