@@ -11,17 +11,11 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from adapters.base import Adapter, DatabaseNodeReader, FileNodeReader, Settings
 from monitor.errors import BadInput, did_you_mean
 from monitor.records import NamedTuple
-
-if TYPE_CHECKING:  # the node readers the registry names are what they must be
-    from adapters import jsonl_node, opencode_node
-
-    _FILE_READER: FileNodeReader = jsonl_node
-    _DATABASE_READER: DatabaseNodeReader = opencode_node
 
 LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
 GATEWAY_HOST_PREFIX = "gateway:"

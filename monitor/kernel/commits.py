@@ -47,7 +47,7 @@ class Commits:
         self.store = store
         self.policy = policy
         self.bus = bus
-        self.retention = Retention(self)
+        self.retention = Retention(self.write, store.clock)
         self.metrics = metrics
 
     async def commit(

@@ -16,8 +16,12 @@ from monitor.records import NamedTuple
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from monitor.kernel.commits import Commits
+    from collections.abc import Awaitable, Callable
+
+    from monitor.clock import Clock
     from monitor.kernel.store.protocol import Conn
+
+    Write = Callable[[Callable[[Conn], "PruneResult"]], Awaitable["PruneResult"]]
 
 log = LazyLogger(__name__)
 
@@ -59,14 +63,15 @@ class Retention:
     after a recording and from the running service's schedule, so that a log others write
     to (the gateway) is pruned too; a failure is said and waits for the next hour."""
 
-    def __init__(self, commits: Commits) -> None:
-        self.commits = commits
-        self.store = commits.store
+    def __init__(self, write: Write, clock: Clock) -> None:
+        """``write``: how a prune is committed (:meth:`Commits.write`)."""
+        self.write = write
+        self.clock = clock
         self.next_at = 0  # the kernel sets it from last_prune_at when it opens
 
     async def prune(self, now: int | None = None) -> PruneResult:
-        at = self.store.clock() if now is None else now
-        result: PruneResult = await self.commits.write(lambda conn: prune(conn, at))
+        at = self.clock() if now is None else now
+        result = await self.write(lambda conn: prune(conn, at))
         self.next_at = at + PRUNE_INTERVAL_MS
         return result
 
@@ -77,7 +82,7 @@ class Retention:
 
     async def when_due(self, now: int | None = None) -> None:
         """Prune when an hour has passed since the last time."""
-        at = self.store.clock() if now is None else now
+        at = self.clock() if now is None else now
         if not self.due(at):
             return
         self.next_at = at + PRUNE_INTERVAL_MS
