@@ -78,6 +78,7 @@ class Host:
     proxy: Proxy
     clock: Path  # libfaketime's offset file
     proc: subprocess.Popen[bytes] | None = None
+    log_from: int = 0  # where its log stood when it was last started
     paused: bool = False
     cut: tuple[str, ...] = ()
 
@@ -163,6 +164,7 @@ class Chaos:
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         }
         log = host.home / "serve.log"
+        host.log_from = log.stat().st_size if log.exists() else 0
         config = str(self.config(host))
         argv = [sys.executable, "-m", "monitor", "--db", self.db, "--config", config]
         with log.open("ab") as out:
@@ -171,14 +173,14 @@ class Chaos:
             )
 
     def serving(self, host: Host) -> bool:
-        log = (host.home / "serve.log").read_bytes()
-        if host.proc is not None and host.proc.poll() is not None:
+        """Whether the host's last start is serving (False while it is down)."""
+        if host.proc is None:
+            return False
+        log = (host.home / "serve.log").read_bytes()[host.log_from :]
+        if host.proc.poll() is not None and host.proc.returncode != -signal.SIGKILL:
             tail = log.decode(errors="replace").splitlines()[-5:]
             raise AssertionError(f"serve {host.name} exited: {tail}")
-        return log.count(b"sessionwatch serving") >= self.starts(host)
-
-    def starts(self, host: Host) -> int:
-        return sum(1 for t, what in self.record.faults if what == f"start {host.name}")
+        return b"sessionwatch serving" in log
 
     # -- faults ------------------------------------------------------------------------
 
@@ -271,7 +273,13 @@ class Chaos:
             def again() -> None:
                 self._fault(f"start {host.name}")
                 self.start(host)
-                wait_for(f"{host.name} serving again", lambda: self.serving(host), 60)
+                proc = host.proc
+                # serving, unless killed again meanwhile (a kill mid-start)
+                wait_for(
+                    f"{host.name} serving again",
+                    lambda: host.proc is not proc or self.serving(host),
+                    60,
+                )
                 span.end = time.monotonic()
 
             self._later(hold, again)

@@ -68,9 +68,13 @@ def test_three_hosts_under_random_faults_keep_every_promise(chaos: Chaos) -> Non
     _run(chaos, float(os.environ.get("SESSIONWATCH_CHAOS_SHORT_S") or 75))
 
 
+LONG_S = float(os.environ.get("SESSIONWATCH_CHAOS_S") or 1200)
+
+
 @pytest.mark.long
+@pytest.mark.timeout(LONG_S + 600)
 def test_three_hosts_under_random_faults_for_twenty_minutes(chaos: Chaos) -> None:
-    _run(chaos, float(os.environ.get("SESSIONWATCH_CHAOS_S") or 1200))
+    _run(chaos, LONG_S)
 
 
 # Host a's write: it takes the one write lock, says so, and sits in its transaction (a
