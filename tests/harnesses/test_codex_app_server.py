@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters.codex_app_server import RolloutReader
+from adapters.codex_rollout import RolloutReader
 from tests.harnesses.drivers import CodexAppServer, text_input
 from tests.harnesses.harnesses import Harness, why_not_runnable
 from tests.harnesses.test_scenarios import SLOW_S, SlowModel

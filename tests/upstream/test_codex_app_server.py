@@ -17,13 +17,9 @@ from typing import Any
 import pytest
 
 from adapters.base import Probe, text_hash
-from adapters.codex_app_server import (
-    Message,
-    RolloutReader,
-    RolloutTurn,
-    branch_point,
-    gateway_check,
-)
+from adapters.codex_follow import branch_point
+from adapters.codex_gateway import gateway_check
+from adapters.codex_rollout import Message, RolloutReader, RolloutTurn
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex_app_server"
 LISTED: dict[str, Any] = json.loads((FIXTURES / "turns_list.json").read_text())
@@ -233,7 +229,8 @@ async def test_a_rollout_in_the_gateways_own_codex_home_is_found_by_its_binding(
     """The sidecar's Codex root is another home: the rollout the gateway's binding names
     (``rolloutPath``) leads to the gateway's home, where a revert's base is found too."""
     from adapters.base import Settings
-    from adapters.codex_app_server import build, probed_ref
+    from adapters.codex_app_server import build
+    from adapters.codex_gateway import probed_ref
 
     data = LISTED["paginated"]
     adapter = build(Settings(roots={"codex": str(tmp_path / "elsewhere" / "sessions")}))
@@ -287,7 +284,7 @@ def test_the_gateways_own_prompt_with_its_provenance_line_is_its_own() -> None:
     """The gateway's Codex plugin sends its run's prompt with a first line of provenance:
     the prompt is the gateway's, whether or not its transcript has the text yet. A person's
     text that merely mentions the line is not."""
-    from adapters.codex_app_server import _message
+    from adapters.codex_rollout import _message
 
     header = '[OpenClaw conversation info: sender={"id":"cli"}]\n'
     sent = RolloutTurn(id="B", messages=[_message([{"type": "text", "text": header + "go on"}])])

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from adapters.codex_app_server import gateway_check
+from adapters.codex_gateway import gateway_check
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
 from monitor.upstream import UpstreamMonitor, links

@@ -1,0 +1,170 @@
+"""The gateway's side of a Codex thread it adopted through the app-server: its monitor's
+check (:func:`gateway_check`, on its own marker ``{turnId, userMessageCount}``), and its
+Codex plugin's binding of a session to the thread it probes (:func:`probed_ref`,
+:func:`busy`)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+from typing import Any, NamedTuple
+
+from adapters.base import (
+    Marker,
+    Outcome,
+    Ref,
+    Turn,
+)
+from adapters.codex_rollout import Message, RolloutTurn
+
+log = logging.getLogger(__name__)
+
+
+TURN_LIMIT = 100  # the gateway's ``thread/turns/list`` page: the newest 100 turns
+
+
+class GatewayMarker(NamedTuple):
+    turn_id: str | None
+    messages: int | None  # None: the marker names no count
+
+
+def read_marker(marker: Marker) -> GatewayMarker | None:
+    """The gateway's marker, or None when it is not one the gateway would read."""
+    turn_id = marker.get("turnId")
+    if turn_id is not None and not isinstance(turn_id, str):
+        return None
+    count = marker.get("userMessageCount", None)
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        return None
+    if "turnId" not in marker:
+        return None
+    return GatewayMarker(turn_id, count)
+
+
+def own_echo(message: Message, own: frozenset[str]) -> bool:
+    """The gateway's self-echo: the message's text is one of its own recent texts, or it has
+    several blocks and each is; and a prompt its Codex plugin sent, by its provenance
+    line."""
+    if message.sent or message.joined in own:
+        return True
+    return len(message.blocks) > 1 and all(b in own for b in message.blocks)
+
+
+def gateway_check(
+    turns: list[RolloutTurn], marker: Marker, own: frozenset[str], now_ms: int
+) -> Outcome:
+    """What the gateway's monitor records for ``turns`` (oldest first) from ``marker``."""
+    window = turns[-TURN_LIMIT:][::-1]  # newest first, as the app-server pages them
+    read = read_marker(marker)
+    if read is None or not window or window[0].id is None:
+        return Outcome(status="quiet", marker=marker)
+    newest = window[0]
+    newest_count = len(newest.messages)
+    if read.turn_id == newest.id and read.messages is not None and newest_count <= read.messages:
+        return Outcome(status="quiet", marker=marker)
+    at = next((i for i, t in enumerate(window) if t.id == read.turn_id), -1)
+    candidates = window if read.turn_id is None or at < 0 else window[: at + 1]
+    found: list[Turn] = []
+    occurred: int | None = None
+    for turn in candidates:
+        seen = 0
+        if turn.id == read.turn_id:
+            seen = read.messages if read.messages is not None else len(turn.messages)
+        for message in turn.messages[seen:]:
+            if own_echo(message, own):
+                continue
+            found.append(Turn(offset=None, native_id=turn.id, text_hash=message.joined))
+            if occurred is None:
+                seconds = turn.completed_s if turn.completed_s is not None else turn.started_s
+                occurred = seconds * 1000 if seconds is not None else now_ms
+    nxt = {"turnId": newest.id, "userMessageCount": newest_count}
+    if not found:
+        return Outcome(status="quiet", marker=nxt)
+    return Outcome(
+        status="activity",
+        marker=nxt,
+        turns=found,
+        dedupe_id=f"{newest.id}:{newest_count}",
+        latest_at=occurred,
+    )
+
+
+PROBE_KEY = "probeThreadId"  # what the tick adds to a ref: the thread the gateway probes
+HINT_KEY = "rolloutPath"  # and the rollout the gateway's binding names for it, if any
+# where the gateway's Codex plugin keeps a session's binding: its plugin state
+PLUGIN_ID = "codex"
+BINDINGS = "app-server-thread-bindings"
+
+
+def binding_entry(agent_id: str, session_key: str) -> tuple[str, str, str]:
+    """The plugin state entry of a session's binding: plugin, namespace and the plugin's
+    key (``bindingStoreKey``: the agent and the session key's SHA-256, base64url)."""
+    digest = hashlib.sha256(session_key.strip().encode()).digest()
+    hashed = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return PLUGIN_ID, BINDINGS, f"session-key:{agent_id.strip()}:{hashed}"
+
+
+def probed_ref(ref: Ref, thread_id: str, stored: Any, session_id: str | None) -> Ref:
+    """The ref to read for a link on ``thread_id``, given its session's stored binding
+    (parsed) and the session's current id: with :data:`PROBE_KEY` naming the gateway's
+    branch when the gateway probes the branch, else the link's own ref.
+
+    The gateway adopts a thread "as a branch": while the branch is pending the binding names
+    the source; once its first run made the branch (``thread/start`` with ``threadSource
+    "openclaw"``, the history injected), the binding names the branch, and its monitor
+    probes it: ``connectionScope == "supervision"`` and ``supervisionSourceThreadId`` equal
+    to the link's thread give the binding's ``threadId``. A binding of another generation of
+    the session (its ``sessionId`` is not the current one) is not the session's, and
+    without a current session id the gateway probes the source too."""
+    if not session_id or not isinstance(stored, dict) or stored.get("state") != "active":
+        return ref
+    owner = stored.get("sessionId")
+    if isinstance(owner, str) and owner.strip() and owner.strip() != session_id:
+        return ref
+    binding = stored.get("binding")
+    if not isinstance(binding, dict):
+        return ref
+    bound = binding.get("threadId")
+    bound = bound.strip() if isinstance(bound, str) else ""
+    probed = thread_id
+    if (
+        binding.get("connectionScope") == "supervision"
+        and binding.get("supervisionSourceThreadId") == thread_id
+        and bound
+    ):
+        probed = bound
+    out = dict(ref)
+    if probed != thread_id:
+        out[PROBE_KEY] = probed
+    hint = binding.get("rolloutPath")
+    if bound == probed and isinstance(hint, str) and probed in os.path.basename(hint):
+        out[HINT_KEY] = hint  # where the gateway last saw the thread's rollout
+    return out
+
+
+def thread_of(ref: Ref) -> str:
+    """The thread the gateway probes: the tick's :data:`PROBE_KEY`, else the ref's own."""
+    probe = ref.get(PROBE_KEY)
+    if isinstance(probe, str) and probe:
+        return probe
+    thread = ref.get("threadId")
+    return thread if isinstance(thread, str) else ""
+
+
+def hint(ref: Ref) -> str | None:
+    hint = ref.get(HINT_KEY)
+    return hint if isinstance(hint, str) and hint else None
+
+
+def busy(stored: Any, now_ms: int) -> str | None:
+    """The gateway holds the binding's lease while it changes the session's thread (it makes
+    its branch, compacts, sets a goal), renewed while it lasts; its own monitor checks only
+    idle sessions. So the link waits meanwhile, as for any run in progress. (The prompt of
+    a run is written after the lease is released: its provenance line tells it.)"""
+    lease = stored.get("lease") if isinstance(stored, dict) else None
+    expires = lease.get("expiresAt") if isinstance(lease, dict) else None
+    if isinstance(expires, (int, float)) and not isinstance(expires, bool) and expires > now_ms:
+        return "run active: the gateway holds its Codex binding's lease"
+    return None
