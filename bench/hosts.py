@@ -45,8 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402
+from monitor.kernel.drafts import make_draft  # noqa: E402
 from monitor.kernel.events import ActorType, EventKind  # noqa: E402
-from monitor.kernel.signal_log import make_draft, record_event, status_answer  # noqa: E402
+from monitor.kernel.signal_log import record_event, status_answer  # noqa: E402
 from monitor.kernel.store.pg_schema import migrate  # noqa: E402
 from monitor.kernel.store.postgres import PgConn  # noqa: E402
 from tests.helpers import served_address  # noqa: E402

@@ -36,9 +36,10 @@ sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent
 
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel, NewEvent  # noqa: E402
+from monitor.kernel.drafts import make_draft  # noqa: E402
 from monitor.kernel.events import ActorType, EventKind  # noqa: E402
 from monitor.kernel.retention import MAX_ROWS, prune  # noqa: E402
-from monitor.kernel.signal_log import make_draft, record_event  # noqa: E402
+from monitor.kernel.signal_log import record_event  # noqa: E402
 from monitor.kernel.store.sqlite_conn import configure, run_write  # noqa: E402
 from monitor.kernel.store.sqlite_schema import migrate  # noqa: E402
 

@@ -21,8 +21,8 @@ import pytest
 
 from monitor.config import ApiConfig, Config, HostConfig, MonitorConfig, RootsConfig
 from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.drafts import Recorded
 from monitor.kernel.events import ActorType, EventKind
-from monitor.kernel.signal_log import Recorded
 from monitor.serve.root import Sidecar
 from monitor.testing import T0, ManualClock, ManualTimers, settle_loop  # noqa: F401  (the tests import them from here too)
 from tests.contract import check_answer

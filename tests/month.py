@@ -27,9 +27,9 @@ from typing import Any
 from monitor.clock import DAY_MS
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
+from monitor.kernel.drafts import make_draft
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import CURSOR_IDLE_MS, MAX_ROWS, RETENTION_MS
-from monitor.kernel.signal_log import make_draft
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases
 from monitor.web.status_page import SESSION_TTL_S, TICKET_TTL_S, Admissions

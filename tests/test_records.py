@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from monitor import records
+from monitor.kernel.drafts import NewEvent
 from monitor.kernel.events import ActorType, EventKind
-from monitor.kernel.signal_log import NewEvent
 
 BODY = '''
 from __future__ import annotations

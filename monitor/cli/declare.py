@@ -71,7 +71,7 @@ def db_path(args: Args, config: Config) -> Path | str:
 def epoch_ms(raw: str) -> int:
     """A time in ms since the epoch, up to the last millisecond of the year 9999 (what the
     API takes)."""
-    from monitor.kernel.signal_log import LAST_MS
+    from monitor.kernel.drafts import LAST_MS
 
     value = non_negative(raw)
     if value > LAST_MS:

@@ -69,7 +69,7 @@ def _adopted(answer: dict[str, Any]) -> int:
     ),
 )
 async def _record(kernel: Kernel, a: Args) -> dict[str, Any]:
-    from monitor.kernel.signal_log import NewEvent
+    from monitor.kernel.drafts import NewEvent
 
     result = await kernel.record(
         NewEvent(

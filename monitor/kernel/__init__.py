@@ -13,12 +13,12 @@ import importlib
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from monitor.kernel.drafts import NewEvent
     from monitor.kernel.kernel import Kernel
     from monitor.kernel.settings import KernelSettings
-    from monitor.kernel.signal_log import NewEvent
 
 __all__ = ["Kernel", "KernelSettings", "NewEvent"]
-_HOMES = {"Kernel": "kernel", "KernelSettings": "settings", "NewEvent": "signal_log"}
+_HOMES = {"Kernel": "kernel", "KernelSettings": "settings", "NewEvent": "drafts"}
 
 
 def __getattr__(name: str) -> object:

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from typing import Any, TypeVar
 
     from monitor.config import Config
+    from monitor.kernel.drafts import Recorded
     from monitor.kernel.notices import Notice
-    from monitor.kernel.signal_log import Recorded
 
     C = TypeVar("C", bound="Change")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from monitor.errors import BadInput
 from monitor.kernel import cursors, sessions
+from monitor.kernel.drafts import make_draft
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.keys import (
     is_internal_key,
@@ -18,7 +19,7 @@ from monitor.kernel.keys import (
 )
 from monitor.kernel.notices import queue_created
 from monitor.kernel.sessions import SessionRow
-from monitor.kernel.signal_log import delete_session_log, make_draft
+from monitor.kernel.signal_log import delete_session_log
 
 TYPE_CHECKING = False
 

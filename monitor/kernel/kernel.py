@@ -24,6 +24,7 @@ from monitor.kernel import cursors, outbox, retention
 from monitor.kernel.bus import Bus
 from monitor.kernel.changes import ChangeHub
 from monitor.kernel.commits import Commits
+from monitor.kernel.drafts import NewEvent, Recorded
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.gateway_sessions import GatewaySessions
 from monitor.kernel.keys import normalize_key, parse_agent_key
@@ -31,7 +32,7 @@ from monitor.kernel.notices import PROVENANCE_AMBIENT, PROVENANCE_EXPLICIT, Inbo
 from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.settings import KernelSettings
-from monitor.kernel.signal_log import NewEvent, Recorded, read_head
+from monitor.kernel.signal_log import read_head
 from monitor.kernel.store import open_store
 from monitor.kernel.views import Views
 from monitor.kernel.watcher_stores import LEGACY_DEFAULT, StorePathRule

@@ -7,9 +7,9 @@ from monitor.kernel.signal_log import record_event
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from monitor.kernel.drafts import EventDraft, Recorded
     from monitor.kernel.notices import Notice
     from monitor.kernel.policy import WatchPolicy
-    from monitor.kernel.signal_log import EventDraft, Recorded
     from monitor.kernel.store.protocol import Conn
 
 

@@ -17,11 +17,11 @@ from adapters.registry import LOCAL_HOST, entry, host_id_for
 from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
 from monitor.kernel import Kernel
 from monitor.kernel.bus import LinksChanged
+from monitor.kernel.drafts import make_draft
 from monitor.kernel.events import CATALOG_ID, HOST_ID, ActorType, EventKind
 from monitor.kernel.keys import normalize_key, resolve_agent
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import read_session, write_session_row
-from monitor.kernel.signal_log import make_draft
 from monitor.paths import expand_user
 from monitor.upstream.links import UpstreamLink, keys_linked_to, read_link, upsert_link
 from monitor.upstream.session_catalog import SessionCatalog

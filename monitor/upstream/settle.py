@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from adapters.base import Followed, Outcome
+from monitor.kernel.drafts import EventDraft, make_draft
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.sessions import forget_own, session_flags
-from monitor.kernel.signal_log import EventDraft, make_draft, newest_dedupe_key
+from monitor.kernel.signal_log import newest_dedupe_key
 from monitor.upstream import links
 from monitor.upstream.links import LinkState, UpstreamLink, link_state, read_link, write_link_state
 

@@ -25,10 +25,10 @@ import msgspec
 
 from adapters.registry import adoptable_names
 from monitor.errors import BadInput
-from monitor.kernel import signal_log as input_kinds
+from monitor.kernel import drafts as input_kinds
+from monitor.kernel.drafts import LAST_MS, NewEvent
 from monitor.kernel.events import MAX_INT64
 from monitor.kernel.sessions import SessionRow
-from monitor.kernel.signal_log import LAST_MS, NewEvent
 from monitor.kernel.signal_log import StateVersion as KernelStateVersion
 from monitor.records import hints
 
@@ -145,7 +145,7 @@ class Payload(msgspec.Struct, rename="camel", omit_defaults=True):
     host_id: Token | None = None
 
 
-# The wire type of each kind of input value the kernel names (see signal_log.NewEvent).
+# The wire type of each kind of input value the kernel names (see drafts.NewEvent).
 _INPUT_TYPES: dict[str, Any] = {
     input_kinds.KEY: AnyKey,
     input_kinds.IDENT: Ident,

@@ -28,8 +28,8 @@ from monitor.metrics import Metrics
 from tests.helpers import PgServer, pg_database, until
 
 if TYPE_CHECKING:
+    from monitor.kernel.drafts import Recorded
     from monitor.kernel.recorder import Recorder
-    from monitor.kernel.signal_log import Recorded
     from monitor.kernel.store.protocol import Conn
 
 

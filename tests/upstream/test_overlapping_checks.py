@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from adapters.base import Adapter, Outcome, Probe
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
+from monitor.kernel.drafts import make_draft
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.recorder import Recorder
-from monitor.kernel.signal_log import make_draft
 from monitor.upstream import UpstreamMonitor, links
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import MARKER_MOVED
