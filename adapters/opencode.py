@@ -17,12 +17,8 @@ import asyncio
 import logging
 import os
 import sqlite3
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, TypeVar
-
-import orjson
+from typing import Any, Protocol
 
 from adapters.base import (
     Adapter,
@@ -41,6 +37,18 @@ from adapters.base import (
     text_hash,
 )
 from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest
+from adapters.opencode_reads import (
+    READERS,
+    Export,
+    QueryFailed,
+    UserMessage,
+    export_user_messages,
+    newest_message,
+    read_export,
+    read_signals,
+    session_signals,
+    session_version,
+)
 from monitor.errors import BadInput, Declined, OutsideRoots, Unreachable
 
 log = logging.getLogger(__name__)
@@ -48,7 +56,6 @@ log = logging.getLogger(__name__)
 SHELL_SENTINEL = "The following tool was executed by the user"
 REPLAY_LOOKBACK = 50
 EXPORT_CONCURRENCY = 4
-QUERY_TIMEOUT_S = 1.0
 CHILD_SESSION = "an OpenCode child session (a sub-agent run) is not adoptable"
 TESTED_VERSION = "1.18.33"  # the session ``version`` tests/harnesses drives
 KNOWN_PART_TYPES = frozenset(
@@ -67,14 +74,6 @@ KNOWN_PART_TYPES = frozenset(
         "retry",
     }
 )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class UserMessage:
-    """A user message with its parts, as stored (``data`` columns parsed)."""
-
-    id: str
-    parts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _cut_mentions(text: str, parts: list[dict[str, Any]]) -> str:
@@ -186,118 +185,6 @@ def classify_user_messages(
     return Classified(turns, consumed, pending=False, compactions=compactions)
 
 
-# -- I/O --------------------------------------------------------------------------------
-
-
-def open_readonly(db_path: str) -> sqlite3.Connection:
-    if not os.path.exists(db_path):
-        raise FileNotFoundError(db_path)
-    conn = sqlite3.connect(
-        f"file:{db_path}?mode=ro", uri=True, timeout=QUERY_TIMEOUT_S, check_same_thread=False
-    )
-    conn.execute(f"PRAGMA busy_timeout = {int(QUERY_TIMEOUT_S * 1000)}")
-    return conn
-
-
-class _Held(NamedTuple):
-    """A database's connection as :class:`Readers` holds it."""
-
-    file: tuple[int, int]  # the device and inode it was opened on
-    conn: sqlite3.Connection
-    turn: threading.Lock  # one read at a time
-
-
-class Readers:
-    """One read-only connection per OpenCode database, kept open from read to read.
-
-    The last connection to a WAL database to close locks it exclusively for a moment, to
-    checkpoint its WAL away. ``opencode`` sets its journal mode before its busy timeout, so
-    one that starts in that moment fails with "database is locked": a reader that opened
-    and closed the database for each read made 3 of 15 ``opencode run`` fail; kept open,
-    none. A connection is made again when the path names another file (device and inode:
-    the one held open cannot be freed, so its number cannot come back) or a read failed."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[str, _Held] = {}
-
-    def run(self, db: str, query: Callable[[sqlite3.Connection], R]) -> R:
-        """``query`` on ``db``'s connection, one read at a time. Raises FileNotFoundError
-        (no database), OSError or ``sqlite3.Error``."""
-        try:
-            found = os.stat(db)
-        except FileNotFoundError:
-            self._drop(db)
-            raise
-        held = self._connection(db, (found.st_dev, found.st_ino))
-        try:
-            with held.turn:
-                return query(held.conn)
-        except sqlite3.Error as exc:
-            if not str(exc).startswith(SCHEMA_DRIFT):  # drift stays until OpenCode changes
-                self._drop(db, held)  # the next read opens it again
-            raise
-
-    def _connection(self, db: str, ident: tuple[int, int]) -> _Held:
-        with self._lock:
-            held = self._held.get(db)
-            if held is not None and held.file == ident:
-                return held
-        if held is not None:
-            self._drop(db, held)
-        fresh = _Held(ident, open_readonly(db), threading.Lock())
-        with self._lock:
-            self._held.setdefault(db, fresh)
-            kept = self._held[db]
-        if kept is not fresh:  # another thread made one meanwhile
-            fresh.conn.close()
-        return kept
-
-    def _drop(self, db: str, held: _Held | None = None) -> None:
-        with self._lock:
-            current = self._held.get(db)
-            if current is None or (held is not None and current is not held):
-                return
-            del self._held[db]
-        with current.turn:
-            current.conn.close()
-
-
-READERS = Readers()
-
-
-def has_event_sequence(conn: sqlite3.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'event_sequence'"
-    ).fetchone()
-    return row is not None
-
-
-SCHEMA_DRIFT = ("no such table", "no such column")  # SQLite's words for a schema it lacks
-
-
-def session_signals(conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple[Any, int]]:
-    """One query for all linked sessions: id -> (parent id, change signal)."""
-    marks = ",".join("?" * len(ids))
-    if has_event_sequence(conn):
-        sql = (
-            "SELECT s.id, s.parent_id, es.seq FROM session s LEFT JOIN event_sequence es"
-            f" ON es.aggregate_id = s.id WHERE s.id IN ({marks})"
-        )
-    else:
-        sql = f"SELECT id, parent_id, time_updated FROM session WHERE id IN ({marks})"
-    return {row[0]: (row[1], int(row[2] or 0)) for row in conn.execute(sql, ids)}
-
-
-def session_version(conn: sqlite3.Connection, session_id: str) -> str | None:
-    """The OpenCode version that wrote the session (its ``version`` column), if kept."""
-    try:
-        row = conn.execute("SELECT version FROM session WHERE id = ?", (session_id,)).fetchone()
-    except sqlite3.OperationalError:  # an older schema without the column
-        return None
-    return str(row[0]) if row and row[0] else None
-
-
 def part_drift(messages: list[UserMessage], version: str | None) -> Drift:
     """Part types of user messages no rule knows, and the session's declared version."""
     drift = Drift()
@@ -309,92 +196,6 @@ def part_drift(messages: list[UserMessage], version: str | None) -> Drift:
             if kind not in KNOWN_PART_TYPES:
                 drift.count_type(str(kind))
     return drift
-
-
-def newest_message(conn: sqlite3.Connection, session_id: str) -> str | None:
-    """The id of the session's newest message of any role."""
-    row = conn.execute("SELECT max(id) FROM message WHERE session_id = ?", (session_id,)).fetchone()
-    return str(row[0]) if row and row[0] is not None else None
-
-
-def export_user_messages(conn: sqlite3.Connection, session_id: str) -> list[UserMessage]:
-    """The session's user messages with their parts, in creation order (short reads)."""
-    rows = conn.execute(
-        "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
-        (session_id,),
-    ).fetchall()
-    users = []
-    for message_id, data in rows:
-        try:
-            info = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(info, dict) and info.get("role") == "user":
-            users.append(message_id)
-    parts: dict[str, list[dict[str, Any]]] = {m: [] for m in users}
-    for message_id, data in conn.execute(
-        "SELECT message_id, data FROM part WHERE session_id = ? ORDER BY id", (session_id,)
-    ):
-        if message_id in parts:
-            try:
-                value = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                parts[message_id].append(value)
-    return [UserMessage(id=m, parts=parts[m]) for m in users]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Export:
-    """What a check reads of one session: its user messages with their parts, its newest
-    message of any role, and the OpenCode version that wrote it."""
-
-    messages: list[UserMessage]
-    newest: str | None
-    version: str | None
-
-
-class QueryFailed(Exception):
-    """The database could not be read; ``drift``: OpenCode's schema is not the one known."""
-
-    def __init__(self, reason: str, *, drift: bool = False) -> None:
-        super().__init__(reason)
-        self.drift = drift
-
-
-def _failed(exc: OSError | sqlite3.Error) -> QueryFailed:
-    drift = isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(SCHEMA_DRIFT)
-    return QueryFailed(str(exc), drift=drift)
-
-
-R = TypeVar("R")
-
-
-def _reading(db: str, query: Callable[[sqlite3.Connection], R]) -> R:
-    """``query`` on the database opened read-only. Raises FileNotFoundError (no database)
-    or :class:`QueryFailed`."""
-    try:
-        return READERS.run(db, query)
-    except FileNotFoundError:
-        raise
-    except (OSError, sqlite3.Error) as exc:
-        raise _failed(exc) from None
-
-
-def read_signals(db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
-    return _reading(db, lambda conn: session_signals(conn, ids))
-
-
-def read_export(db: str, session_id: str) -> Export:
-    return _reading(
-        db,
-        lambda conn: Export(
-            messages=export_user_messages(conn, session_id),
-            newest=newest_message(conn, session_id),
-            version=session_version(conn, session_id),
-        ),
-    )
 
 
 class LocalSessions:

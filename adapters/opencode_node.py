@@ -24,14 +24,8 @@ from adapters import node_client
 from adapters.base import Adapter, NodeAddress, Ref, Settings
 from adapters.catalog import CatalogListing
 from adapters.node_client import Answered
-from adapters.opencode import (
-    Export,
-    OpenCodeAdapter,
-    QueryFailed,
-    UserMessage,
-    read_export,
-    read_signals,
-)
+from adapters.opencode import OpenCodeAdapter
+from adapters.opencode_reads import Export, QueryFailed, UserMessage, read_export, read_signals
 
 NO_DATABASE = "no_such_database"
 SCHEMA_DRIFT = "schema_drift"
