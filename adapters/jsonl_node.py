@@ -41,7 +41,7 @@ from adapters.base import (
     non_negative_int,
 )
 from adapters.catalog import CatalogListing
-from adapters.jsonl_adapter import (
+from adapters.jsonl_check import (
     complete_lines,
     file_end,
     idle,

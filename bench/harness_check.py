@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' ha
 
 from adapters import codex, pi  # noqa: E402
 from adapters.base import OwnPool, Probe  # noqa: E402
-from adapters.jsonl_adapter import TailSettings, check_file  # noqa: E402
+from adapters.jsonl_check import TailSettings, check_file  # noqa: E402
 from adapters.jsonl_format import JsonlFormat  # noqa: E402
 from adapters.jsonl_scan import scan, select  # noqa: E402
 from tests.harnesses.harnesses import Harness, installed_version, why_not_runnable  # noqa: E402

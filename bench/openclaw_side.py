@@ -49,7 +49,7 @@ sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent
 
 from adapters import claude  # noqa: E402
 from adapters.base import OwnPool, Probe  # noqa: E402
-from adapters.jsonl_adapter import TailSettings, check_file  # noqa: E402
+from adapters.jsonl_check import TailSettings, check_file  # noqa: E402
 from adapters.jsonl_scan import scan, select  # noqa: E402
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from adapters import claude, codex, pi
 from adapters.base import Probe
-from adapters.jsonl_adapter import TailSettings, check_file
+from adapters.jsonl_check import TailSettings, check_file
 from adapters.jsonl_format import JsonlFormat
 from tests.adapters.full_parse import both_ways, every_line
 

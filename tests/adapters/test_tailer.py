@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.base import Probe
-from adapters.jsonl_adapter import TailSettings, check_file
+from adapters.jsonl_check import TailSettings, check_file
 from adapters.jsonl_format import format_of
 from adapters.tailer import read_tail
 
