@@ -24,7 +24,8 @@ from adapters.base import (
     normalize_text,
     text_hash,
 )
-from adapters.codex import KNOWN_TYPES, may_be_turn, unknown_subtype
+from adapters.codex import unknown_subtype
+from adapters.codex_lines import KNOWN_TYPES, may_be_turn
 from adapters.tailer import open_regular
 from adapters.zst import SUFFIX, chunks
 
@@ -206,7 +207,7 @@ def _matters(line: bytes) -> bool:
 
 def _records(data: bytes, drift: Drift | None = None) -> list[dict[str, Any]]:
     """The turn records among ``data``'s complete lines. A line of a record type or subtype
-    Codex never declared (the classifier's test: :func:`adapters.codex.may_be_turn`, then
+    Codex never declared (the classifier's test: :func:`adapters.codex_lines.may_be_turn`, then
     the declared lists) is counted in ``drift``: a new form of a prompt would be one."""
     found = []
     for line in _lines(data):

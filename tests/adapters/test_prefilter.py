@@ -7,7 +7,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters import claude, codex
+from adapters import claude, codex_lines
 from adapters.jsonl_format import format_of
 from tests.adapters.full_parse import both_ways
 from tests.helpers import REPO
@@ -157,7 +157,7 @@ def test_a_completed_item_is_parsed_only_when_it_may_be_a_persons() -> None:
         completed({"id": "u", **typed}),  # its type is not its first key
         completed(typed, turn="t" * 600),  # its type is beyond where the pre-filter looks
     ]
-    assert [codex.may_be_turn(line) for line in skipped + parsed] == [False] * 2 + [True] * 4
+    assert [codex_lines.may_be_turn(line) for line in skipped + parsed] == [False] * 2 + [True] * 4
     meta = b'{"type":"session_meta","payload":{"id":"t","cli_version":"0.171.0"}}\n'
     fast, slow = both_ways(format_of("codex"), meta + b"".join(skipped + parsed))
     assert slow == fast
