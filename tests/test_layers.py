@@ -231,6 +231,20 @@ def test_every_write_goes_through_commits() -> None:
     assert [] == found
 
 
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module a newcomer reads whole: split along its parts past that."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for package in ("monitor", "adapters")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert {} == long
+
+
 MAX_CLASS_LINES = 300
 
 
