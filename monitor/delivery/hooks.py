@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from monitor.config import GatewayConfig
+from monitor.config import Config, GatewayConfig
 from monitor.errors import SessionwatchError, connection_reason, one_line
 from monitor.kernel.bus import Bus, ConfigReloaded, WakeOutcome
 from monitor.kernel.keys import main_key_for, parse_agent_key
@@ -211,6 +211,19 @@ class HooksClient:
             bus.subscribe(ConfigReloaded, self._reloaded)
         self._quiet_until = 0.0  # monotonic s; no call before this: after a 401 or a 429
         self._said: set[str] = set()
+
+    def live_fields(self, new: Config) -> tuple[str, ...]:
+        """``[gateway]`` applies live while wakes stay on (turning them on or off needs a
+        restart), and while its token file is usable: one that became unusable (its mode,
+        an empty file) is said, whether the configuration changed or not."""
+        if not new.gateway.wakes:
+            return ()
+        try:
+            read_secret(Path(expand_user(new.gateway.hooks_token_file)), "the hooks token file")
+        except SessionwatchError as exc:
+            log.error("%s; wakes fail until it is fixed (serve refuses it at start)", exc)
+            return ()
+        return ("gateway",)
 
     def _reloaded(self, change: ConfigReloaded) -> None:
         if change.old.gateway != change.new.gateway:

@@ -1,18 +1,17 @@
 """``SIGHUP`` (and ``systemctl reload``): read the configuration again, without a restart.
 
-What applies live: the roots and the paired nodes (the adapters are built again from them),
-the gateway's hooks (its URL, its token file, the retry interval), the tick's
-``[monitor] interval_s`` (from the next tick on: the wait in course is measured again) and
-the log level. What cannot (the store, the listen address and the rest of ``[api]``, the
-monitor's other settings, the session rules, the host id) is named as needing a restart. A
-file that does not parse is refused, said once, and the configuration in force stays.
+Each part says which of its fields apply live (:class:`LiveConfig`): the upstream monitor
+its roots and nodes (the adapters are built again), the hooks client ``[gateway]`` (while
+the service wakes a gateway), the tick schedule ``[monitor] interval_s`` (from the next
+tick on) and :class:`LogLevel` ``[log] level``. A reload applies those, and names field by
+field what changed but waits for a restart (the store, ``[api]``, the monitor's other
+settings, the session rules, the host id). A file that does not parse, or names roots or
+nodes the formats refuse, is refused, said once, and the configuration in force stays.
 
-The configuration in force is a component (:class:`ConfigInForce`): it holds the one in
-force, and on ``SIGHUP`` reads, validates and diffs the file (:func:`reload`) and publishes
-:class:`~monitor.kernel.bus.ConfigReloaded` (the old one and the new) on the bus. Each part
-applies its own section: the adapters are built again (the upstream monitor), the hooks
-client takes ``[gateway]``, the tick schedule its interval, node watching its nodes, and
-file and node watching look at what they watch again.
+The configuration in force is a component (:class:`ConfigInForce`): on ``SIGHUP`` it reads,
+validates and diffs the file (:func:`reload`) and publishes
+:class:`~monitor.kernel.bus.ConfigReloaded` (the old one and the new) on the bus; each part
+applies its own fields when it hears it.
 """
 
 from __future__ import annotations
@@ -21,34 +20,80 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from adapters.registry import build_adapters, roots_of
-from monitor.config import Config, load_config
+from monitor.config import Config, RootsConfig, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.bus import Bus, ConfigReloaded
 from monitor.upstream.monitor import adapter_settings
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
     from contextlib import AsyncExitStack
 
 log = logging.getLogger(__name__)
 
-LIVE = ("roots", "nodes", "gateway", "log")
+
+class LiveConfig(Protocol):
+    """A part that applies some of its configuration live, on :class:`ConfigReloaded`."""
+
+    def live_fields(self, new: Config) -> tuple[str, ...]:
+        """The fields of ``new`` it applies when reloaded to it: ``section`` (all of it) or
+        ``section.field``; none when it cannot take ``new`` live (said why, once)."""
+        ...
+
+
+class LogLevel:
+    """``[log] level``, applied live."""
+
+    def live_fields(self, new: Config) -> tuple[str, ...]:
+        return ("log.level",)
+
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        stack.enter_context(bus.subscribe(ConfigReloaded, self._reloaded))
+
+    def _reloaded(self, change: ConfigReloaded) -> None:
+        if change.new.log.level != change.old.log.level:
+            logging.getLogger().setLevel(change.new.log.level.upper())
+
+
+class Reloaded(NamedTuple):
+    """What a reload changed: the configuration now in force, the fields applied and those
+    that wait for a restart."""
+
+    config: Config
+    applied: list[str]
+    restart: list[str]
+
+    def say(self) -> None:
+        if self.applied:
+            log.info("configuration reloaded: %s changed and applied", ", ".join(self.applied))
+        elif not self.restart:
+            log.info("configuration reloaded: nothing changed in it")
+        if self.restart:
+            log.warning(
+                "configuration: %s changed but apply only at a restart; the running values stay",
+                ", ".join(self.restart),
+            )
 
 
 class ConfigInForce:
     """The configuration in force (:attr:`config`); with ``hangup``, ``SIGHUP`` reads
     ``path`` again (None: ``$SESSIONWATCH_CONFIG``, else the defaults, as at start) and
-    publishes what changed. ``wakes``: the service wakes a gateway (turning wakes on or off
-    needs a restart)."""
+    publishes what changed; ``parts`` say which of their fields apply live."""
 
     def __init__(
-        self, config: Config, path: Path | str | None, *, wakes: bool, hangup: bool = False
+        self,
+        config: Config,
+        path: Path | str | None,
+        *,
+        parts: Iterable[LiveConfig] = (),
+        hangup: bool = False,
     ) -> None:
         self.config = config
         self.path = path
-        self.wakes = wakes
+        self.parts = tuple(parts)
         self.hangup_reloads = hangup
         self._bus: Bus | None = None
 
@@ -63,75 +108,82 @@ class ConfigInForce:
 
     def hangup(self) -> None:
         old = self.config
-        self.config = reload(old, self.path, wakes=self.wakes)
-        if self.config is not old and self._bus is not None:
+        done = reload(old, self.path, self.parts)
+        if done is None:
+            return
+        self.config = done.config
+        louder = _level(done.config.log.level) < _level(old.log.level)
+        if not louder:  # said at the level in force, before it changes
+            done.say()
+        if self.config != old and self._bus is not None:
             self._bus.publish(ConfigReloaded(old, self.config))
+        if louder:  # said once the level that lets it be heard applies
+            done.say()
 
 
-def changed_sections(old: Config, new: Config) -> list[str]:
-    return [name for name in Config._fields if getattr(old, name) != getattr(new, name)]
+def changed_fields(old: Config, new: Config) -> Iterator[str]:
+    """Each field that differs, as ``section.field`` (a section without fields, such as
+    ``nodes``, as its name)."""
+    for name in Config._fields:
+        before, after = getattr(old, name), getattr(new, name)
+        if before == after:
+            continue
+        if isinstance(before, RootsConfig):
+            keys = sorted({*before.given, *after.given})
+            yield from (f"roots.{k}" for k in keys if before.given.get(k) != after.given.get(k))
+        elif hasattr(before, "_fields"):
+            yield from (
+                f"{name}.{f}" for f in before._fields if getattr(before, f) != getattr(after, f)
+            )
+        else:
+            yield name
 
 
 def _level(name: str) -> int:
     return int(logging.getLevelName(name.upper()))
 
 
-def _token_file_usable(config: Config) -> bool:
-    """The hooks token file as serve checks it at start (private, readable, not empty):
-    whether the configuration changed or not, a file that became unusable is said."""
-    from monitor.paths import expand_user
-    from monitor.private import read_secret
-
-    try:
-        read_secret(Path(expand_user(config.gateway.hooks_token_file)), "the hooks token file")
-    except SessionwatchError as exc:
-        log.error("%s; wakes fail until it is fixed (serve refuses it at start)", exc)
-        return False
-    return True
-
-
-def reload(current: Config, path: Path | str | None, *, wakes: bool) -> Config:
-    """The configuration in force after a reload (the new one, or ``current`` when the
-    file is refused). Says what changed, what applies and what needs a restart; the parts
-    apply theirs when it is published."""
+def _checked(path: Path | str | None, current: Config) -> Config | None:
+    """The file read and checked as far as a reload needs; None (said) when it is refused."""
     try:
         new = load_config(path)
         roots_of(new.roots.given)  # its [roots] keys are the formats' own
-    except (ConfigError, BadInput) as exc:
-        log.error("configuration not reloaded, the one in force stays: %s", exc)
-        return current
-    interval = new.monitor.interval_s
-    if interval != current.monitor.interval_s:  # live, whatever else [monitor] changed
-        current = current._replace(monitor=current.monitor._replace(interval_s=interval))
-        log.info("the tick's interval is now %g s, from the next tick", interval)
-    elif not changed_sections(current, new):
-        log.info("configuration reloaded: nothing changed in it")
-    changed = changed_sections(current, new)
-    if wakes and new.gateway.wakes and not _token_file_usable(new):
-        changed = [s for s in changed if s != "gateway"]  # its token file said why
-    if not changed:
-        return current
-    louder = _level(new.log.level) < _level(current.log.level)
-    if "log" in changed and louder:  # first, so that what the reload did is said at all
-        logging.getLogger().setLevel(new.log.level.upper())
-    wakes_live = wakes and new.gateway.wakes  # turning wakes on or off: restart
-    applied = [s for s in changed if s in LIVE and (s != "gateway" or wakes_live)]
-    restart = [s for s in changed if s not in applied]
-    try:
-        if "roots" in applied or "nodes" in applied:
+        if (new.roots, new.nodes) != (current.roots, current.nodes):
             build_adapters(adapter_settings(new))  # what the monitor builds: refused here
-    except SessionwatchError as exc:
+    except (ConfigError, BadInput, SessionwatchError) as exc:
         log.error("configuration not reloaded, the one in force stays: %s", exc)
-        return current
-    if applied:
-        log.info("configuration reloaded: %s changed and applied", ", ".join(applied))
-    if restart:
-        log.warning(
-            "configuration: %s changed but apply only at a restart; the running values stay",
-            ", ".join(restart),
-        )
-    if "log" in applied and not louder:  # last: what the reload did is said at the old level
-        logging.getLogger().setLevel(new.log.level.upper())
-    # The sections that apply only at a restart keep their running values.
-    kept = {s: getattr(current, s) for s in changed if s not in applied}
-    return new._replace(**kept)
+        return None
+    return new
+
+
+def _covered(field: str, live: set[str]) -> bool:
+    return field in live or field.partition(".")[0] in live
+
+
+def _with(current: Config, new: Config, fields: list[str]) -> Config:
+    """``current`` with ``fields`` taken from ``new``."""
+    out = current
+    for field in fields:
+        section, _, name = field.partition(".")
+        if not name or section == "roots":  # [roots] is taken whole
+            out = out._replace(**{section: getattr(new, section)})
+        else:
+            part = getattr(out, section)._replace(**{name: getattr(getattr(new, section), name)})
+            out = out._replace(**{section: part})
+    return out
+
+
+def reload(
+    current: Config, path: Path | str | None, parts: Iterable[LiveConfig]
+) -> Reloaded | None:
+    """What a reload to the file changes: the fields the parts apply live, taken from it,
+    and those that wait for a restart (the running values stay). None when the file is
+    refused (said)."""
+    new = _checked(path, current)
+    if new is None:
+        return None
+    live = {f for part in parts for f in part.live_fields(new)}
+    changed = list(changed_fields(current, new))
+    applied = [f for f in changed if _covered(f, live)]
+    restart = [f for f in changed if not _covered(f, live)]
+    return Reloaded(_with(current, new, applied), applied, restart)

@@ -51,7 +51,7 @@ from monitor.retry import Backoff
 from monitor.serve.components import Component, start_all, start_task
 from monitor.serve.file_watch import FileWatch
 from monitor.serve.node_watch import NodeWatch
-from monitor.serve.reload import ConfigInForce
+from monitor.serve.reload import ConfigInForce, LogLevel
 from monitor.serve.ticks import Ticks
 from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
@@ -279,7 +279,13 @@ async def running(
             initial_delay_s=config.monitor.initial_delay_s,
             stopping=stopping,
         )
-        configuration = ConfigInForce(config, config_path, wakes=waker is not None, hangup=hangup)
+        level = LogLevel()
+        configuration = ConfigInForce(
+            config,
+            config_path,
+            parts=(monitor, ticks, level, *([waker] if waker else [])),
+            hangup=hangup,
+        )
         page = PageSources(
             kernel=kernel,
             monitor=monitor,
@@ -306,6 +312,7 @@ async def running(
                 ticks,
                 *watching,
                 HourlyPrune(kernel),
+                level,
                 configuration,
                 api,  # last: requests come once all runs
             ],

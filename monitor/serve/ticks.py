@@ -53,6 +53,7 @@ from monitor.serve.components import LINK_CHANGES, start_task
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
 
+    from monitor.config import Config
     from monitor.kernel import Kernel
     from monitor.metrics import Metrics
     from monitor.upstream import UpstreamMonitor
@@ -119,8 +120,14 @@ class Ticks:
             self._now_due = True
             self._rescheduled.set()
 
+    def live_fields(self, new: Config) -> tuple[str, ...]:
+        """The interval applies live, from the next tick."""
+        return ("monitor.interval_s",)
+
     def reschedule(self, interval_s: float) -> None:
         """A new interval (a reload): it applies from the next tick."""
+        if interval_s != self.health.interval_s:
+            log.info("the tick's interval is now %g s, from the next tick", interval_s)
         self.health.interval_s = interval_s
         self._rescheduled.set()
 

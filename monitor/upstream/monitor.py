@@ -208,6 +208,10 @@ class UpstreamMonitor:
 
     # -- links -------------------------------------------------------------------------
 
+    def live_fields(self, new: Config) -> tuple[str, ...]:
+        """The roots and the nodes apply live: the adapters are built again from them."""
+        return ("roots", "nodes")
+
     def _reloaded(self, change: ConfigReloaded) -> None:
         """Its sections of a reload: the roots and the nodes (checked before it was
         published: a failure here is a bug, said by the bus)."""

@@ -90,8 +90,8 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
         said = lines_of(log)
         proc.send_signal(signal.SIGHUP)
         reloaded = wait_for_line(log, "configuration reloaded", after=said)
-        assert "roots, log changed and applied" in reloaded
-        assert "api changed but apply only at a restart" in wait_for_line(
+        assert "roots.claude, log.level changed and applied" in reloaded
+        assert "api.listen changed but apply only at a restart" in wait_for_line(
             log, "restart", after=said
         )
         assert ["a session in the second root"] == catalog()  # the same listener, new roots
@@ -102,7 +102,9 @@ def test_sighup_reloads_roots_and_names_what_needs_a_restart(tmp_path: Path) -> 
         write(second, level="info")  # back to info: said, at info
         said = lines_of(log)
         proc.send_signal(signal.SIGHUP)
-        assert "log changed and applied" in wait_for_line(log, "log changed", after=said)
+        assert "log.level changed and applied" in wait_for_line(
+            log, "log.level changed", after=said
+        )
         config.write_text("[roots\n")
         said = lines_of(log)
         proc.send_signal(signal.SIGHUP)
