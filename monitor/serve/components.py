@@ -5,6 +5,7 @@ which the watched links (and so the files and nodes to watch) may differ."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine, Iterable
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
@@ -42,9 +43,16 @@ async def start_all(stack: AsyncExitStack, bus: Bus, components: Iterable[Compon
 
 
 def start_task(stack: AsyncExitStack, coro: Coroutine[Any, Any, None]) -> None:
-    """Run ``coro`` until ``stack`` closes (cancelled then)."""
+    """Run ``coro`` until ``stack`` closes: cancelled then, and awaited, so that the parts
+    stopped after it find it ended (a failure it ended with was its own to say)."""
     task = asyncio.ensure_future(coro)
-    stack.callback(task.cancel)
+    stack.push_async_callback(_stopped, task)
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 def set_on_link_changes(stack: AsyncExitStack, bus: Bus, event: asyncio.Event) -> None:
