@@ -53,6 +53,8 @@ from monitor.private import read_secret
 from monitor.retry import Backoff
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
     import aiohttp
 
     from monitor.delivery.timers import Timers
@@ -206,11 +208,15 @@ class HooksClient:
         # its configuration changed (OpenClaw applies a change without a restart)
         self._keys_refused: tuple[float, object] | None = None
         self.last: dict[str, LastWake] = {}  # per watcher
-        self.bus = bus
-        if bus is not None:  # its section of a reload
-            bus.subscribe(ConfigReloaded, self._reloaded)
+        self.bus = bus  # where each wake's outcome is said (WakeOutcome)
         self._quiet_until = 0.0  # monotonic s; no call before this: after a 401 or a 429
         self._said: set[str] = set()
+
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        """Take its section of each reload until ``stack`` closes, then close its
+        connections."""
+        stack.push_async_callback(self.close)
+        stack.enter_context(bus.subscribe(ConfigReloaded, self._reloaded))
 
     def live_fields(self, new: Config) -> tuple[str, ...]:
         """``[gateway]`` applies live while wakes stay on (turning them on or off needs a

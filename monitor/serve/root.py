@@ -258,8 +258,6 @@ async def running(
             bus=bus,
         )
         waker = _hooks_client(config, metrics, db, timers, bus)
-        if waker:
-            stack.push_async_callback(waker.close)
         store = await open_state(db, stopping, metrics, clock)
         if store is None:
             yield None
@@ -306,6 +304,8 @@ async def running(
             stack,
             bus,
             [
+                monitor,  # before the leases: it hears their first word
+                *([waker] if waker else []),  # closed after delivery stopped
                 *([delivery] if delivery else []),  # before the sweep: it wakes what it finds
                 *([leases] if leases else []),  # released after the tick in flight
                 Recovery(kernel, metrics),

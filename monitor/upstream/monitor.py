@@ -18,7 +18,7 @@ from adapters.catalog import CatalogListing
 from adapters.registry import build_adapters, entry, roots_of
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
-from monitor.kernel.bus import ConfigReloaded, LinksChanged
+from monitor.kernel.bus import ConfigReloaded, LinksChanged, OwnershipChanged
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
 from monitor.paths import expand_user
@@ -30,6 +30,9 @@ from monitor.upstream.settle import LinkResult
 from monitor.upstream.tick import Ticker, TickSettings
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
+    from monitor.kernel.bus import Bus
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
 
@@ -90,7 +93,6 @@ class UpstreamMonitor:
         )
         self.sessions = SessionCatalog(kernel, adapters)
         self.adoption = Adoption(kernel, adapters, self.sessions, host=settings.host)
-        kernel.bus.subscribe(ConfigReloaded, self._reloaded)  # for the kernel's lifetime
 
     @classmethod
     def from_config(
@@ -207,6 +209,12 @@ class UpstreamMonitor:
         )
 
     # -- links -------------------------------------------------------------------------
+
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        """Hear its section of each reload, and who ticks the links without a host, until
+        ``stack`` closes (started before the leases, whose first word it must hear)."""
+        stack.enter_context(bus.subscribe(ConfigReloaded, self._reloaded))
+        stack.enter_context(bus.subscribe(OwnershipChanged, self.ticker.owned))
 
     def live_fields(self, new: Config) -> tuple[str, ...]:
         """The roots and the nodes apply live: the adapters are built again from them."""

@@ -173,7 +173,6 @@ class Ticker:
         self.metrics = metrics
         self._shared_holder: str | None = None  # our name in ticks:shared, while held
         self._leased = False  # a sidecar's leases say who ticks the links without a host
-        kernel.bus.subscribe(OwnershipChanged, self._owned)  # the kernel's lifetime
         self._own_host = f"{GATEWAY_HOST_PREFIX}{settings.host}"
         self._lock = asyncio.Lock()
         self._ambiguous_logged: set[str] = set()
@@ -224,7 +223,9 @@ class Ticker:
         holder = self._shared_holder
         return holder is not None and lease_rows.holds(conn, SHARED_LEASE, holder)
 
-    def _owned(self, change: OwnershipChanged) -> None:
+    def owned(self, change: OwnershipChanged) -> None:
+        """This sidecar's leases said who ticks the links without a host (the upstream
+        monitor hears it for it)."""
         self._leased = True
         self._shared_holder = change.holder if change.shared else None
 
