@@ -288,7 +288,7 @@ async def running(
             kernel=kernel,
             monitor=monitor,
             tick=health,
-            config=config,
+            in_force=lambda: configuration.config,
             waker=waker,
             db=without_password(db) if is_pg_url(db) else str(db),
             version=VERSION,

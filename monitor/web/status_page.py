@@ -77,17 +77,21 @@ STATIC = {"app.js": "text/javascript", "app.css": "text/css"}
 
 @dataclass
 class PageSources:
-    """What the page reads, as the service wires it. ``config`` is the one in force: a
-    reload replaces it (the page hears it on the bus)."""
+    """What the page reads, as the service wires it; ``in_force`` gives the configuration
+    in force (a reload replaces it)."""
 
     kernel: Kernel
     monitor: UpstreamMonitor
     tick: TickHealth
-    config: Config
+    in_force: Callable[[], Config]
     waker: HooksClient | None
     db: str
     version: str
     node_check: Callable[[str, NodeConfig], Awaitable[str | None]] | None = None
+
+    @property
+    def config(self) -> Config:
+        return self.in_force()
 
 
 # -- who may read it ---------------------------------------------------------------------
@@ -219,7 +223,6 @@ class StatusPage:
         # cookies ignore ports: two sidecars on one host would log each other out
         instance = f"{sources.db}\n{sources.config.api.listen}".encode()
         self.cookie = f"{COOKIE}_{hashlib.sha256(instance).hexdigest()[:12]}"
-        sources.kernel.bus.subscribe(ConfigReloaded, self._reloaded)  # the kernel's lifetime
         self._titles: dict[str, str] = {}
         self._titled: set[str] = set()  # the threads the last catalog read was asked for
         self._titles_at = -TITLES_TTL_S
@@ -303,9 +306,6 @@ class StatusPage:
         return web.Response(
             body=self._static[name], content_type=STATIC[name], headers=SECURITY_HEADERS
         )
-
-    def _reloaded(self, change: ConfigReloaded) -> None:
-        self.sources.config = change.new
 
     async def favicon(self, request: web.Request) -> web.Response:
         """None: said at once, so a browser's automatic request is no error."""
