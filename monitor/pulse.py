@@ -1,9 +1,10 @@
 """A count that moves, and wakes whoever waits for it to pass the one they saw.
 
-The one primitive behind every "wait for the next change" in the service: the change hub's
-count of store changes, a PostgreSQL store's count of ``NOTIFY``s, a node's change feed and
-the tick's heartbeat for the status page. A waiter takes ``count``, reads what the change
-would alter, then waits with :meth:`Pulse.after`; a beat between the two is never missed.
+Under the change bus, a count for the waits that outlive a callback: the change hub's count
+of other processes' commits, a PostgreSQL store's count of ``NOTIFY``s and a node's change
+feed (the parts of the service hear changes on the bus, :mod:`monitor.kernel.bus`). A
+waiter takes ``count``, reads what the change would alter, then waits with
+:meth:`Pulse.after`; a beat between the two is never missed.
 asyncio is imported when someone waits: a one-shot command that never waits never loads it.
 """
 

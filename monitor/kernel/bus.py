@@ -272,9 +272,10 @@ class Bus:
         return Subscription(self, kinds, callback)
 
     def publish(self, change: Change) -> None:
-        """Hand ``change`` to its kind's subscribers. One that raises is a bug: said, and
-        the others still hear it."""
-        for callback in tuple(self._subscribers.get(type(change), ())):
+        """Hand ``change`` to its kind's subscribers, then to those of every kind
+        (``Change``). One that raises is a bug: said, and the others still hear it."""
+        every = self._subscribers.get(Change, ()) if type(change) is not Change else ()
+        for callback in (*self._subscribers.get(type(change), ()), *every):
             try:
                 callback(change)
             except Exception:
@@ -282,7 +283,7 @@ class Bus:
 
     def wants(self, kind: type[Change]) -> bool:
         """Whether anyone listens for ``kind`` (a publisher may skip building it)."""
-        return bool(self._subscribers.get(kind))
+        return bool(self._subscribers.get(kind) or self._subscribers.get(Change))
 
     def on_first(self, kind: type[Change], start: Callable[[], object]) -> None:
         """Call ``start`` whenever ``kind`` gets a subscriber (it must be idempotent): a

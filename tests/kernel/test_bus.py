@@ -92,3 +92,20 @@ def test_a_source_starts_with_its_first_listener() -> None:
     assert [] == started
     bus.listen((StoreMoved,))
     assert [1] == started
+
+
+def test_a_subscriber_to_change_hears_every_kind_once() -> None:
+    bus = Bus()
+    every: list[Change] = []
+    acknowledged: list[Change] = []
+    with (
+        bus.subscribe(Change, every.append),
+        bus.subscribe(NoticesAcknowledged, acknowledged.append),
+    ):
+        assert bus.wants(TickRan)  # someone hears every kind
+        bus.publish(NoticesAcknowledged(()))
+        bus.publish(WatchesChanged())
+    bus.publish(TickRan())
+    assert [NoticesAcknowledged(()), WatchesChanged()] == every
+    assert [NoticesAcknowledged(())] == acknowledged
+    assert not bus.wants(TickRan)
