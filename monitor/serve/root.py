@@ -2,12 +2,14 @@
 
 Start-up takes the database's instance lock (:mod:`monitor.private`), opens the store and
 the kernel, then starts each part of the service as a component on one ``AsyncExitStack``
-(each owns its start and stop, apscheduler's ``start(exit_stack)``): delivery, which must
-hear the sweep's notices; the host lease on a shared store; the tick schedule
-(:mod:`.ticks`, 15 s after start and every 60 s, never two at once); file and node
-watching; retention; the API site. The parts talk through the kernel's change stream
-(:mod:`monitor.kernel.changes`), never through this module. SIGTERM/SIGINT stop accepting
-requests, finish the tick in flight and close the database, in that order.
+(each owns its start and stop, apscheduler's ``start(exit_stack)``), in this order: the
+upstream monitor, which must hear the leases' first word; the hooks client; delivery,
+which must hear the sweep's notices; the host lease on a shared store; recovery; the tick
+schedule (:mod:`.ticks`, 15 s after start and every 60 s, never two at once); file and node
+watching; retention; the log level; the configuration in force; the API site. The parts
+talk through the change bus (:mod:`monitor.kernel.bus`), never through this module.
+SIGTERM/SIGINT stop accepting requests, finish the tick in flight and close the database,
+in that order.
 """
 
 from __future__ import annotations
