@@ -8,8 +8,9 @@ and a ticket left in the history is spent. Every page route is a GET that change
 there is nothing to forge (CSRF); the API's ``Host`` check applies (DNS rebinding); the
 Content-Security-Policy allows only the page's own script and stylesheet.
 
-Live: ``/ui/stream`` (Server-Sent Events) says ``changed`` when the signal log or the links
-may have changed (the store's change counter, a finished tick); the script then fetches
+Live: ``/ui/stream`` (Server-Sent Events) says ``changed`` when what the page shows may have
+changed, as the change bus tells it (a commit of this process or another, a finished tick, a
+wake's outcome, the titles read, a reload: ``PAGE_CHANGES``); the script then fetches
 ``/ui/live``, the same template's fragment, and swaps it in. The browser runs no timer. With
 no page open, nothing here runs at all.
 """
