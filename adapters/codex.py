@@ -22,6 +22,7 @@ everything in a sub-agent or automation rollout never count.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,32 +299,51 @@ def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict 
         return None
     if state.legacy:
         return None if state.subagent else _legacy(record)
+    drift = _drift(kind, payload)
+    if drift is not None:
+        return drift
+    if state.subagent or not isinstance(payload, dict) or _inherited(record, payload, state):
+        return None
+    read = _BY_TYPE.get(str(kind))
+    return read(record, payload, state) if read is not None else None
+
+
+def _drift(kind: Any, payload: Any) -> Verdict | None:
+    """A record type, or a subtype of one, that Codex never declared."""
     if kind not in KNOWN_TYPES:
         return Verdict(unknown_type=str(kind))
     unknown = unknown_subtype(str(kind), payload)
-    if unknown is not None:
-        return Verdict(unknown_type=unknown)
-    if state.subagent or not isinstance(payload, dict):
-        return None
-    if _inherited(record, payload, state):
-        return None
-    if kind == "compacted":
-        at = record.get("timestamp")
-        ordinal = record.get("ordinal")
-        native = ordinal if isinstance(ordinal, int) else at
-        return Verdict(compaction=f"codex:{native}") if native is not None else None
-    if kind == "turn_context" or (kind == "event_msg" and payload.get("type") in TURN_GOES_ON):
-        return _turn_goes_on(state)
-    if kind == "event_msg":
-        event = payload.get("type")
-        if event == "user_message":
-            return _user_message_event(payload, state)
-        if event == "item_completed":
-            return _completed_item(payload, state)
-        return None
-    if kind == "response_item":
-        return _response_item(payload, state)
-    return None
+    return Verdict(unknown_type=unknown) if unknown is not None else None
+
+
+def _compaction(
+    record: dict[str, Any], payload: dict[str, Any], state: CodexState
+) -> Verdict | None:
+    ordinal = record.get("ordinal")
+    native = ordinal if isinstance(ordinal, int) else record.get("timestamp")
+    return Verdict(compaction=f"codex:{native}") if native is not None else None
+
+
+def _event(record: dict[str, Any], payload: dict[str, Any], state: CodexState) -> Verdict | None:
+    read = _BY_EVENT.get(str(payload.get("type")))
+    return read(payload, state) if read is not None else None
+
+
+Read = Callable[[dict[str, Any], dict[str, Any], CodexState], Verdict | None]
+# what each record type says, past the checks every record gets (the meta, a legacy rollout,
+# drift, a sub-agent's or an inherited line)
+_BY_TYPE: dict[str, Read] = {
+    "compacted": _compaction,
+    "turn_context": lambda record, payload, state: _turn_goes_on(state),
+    "event_msg": _event,
+    "response_item": lambda record, payload, state: _response_item(payload, state),
+}
+# and each event of an ``event_msg``
+_BY_EVENT: dict[str, Callable[[dict[str, Any], CodexState], Verdict | None]] = {
+    **{name: (lambda payload, state: _turn_goes_on(state)) for name in TURN_GOES_ON},
+    "user_message": _user_message_event,
+    "item_completed": _completed_item,
+}
 
 
 def codex_native_id(record: dict[str, Any]) -> str | None:

@@ -6,6 +6,7 @@ a human turn (or None) out. The rules are in docs/formats.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,23 +124,40 @@ def classify_pi_record(record: dict[str, Any], state: PiState) -> Verdict | None
     if not isinstance(message, dict):
         return UNCLASSIFIED
     role = message.get("role")
-    if role == "bashExecution":
-        command = message.get("command")
-        if not isinstance(command, str) or not command:
-            return None
-        return Verdict(turn=text_hash(f"!{command}"))
-    if role != "user":
-        user_like = isinstance(role, str) and "user" in role.lower()
-        return UNCLASSIFIED if user_like or role not in KNOWN_ROLES else None
+    read = _BY_ROLE.get(role) if isinstance(role, str) else None
+    return read(message) if read is not None else _other_role(role)
+
+
+def _shell_escape(message: dict[str, Any]) -> Verdict | None:
+    """A ``!`` command the person ran."""
+    command = message.get("command")
+    return Verdict(turn=text_hash(f"!{command}")) if isinstance(command, str) and command else None
+
+
+def _user(message: dict[str, Any]) -> Verdict | None:
+    """A user message: a turn when its text blocks say something; a block nobody knows is
+    reported, never guessed."""
     content = message.get("content")
     if not isinstance(content, (str, list)):  # a tuple: a union is built per call
         return UNCLASSIFIED
     if isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") not in KNOWN_USER_BLOCKS for b in content
     ):
-        return UNCLASSIFIED  # a block nobody knows: reported, never guessed
+        return UNCLASSIFIED
     text = content_text(content, TEXT_BLOCKS)
     return Verdict(turn=text_hash(text)) if normalize_text(text) else None
+
+
+def _other_role(role: Any) -> Verdict | None:
+    """Any other role: nothing, unless nobody knows it or it looks like a user's."""
+    user_like = isinstance(role, str) and "user" in role.lower()
+    return UNCLASSIFIED if user_like or role not in KNOWN_ROLES else None
+
+
+_BY_ROLE: dict[str, Callable[[dict[str, Any]], Verdict | None]] = {
+    "bashExecution": _shell_escape,
+    "user": _user,
+}
 
 
 HEAD = 256  # id, parentId and timestamp come before the message
