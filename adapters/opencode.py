@@ -93,19 +93,9 @@ def _cut_mentions(text: str, parts: list[dict[str, Any]]) -> str:
 
 def human_text(parts: list[dict[str, Any]]) -> str | None:
     """The typed text of a user message, or None when it is not a direct human turn."""
-    texts: list[str] = []
-    for part in parts:
-        kind = part.get("type")
-        if kind == "compaction":
-            return None
-        if kind != "text" or not isinstance(part.get("text"), str):
-            continue
-        metadata = part.get("metadata")
-        if isinstance(metadata, dict) and metadata.get("compaction_continue"):
-            return None
-        if part.get("synthetic") is True or part.get("ignored") is True:
-            continue
-        texts.append(part["text"])
+    if any(_compaction_part(part) for part in parts):
+        return None
+    texts = [part["text"] for part in parts if _typed_text(part)]
     if not texts:
         return None
     texts[0] = _cut_mentions(texts[0], parts)
@@ -113,6 +103,29 @@ def human_text(parts: list[dict[str, Any]]) -> str | None:
     if not normalize_text(text) or text.strip().startswith(SHELL_SENTINEL):
         return None
     return text
+
+
+def _compaction_part(part: dict[str, Any]) -> bool:
+    """A compaction, or the text that continues one: the message is no turn at all."""
+    if part.get("type") == "compaction":
+        return True
+    metadata = part.get("metadata")
+    return (
+        part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+        and isinstance(metadata, dict)
+        and bool(metadata.get("compaction_continue"))
+    )
+
+
+def _typed_text(part: dict[str, Any]) -> bool:
+    """A text part a person typed (not one the harness made or set aside)."""
+    return (
+        part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+        and part.get("synthetic") is not True
+        and part.get("ignored") is not True
+    )
 
 
 def replay_key(parts: list[dict[str, Any]]) -> str:

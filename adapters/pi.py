@@ -237,19 +237,21 @@ def pi_wire(record: dict[str, Any]) -> dict[str, Any]:
     out = {k: record[k] for k in _WIRE_KEYS if k in record}
     message = record.get("message")
     if "message" in record:
-        out["message"] = None
-    if isinstance(message, dict):
-        role = message.get("role")
-        sent: dict[str, Any] = {"role": role}
-        if role == "bashExecution" and "command" in message:
-            sent["command"] = message["command"]
-        elif role == "user" and "content" in message:
-            content = message["content"]
-            if isinstance(content, list):
-                content = [_block(b) for b in content]
-            sent["content"] = content
-        out["message"] = sent
+        out["message"] = _wire_message(message) if isinstance(message, dict) else None
     return out
+
+
+def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message's role; a shell escape's command; a user message's content, its blocks
+    as :func:`_block` keeps them."""
+    role = message.get("role")
+    sent: dict[str, Any] = {"role": role}
+    if role == "bashExecution" and "command" in message:
+        sent["command"] = message["command"]
+    elif role == "user" and "content" in message:
+        content = message["content"]
+        sent["content"] = [_block(b) for b in content] if isinstance(content, list) else content
+    return sent
 
 
 def _block(block: Any) -> Any:
