@@ -173,12 +173,19 @@ class Chaos:
             )
 
     def serving(self, host: Host) -> bool:
-        """Whether the host's last start is serving (False while it is down)."""
+        """Whether the host's last start is serving (False while it is down). A start that
+        gave up (the store's write lock held past its wait, by a peer cut off mid-write or
+        a restarting server: said in one line, exit 1) is started again, as the unit's
+        ``Restart=on-failure`` does; any other exit fails the run."""
         if host.proc is None:
             return False
         log = (host.home / "serve.log").read_bytes()[host.log_from :]
         if host.proc.poll() is not None and host.proc.returncode != -signal.SIGKILL:
             tail = log.decode(errors="replace").splitlines()[-5:]
+            if host.proc.returncode == 1 and b"sessionwatch serving" not in log:
+                self._fault(f"start {host.name} again ({tail[-1] if tail else 'exit 1'})")
+                self.start(host)
+                return False
             raise AssertionError(f"serve {host.name} exited: {tail}")
         return b"sessionwatch serving" in log
 
@@ -273,11 +280,10 @@ class Chaos:
             def again() -> None:
                 self._fault(f"start {host.name}")
                 self.start(host)
-                proc = host.proc
                 # serving, unless killed again meanwhile (a kill mid-start)
                 wait_for(
                     f"{host.name} serving again",
-                    lambda: host.proc is not proc or self.serving(host),
+                    lambda: host.proc is None or self.serving(host),
                     60,
                 )
                 span.end = time.monotonic()
