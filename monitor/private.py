@@ -11,9 +11,12 @@ import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from monitor.errors import AlreadyRunning, ConfigError, NotPrivate
+
+if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
 from monitor.paths import make_private_dirs, refuse_if_not_ours
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,10 @@ class InstanceLock:
 
     def __init__(self, handles: list[IO[str]]) -> None:
         self.handles = handles
+
+    async def start(self, stack: AsyncExitStack, bus: object) -> None:
+        """Held until ``stack`` closes: the first part started, the last let go."""
+        stack.callback(self.close)
 
     def close(self) -> None:
         for handle in self.handles:

@@ -274,12 +274,12 @@ def test_no_class_is_over_300_lines_and_no_two_share_a_name() -> None:
 def test_every_running_part_starts_one_way() -> None:
     """Every class of the service with a ``start`` implements the one component contract,
     ``async def start(self, stack, bus)`` (monitor/serve/components.py), and ``running``
-    starts them from one ordered list (``start_all``)."""
+    starts them through one ordered list (``Parts``), and no other way."""
     starts = []
     for path in sorted((ROOT / "monitor").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.ClassDef) or node.name == "JsonErrorHandler":
-                continue  # (that one overrides aiohttp's RequestHandler.start)
+            if not isinstance(node, ast.ClassDef) or node.name in ("JsonErrorHandler", "Parts"):
+                continue  # (that one overrides aiohttp's RequestHandler.start; Parts starts them)
             for item in node.body:
                 if (
                     isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -292,4 +292,31 @@ def test_every_running_part_starts_one_way() -> None:
                     starts.append(node.name)
     assert len(starts) >= 10, starts
     root = (ROOT / "monitor" / "serve" / "root.py").read_text()
-    assert 1 == root.count("await start_all(") and ".start(stack" not in root
+    assert "parts = Parts(stack, bus)" in root and ".start(stack" not in root
+    assert "stack.callback(" not in root and "stack.push_async_callback(" not in root
+    assert "stack.enter_context(" not in root
+
+
+async def test_every_part_is_in_the_ordered_list_and_leaves_nothing_subscribed(
+    tmp_path: Path,
+) -> None:
+    """The lock, the store, the kernel and every other part start in one order, and
+    closing the stack ends every subscription they made (none is made on no stack)."""
+    from monitor.config import GatewayConfig
+    from monitor.serve.root import running
+    from tests.helpers import make_config
+
+    token = tmp_path / "hooks-token"
+    token.write_text("a-hooks-token-long-enough\n")
+    token.chmod(0o600)
+    gateway = GatewayConfig(hooks_url="http://127.0.0.1:9/hooks", hooks_token_file=str(token))
+    config = make_config(tmp_path, gateway=gateway)
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        order = [type(part).__name__ for part in sidecar.parts]
+        bus = sidecar.kernel.bus
+        assert bus._subscribers
+    assert ["InstanceLock", "Store", "Kernel", "PageState", "UpstreamMonitor"] == order[:5]
+    assert {"HooksClient", "Delivery", "Ticks", "FileWatch", "TitleReader"} <= set(order)
+    assert "ApiSite" == order[-1]
+    assert {} == {kind.__name__: subs for kind, subs in bus._subscribers.items() if subs}

@@ -165,15 +165,6 @@ class WakeAnswer:
     retry_after_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class LastWake:
-    """The outcome of the last wake call for one watcher (the status page shows it)."""
-
-    result: str  # as WakeAnswer.result
-    error: str
-    at_ms: int  # wall-clock, as shown
-
-
 StillToSend = Callable[[], Awaitable[bool]]
 
 
@@ -193,7 +184,7 @@ class HooksClient:
     ) -> None:
         """``credentials``: the hooks URL and token as the gateway's own configuration says
         at each call (:class:`monitor.openclaw.files.Hooks`), instead of ``hooks_url`` and the
-        token file. ``bus``: where a watcher's changed last outcome is published
+        token file. ``bus``: where each call's outcome is published, with its watcher
         (:class:`monitor.kernel.bus.WakeOutcome`: a status page shows it at once)."""
         self.url = hooks_url.rstrip("/") + "/wake"
         self.token_file = token_file
@@ -207,7 +198,6 @@ class HooksClient:
         # version of its configuration then; checked again after retry_s, or at once when
         # its configuration changed (OpenClaw applies a change without a restart)
         self._keys_refused: tuple[float, object] | None = None
-        self.last: dict[str, LastWake] = {}  # per watcher
         self.bus = bus  # where each wake's outcome is said (WakeOutcome)
         self._quiet_until = 0.0  # monotonic s; no call before this: after a 401 or a 429
         self._said: set[str] = set()
@@ -287,12 +277,10 @@ class HooksClient:
         return self._count(self._outcome(watcher, answer))
 
     def _outcome(self, watcher: str, answer: WakeAnswer) -> WakeAnswer:
-        """``answer`` as ``watcher``'s last outcome (a status page shows it at once)."""
-        before = self.last.get(watcher)
-        self.last[watcher] = LastWake(answer.result, answer.error, self.timers.now_ms())
-        news = before is None or (before.result, before.error) != (answer.result, answer.error)
-        if news and self.bus is not None:
-            self.bus.publish(WakeOutcome(watcher))
+        """``answer``, said on the bus as ``watcher``'s outcome (a status page shows it)."""
+        if self.bus is not None:
+            at_ms = self.timers.now_ms()
+            self.bus.publish(WakeOutcome(watcher, answer.result, answer.error, at_ms, self.url))
         return answer
 
     def keys_refused(self) -> bool:

@@ -4,13 +4,14 @@ Every kind is a :class:`Change`, declared here:
 
 - the kernel's, after each commit of this process: :class:`StoreWritten` (any commit),
   :class:`EventsRecorded`, :class:`NoticesOpened`, :class:`NoticesAcknowledged` (a drain, a
-  wake the gateway accepted) and :class:`WatchesChanged`;
+  wake the gateway accepted) and :class:`WatchesChanged`; the start-up sweep's
+  :class:`NoticesUndecided`;
 - the store's, for another process's commit: :class:`StoreMoved` (the change hub,
   :mod:`monitor.kernel.changes`, hears it);
 - upstream's: :class:`LinksChanged`, :class:`SourcesMoved`, :class:`SourcesWatched`;
 - the tick's: :class:`TickRan`;
 - delivery's: :class:`WakeOutcome`;
-- the status page's: :class:`TitlesRead`;
+- the title cache's: :class:`TitlesRead`;
 - the configuration's: :class:`ConfigReloaded` (the one in force before and after).
 
 A part of the service subscribes to the kinds it acts on (:meth:`Bus.subscribe`, APScheduler
@@ -22,7 +23,13 @@ run (the hub's watch of the store) starts when its kind is first heard
 (:meth:`Bus.on_first`).
 
 Changes are small classes with slots, not dataclasses or named tuples: a one-shot command
-imports this module, and a base class is what every kind shares.
+imports this module, and a base class is what every kind shares. A change carries what a
+reader shows of it (a wake's outcome, a tick's time): no reader reaches into the memory of
+the part that published it.
+
+What the status page does with each kind is declared beside the kind, in its ``page``
+(:data:`SHOWN_IF_MOVED`, :data:`SHOWN_AT_ONCE`, :data:`SHOWN_LATER`; empty: the page does
+not listen); :func:`page_kinds` lists the kinds it listens to.
 """
 
 from __future__ import annotations
@@ -47,10 +54,27 @@ if TYPE_CHECKING:
 log = LazyLogger(__name__)
 
 
+# what the status page does when it hears a change (a kind's ``page``)
+SHOWN_IF_MOVED = "if moved"  # what the page shows may have moved: told if its fingerprint did
+SHOWN_AT_ONCE = "at once"  # told within the page's minimum gap
+SHOWN_LATER = "later"  # told at the page's slower refresh (a tick's time and duration)
+
+_KINDS: list[type[Change]] = []
+
+
 class Change:
-    """What changed. Equal when of one kind with equal fields (its slots)."""
+    """What changed. Equal when of one kind with equal fields (its slots). ``page``: what
+    the status page does when it hears one (empty: it does not listen)."""
 
     __slots__: tuple[str, ...] = ()
+    page = ""
+
+    def __init_subclass__(cls) -> None:
+        _KINDS.append(cls)
+
+    def shown(self) -> str:
+        """What the page does with this one (its kind's ``page``, unless it says better)."""
+        return self.page
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -74,6 +98,7 @@ class StoreWritten(Change):
     reader shows may differ."""
 
     __slots__ = ()
+    page = SHOWN_IF_MOVED
 
 
 class EventsRecorded(Change):
@@ -101,6 +126,7 @@ class NoticesAcknowledged(Change):
     notice froze), also published as :class:`NoticesOpened`."""
 
     __slots__ = ("reopened",)
+    page = SHOWN_IF_MOVED
 
     def __init__(self, reopened: tuple[Notice, ...] = ()) -> None:
         self.reopened = reopened
@@ -111,6 +137,7 @@ class WatchesChanged(Change):
     reset, a deletion."""
 
     __slots__ = ()
+    page = SHOWN_IF_MOVED
 
 
 class StoreMoved(Change):
@@ -118,6 +145,7 @@ class StoreMoved(Change):
     hub's count of such moves."""
 
     __slots__ = ("moves",)
+    page = SHOWN_IF_MOVED
 
     def __init__(self, moves: int) -> None:
         self.moves = moves
@@ -181,31 +209,76 @@ class OwnershipChanged(Change):
 # -- the tick's, delivery's, the configuration's ---------------------------------------
 
 
+class NoticesUndecided(Change):
+    """The start-up sweep found ``count`` pending notices an earlier sessionwatch left on a
+    database the gateway shares, which cannot be told from the gateway's own: they are
+    left to the gateway until their pair changes."""
+
+    __slots__ = ("count",)
+    page = SHOWN_AT_ONCE
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+
 class TickRan(Change):
-    """A scheduled or early tick ended: ``idle`` when it had nothing to read; ``failed``:
-    why it failed as a whole."""
+    """A scheduled or early tick ended, at ``at_ms`` (wall clock, as shown) after
+    ``duration_s``: ``idle`` when it had nothing to read (the links stand as the last one
+    left them); ``failed``: why it failed as a whole; ``over_budget``: the adapters that ran
+    past their budget."""
 
-    __slots__ = ("failed", "idle")
+    __slots__ = ("at_ms", "duration_s", "failed", "idle", "over_budget")
+    page = SHOWN_LATER
 
-    def __init__(self, *, idle: bool = False, failed: str | None = None) -> None:
+    def __init__(
+        self,
+        at_ms: int = 0,
+        duration_s: float = 0.0,
+        *,
+        idle: bool = False,
+        failed: str | None = None,
+        over_budget: tuple[str, ...] = (),
+    ) -> None:
+        self.at_ms = at_ms
+        self.duration_s = duration_s
         self.idle = idle
         self.failed = failed
+        self.over_budget = over_budget
+
+    def shown(self) -> str:
+        """A failed tick is shown at once; a tick's time and duration, later."""
+        return SHOWN_AT_ONCE if self.failed is not None else SHOWN_LATER
 
 
 class WakeOutcome(Change):
-    """The last outcome of a wake for ``watcher`` changed (delivered, refused, retrying)."""
+    """A wake call for ``watcher`` ended, at ``at_ms`` (wall clock, as shown): ``result``
+    (accepted, refused, unauthorized, throttled, redirected, no_token, failed, unanswered),
+    the gateway's ``error``, and the ``url`` it went to."""
 
-    __slots__ = ("watcher",)
+    __slots__ = ("at_ms", "error", "result", "url", "watcher")
+    page = SHOWN_AT_ONCE
 
-    def __init__(self, watcher: str) -> None:
+    def __init__(
+        self, watcher: str, result: str = "", error: str = "", at_ms: int = 0, url: str = ""
+    ) -> None:
         self.watcher = watcher
+        self.result = result
+        self.error = error
+        self.at_ms = at_ms
+        self.url = url
 
 
 class TitlesRead(Change):
-    """The status page read the sessions' titles again (from the catalog): open pages
-    fetch them."""
+    """The sessions' titles were read again (from the catalog): ``titles`` by native id."""
 
-    __slots__ = ()
+    __slots__ = ("titles",)
+    page = SHOWN_AT_ONCE
+
+    def __init__(self, titles: dict[str, str] | None = None) -> None:
+        self.titles = titles or {}
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(sorted(self.titles.items()))))
 
 
 class ConfigReloaded(Change):
@@ -213,6 +286,7 @@ class ConfigReloaded(Change):
     each part applies its own section."""
 
     __slots__ = ("new", "old")
+    page = SHOWN_AT_ONCE
 
     def __init__(self, old: Config, new: Config) -> None:
         self.old = old
@@ -223,8 +297,11 @@ class ConfigReloaded(Change):
 NOTICE_CHANGES: tuple[type[Change], ...] = (NoticesOpened, StoreMoved)
 # what this process or another wrote: what a reader of the store shows may differ
 WRITES: tuple[type[Change], ...] = (StoreWritten, NoticesAcknowledged, WatchesChanged, StoreMoved)
-# what the status page may show differently after
-PAGE_CHANGES: tuple[type[Change], ...] = (*WRITES, TickRan, WakeOutcome, TitlesRead, ConfigReloaded)
+
+
+def page_kinds() -> tuple[type[Change], ...]:
+    """The kinds the status page listens to: those whose ``page`` says what it does."""
+    return tuple(kind for kind in _KINDS if kind.page)
 
 
 # -- the bus ---------------------------------------------------------------------------

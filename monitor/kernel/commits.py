@@ -92,3 +92,5 @@ class Commits:
             self.bus.publish(NoticesOpened(tuple(opened)))
         if recorder.watches_changed:
             self.bus.publish(WatchesChanged())
+        for change in recorder.said:
+            self.bus.publish(change)

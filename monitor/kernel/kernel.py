@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from monitor.clock import Clock, now_ms
 from monitor.errors import BadInput
 from monitor.kernel import cursors, outbox, retention
-from monitor.kernel.bus import Bus
+from monitor.kernel.bus import Bus, NoticesUndecided
 from monitor.kernel.changes import ChangeHub
 from monitor.kernel.commits import Commits
 from monitor.kernel.drafts import NewEvent, Recorded
@@ -40,6 +40,7 @@ from monitor.kernel.watcher_stores import LEGACY_DEFAULT, StorePathRule
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
     from pathlib import Path
     from typing import Any, TypeVar
 
@@ -121,20 +122,31 @@ class Kernel(Views):
         kernel = cls(
             store, settings or KernelSettings(), metrics=metrics, on_delete=on_delete, bus=bus
         )
-        try:  # read first: opening writes only when there is something to fix
-            last, legacy = await store.read(
-                lambda c: (
-                    retention.last_prune_at(c),
-                    cursors.any_with_store_path(c, LEGACY_DEFAULT),
-                )
-            )
-            kernel.retention.next_at = last + retention.PRUNE_INTERVAL_MS
-            if legacy:
-                await kernel.commits.write(kernel._migrate_legacy_store_paths)
+        try:
+            await kernel._prepare()
         except BaseException:
             await store.close()
             raise
         return kernel
+
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        """The service's kernel, over a store that is a part of its own (started before,
+        closed after): ready once started, its watch of other processes' commits ended
+        when ``stack`` closes."""
+        await self._prepare()
+        stack.push_async_callback(self.changes.close)
+
+    async def _prepare(self) -> None:
+        """Read first: opening writes only when there is something to fix."""
+        last, legacy = await self.store.read(
+            lambda c: (
+                retention.last_prune_at(c),
+                cursors.any_with_store_path(c, LEGACY_DEFAULT),
+            )
+        )
+        self.retention.next_at = last + retention.PRUNE_INTERVAL_MS
+        if legacy:
+            await self.commits.write(self._migrate_legacy_store_paths)
 
     def _migrate_legacy_store_paths(self, conn: Conn) -> int:
         """Cursors an earlier sidecar wrote with the store path "default" get the real one."""
@@ -290,7 +302,9 @@ class Kernel(Views):
             outbox.append(conn, cursors.heal_unfrozen(conn), now)
             every = [c.notice() for c in cursors.list_pending(conn)]
             r.open([c.notice() for c in cursors.list_pending(conn, opened_here=True)])
-            return every, cursors.undecided_legacy(conn)
+            undecided = cursors.undecided_legacy(conn)
+            r.say(NoticesUndecided(undecided))
+            return every, undecided
 
         pending, self.undecided_notices = await self.commits.commit(run)
         return pending

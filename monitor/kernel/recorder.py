@@ -7,6 +7,7 @@ from monitor.kernel.signal_log import record_event
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from monitor.kernel.bus import Change
     from monitor.kernel.drafts import EventDraft, Recorded
     from monitor.kernel.notices import Notice
     from monitor.kernel.policy import WatchPolicy
@@ -27,6 +28,7 @@ class Recorder:
         self.watches_changed = False  # a spawn or an ambient watch armed a cursor
         self.opened: list[Notice] = []  # notices opened other than by an event
         self.acknowledged: list[Notice] | None = None  # what an acknowledgement reopened
+        self.said: list[Change] = []  # other changes the transaction names
         self._policy = policy
 
     def begin(self, conn: Conn) -> None:
@@ -36,10 +38,16 @@ class Recorder:
         self.watches_changed = False
         self.opened = []
         self.acknowledged = None
+        self.said = []
 
     def open(self, notices: list[Notice]) -> None:
         """Notices this transaction opened other than by an event (found at start-up)."""
         self.opened.extend(notices)
+
+    def say(self, change: Change) -> None:
+        """A change of this transaction's that no other method names, published after it
+        committed (:class:`~monitor.kernel.bus.NoticesUndecided`, say)."""
+        self.said.append(change)
 
     def acknowledge(self, reopened: list[Notice]) -> None:
         """This transaction acknowledged notices (``outbox.acknowledge``: a drain, a wake

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
@@ -36,10 +36,21 @@ class Component(Protocol):
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None: ...
 
 
-async def start_all(stack: AsyncExitStack, bus: Bus, components: Iterable[Component]) -> None:
-    """Start ``components`` in order on ``stack``."""
-    for component in components:
-        await component.start(stack, bus)
+class Parts:
+    """The service's parts, in the one order they start (``order``), on one stack: each
+    starts as it is added, so that a part made from an earlier one (the kernel over the
+    store, the parts over the kernel) is made once that one runs. Closing the stack stops
+    them in the reverse order."""
+
+    def __init__(self, stack: AsyncExitStack, bus: Bus) -> None:
+        self.stack = stack
+        self.bus = bus
+        self.order: list[Component] = []
+
+    async def start(self, *components: Component) -> None:
+        for component in components:
+            await component.start(self.stack, self.bus)
+            self.order.append(component)
 
 
 def start_task(stack: AsyncExitStack, coro: Coroutine[Any, Any, None]) -> None:

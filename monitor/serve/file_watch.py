@@ -40,13 +40,12 @@ PAUSE_S = 10.0  # file watching waits this long after the database failed
 class FileWatch:
     """Watches the linked files' directories and ticks the links of what changed."""
 
-    def __init__(self, monitor: UpstreamMonitor, stopping: asyncio.Event) -> None:
+    def __init__(self, monitor: UpstreamMonitor) -> None:
         # watchfiles says "N changes detected" at INFO for every append to a watched file:
         # the log would grow with writes, not with changes of state
         logging.getLogger("watchfiles").setLevel(logging.WARNING)
         self.monitor = monitor
         self.bus = monitor.kernel.bus
-        self.stopping = stopping
         self._paths_changed = asyncio.Event()  # which files are watched may have changed
         self._polled = False  # inotify refused a watch: watchfiles from then on
         self._said: set[str] | None = None  # the keys whose watching was said (None: none)
@@ -61,7 +60,7 @@ class FileWatch:
         The watch is re-armed only when the set of directories changes; a link change that
         keeps the directories only updates which keys a path wakes.
         """
-        while not self.stopping.is_set():
+        while True:  # until the stack cancels it
             files = await self._watched_files_or_none()
             if files is None:
                 continue

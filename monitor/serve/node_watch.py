@@ -47,14 +47,12 @@ class NodeWatch:
     def __init__(
         self,
         monitor: UpstreamMonitor,
-        stopping: asyncio.Event,
         *,
         nodes: Mapping[str, NodeAddress],
     ) -> None:
         """``nodes``: the configured nodes (a reload may change them: it says so)."""
         self.monitor = monitor
         self.bus = monitor.kernel.bus
-        self.stopping = stopping
         self.nodes = nodes
         self._links_changed = asyncio.Event()
         self.keys: dict[str, set[str]] = {}  # node -> its watched links' keys, kept current
@@ -73,7 +71,7 @@ class NodeWatch:
         """Keep one poll per node with watched links, as links change (the change stream);
         a poll that ended is started again within 15 s."""
         try:
-            while not self.stopping.is_set():
+            while True:  # until the stack cancels it
                 try:
                     wanted = await self.monitor.watched_nodes()
                 except SessionwatchError as exc:
@@ -110,7 +108,7 @@ class NodeWatch:
         backoff = Backoff(1.0, 30.0)
         timeout = aiohttp.ClientTimeout(total=WAIT_S + node_client.TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            while not self.stopping.is_set():
+            while True:  # until cancelled
                 params = {"after": cursor or "", "wait": str(WAIT_S)}
                 asked = time.monotonic()
                 try:
@@ -135,8 +133,7 @@ class NodeWatch:
                         )
                     failing = str(exc)
                     cursor = None  # its first answer checks the links: nothing waits a tick
-                    if await backoff.wait(self.stopping):
-                        return
+                    await backoff.wait()
                     continue
                 if failing is not None:
                     log.info("node %s answers again: checking its links now", name)
@@ -146,8 +143,8 @@ class NodeWatch:
                 if not isinstance(moved, str) or moved == cursor:
                     # a node waits before it answers the same cursor: one that does not
                     # (or answers no cursor) is not polled in a tight loop
-                    if time.monotonic() - asked < WAIT_S / 2 and await backoff.wait(self.stopping):
-                        return
+                    if time.monotonic() - asked < WAIT_S / 2:
+                        await backoff.wait()
                     continue
                 cursor = moved
                 keys = self.keys.get(name)

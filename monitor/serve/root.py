@@ -1,15 +1,17 @@
 """``sessionwatch serve``: the sidecar's main job, the composition root.
 
-Start-up takes the database's instance lock (:mod:`monitor.private`), opens the store and
-the kernel, then starts each part of the service as a component on one ``AsyncExitStack``
-(each owns its start and stop, apscheduler's ``start(exit_stack)``), in this order: the
-upstream monitor, which must hear the leases' first word; the hooks client; delivery,
-which must hear the sweep's notices; the host lease on a shared store; recovery; the tick
-schedule (:mod:`.ticks`, 15 s after start and every 60 s, never two at once); file and node
-watching; retention; the log level; the configuration in force; the API site. The parts
-talk through the change bus (:mod:`monitor.kernel.bus`), never through this module.
-SIGTERM/SIGINT stop accepting requests, finish the tick in flight and close the database,
-in that order.
+Start-up starts each part of the service as a component on one ``AsyncExitStack`` (each
+owns its start and stop, apscheduler's ``start(exit_stack)``), in one order
+(:class:`~monitor.serve.components.Parts`): the database's instance lock
+(:mod:`monitor.private`); the store; the kernel; what the status page shows, which hears
+from the start; the upstream monitor, which must hear the leases' first word; the hooks
+client; delivery, which must hear the sweep's notices; the host lease on a shared store;
+recovery; the tick schedule (:mod:`.ticks`, 15 s after start and every 60 s, never two at
+once); file and node watching; retention; the title reader; the log level; the
+configuration in force; the API site. The parts talk through the change bus
+(:mod:`monitor.kernel.bus`), never through this module. SIGTERM/SIGINT close the stack:
+the parts stop in the reverse order (no new requests, the tick in flight finished, the
+database closed last), and that is their one stop signal.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from monitor.private import (
     take_instance_lock,
 )
 from monitor.retry import Backoff
-from monitor.serve.components import Component, start_all, start_task
+from monitor.serve.components import Component, Parts, start_task
 from monitor.serve.file_watch import FileWatch
 from monitor.serve.node_watch import NodeWatch
 from monitor.serve.reload import ConfigInForce, LogLevel
@@ -59,12 +61,12 @@ from monitor.upstream import UpstreamMonitor
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
 from monitor.upstream.monitor import nodes_of, root_paths
-from monitor.upstream.tick_health import TickHealth
 from monitor.web.api import build_app
 from monitor.web.common import start_site
 from monitor.web.node import build_node_app, present
 from monitor.web.openapi import VERSION
-from monitor.web.status_page import PageSources
+from monitor.web.page_state import PageState
+from monitor.web.titles import TitleReader, catalog_titles
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,8 @@ class Sidecar:
         waker: HooksClient | None = None,
         delivery: Delivery | None = None,
         leases: HostLeases | None = None,
+        page: PageState | None = None,
+        parts: list[Component] | None = None,
     ) -> None:
         self.kernel = kernel
         self.monitor = monitor
@@ -95,6 +99,8 @@ class Sidecar:
         self.waker = waker
         self.delivery = delivery
         self.leases = leases
+        self.page = page
+        self.parts = parts or []  # in the order they started
 
     @property
     def config(self) -> Config:
@@ -117,7 +123,7 @@ class ApiSite:
         monitor: UpstreamMonitor,
         metrics: Metrics,
         token: str,
-        page: PageSources,
+        page: PageState,
         api: ApiConfig,
     ) -> None:
         self.app = build_app(kernel, monitor, metrics, token, page)
@@ -244,30 +250,27 @@ async def running(
         yield None
         return
     async with AsyncExitStack() as stack:
+        bus = Bus()  # the service's changes, from every part to every part
+        parts = Parts(stack, bus)
         lock = None
         if isinstance(db, Path):
             refuse_if_not_ours(db, "the state database")  # before its lock: says whose it is
             lock = take_instance_lock(db)
-            stack.callback(lock.close)
+            await parts.start(lock)  # first: let go last
             check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
         metrics = Metrics()
         timers = timers or LoopTimers(clock)
-        bus = Bus()  # the service's changes, from every part to every part
-        health = TickHealth(
-            interval_s=config.monitor.interval_s,
-            budget_s=config.monitor.adapter_budget_s,
-            bus=bus,
-        )
         waker = _hooks_client(config, metrics, db, timers, bus)
         store = await open_state(db, stopping, metrics, clock)
         if store is None:
             yield None
             return
-        kernel = await Kernel.on_store(
+        await parts.start(store)
+        kernel = Kernel(
             store, KernelSettings.of(config), metrics=metrics, on_delete=(delete_links,), bus=bus
         )
-        stack.push_async_callback(kernel.close)
+        await parts.start(kernel)
         delivery = Delivery(kernel, waker, timers=timers, metrics=metrics) if waker else None
         leases = _host_leases(kernel, config, metrics)
         monitor = UpstreamMonitor.from_config(kernel, config, metrics=metrics)
@@ -275,9 +278,8 @@ async def running(
             kernel,
             monitor,
             metrics,
-            health,
+            interval_s=config.monitor.interval_s,
             initial_delay_s=config.monitor.initial_delay_s,
-            stopping=stopping,
         )
         level = LogLevel()
         configuration = ConfigInForce(
@@ -286,40 +288,39 @@ async def running(
             parts=(monitor, ticks, level, *([waker] if waker else [])),
             hangup=hangup,
         )
-        page = PageSources(
-            kernel=kernel,
-            monitor=monitor,
-            tick=health,
-            in_force=lambda: configuration.config,
-            waker=waker,
+        titles = TitleReader(catalog_titles(monitor))
+        page = PageState(
+            kernel,
+            monitor,
+            config,
+            titles,
             db=without_password(db) if is_pg_url(db) else str(db),
             version=VERSION,
+            wakes_to=waker.url if waker is not None else None,
             node_check=node_reachable,
         )
         api = ApiSite(kernel, monitor, metrics, token, page, config.api)
         watching: list[Component] = (
-            [FileWatch(monitor, stopping), NodeWatch(monitor, stopping, nodes=nodes_of(config))]
+            [FileWatch(monitor), NodeWatch(monitor, nodes=nodes_of(config))]
             if config.monitor.watch_files
             else []
         )
-        await start_all(
-            stack,
-            bus,
-            [
-                monitor,  # before the leases: it hears their first word
-                *([waker] if waker else []),  # closed after delivery stopped
-                *([delivery] if delivery else []),  # before the sweep: it wakes what it finds
-                *([leases] if leases else []),  # released after the tick in flight
-                Recovery(kernel, metrics),
-                ticks,
-                *watching,
-                HourlyPrune(kernel),
-                level,
-                configuration,
-                api,  # last: requests come once all runs
-            ],
-        )
-        stack.callback(stopping.set)  # first on the way out: no component starts anew
+        service: list[Component] = [
+            page,  # hears from the start: the sweep, each tick, each wake
+            monitor,  # before the leases: it hears their first word
+            *([waker] if waker else []),  # closed after delivery stopped
+            *([delivery] if delivery else []),  # before the sweep: it wakes what it finds
+            *([leases] if leases else []),  # released after the tick in flight
+            Recovery(kernel, metrics),
+            ticks,
+            *watching,
+            HourlyPrune(kernel),
+            titles,
+            level,
+            configuration,
+            api,  # last: requests come once all runs
+        ]
+        await parts.start(*service)
         if lock is not None:
             lock.say_serving(api.addresses)  # where `open` finds this serve
         yield Sidecar(
@@ -332,6 +333,8 @@ async def running(
             waker=waker,
             delivery=delivery,
             leases=leases,
+            page=page,
+            parts=parts.order,
         )
 
 

@@ -47,8 +47,10 @@ from monitor.kernel.bus import (
     OwnershipChanged,
     SourcesMoved,
     SourcesWatched,
+    TickRan,
 )
 from monitor.serve.components import LINK_CHANGES, start_task
+from monitor.upstream.settle import BUDGET_EXCEEDED
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -57,7 +59,6 @@ if TYPE_CHECKING:
     from monitor.kernel import Kernel
     from monitor.metrics import Metrics
     from monitor.upstream import UpstreamMonitor
-    from monitor.upstream.tick_health import TickHealth
 
 log = logging.getLogger(__name__)
 
@@ -75,19 +76,19 @@ class Ticks:
         kernel: Kernel,
         monitor: UpstreamMonitor,
         metrics: Metrics,
-        health: TickHealth,
         *,
+        interval_s: float,
         initial_delay_s: float,
-        stopping: asyncio.Event,
     ) -> None:
-        """``health``: what the status page shows of the ticks (its ``interval_s`` is the
-        schedule's)."""
+        """Each tick's end is said on the bus (:class:`TickRan`, with its time and
+        duration: the status page shows them)."""
         self.kernel = kernel
+        self.bus = kernel.bus
         self.monitor = monitor
         self.metrics = metrics
-        self.health = health
+        self.interval_s = interval_s
         self.initial_delay_s = initial_delay_s
-        self.stopping = stopping
+        self._stopped = False  # the stack closed: no early check starts anew
         self._rescheduled = asyncio.Event()
         self._skip_logged = False
         self._due: set[str] = set()  # keys whose sources moved, for the next early check
@@ -103,6 +104,7 @@ class Ticks:
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
         stack.push_async_callback(self.monitor.tick_done)  # last: the tick in flight ends
+        stack.callback(self._stop)
         stack.enter_context(bus.subscribe(SourcesMoved, self._moved_sources))
         stack.enter_context(bus.subscribe(SourcesWatched, self._watched))
         stack.enter_context(bus.subscribe(LINK_CHANGES, self._changed))
@@ -112,6 +114,9 @@ class Ticks:
             bus.subscribe(ConfigReloaded, lambda c: self.reschedule(c.new.monitor.interval_s))
         )
         start_task(stack, self.on_schedule())
+
+    def _stop(self) -> None:
+        self._stopped = True
 
     def _owned(self, change: OwnershipChanged) -> None:
         """The links without a host became ours (their holder died, say): a full tick at
@@ -126,9 +131,9 @@ class Ticks:
 
     def reschedule(self, interval_s: float) -> None:
         """A new interval (a reload): it applies from the next tick."""
-        if interval_s != self.health.interval_s:
+        if interval_s != self.interval_s:
             log.info("the tick's interval is now %g s, from the next tick", interval_s)
-        self.health.interval_s = interval_s
+        self.interval_s = interval_s
         self._rescheduled.set()
 
     async def on_schedule(self) -> None:
@@ -136,13 +141,13 @@ class Ticks:
         loop = asyncio.get_running_loop()
         due = loop.time() + self.initial_delay_s
         last: float | None = None  # when the last tick started
-        while not self.stopping.is_set():
+        while True:  # until the stack cancels it
             if await self._interrupted(due - loop.time()):
                 if self._now_due:  # now, then on the grid from there
                     self._now_due = False
                     due = loop.time()
                 elif last is not None:
-                    due = last + self.health.interval_s
+                    due = last + self.interval_s
                 continue
             last = loop.time()
             ran = False
@@ -150,7 +155,7 @@ class Ticks:
                 ran = await asyncio.shield(asyncio.ensure_future(self.scheduled_tick()))
             except Exception:  # a bug in one tick must not end the ticks: said, and on
                 log.exception("a tick failed unexpectedly; the next one runs as planned")
-            interval = self.health.interval_s
+            interval = self.interval_s
             due += interval
             if due < loop.time():  # it ran past its next time: those ticks are skipped
                 self._say_skipped()
@@ -182,7 +187,7 @@ class Ticks:
             return False
         if self._nothing_to_read():
             self._left += 1
-            self.health.idle(int(time.time() * 1000))
+            self.bus.publish(TickRan(int(time.time() * 1000), idle=True))
             return True
         self._moved, self._left = False, 0
         return await self.run_tick()
@@ -229,7 +234,7 @@ class Ticks:
         keys = frozenset(self._settling)
         if last:
             self._settling.clear()
-        if keys and not self.stopping.is_set():
+        if keys and not self._stopped:
             self._moved_sources(SourcesMoved(keys, catch_up=True))
 
     def _cancel_settling(self) -> None:
@@ -241,7 +246,7 @@ class Ticks:
         """The keys due, in one check at a time, until none is due (never cancelled: the
         exit stack waits for the tick in flight)."""
         try:
-            while self._due and not self.stopping.is_set():
+            while self._due and not self._stopped:
                 keys, rearm = self._due, self._rearm
                 self._due, self._rearm = set(), False
                 try:
@@ -261,14 +266,15 @@ class Ticks:
             results = await self.monitor.tick(only)
         except SessionwatchError as exc:
             log.warning("tick failed: %s", exc)
-            self.health.refused(str(exc))
+            self.bus.publish(TickRan(int(time.time() * 1000), failed=str(exc)))
             if only is None:
                 self._quiet = None  # it read nothing: the next one is full
             return False
         duration = time.perf_counter() - start
         self.metrics.ticks.inc()
         self.metrics.tick_seconds.observe(duration)
-        self.health.ran(int(time.time() * 1000), duration, results)
+        over = sorted({r.adapter or "?" for r in results if r.reason == BUDGET_EXCEEDED})
+        self.bus.publish(TickRan(int(time.time() * 1000), duration, over_budget=tuple(over)))
         counted: dict[tuple[str, str], int] = {}
         for r in results:
             self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
@@ -286,7 +292,7 @@ class Ticks:
             for (adapter, outcome), n in counted.items():
                 self.metrics.links_now.labels(adapter, outcome).set(n)
         if rearm and any(r.outcome == "missing" for r in results):
-            self.kernel.bus.publish(LinksChanged())
+            self.bus.publish(LinksChanged())
         more = frozenset(r.session_key for r in results if r.more and not r.unsettled)
         if more:  # stopped at the scan cap: the rest now, in turn with the other keys due
             self._moved_sources(SourcesMoved(more, catch_up=True))

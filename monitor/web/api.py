@@ -55,7 +55,8 @@ from monitor.web.models import (
     whole,
 )
 from monitor.web.openapi import declared_query_params, document_bytes
-from monitor.web.status_page import PageSources, StatusPage
+from monitor.web.page_state import PageState
+from monitor.web.status_page import StatusPage
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +357,7 @@ def build_app(
     monitor: UpstreamMonitor,
     metrics: Metrics,
     token: str,
-    page: PageSources | None = None,
+    page: PageState | None = None,
 ) -> web.Application:
     """The API; with ``page``, the status page too (:mod:`monitor.web.status_page`), whose
     routes check their own admission (the bearer token, or the page's cookie)."""
@@ -381,11 +382,5 @@ def build_app(
     app.on_shutdown.append(end_streams)
     app.add_routes(routes)
     if page is not None:
-        status = StatusPage(page, token, app[STREAMS])
-        app.add_routes(status.routes())
-
-        async def close_page(app: web.Application) -> None:
-            await status.close()
-
-        app.on_cleanup.append(close_page)
+        app.add_routes(StatusPage(page, token, app[STREAMS]).routes())
     return app

@@ -24,6 +24,7 @@ from monitor.delivery.ledger import Delivery
 from monitor.delivery.timers import LoopTimers
 from monitor.errors import ConfigError, NotPrivate, StoreError
 from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.bus import Bus, WakeOutcome
 from monitor.kernel.commits import Commits
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.store import open_store
@@ -595,6 +596,9 @@ async def test_a_redirect_is_never_followed(
             token_file.write_text(TOKEN + "\n")
             token_file.chmod(0o600)
             metrics = Metrics()
+            bus = Bus()
+            outcomes: list[WakeOutcome] = []
+            bus.subscribe(WakeOutcome, outcomes.append)
             client = HooksClient(
                 f"http://{host}:{port}/hooks",
                 token_file,
@@ -602,9 +606,10 @@ async def test_a_redirect_is_never_followed(
                 transport=AiohttpTransport(),
                 retry_s=RETRY_S,
                 metrics=metrics,
+                bus=bus,
             )
             store = await open_store(tmp_path / "state.db", clock=clock)
-            kernel = await Kernel.on_store(store)
+            kernel = await Kernel.on_store(store, bus=bus)
             delivery = Delivery(kernel, client, timers=timers, metrics=metrics, others=False)
             await delivery.start(contextlib.AsyncExitStack(), kernel.bus)
             try:
@@ -617,7 +622,7 @@ async def test_a_redirect_is_never_followed(
                             actor_type=ActorType.HUMAN,
                         )
                     )
-                    await until("the wake's answer", lambda: bool(client.last))
+                    await until("the wake's answer", lambda: bool(outcomes))
                     await delivery.settled()
                     await timers.advance(int(RETRY_S * 1000))
                     await delivery.settled()
@@ -627,7 +632,7 @@ async def test_a_redirect_is_never_followed(
                 assert 1 == len(said)
                 assert elsewhere.url in said[0]
                 assert "accepts wakes again" not in caplog.text
-                assert "redirected" == client.last[MAIN].result
+                assert {(MAIN, "redirected")} == {(o.watcher, o.result) for o in outcomes}
                 samples = metrics.registry.get_sample_value(
                     "sessionwatch_wake_calls_total", {"result": "redirected"}
                 )

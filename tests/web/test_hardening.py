@@ -570,7 +570,7 @@ async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_on
     quiet = config.monitor._replace(watch_files=False, initial_delay_s=3600)
     async with running(config._replace(monitor=quiet), tmp_path / "state.db") as sidecar:
         assert sidecar is not None  # its own loop sleeps for an hour: this test runs one
-        sidecar.ticks.initial_delay_s, sidecar.ticks.health.interval_s = 0, 0.01
+        sidecar.ticks.initial_delay_s, sidecar.ticks.interval_s = 0, 0.01
         gates = [asyncio.Event() for _ in range(6)]  # tick n finishes once gates[n] is set
         started: list[int] = []
         finished: list[int] = []

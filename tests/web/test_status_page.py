@@ -425,7 +425,7 @@ def _views() -> list[tuple[object, str, str]]:
 
 
 def test_a_link_reads_as_one_state_with_its_reason() -> None:
-    from monitor.web.status_page import shown_state
+    from monitor.web.page_state import shown_state
 
     for view, state, reason in _views():
         found, why = shown_state(view, 3)  # type: ignore[arg-type]
@@ -433,51 +433,53 @@ def test_a_link_reads_as_one_state_with_its_reason() -> None:
         assert reason in why
 
 
-class _Sources:
-    """What StatusPage reads at its start and for titles (the rest of PageSources unused)."""
-
-    def __init__(self, db: str, listen: str) -> None:
-        from types import SimpleNamespace
-
-        from monitor.config import ApiConfig, Config
-        from monitor.kernel.bus import Bus
-
-        self.db = db
-        self.config = Config(api=ApiConfig(listen=listen))
-        self.reads = 0
-        self.monitor = SimpleNamespace(catalog=self._catalog)
-        self.kernel = SimpleNamespace(bus=Bus())
-
-    async def _catalog(self) -> Any:
-        from types import SimpleNamespace
-
-        self.reads += 1
-        entry = SimpleNamespace(native_id="t-new", title="fix the billing tests")
-        return SimpleNamespace(entries=[entry])
-
-
-async def test_two_sidecars_on_one_host_have_their_own_cookies_and_titles_come_at_once() -> None:
-    """Cookies ignore ports: each instance names its own. A link the last catalog read was
-    not asked for gets its title at once, not within five minutes."""
+async def test_two_sidecars_on_one_host_have_their_own_cookies() -> None:
+    """Cookies ignore ports: each instance names its own."""
     import asyncio
+    from types import SimpleNamespace
 
+    from monitor.config import ApiConfig, Config
     from monitor.web.status_page import StatusPage
 
-    first, second = (
-        _Sources("/a/state.db", "127.0.0.1:8765"),
-        _Sources("/b/state.db", "127.0.0.1:8799"),
-    )
-    pages = [StatusPage(s, "t", asyncio.Event()) for s in (first, second)]  # type: ignore[arg-type]
+    states = [
+        SimpleNamespace(db=db, config=Config(api=ApiConfig(listen=listen)))
+        for db, listen in (("/a/state.db", "127.0.0.1:8765"), ("/b/state.db", "127.0.0.1:8799"))
+    ]
+    pages = [StatusPage(s, "t", asyncio.Event()) for s in states]  # type: ignore[arg-type]
     assert pages[0].cookie != pages[1].cookie
     assert all(p.cookie.startswith("sessionwatch_ui_") for p in pages)
-    page = pages[0]
-    page._refresh_titles({"t-old"})
-    await asyncio.sleep(0)
-    assert page._titles_task is not None
-    await page._titles_task
-    page._refresh_titles({"t-old"})  # nothing new: within the five minutes, no read
-    assert first.reads == 1
-    page._refresh_titles({"t-old", "t-new"})  # just adopted
-    assert page._titles_task is not None
-    await page._titles_task
-    assert (first.reads, page._titles["t-new"]) == (2, "fix the billing tests")
+
+
+async def test_titles_come_at_once_for_a_new_thread_and_every_five_minutes_else() -> None:
+    """A thread the last catalog read was not asked for gets its title at once, not within
+    five minutes; the titles read are said on the bus, with the titles."""
+    from contextlib import AsyncExitStack
+
+    from monitor.kernel.bus import Bus, TitlesRead
+    from monitor.web.titles import TITLES_TTL_S, TitleReader
+
+    now = [0.0]
+    catalog = {"t-old": "an old one"}
+
+    async def read() -> dict[str, str]:
+        return dict(catalog)
+
+    bus = Bus()
+    heard: list[TitlesRead] = []
+    bus.subscribe(TitlesRead, heard.append)
+    titles = TitleReader(read, clock=lambda: now[0])
+    async with AsyncExitStack() as stack:
+        await titles.start(stack, bus)
+        titles.want({"t-old"})
+        await titles.settled()
+        titles.want({"t-old"})  # nothing new: within the five minutes, no read
+        await titles.settled()
+        assert 1 == titles.reads
+        catalog["t-new"] = "fix the billing tests"
+        titles.want({"t-old", "t-new"})  # just adopted
+        await titles.settled()
+        assert (2, "fix the billing tests") == (titles.reads, heard[-1].titles["t-new"])
+        now[0] += TITLES_TTL_S
+        titles.want({"t-old", "t-new"})
+        await titles.settled()
+        assert 3 == titles.reads == len(heard)

@@ -55,6 +55,8 @@ from monitor.pulse import Pulse
 from monitor.retry import Backoff
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
     from monitor.kernel.store.protocol import Conn, Cursor
 
 log = logging.getLogger(__name__)
@@ -230,6 +232,11 @@ class PgStore:
     async def changed(self, timeout: float) -> None:
         """Return when a change is heard, or after ``timeout`` seconds."""
         await self._changes.after(self._changes.count, timeout)
+
+    async def start(self, stack: AsyncExitStack, bus: object) -> None:
+        """A part of the service: closed when ``stack`` closes, after every part started
+        after it stopped."""
+        stack.push_async_callback(self.close)
 
     async def close(self) -> None:
         """The writes in flight finish; then listening stops and the pools close."""

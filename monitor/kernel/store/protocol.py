@@ -10,9 +10,12 @@ placeholders for psycopg.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from monitor.clock import Clock
+
+if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
 
 
 class Cursor(Protocol):
@@ -111,6 +114,10 @@ class StateStore(Protocol):
     async def changed(self, timeout: float) -> None:
         """Return when a change may have happened, at the latest after ``timeout`` s (at
         once on PostgreSQL's notice; SQLite says no one, so it waits and looks)."""
+        ...
+
+    async def start(self, stack: AsyncExitStack, bus: object) -> None:
+        """As a part of the service: closed when ``stack`` closes."""
         ...
 
     async def close(self) -> None:

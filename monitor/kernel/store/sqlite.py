@@ -51,6 +51,8 @@ from monitor.kernel.store.sqlite_schema import migrate
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
     from monitor import inotify
 
 T = TypeVar("T")
@@ -360,6 +362,11 @@ class Store:
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.close()
+
+    async def start(self, stack: AsyncExitStack, bus: object) -> None:
+        """A part of the service: closed when ``stack`` closes, after every part started
+        after it stopped."""
+        stack.push_async_callback(self.close)
 
     async def close(self) -> None:
         self._close_watch()

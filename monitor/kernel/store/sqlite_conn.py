@@ -31,6 +31,7 @@ from monitor.paths import expand_user, make_private_dirs, refuse_if_not_ours
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
     from typing import Any, TypeVar
 
     from monitor.inotify import Inotify
@@ -317,6 +318,10 @@ class DirectStore:
         except OSError:
             return None
         return watch, {real, f"{real}-wal"}
+
+    async def start(self, stack: AsyncExitStack, bus: object) -> None:
+        """Closed when ``stack`` closes (one-shot commands close it themselves)."""
+        stack.push_async_callback(self.close)
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -1,0 +1,125 @@
+"""What the status page shows is a part fed by the changes' own data, and each change kind
+says beside itself what the page does with it (its ``page``): a new kind reaches an open
+page with nothing else edited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aiohttp
+
+from monitor.kernel.bus import (
+    SHOWN_AT_ONCE,
+    Change,
+    ConfigReloaded,
+    NoticesUndecided,
+    TickRan,
+    WakeOutcome,
+    page_kinds,
+)
+from monitor.serve.root import Sidecar, running
+from tests.helpers import make_config
+
+
+class Announced(Change):
+    """A kind only this test knows, shown at once."""
+
+    __slots__ = ()
+    page = SHOWN_AT_ONCE
+
+
+class Unshown(Change):
+    """A kind the page does not listen to."""
+
+    __slots__ = ()
+
+
+def test_the_page_listens_to_the_kinds_that_say_so_and_no_other() -> None:
+    kinds = page_kinds()
+    assert Announced in kinds and Unshown not in kinds
+    assert {TickRan, WakeOutcome, ConfigReloaded} <= set(kinds)
+    assert all(kind.page for kind in kinds)
+    assert SHOWN_AT_ONCE == TickRan(failed="the disk is full").shown() != TickRan(1, 0.2).shown()
+
+
+async def _events(sidecar: Sidecar, token: str, heard: list[bytes]) -> None:
+    async with aiohttp.ClientSession() as http:
+        url = f"{sidecar.addresses[0]}/ui/stream"
+        async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as answer:
+            async for line in answer.content:
+                heard.append(line.strip())
+
+
+async def _told(heard: list[bytes], since: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if b"event: changed" in heard[since:]:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_a_kind_the_page_shows_reaches_an_open_stream_and_one_it_does_not_never(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path)
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        token = (tmp_path / "token").read_text().strip()
+        heard: list[bytes] = []
+        reader = asyncio.ensure_future(_events(sidecar, token, heard))
+        try:
+            deadline = time.monotonic() + 10
+            while b"retry: 2000" not in heard:
+                assert not reader.done() and time.monotonic() < deadline, reader
+                await asyncio.sleep(0.02)
+            bus = sidecar.kernel.bus
+            mark = len(heard)
+            bus.publish(Unshown())
+            assert not await _told(heard, mark, 1.0)
+            bus.publish(Announced())
+            assert await _told(heard, mark, 5.0)
+            await asyncio.sleep(0.3)  # past the minimum gap
+            mark = len(heard)
+            bus.publish(TickRan(int(time.time() * 1000), 0.5))  # later: at most every 10 s
+            assert not await _told(heard, mark, 1.0)
+            bus.publish(TickRan(int(time.time() * 1000), failed="the store refused"))
+            assert await _told(heard, mark, 5.0)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+
+async def test_the_page_shows_what_the_changes_carry(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        state = sidecar.page
+        bus = sidecar.kernel.bus
+        bus.publish(WakeOutcome("agent:main:main", "refused", "keys", 1_000, "http://gw/wake"))
+        bus.publish(TickRan(2_000, 0.25, over_budget=("pi",)))
+        bus.publish(TickRan(3_000, idle=True))
+        bus.publish(NoticesUndecided(2))
+        new = config._replace(monitor=config.monitor._replace(interval_s=7.0))
+        bus.publish(ConfigReloaded(config, new))
+        view = await state.view()
+        (watcher,) = view.watchers
+        assert ("agent:main:main", "refused", "keys", 1_000) == (
+            watcher.watcher,
+            watcher.last_wake and watcher.last_wake.result,
+            watcher.last_wake and watcher.last_wake.error,
+            watcher.last_wake and watcher.last_wake.at_ms,
+        )
+        assert view.wakes.startswith("woken through http://gw/wake; 2 notices")
+        tick = view.tick
+        assert (3_000, 0.25, ("pi",), None, 7.0) == (
+            tick.last_at_ms,
+            tick.last_duration_s,
+            tick.over_budget,
+            tick.failed,
+            tick.interval_s,
+        )
+        bus.publish(TickRan(4_000, failed="the store refused"))
+        assert "the store refused" == (await state.view()).tick.failed
