@@ -15,6 +15,7 @@ import pytest
 
 from monitor import inotify
 from monitor.kernel import Kernel, NewEvent
+from monitor.kernel.bus import StoreMoved
 from monitor.kernel.events import ActorType, EventKind
 from monitor.serve.root import running
 from tests.helpers import make_config, until, user_line
@@ -156,7 +157,7 @@ async def test_the_hub_looks_at_the_database_only_when_another_process_wrote_it(
     try:
         assert kernel.store.watches_changes
         hub = kernel.changes
-        seen = hub.mark()
+        heard = kernel.bus.listen((StoreMoved,))  # the hub's watch starts
         await asyncio.sleep(0.1)
         looks = hub.looks
         await asyncio.sleep(1.0)  # five polls' worth, before
@@ -180,8 +181,9 @@ async def test_the_hub_looks_at_the_database_only_when_another_process_wrote_it(
             capture_output=True,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
         )
-        assert await hub.after(seen, 20) > seen
+        assert isinstance(await heard.next(20), StoreMoved)
         assert hub.looks > looks
+        heard.close()
     finally:
         await kernel.close()
 
@@ -198,7 +200,7 @@ async def test_this_processes_own_commit_is_heard_too_and_a_read_is_not(tmp_path
             )
         )
         hub = kernel.changes
-        hub.mark()
+        heard = kernel.bus.listen((StoreMoved,))  # the hub's watch starts
         await asyncio.sleep(0.2)
         looks = hub.looks
         conn = sqlite3.connect(db)
@@ -206,6 +208,7 @@ async def test_this_processes_own_commit_is_heard_too_and_a_read_is_not(tmp_path
         conn.close()
         await asyncio.sleep(0.5)
         assert looks == hub.looks
+        heard.close()
     finally:
         await kernel.close()
 

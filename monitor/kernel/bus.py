@@ -3,7 +3,7 @@
 Every kind is a :class:`Change`, declared here:
 
 - the kernel's, after each commit of this process: :class:`StoreWritten` (any commit),
-  :class:`EventsRecorded`, :class:`NoticesOpened`, :class:`NoticesAcknowledged` (a drain, a
+  :class:`NoticesOpened`, :class:`NoticesAcknowledged` (a drain, a
   wake the gateway accepted) and :class:`WatchesChanged`; the start-up sweep's
   :class:`NoticesUndecided`;
 - the store's, for another process's commit: :class:`StoreMoved` (the change hub,
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from typing import Any, TypeVar
 
     from monitor.config import Config
-    from monitor.kernel.drafts import Recorded
     from monitor.kernel.notices import Notice
 
     C = TypeVar("C", bound="Change")
@@ -99,15 +98,6 @@ class StoreWritten(Change):
 
     __slots__ = ()
     page = SHOWN_IF_MOVED
-
-
-class EventsRecorded(Change):
-    """Events a commit recorded (duplicates left out), with the notices each opened."""
-
-    __slots__ = ("recorded",)
-
-    def __init__(self, recorded: tuple[Recorded, ...]) -> None:
-        self.recorded = recorded
 
 
 class NoticesOpened(Change):

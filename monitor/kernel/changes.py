@@ -23,7 +23,6 @@ import contextlib
 from monitor.errors import SessionwatchError
 from monitor.kernel.bus import StoreMoved
 from monitor.lazylog import LazyLogger
-from monitor.pulse import Pulse
 
 TYPE_CHECKING = False
 
@@ -47,39 +46,21 @@ class ChangeHub:
         self._store = store
         self._bus = bus
         self._poll_s = poll_s
-        self._pulse = Pulse()
         self._task: asyncio.Task[None] | None = None
-        self._inline: int | None = None  # without a loop: the version the waiter last saw
         self._closed = False
+        self.moves = 0  # how often another process's commit was heard
         self.looks = 0  # how often the store was looked at (its cost, in tests and benches)
         if bus is not None:  # watching starts with the first to listen
-            bus.on_first(StoreMoved, self.mark)
+            bus.on_first(StoreMoved, self._start)
 
-    def mark(self) -> int:
-        """The count of changes heard so far, to pass to :meth:`after`; every change after
-        this call is heard (the first call starts the watching). Take it before reading
-        what the change would alter, so that nothing falls between the read and the wait."""
-        if self._task is None and self._inline is None:
+    def _start(self) -> None:
+        """Start watching (once): every change after this call is heard. The version is
+        read here, before the listener reads what a change would alter, so that nothing
+        falls between its read and its wait."""
+        if self._task is None and not self._closed:
             import asyncio
 
-            baseline = self._look(None)
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # a one-shot command: its one waiter looks itself
-                self._inline = baseline if baseline is not None else -1
-                return self._pulse.count
-            self._task = loop.create_task(self._watch(baseline))
-        return self._pulse.count
-
-    async def after(self, seen: int, timeout: float, *, unless: asyncio.Event | None = None) -> int:
-        """The count, once it has passed ``seen``, after ``timeout`` s, or once ``unless``
-        is set (a stop), whichever comes first."""
-        self.mark()
-        if self._inline is not None and self._pulse.count == seen:
-            await self._store.changed(timeout)  # on the calling thread: it never suspends
-            self._heard(self._inline, self._look(self._inline))
-            return self._pulse.count
-        return await self._pulse.after(seen, timeout, unless=unless)
+            self._task = asyncio.get_running_loop().create_task(self._watch(self._look(None)))
 
     def _look(self, version: int | None) -> int | None:
         """The store's version now: ``version`` when the store is away, None when it cannot
@@ -95,7 +76,7 @@ class ChangeHub:
         import asyncio
 
         told = self._store.watches_changes  # on SQLite on Linux, this arms the watch
-        looked = False  # the first look is at once: a commit between the mark and the
+        looked = False  # the first look is at once: a commit between the start and the
         # arming of the watch told nothing
         while not self._closed:
             if looked:
@@ -105,7 +86,7 @@ class ChangeHub:
             while now is None and not self._closed:  # a write holds the store: soon again
                 await asyncio.sleep(self._poll_s)
                 now = self._look(version)
-            if version is None:  # the mark could not read it: this is the baseline
+            if version is None:  # the start could not read it: this is the baseline
                 version = now
             self._heard(version, now)
             if told and now != version:
@@ -117,11 +98,9 @@ class ChangeHub:
     def _heard(self, before: int | None, now: int | None) -> None:
         if now == before or now is None:
             return
-        if self._inline is not None:
-            self._inline = now
-        self._pulse.beat()
+        self.moves += 1
         if self._bus is not None:
-            self._bus.publish(StoreMoved(self._pulse.count))
+            self._bus.publish(StoreMoved(self.moves))
 
     async def close(self) -> None:
         """Stop watching. The loop also ends by itself at its next look: Python 3.11's

@@ -3,7 +3,7 @@ once on the bus.
 
 :class:`Commits` runs a transaction through a :class:`Recorder` (every event is recorded
 that way, whoever records it), then publishes :class:`StoreWritten` and what the
-transaction named (the events, the notices it opened or acknowledged, the watches), counts
+transaction named (the notices its events or it opened or acknowledged, the watches), counts
 what was recorded and runs retention when it is due. A transaction that failed publishes
 nothing. The kernel and its parts (the gateway's sessions, retention) and delivery's
 ledger commit through the one instance the kernel holds: none of them calls the store's
@@ -13,7 +13,6 @@ ledger commit through the one instance the kernel holds: none of them calls the 
 from __future__ import annotations
 
 from monitor.kernel.bus import (
-    EventsRecorded,
     NoticesAcknowledged,
     NoticesOpened,
     StoreWritten,
@@ -78,12 +77,9 @@ class Commits:
         """After a commit: count what was recorded, and publish what it changed."""
         self.bus.publish(_WRITTEN)  # whatever it wrote (a link, a lease, a mark)
         fresh = [r for r in recorder.recorded if not r.duplicate]
-        if fresh:
-            if self.metrics:
-                for r in fresh:
-                    self.metrics.recorded(r.event.kind, len(r.notices))
-            if self.bus.wants(EventsRecorded):  # the hot path builds nothing for no one
-                self.bus.publish(EventsRecorded(tuple(fresh)))
+        if self.metrics:
+            for r in fresh:
+                self.metrics.recorded(r.event.kind, len(r.notices))
         opened = [n for r in fresh for n in r.notices] + recorder.opened
         if recorder.acknowledged is not None:
             self.bus.publish(NoticesAcknowledged(tuple(recorder.acknowledged)))

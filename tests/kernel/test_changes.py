@@ -31,7 +31,7 @@ async def test_a_change_before_the_wait_is_not_lost(open_kernel: KernelFactory) 
     other: Kernel = await open_kernel()
     async with kernel.bus.listen((StoreMoved,)) as heard:  # before reading what it alters
         await human(other, KEY)  # the change lands before anyone waits
-        await until("the change heard", lambda: kernel.changes.mark() > 0)
+        await until("the change heard", lambda: kernel.changes.moves > 0)
         assert isinstance(await heard.next(0), StoreMoved)  # at once
 
 

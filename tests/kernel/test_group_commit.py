@@ -17,7 +17,7 @@ import pytest
 from monitor.clock import now_ms
 from monitor.errors import BadInput, StoreError, StoreLocked
 from monitor.kernel import Kernel, NewEvent
-from monitor.kernel.bus import EventsRecorded, WatchesChanged
+from monitor.kernel.bus import WatchesChanged
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.store import open_store
 from monitor.kernel.store.batch import PendingWrite
@@ -145,8 +145,6 @@ async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path:
     metrics = Metrics()
     kernel = await Kernel.open(tmp_path / "state.db", metrics=metrics)
     try:
-        seen: list[EventsRecorded] = []
-        kernel.bus.subscribe(EventsRecorded, seen.append)
         busy, release = threading.Event(), threading.Event()
 
         def hold(c: Conn) -> None:
@@ -180,8 +178,6 @@ async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path:
         with pytest.raises(BadInput):
             await failing
         assert not (await after).duplicate
-        keys = [r.event.session_key for change in seen for r in change.recorded]
-        assert ["agent:main:subagent:a", "agent:main:subagent:b"] == keys
         assert 'sessionwatch_events_recorded_total{kind="child_spawned"} 2.0' in (
             metrics.render().decode()
         )
