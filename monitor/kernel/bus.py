@@ -11,7 +11,7 @@ Every kind is a :class:`Change`, declared here:
 - upstream's: :class:`LinksChanged`, :class:`SourcesMoved`, :class:`SourcesWatched`;
 - the tick's: :class:`TickRan`;
 - delivery's: :class:`WakeOutcome`;
-- the title cache's: :class:`TitlesRead`;
+- the title reader's: :class:`TitlesRead`;
 - the configuration's: :class:`ConfigReloaded` (the one in force before and after).
 
 A part of the service subscribes to the kinds it acts on (:meth:`Bus.subscribe`, APScheduler
