@@ -210,7 +210,7 @@ async def simulate(work: Path, days: int = 35) -> Report:
         admissions.issue()  # expires what is due
         await delivery.settled()
         report.memory = {
-            "watchers woken": len(delivery._last_woken),
+            "watchers woken": len(delivery.windows.started),
             "timed passes": len(delivery._later),
             "passes in flight": len(delivery._running),
             "status-page tickets and cookies": len(admissions.tickets) + len(admissions.sessions),

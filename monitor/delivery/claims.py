@@ -13,7 +13,8 @@ crash, see the same: each function here is one step of a pass, run in its own tr
 2. :func:`hold`: just before each call, the lease is still ours (renewed) and the notice
    still pending (read again); then it is ``sending``, and the window starts: when the
    call goes out, not at the claim (a pass that waited for the store or for a peer's
-   lease does not shorten it). Else the call is withdrawn; and
+   lease does not shorten it); it starts again when the call ends (step 3), as the
+   request may reach the gateway any time until then. Else the call is withdrawn; and
    also when the gateway itself queued and woke the notice since it opened (OpenClaw's
    start-up sweep does that for every pending notice: a notice opened while the gateway
    was down reached it that way, and a call would put it in its queue twice).
@@ -144,11 +145,24 @@ def hold(conn: Conn, entry: OutboxRow, *, holder: str, lease_ms: int, window_ms:
     return "go"
 
 
-def settle(conn: Conn, entry: OutboxRow, result: str) -> tuple[bool, list[Notice]]:
+def settle(
+    conn: Conn, entry: OutboxRow, result: str, *, ended_ago_ms: int | None = 0
+) -> tuple[bool, list[Notice]]:
     """Step 3, for a call's ``result`` (``accepted``, ``unanswered`` or anything else, a
     failure): whether the notice now counts as delivered, and the notices that its
-    acknowledgement reopened (work that came after it froze)."""
-    return _settle(conn, entry, result, store_now(conn))
+    acknowledgement reopened (work that came after it froze). A call that went starts the
+    window again where it ended, ``ended_ago_ms`` before now (an outcome recorded late, the
+    store having refused it; None when no call went after all): the request may have
+    reached the gateway any time until then (a connection retried, a slow link, a host
+    paused after step 2), and the next call is a window after that."""
+    now = store_now(conn)
+    current = outbox.read(conn, entry.id)
+    if ended_ago_ms is not None and current is not None and current.state == outbox.SENDING:
+        conn.execute(
+            "UPDATE sessionwatch_wakes SET woken_at = ? WHERE watcher_session_key = ?",
+            (now - max(0, ended_ago_ms), entry.watcher),
+        )
+    return _settle(conn, entry, result, now)
 
 
 def _settle(conn: Conn, entry: OutboxRow, result: str, now: int) -> tuple[bool, list[Notice]]:

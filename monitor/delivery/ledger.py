@@ -11,7 +11,8 @@ models):
   expires: a sidecar that crashed mid-pass is taken over once its lease ran out; on SQLite,
   where one ``serve`` delivers, a restart takes its own old leases back at once;
 - the window (at most one wake per watcher per :data:`WAKE_COALESCE_MS`) is stored with the
-  lease, so that a restart or a peer honours it; it starts when a call goes out; in process
+  lease, so that a restart or a peer honours it; it starts when a call goes out, and again
+  when the call ends (the request may reach the gateway any time until then); in process
   it is also timed on the monotonic clock, so that a step of the wall clock never wakes
   twice within it;
 - every time the ledger writes or compares (a lease's expiry, a window's start) is the
@@ -114,12 +115,14 @@ class StoreRetry:
         self.backoff.reset()
 
 
-def _settling(entry: OutboxRow, result: str) -> Callable[[Recorder], bool]:
+def _settling(
+    entry: OutboxRow, result: str, ended_ago_ms: int | None
+) -> Callable[[Recorder], bool]:
     """The transaction that records a call's outcome; whether the notice counts as
     delivered. An acknowledgement is named to the commit (delivery hears it on the bus)."""
 
     def run(r: Recorder) -> bool:
-        delivered, reopened = claims.settle(r.conn, entry, result)
+        delivered, reopened = claims.settle(r.conn, entry, result, ended_ago_ms=ended_ago_ms)
         if delivered:
             r.acknowledge(reopened)
         return delivered
@@ -131,6 +134,33 @@ def _capped(left_ms: int, cap_ms: int) -> float:
     """Seconds of a wait the store's clock measured, never more than ``cap_ms`` (a clock
     that stepped back does not stretch a wait), timed here on the monotonic clock."""
     return min(cap_ms, max(0, left_ms)) / 1000
+
+
+class Windows:
+    """Each watcher's window on this process's monotonic clock, beside the store's, so that
+    a step of the wall clock never wakes twice within one. It starts as a pass's first call
+    goes out, and again as each call ends (:func:`claims.settle`); ended ones are
+    forgotten."""
+
+    def __init__(self, timers: Timers, window_ms: int) -> None:
+        self.timers = timers
+        self.window_s = window_ms / 1000
+        self.started: dict[str, float] = {}  # monotonic s
+
+    def went(self, watcher: str, *, ended: bool = False) -> None:
+        """A call to ``watcher`` goes out (the window starts unless one runs), or ``ended``."""
+        now = self.timers.monotonic()
+        for old in [w for w, at in self.started.items() if now - at >= self.window_s]:
+            del self.started[old]
+        if ended:
+            self.started[watcher] = now
+        else:
+            self.started.setdefault(watcher, now)
+
+    def left_s(self, watcher: str) -> float:
+        """How long ``watcher``'s window still runs here (0: none)."""
+        at = self.started.get(watcher)
+        return 0.0 if at is None else max(0.0, at + self.window_s - self.timers.monotonic())
 
 
 def holder_id() -> str:
@@ -168,9 +198,10 @@ class Delivery:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._later: dict[str, Handle] = {}  # the next pass of a watcher that must wait
-        # outcomes of calls the store refused to record, recorded before the next claim
-        self._unsettled: dict[str, list[tuple[OutboxRow, str]]] = {}
-        self._last_woken: dict[str, float] = {}  # monotonic s of each watcher's last wake
+        # outcomes the store refused, kept until recorded: the entry, its result, when the
+        # call ended (monotonic s; None: no call went)
+        self._unsettled: dict[str, list[tuple[OutboxRow, str, float | None]]] = {}
+        self.windows = Windows(self.timers, window_ms)
         self._looking: asyncio.Task[None] | None = None  # a read of the outbox
         self._look_again = False
         self._store = StoreRetry()  # a ledger write the store refused: when to try again
@@ -253,12 +284,10 @@ class Delivery:
         if not await self._settle_kept(watcher):  # a record is no wake: not held by the window
             self._after(watcher, self._store.backoff.next())
             return
-        last = self._last_woken.get(watcher)
-        if last is not None:
-            left = last + self.window_ms / 1000 - self.timers.monotonic()
-            if left > 0:  # within the window on this process's monotonic clock
-                self._after(watcher, left)
-                return
+        left = self.windows.left_s(watcher)
+        if left > 0:  # within the window on this process's monotonic clock
+            self._after(watcher, left)
+            return
         try:
             got = await self.commits.write(
                 lambda conn: claims.claim(
@@ -284,16 +313,6 @@ class Delivery:
             if got.entries:
                 await self._send(watcher, got.entries)
 
-    def _woken(self, watcher: str) -> None:
-        """A call to wake ``watcher`` goes out: its window starts now, unless one runs (a
-        pass's first call started it, as :func:`claims.hold` has it in the store); the
-        windows that ended are forgotten."""
-        now = self.timers.monotonic()
-        window_s = self.window_ms / 1000
-        for old in [w for w, at in self._last_woken.items() if now - at >= window_s]:
-            del self._last_woken[old]
-        self._last_woken.setdefault(watcher, now)
-
     async def _send(self, watcher: str, entries: list[OutboxRow]) -> None:
         """Each claimed notice in its own call, while the lease holds; then the lease ends."""
         again = again_now = store_again = False
@@ -304,14 +323,17 @@ class Delivery:
                     break
                 held: list[claims.Hold] = []
                 answer = await self.sender.wake(watcher, entry.text, still=self._still(entry, held))
+                ended = self.timers.monotonic() if "go" in held else None
+                if ended is not None:  # a call went: the window runs from its end
+                    self.windows.went(watcher, ended=True)
                 if held and held[-1] == "lost":  # claimed again: by us, or Busy
                     again_now = True
                     break
                 if answer is None and held and held[-1] == "go":
-                    await self._settle(entry, "refused")  # not ours to send after all
+                    await self._settle(entry, "refused", ended=None)  # not ours after all
                 if answer is None or answer.result == "withdrawn":
                     continue  # not ours to send, or no longer pending: no call made
-                if not await self._settle(entry, answer.result):
+                if not await self._settle(entry, answer.result, ended=ended):
                     store_again = True  # the store refused the record, not the gateway
                     break
                 if answer.result != "accepted":
@@ -327,15 +349,17 @@ class Delivery:
         elif again:
             self._after(watcher, max(self.sender.retry_s, self.sender.quiet_s()))
 
-    async def _settle(self, entry: OutboxRow, result: str) -> bool:
-        """Record a call's outcome. When the store refuses, it is kept here and recorded
-        before the next claim (the lease keeps the notice meanwhile): a wake the gateway
-        accepted is never sent again for want of its acknowledgement, unless this process
-        dies first (then the taker's one repeat). False when it was kept."""
+    async def _settle(self, entry: OutboxRow, result: str, *, ended: float | None) -> bool:
+        """Record a call's outcome; the call ``ended`` then (monotonic s; None when no call
+        went after all). When the store refuses, it is kept here and recorded before the
+        next claim (the lease keeps the notice meanwhile): a wake the gateway accepted is
+        never sent again for want of its acknowledgement, unless this process dies first
+        (then the taker's one repeat). False when it was kept."""
+        ago_ms = None if ended is None else int((self.timers.monotonic() - ended) * 1000)
         try:
-            delivered = await self.commits.commit(_settling(entry, result), small=True)
+            delivered = await self.commits.commit(_settling(entry, result, ago_ms), small=True)
         except SessionwatchError as exc:
-            self._unsettled.setdefault(entry.watcher, []).append((entry, result))
+            self._unsettled.setdefault(entry.watcher, []).append((entry, result, ended))
             self._store.refused("could not record a wake's outcome", exc)
             return False
         self._store.took()
@@ -350,8 +374,8 @@ class Delivery:
         """The outcomes the store refused before, recorded first; False if it still
         refuses."""
         kept = self._unsettled.pop(watcher, [])
-        for at, (entry, result) in enumerate(kept):
-            if not await self._settle(entry, result):
+        for at, (entry, result, ended) in enumerate(kept):
+            if not await self._settle(entry, result, ended=ended):
                 self._unsettled[watcher] = self._unsettled.pop(watcher, []) + kept[at + 1 :]
                 return False
         if kept:  # the lease kept the notices until recorded: a peer may take the watcher
@@ -382,10 +406,10 @@ class Delivery:
                 # the store was so slow that the lease may run out before the call ends,
                 # and another sidecar take the notice over while it is in flight: not sent,
                 # due again as it was (no call went), and the pass claims again
-                await self._settle(entry, "refused")
+                await self._settle(entry, "refused", ended=None)
                 answer = "lost"
             if answer == "go":
-                self._woken(entry.watcher)  # the window starts as the pass's first call goes
+                self.windows.went(entry.watcher)  # as the pass's first call goes out
             if answer == "theirs":
                 log.info(
                     "%s: not woken for %s: the gateway queued and woke it itself when it"

@@ -645,6 +645,43 @@ async def test_a_redirect_is_never_followed(
             await runner.cleanup()
 
 
+async def test_a_call_that_reached_the_gateway_late_leaves_a_whole_window_after_it(
+    rig: Rig,
+) -> None:
+    """The request reached the gateway 8 s after the call went (a connection retried over a
+    link that was down, a slow proxy, a host paused just after its hold): the window runs
+    from the call's end, in this process and in the store (a peer or a restart waits as
+    long), so the gateway sees the next call a whole window after this one."""
+    from monitor.delivery import claims
+
+    late = [8_000]
+
+    async def slow_link() -> None:
+        if late:
+            took = late.pop()
+            rig.timers.mono_ms += took
+            rig.timers.clock.now += took
+
+    rig.transport.before = slow_link
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+    await rig.human(PEER)
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    await rig.timers.advance(1_000)
+    await rig.human(OTHER)
+    assert [19_000] == rig.timers.delays_ms  # from the answer, not from when the call went
+
+    def peer_claims(conn: Any) -> claims.Claim:
+        return claims.claim(conn, MAIN, holder="peer", window_ms=20_000, lease_ms=30_000)
+
+    assert claims.Wait(19_000) == await rig.kernel.store.write(peer_claims)
+    await rig.timers.advance(18_999)
+    assert [notice(PEER, 0)] == rig.gateway.texts
+    await rig.timers.advance(1)
+    await rig.settled()
+    assert [notice(PEER, 0), notice(OTHER, 0)] == rig.gateway.texts
+
+
 async def test_a_wake_claimed_at_a_later_wall_time_holds_no_window(
     tmp_path: Path, clock: ManualClock
 ) -> None:
