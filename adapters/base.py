@@ -31,11 +31,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+
+import orjson
 
 from monitor.errors import BadInput
 from monitor.records import NamedTuple
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from adapters.catalog import CatalogListing
 
 Marker = dict[str, Any]  # where a check resumes; the adapter's own
+_DIGEST = re.compile(r"^[0-9a-f]{1,64}$")
 Ref = dict[str, Any]  # which source a link names (a file, a database and a thread, a node)
 CheckStatus = Literal["activity", "quiet", "missing", "blocked", "inconclusive"]
 
@@ -403,32 +407,67 @@ class DatabaseSource:
         return [db, f"{db}-wal"] if db else []
 
 
-class FileNodeReader(Protocol):
-    """What a node serves a file form's sources with (the module ``Entry.node_reader``
-    names): the file of a thread, where a new link starts, and the lines from a marker on.
-    ``fmt`` is the format's own description (a JSONL format's ``FORMAT``)."""
+class NodeRead(NamedTuple):
+    """One read a node is asked for: ``read`` (a name its format's protocol lists in
+    ``NODE_READS``) of the sources of ``kind`` below ``root`` (a directory, or a database
+    form's file), of ``thread`` (None: of the root, as a batch), with the request's query and
+    body (empty for a GET)."""
 
-    MAX_CAP: int
+    kind: str
+    root: str
+    read: str
+    thread: str | None
+    query: Mapping[str, str]
+    body: bytes = b""
 
-    def find_file(self, fmt: Any, root: str, thread: str, file: str | None) -> str: ...
+    def number(self, key: str, default: int | None = None) -> int | None:
+        """A non-negative integer of the query (``default`` when absent)."""
+        raw = self.query.get(key)
+        if raw is None:
+            return default
+        if not raw.isdigit() or len(raw) > 18:
+            raise BadInput(f"{key} must be a non-negative integer")
+        return int(raw)
 
-    def read_baseline(self, fmt: Any, root: str, path: str) -> dict[str, Any]: ...
+    def digest(self, key: str) -> str | None:
+        """A hex digest of the query (None when absent)."""
+        raw = self.query.get(key)
+        if raw is not None and not _DIGEST.match(raw):
+            raise BadInput(f"{key} must be a hex digest")
+        return raw
 
-    def read_lines(
-        self, fmt: Any, root: str, path: str, marker: Marker, cap: int, max_line: int
-    ) -> dict[str, Any]: ...
+    def ids(self, most: int) -> list[str]:
+        """A batch's body, ``{"ids": [...]}``: the session ids asked for, at most ``most``."""
+        try:
+            body = orjson.loads(self.body)
+        except orjson.JSONDecodeError:
+            raise BadInput('the body must be JSON: {"ids": [...]}') from None
+        ids = body.get("ids") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise BadInput("ids must be a list of session ids")
+        if len(ids) > most:
+            raise BadInput(f"at most {most} ids a request")
+        return ids
 
 
-class DatabaseNodeReader(Protocol):
-    """What a node serves a database form's sources with (the module ``Entry.node_reader``
-    names): a batch of sessions' change signals, and one session's export; each the HTTP
-    status and body of the node's answer."""
+class NodeProtocol(Protocol):
+    """A format's node protocol, both halves of the wire, in the module ``Entry.node`` names
+    beside the format: what the node answers and what the sidecar makes of it.
 
-    MAX_IDS: int
+    On the node, ``serve`` answers one :class:`NodeRead`, run in a thread, as the HTTP status
+    and JSON body to send: a :class:`~monitor.errors.BadInput` for a malformed query is a
+    400, a :class:`~monitor.errors.NotFound` a 404 ``no_such_thread``, an
+    :class:`~monitor.errors.ItemGone` a 404 ``no_such_item``. ``NODE_READS`` names each read
+    and its HTTP method: ``GET /v1/sources/{kind}/{thread}/{read}`` for a thread's,
+    ``POST /v1/sources/{kind}/{read}`` for a batch. On the sidecar, ``remote`` is the
+    adapter of the node form's links (``kind``), reading what the node serves of
+    ``serves``. The module may be the format's own (beside its local ``build``)."""
 
-    def signals_answer(self, db: str, ids: list[str]) -> tuple[int, dict[str, Any]]: ...
+    NODE_READS: Mapping[str, Literal["GET", "POST"]]
 
-    def export_answer(self, db: str, session_id: str) -> tuple[int, dict[str, Any]]: ...
+    def serve(self, asked: NodeRead) -> tuple[int, dict[str, Any]]: ...
+
+    def remote(self, settings: Settings, kind: str, serves: str) -> Adapter: ...
 
 
 @runtime_checkable

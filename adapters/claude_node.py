@@ -9,20 +9,35 @@ any size is read whole, and nothing is skipped. A marker item the node no longer
 transcript was rewritten) is handled like a rotated file: the thread is read again and only
 what is newer than the last record seen counts. A thread the node says it does not have is
 ``missing``; any other failure is inconclusive.
+
+Both halves of the wire are here. On the node, :func:`serve` answers OpenClaw's item
+protocol (``GET /v1/threads/{threadId}/items``, served as this format's ``items`` read):
+``before=UUID&limit=N`` answers the thread's items newest first, at most 50 a page, with
+``before`` naming the cursor of the next (older) page; ``after=UUID&skip=K&limit=N``
+answers, oldest first, the items after the item ``UUID``, past the first ``K``, with
+``more`` saying whether more follow. A thread that is not there is ``no_such_thread``; an
+item paged from that the thread no longer has (it was rewritten) is ``no_such_item``.
+Records the byte pre-filter says cannot be a human turn are sent as ``{"uuid", "type"}``
+only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
 
 from adapters import node_client
 from adapters.base import (
     Adapter,
     Marker,
     NodeAddress,
+    NodeRead,
     Outcome,
     OwnPool,
     Probe,
@@ -34,7 +49,7 @@ from adapters.claude import ClaudeState
 from adapters.jsonl_format import format_of
 from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from
 from adapters.node_client import Gone, NodeError
-from monitor.errors import Declined
+from monitor.errors import BadInput, Declined, ItemGone, NotFound
 
 if TYPE_CHECKING:
     import aiohttp  # a node is called only once one is configured
@@ -44,6 +59,150 @@ log = logging.getLogger(__name__)
 KIND = "claude-node"
 PAGE = 50
 SERVES = "claude"
+
+
+# -- on the node ------------------------------------------------------------------------
+
+NODE_READS: Mapping[str, Literal["GET", "POST"]] = {"items": "GET"}
+BLOCK = 64 * 1024
+
+
+def serve(asked: NodeRead) -> tuple[int, dict[str, Any]]:
+    """One page of a thread's items (see the module docstring)."""
+    query = asked.query
+    limit = asked.number("limit", PAGE)
+    if limit is None or not 1 <= limit <= PAGE:
+        raise BadInput(f"limit must be an integer from 1 to {PAGE}")
+    skip = asked.number("skip", 0) or 0
+    if "before" in query and ("after" in query or "skip" in query):
+        raise BadInput("before pages backwards; after and skip page forwards: not both")
+    thread = str(asked.thread)
+    path = find_thread(Path(asked.root), thread)
+    if "after" in query or "skip" in query:
+        page = read_forward(path, query.get("after"), skip, limit)
+    else:
+        page = read_page(path, query.get("before"), limit)
+    return 200, {"threadId": thread, **page}
+
+
+def find_thread(root: Path, thread_id: str) -> Path:
+    """The transcript of a thread under the Claude root (one project level down)."""
+    real_root = os.path.realpath(root)
+    for candidate in sorted(root.glob(f"*/{thread_id}.jsonl")):
+        real = os.path.realpath(candidate)
+        if os.path.commonpath([real_root, real]) == real_root and os.path.isfile(real):
+            return Path(real)
+    raise NotFound(f"no thread {thread_id!r} under the Claude root")
+
+
+def lines_newest_first(path: Path) -> Iterator[bytes]:
+    """Complete lines of a file from the last one back (a partial last line is left out)."""
+    with path.open("rb") as f:
+        pos = f.seek(0, os.SEEK_END)
+        carry = b""
+        first = True
+        while pos > 0:
+            start = max(0, pos - BLOCK)
+            f.seek(start)
+            chunk = f.read(pos - start) + carry
+            pos = start
+            pieces = chunk.split(b"\n")
+            carry = pieces[0]
+            tail = pieces[1:]
+            if first:
+                tail = tail[:-1]  # whatever follows the last newline is not complete yet
+                first = False
+            for line in reversed(tail):
+                line = line.lstrip(b"\x00").strip()
+                if line:
+                    yield line
+        if carry.strip() and not first:
+            yield carry.lstrip(b"\x00").strip()
+
+
+def project(line: bytes) -> dict[str, Any]:
+    """What the paired adapter needs of one line."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {"uuid": None, "type": "invalid"}
+    if not isinstance(record, dict):
+        return {"uuid": None, "type": "invalid"}
+    prefilter = format_of(SERVES).prefilter
+    if prefilter is None or prefilter(line, 0, len(line)):
+        return record
+    uuid = record.get("uuid")
+    return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}
+
+
+def _line_after(data: bytes, uuid: str) -> int | None:
+    """The offset just past the complete line of the record whose uuid is ``uuid``: found
+    by parsing records, however their JSON is spaced or escaped. Lines holding the quoted
+    uuid are parsed first (the fast path); only when none is the record is every line."""
+    quoted = orjson.dumps(uuid)
+    for fast in (True, False):
+        pos = 0
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            if end < 0:
+                return None  # only a partial last line is left
+            line = data[pos:end]
+            if (not fast or quoted in line) and _uuid_of(line) == uuid:
+                return end + 1
+            pos = end + 1
+    return None
+
+
+def _uuid_of(line: bytes) -> Any:
+    try:
+        record = orjson.loads(line.lstrip(b"\x00").strip() or b"null")
+    except orjson.JSONDecodeError:
+        return None
+    return record.get("uuid") if isinstance(record, dict) else None
+
+
+def read_forward(path: Path, after: str | None, skip: int, limit: int) -> dict[str, Any]:
+    """Items after ``after``, oldest first, past the first ``skip``; at most ``limit``."""
+    data = path.read_bytes()
+    start = 0
+    if after is not None:
+        found = _line_after(data, after)
+        if found is None:
+            raise ItemGone(f"no item {after!r} in this thread")
+        start = found
+    end = data.rfind(b"\n") + 1  # a partial last line is not an item yet
+    lines = (line.lstrip(b"\x00").strip() for line in data[start:end].split(b"\n"))
+    items: list[dict[str, Any]] = []
+    for seen, line in enumerate((line for line in lines if line), start=1):
+        if seen <= skip:
+            continue
+        if len(items) == limit:
+            return {"items": items, "more": True}
+        items.append(project(line))
+    return {"items": items, "more": False}
+
+
+def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
+    """Items newest first, from just before the item ``before`` (the newest when None)."""
+    lines = lines_newest_first(path)
+    if before is not None:
+        for line in lines:
+            if _uuid_of(line) == before:  # parsed: any spacing, any escape
+                break
+        else:
+            raise ItemGone(f"no item {before!r} in this thread")
+    items: list[dict[str, Any]] = []
+    more = False
+    for line in lines:
+        if len(items) == limit:
+            more = True
+            break
+        items.append(project(line))
+    cursor = next((i["uuid"] for i in reversed(items) if i.get("uuid")), None)
+    return {"items": items, "before": cursor if more else None}
+
+
+# -- on the sidecar ---------------------------------------------------------------------
 
 
 def newest_anchor(items: list[dict[str, Any]]) -> tuple[str | None, int]:
@@ -155,5 +314,5 @@ def _classified(
     )
 
 
-def build(settings: Settings, kind: str = KIND, serves: str = SERVES) -> Adapter:
+def remote(settings: Settings, kind: str = KIND, serves: str = SERVES) -> Adapter:
     return ClaudeNodeAdapter(settings.nodes, pages=settings.node_pages)

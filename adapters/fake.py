@@ -14,19 +14,29 @@ The marker is ``{"offset", "drift"}``: after the last complete line read, and th
 so far (what ``links`` shows). A missing file is
 ``missing``; anything else that cannot be read is ``inconclusive``. ``fail`` makes the next
 ``check`` raise it (an adapter bug, which the monitor must contain).
+
+Its node protocol is here too (:class:`adapters.base.NodeProtocol`), so that a format that
+is not JSONL is served by a node through its own module: the registry entry that names this
+module as its ``node`` also gives ``fake-node``. The node answers ``baseline`` (where a new
+link starts) and ``records`` (from an offset: each complete line's type, offset and the hash
+of its text; no text crosses the wire); :class:`FakeNodeAdapter` classifies them with the
+local classifier (:func:`_outcome`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
+from adapters import node_client
 from adapters.base import (
     Adapter,
     Drift,
     FileSource,
     Marker,
+    NodeAddress,
+    NodeRead,
     Outcome,
     OwnPool,
     Probe,
@@ -38,7 +48,11 @@ from adapters.base import (
     text_hash,
 )
 from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
-from monitor.errors import BadInput, Declined, OutsideRoots
+from adapters.node_client import Gone, NodeError
+from monitor.errors import BadInput, Declined, NotFound, OutsideRoots
+
+if TYPE_CHECKING:
+    import aiohttp  # a node is called only once one is configured
 
 KIND = "fake"
 SUFFIX = ".fake"
@@ -126,6 +140,17 @@ def _records(data: bytes, start: int = 0) -> Iterable[tuple[str, str, int]]:
         offset = end + 1
 
 
+Hashed = tuple[str, str, int]  # a record as the classifier reads it: type, text hash, offset
+
+
+def _hashed(data: bytes, start: int) -> tuple[list[Hashed], int]:
+    """The complete lines from ``start`` (0 when the file is now shorter: truncated, read
+    again from the start), and the offset past the last."""
+    start = 0 if start > len(data) else start
+    records = [(kind, text_hash(text), offset) for kind, text, offset in _records(data, start)]
+    return records, max(start, data.rfind(b"\n") + 1)
+
+
 def _check(probe: Probe) -> Outcome:
     try:
         data = _read(probe.ref)
@@ -133,12 +158,13 @@ def _check(probe: Probe) -> Outcome:
         return Outcome(status="missing", reason="no such file")
     except OSError as exc:
         return Outcome(status="inconclusive", reason=exc.strerror or str(exc))
-    start = non_negative_int(probe.marker.get("offset"))
-    if start > len(data):
-        start = 0  # truncated: read again from the start
+    return _outcome(probe, *_hashed(data, non_negative_int(probe.marker.get("offset"))))
+
+
+def _outcome(probe: Probe, records: list[Hashed], end: int) -> Outcome:
+    """What the records read from the marker on say (locally, or as a node sent them)."""
     own, drift, turns = OwnPool(probe.own), Drift(), []
-    end = start
-    for kind, text, offset in _records(data, start):
+    for kind, digest, offset in records:
         if kind == "!":
             return Outcome(
                 status="blocked",
@@ -146,13 +172,12 @@ def _check(probe: Probe) -> Outcome:
                 reason=f"unreadable record at offset {offset}",
                 drift=drift or None,
             )
-        if kind == ">" and not own.consume(text_hash(text)):
-            turns.append(Turn(offset=offset, native_id=None, text_hash=text_hash(text)))
+        if kind == ">" and not own.consume(digest):
+            turns.append(Turn(offset=offset, native_id=None, text_hash=digest))
         elif kind == "?":
             drift.unclassified += 1
         elif kind not in (">", "<"):
             drift.count_type(kind)
-        end = data.index(b"\n", offset) + 1
     seen = Drift.from_json(probe.marker.get("drift")).merged(drift)
     return Outcome(
         status="activity" if turns else "quiet",
@@ -166,3 +191,75 @@ def _check(probe: Probe) -> Outcome:
 
 def build(settings: Settings) -> Adapter:
     return FakeAdapter(settings.root(KIND))
+
+
+# -- its node protocol: on the node ------------------------------------------------------
+
+NODE_READS: Mapping[str, Literal["GET", "POST"]] = {"baseline": "GET", "records": "GET"}
+
+
+def serve(asked: NodeRead) -> tuple[int, dict[str, Any]]:
+    """``baseline``: ``{"offset"}``; ``records`` from ``offset``: ``{"records": [[type,
+    hash, offset], ...], "end"}``. A thread is ``<thread>.fake`` right under the root."""
+    start = asked.number("offset", 0) or 0
+    path = os.path.join(asked.root, f"{asked.thread}{SUFFIX}")
+    try:
+        data = _read({"filePath": path})
+    except FileNotFoundError:
+        raise NotFound(f"no {KIND} session {asked.thread!r} under the node's root") from None
+    except OSError as exc:
+        return 503, {"error": {"code": "unreadable", "message": exc.strerror or str(exc)}}
+    records, end = _hashed(data, start)
+    if asked.read == "baseline":
+        return 200, {"offset": end}
+    return 200, {"records": [list(r) for r in records], "end": end}
+
+
+# -- its node protocol: on the sidecar ---------------------------------------------------
+
+
+class FakeNodeAdapter(node_client.NodeSource):
+    """Links of ``fake-node``: the node's ``.fake`` sessions, classified here."""
+
+    def __init__(self, kind: str, nodes: Mapping[str, NodeAddress]) -> None:
+        self.kind = kind
+        self.nodes = nodes
+
+    async def catalog(self) -> CatalogListing:
+        return await node_client.node_catalog(self.nodes, self.kind, KIND)
+
+    async def _read(
+        self, http: aiohttp.ClientSession, ref: Ref, read: str, offset: int
+    ) -> dict[str, Any]:
+        path = f"/v1/sources/{KIND}/{ref.get('threadId')}/{read}"
+        params = {"offset": str(offset)}
+        return await node_client.call(http, self.nodes, str(ref.get("nodeId")), path, params=params)
+
+    async def baseline(self, ref: Ref) -> Marker:
+        async with node_client.session() as http:
+            try:
+                answer = await self._read(http, ref, "baseline", 0)
+            except NodeError as exc:
+                raise Declined(f"cannot read the session from the node: {exc}") from None
+        return {"offset": non_negative_int(answer.get("offset"))}
+
+    async def check(self, probes: list[Probe]) -> list[Outcome]:
+        return await node_client.each(probes, self._check_one)
+
+    async def _check_one(self, http: aiohttp.ClientSession, probe: Probe) -> Outcome:
+        offset = non_negative_int(probe.marker.get("offset"))
+        try:
+            answer = await self._read(http, probe.ref, "records", offset)
+        except Gone:
+            return Outcome(status="missing", reason="the node has no such session")
+        except NodeError as exc:
+            return Outcome(status="inconclusive", reason=str(exc))
+        try:
+            records = [(str(k), str(h), non_negative_int(o)) for k, h, o in answer["records"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            return Outcome(status="inconclusive", reason=f"the node's answer is not usable: {exc}")
+        return _outcome(probe, records, non_negative_int(answer.get("end")))
+
+
+def remote(settings: Settings, kind: str, serves: str) -> Adapter:
+    return FakeNodeAdapter(kind, settings.nodes)

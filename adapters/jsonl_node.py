@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -33,6 +33,7 @@ from adapters.base import (
     Adapter,
     Marker,
     NodeAddress,
+    NodeRead,
     Outcome,
     OwnPool,
     Probe,
@@ -120,6 +121,27 @@ def from_wire(raw: Any) -> list[tuple[int, bytes | None]]:
 
 
 # -- on the node ------------------------------------------------------------------------
+
+NODE_READS: Mapping[str, Literal["GET", "POST"]] = {"baseline": "GET", "lines": "GET"}
+
+
+def serve(asked: NodeRead) -> tuple[int, dict[str, Any]]:
+    """``baseline``: where a new link starts; ``lines``: one answer from the marker the
+    query gives (``offset``, ``ino``, ``head``, ``tail``; ``cap``, ``maxLine``; ``file``,
+    the session's path below the root, as the marker has it)."""
+    fmt = format_of(asked.kind)
+    marker = {
+        "offset": asked.number("offset", 0),
+        "ino": asked.number("ino"),
+        "head": asked.digest("head"),
+        "tail": asked.digest("tail"),
+    }
+    cap = asked.number("cap", MAX_CAP) or 1
+    max_line = asked.number("maxLine", MAX_CAP) or 1
+    path = find_file(fmt, asked.root, str(asked.thread), asked.query.get("file"))
+    if asked.read == "baseline":
+        return 200, read_baseline(fmt, asked.root, path)
+    return 200, read_lines(fmt, asked.root, path, marker, cap, max_line)
 
 
 def find_file(fmt: JsonlFormat[Any], root: str, thread: str, file: str | None) -> str:
@@ -331,5 +353,5 @@ def _read_of(answer: dict[str, Any]) -> TailRead:
     )
 
 
-def build(settings: Settings, kind: str, serves: str) -> Adapter:
+def remote(settings: Settings, kind: str, serves: str) -> Adapter:
     return NodeJsonlAdapter(kind, format_of(serves), settings.nodes, settings)

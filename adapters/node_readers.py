@@ -1,11 +1,12 @@
-"""The node readers the registry names (``Entry.node_reader``) are what they must be: the
-type checker checks these assignments. Nothing imports this module, so the registry names
-its readers by module path and imports none of them (no circle, even for the checker)."""
+"""The node protocols the registry names (``Entry.node``) are what they must be: the type
+checker checks these assignments. Nothing imports this module, so the registry names its
+protocols by module path and imports none of them (no circle, even for the checker)."""
 
 from __future__ import annotations
 
-from adapters import jsonl_node, opencode_node
-from adapters.base import DatabaseNodeReader, FileNodeReader
+from adapters import claude_node, jsonl_node, opencode_node
+from adapters.base import NodeProtocol
 
-FILE_READER: FileNodeReader = jsonl_node
-DATABASE_READER: DatabaseNodeReader = opencode_node
+CLAUDE: NodeProtocol = claude_node
+JSONL: NodeProtocol = jsonl_node
+OPENCODE: NodeProtocol = opencode_node

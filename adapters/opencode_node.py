@@ -18,10 +18,10 @@ that is gone, and an inconclusive check, with its reason, for a node that does n
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from adapters import node_client
-from adapters.base import Adapter, NodeAddress, Ref, Settings
+from adapters.base import Adapter, NodeAddress, NodeRead, Ref, Settings
 from adapters.catalog import CatalogListing
 from adapters.node_client import Answered
 from adapters.opencode import OpenCodeAdapter
@@ -61,6 +61,16 @@ def projected(part: dict[str, Any]) -> dict[str, Any]:
     if source is not None:
         out["source"] = source
     return out
+
+
+NODE_READS: Mapping[str, Literal["GET", "POST"]] = {"signals": "POST", "export": "GET"}
+
+
+def serve(asked: NodeRead) -> tuple[int, dict[str, Any]]:
+    """``signals``: a tick's batch (``{"ids": [...]}``); ``export``: one session's."""
+    if asked.read == "signals":
+        return signals_answer(asked.root, asked.ids(MAX_IDS))
+    return export_answer(asked.root, str(asked.thread))
 
 
 def signals_answer(db: str, ids: list[str]) -> tuple[int, dict[str, Any]]:
@@ -177,5 +187,5 @@ class OpenCodeNodeAdapter(node_client.NodeSource, OpenCodeAdapter):
         return await self.catalog()
 
 
-def build(settings: Settings, kind: str, serves: str) -> Adapter:
+def remote(settings: Settings, kind: str, serves: str) -> Adapter:
     return OpenCodeNodeAdapter(settings.nodes, settings)

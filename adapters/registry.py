@@ -1,5 +1,7 @@
 """The registry of upstream formats: the only list of kinds. A new format is one module (with
 a ``build(settings)`` that returns its :class:`~adapters.base.Adapter`) and one line here.
+A format a paired node serves names its node protocol's module (``node``): the same entry
+then also gives the node form of its links (``<name>-node``), derived, never a second line.
 
 Each entry also says how links of the kind are written in OpenClaw's vocabulary
 (``upstream_kind``, ``catalog_id``, ``host_id``) and what an adoption names (``form``). A
@@ -13,16 +15,16 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from adapters.base import Adapter, DatabaseNodeReader, FileNodeReader, Settings
+from adapters.base import Adapter, NodeProtocol, Settings
 from monitor.errors import BadInput, did_you_mean
 from monitor.records import NamedTuple
 
 LOCAL_HOST = "local"  # the host id of a single sidecar: OpenClaw's ``gateway:local``
 GATEWAY_HOST_PREFIX = "gateway:"
 NODE_HOST_PREFIX = "node:"
-# The format a node serves by OpenClaw's item protocol (``/v1/threads``); the others it
-# serves as its tailer's reads (a file form) or its database's rows (a database form).
+# The format a node also serves at the paths of OpenClaw's item protocol (``/v1/threads``)
 ITEMS_SERVES = "claude"
+NODE_SUFFIX = "-node"  # a node form's name: its local format's, and this
 
 Form = Literal["file", "database", "node"]
 
@@ -48,10 +50,10 @@ class Entry(NamedTuple):
     # (variable, the root below its value), before ``root_default``
     root_env: tuple[tuple[str, str], ...] = ()
     serves: str | None = None  # a node form: the local format it reads on the node
-    # a local format: the module a node serves its sources with (a file form's
-    # :class:`~adapters.base.FileNodeReader`, a database form's ``DatabaseNodeReader``);
-    # None: no node serves it
-    node_reader: str | None = None
+    # a local format: the module of its node protocol (:class:`~adapters.base.NodeProtocol`),
+    # what a node serves its sources with and what reads them from a sidecar; None: no
+    # node serves it
+    node: str | None = None
     # False for a kind whose links only the gateway writes (it is read, never adopted here)
     adoptable: bool = True
 
@@ -63,42 +65,55 @@ class Entry(NamedTuple):
     def needs_thread(self) -> bool:
         return self.form != "file"
 
-    def file_reader(self) -> FileNodeReader:
-        """What a node serves this file form's sources with (see ``node_reader``)."""
-        reader: FileNodeReader = self._reader("file")
-        return reader
+    def node_protocol(self) -> NodeProtocol:
+        """This format's node protocol (see ``node``)."""
+        if self.node is None:
+            raise BadInput(f"no node serves {self.name} sessions")
+        protocol: NodeProtocol = importlib.import_module(self.node)
+        return protocol
 
-    def database_reader(self) -> DatabaseNodeReader:
-        """What a node serves this database form's sources with (see ``node_reader``)."""
-        reader: DatabaseNodeReader = self._reader("database")
-        return reader
-
-    def _reader(self, form: Form) -> Any:
-        if self.node_reader is None or self.form != form:
-            raise BadInput(f"no node serves {self.name} sessions as a {form}")
-        return importlib.import_module(self.node_reader)
+    def on_node(self) -> Entry:
+        """The node form of this format's links: adopted by a node and a thread, read by its
+        node protocol's sidecar half."""
+        return Entry(
+            name=f"{self.name}{NODE_SUFFIX}",
+            module=str(self.node),
+            upstream_kind=self.upstream_kind,
+            catalog_id=self.catalog_id,
+            form="node",
+            serves=self.name,
+        )
 
     def build(self, settings: Settings) -> Adapter:
         module = importlib.import_module(self.module)
-        if self.serves is not None:  # one module may read several formats on a node
-            node_built: Adapter = module.build(settings, self.name, self.serves)
+        if self.serves is not None:  # a node protocol's sidecar half, for any format
+            node_built: Adapter = module.remote(settings, self.name, self.serves)
             return node_built
         built: Adapter = module.build(settings)
         return built
 
 
-_ENTRIES: dict[str, Entry] = {}
+_LOCAL: dict[str, Entry] = {}  # as registered
+_ENTRIES: dict[str, Entry] = {}  # and each one's node form, after every local one
 _READERS: dict[tuple[str, bool], str] = {}  # (upstream kind, remote) -> the adapter reading it
 
 
 def register(entry: Entry) -> None:
-    """Add a format (the tests register :mod:`adapters.fake` like this)."""
-    _ENTRIES[entry.name] = entry
-    _READERS.clear()
+    """Add a format, and its node form when it names a node protocol (the tests register
+    :mod:`adapters.fake` like this)."""
+    _LOCAL[entry.name] = entry
+    _derive()
 
 
 def unregister(name: str) -> None:
-    _ENTRIES.pop(name, None)
+    _LOCAL.pop(name, None)
+    _derive()
+
+
+def _derive() -> None:
+    _ENTRIES.clear()
+    _ENTRIES.update(_LOCAL)
+    _ENTRIES.update({e.on_node().name: e.on_node() for e in _LOCAL.values() if e.node})
     _READERS.clear()
 
 
@@ -106,7 +121,7 @@ register(
     Entry(
         name="claude",
         module="adapters.claude",
-        node_reader="adapters.jsonl_node",
+        node="adapters.claude_node",
         upstream_kind="claude-cli",
         catalog_id="claude",
         root_key="claude",
@@ -118,7 +133,7 @@ register(
     Entry(
         name="codex",
         module="adapters.codex",
-        node_reader="adapters.jsonl_node",
+        node="adapters.jsonl_node",
         upstream_kind="codex-rollout",
         catalog_id="codex",
         root_key="codex",
@@ -139,7 +154,7 @@ register(
     Entry(
         name="pi",
         module="adapters.pi",
-        node_reader="adapters.jsonl_node",
+        node="adapters.jsonl_node",
         upstream_kind="pi-cli",
         catalog_id="pi",
         root_key="pi",
@@ -151,53 +166,13 @@ register(
     Entry(
         name="opencode",
         module="adapters.opencode",
-        node_reader="adapters.opencode_node",
+        node="adapters.opencode_node",
         upstream_kind="opencode-cli",
         catalog_id="opencode",
         form="database",
         root_key="opencode_db",  # its root is its database file
         root_default="~/.local/share/opencode/opencode.db",
         root_env=(("XDG_DATA_HOME", "opencode/opencode.db"),),
-    )
-)
-register(
-    Entry(
-        name="claude-node",
-        module="adapters.claude_node",
-        upstream_kind="claude-cli",
-        catalog_id="claude",
-        form="node",
-        serves="claude",
-    )
-)
-register(
-    Entry(
-        name="codex-node",
-        module="adapters.jsonl_node",
-        upstream_kind="codex-rollout",
-        catalog_id="codex",
-        form="node",
-        serves="codex",
-    )
-)
-register(
-    Entry(
-        name="pi-node",
-        module="adapters.jsonl_node",
-        upstream_kind="pi-cli",
-        catalog_id="pi",
-        form="node",
-        serves="pi",
-    )
-)
-register(
-    Entry(
-        name="opencode-node",
-        module="adapters.opencode_node",
-        upstream_kind="opencode-cli",
-        catalog_id="opencode",
-        form="node",
-        serves="opencode",
     )
 )
 
@@ -208,8 +183,8 @@ def adoptable_names() -> tuple[str, ...]:
 
 
 def node_served() -> tuple[str, ...]:
-    """The local formats a node serves: those whose entry names a node reader."""
-    return tuple(e.name for e in _ENTRIES.values() if e.node_reader)
+    """The local formats a node serves: those whose entry names a node protocol."""
+    return tuple(e.name for e in _LOCAL.values() if e.node)
 
 
 def node_kinds() -> dict[str, str]:

@@ -7,21 +7,17 @@ sends only what those read (see each kind's module for what crosses the wire):
 
 - ``GET /v1/catalog?kind=K``: the adoptable sessions of every served kind (or of ``K``),
   each with its kind, thread id, working directory, title, age and size.
-- Claude Code (:mod:`adapters.claude_node`, OpenClaw's item protocol):
-  ``GET /v1/threads/{threadId}/items?before=UUID&limit=N`` answers the thread's items newest
-  first, at most 50 a page, with ``before`` naming the cursor of the next (older) page;
-  ``GET /v1/threads/{threadId}/items?after=UUID&skip=K&limit=N`` answers, oldest first, the
-  items after the item ``UUID``, past the first ``K``, with ``more`` saying whether more
-  follow. A thread that is not there answers 404 ``no_such_thread``; an ``after`` item the
-  thread no longer has (it was rewritten) answers 404 ``no_such_item``. Records the byte
-  pre-filter says cannot be a human turn are sent as ``{"uuid", "type"}`` only.
-  ``GET /v1/threads`` is the Claude catalog of older sidecars.
-- A format of the file form (Codex and Pi, through :mod:`adapters.jsonl_node`):
-  ``GET /v1/sources/{kind}/{threadId}/baseline`` and
-  ``GET /v1/sources/{kind}/{threadId}/lines?offset=…`` (the local tailer's read).
-- A format of the database form (OpenCode, through :mod:`adapters.opencode_node`):
-  ``POST /v1/sources/{kind}/signals`` and ``GET /v1/sources/{kind}/{sessionId}/export``;
-  the database is opened read-only.
+- Each format's reads, through its node protocol (the module its registry entry names,
+  ``Entry.node``, beside the format in ``adapters/``; :class:`adapters.base.NodeProtocol`):
+  ``GET /v1/sources/{kind}/{threadId}/{read}`` for a thread's, ``POST
+  /v1/sources/{kind}/{read}`` for a batch. Codex and Pi (:mod:`adapters.jsonl_node`) serve
+  ``baseline`` and ``lines`` (the local tailer's read); OpenCode
+  (:mod:`adapters.opencode_node`) ``signals`` and ``export``, its database opened
+  read-only; Claude Code (:mod:`adapters.claude_node`) ``items``, OpenClaw's item protocol,
+  also served at its own paths: ``GET /v1/threads/{threadId}/items`` and the Claude
+  catalog of older sidecars, ``GET /v1/threads``. A thread that is not there answers 404
+  ``no_such_thread``; an item paged from that is gone, 404 ``no_such_item``; a kind the
+  node does not serve, or a read its format does not have, 404 naming what is served.
 - ``GET /v1/changes?after=CURSOR&wait=S``: a long poll on the node's change feed, which
   watches the served roots (:class:`ChangeFeed`): it answers the feed's cursor (and the
   kinds whose root exists) at once when it is not ``after``, else when something under a
@@ -29,8 +25,8 @@ sends only what those read (see each kind's module for what crosses the wire):
   Only the cursor crosses the wire; a sidecar checks the node's links when it moves, as
   file watching checks local links early. The ticks stay the truth.
 
-Each format's reader is the module its registry entry names (``Entry.node_reader``): these
-routes dispatch through the registry, and a new format served by a node adds no code here.
+These routes dispatch through the registry and import no format: a new format served by a
+node adds no code here.
 """
 
 from __future__ import annotations
@@ -42,15 +38,13 @@ import math
 import os
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 from aiohttp import web
 
-from adapters.base import Adapter, FileNodeReader, Settings
-from adapters.jsonl_format import JsonlFormat, format_of
+from adapters.base import Adapter, NodeRead, Settings
 from adapters.registry import ITEMS_SERVES, entry, node_served
 from monitor.errors import BadInput, ItemGone, NotFound
 from monitor.pulse import Pulse
@@ -58,15 +52,10 @@ from monitor.web.common import error, json_response, make_guard
 
 log = logging.getLogger(__name__)
 
-PAGE_LIMIT = 50
-BLOCK = 64 * 1024
 _THREAD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^[0-9a-f]{1,64}$")
-ROOT = web.AppKey("root", Path)  # the Claude root
 ROOTS = web.AppKey("roots", dict[str, str])  # each served format's root, by format name
 NODE_TOKEN = web.AppKey("node_token", str)
 SERVED = web.AppKey("served", dict[str, Adapter])  # each served format's local adapter
-_PREFILTER = format_of(ITEMS_SERVES).prefilter
 MAX_WAIT_S = 25.0
 DEBOUNCE_MS = 300  # as file watching groups a sidecar's own changes
 # the quiet that ends a group: only a cursor moves, so it may be short (the checks it wakes
@@ -169,158 +158,6 @@ def _thread_id(thread_id: str) -> str:
     return thread_id
 
 
-def find_thread(root: Path, thread_id: str) -> Path:
-    """The transcript of a thread under the Claude root (one project level down)."""
-    _thread_id(thread_id)
-    real_root = os.path.realpath(root)
-    for candidate in sorted(root.glob(f"*/{thread_id}.jsonl")):
-        real = os.path.realpath(candidate)
-        if os.path.commonpath([real_root, real]) == real_root and os.path.isfile(real):
-            return Path(real)
-    raise NotFound(f"no thread {thread_id!r} under the Claude root")
-
-
-def lines_newest_first(path: Path) -> Iterator[bytes]:
-    """Complete lines of a file from the last one back (a partial last line is left out)."""
-    with path.open("rb") as f:
-        pos = f.seek(0, os.SEEK_END)
-        carry = b""
-        first = True
-        while pos > 0:
-            start = max(0, pos - BLOCK)
-            f.seek(start)
-            chunk = f.read(pos - start) + carry
-            pos = start
-            pieces = chunk.split(b"\n")
-            carry = pieces[0]
-            tail = pieces[1:]
-            if first:
-                tail = tail[:-1]  # whatever follows the last newline is not complete yet
-                first = False
-            for line in reversed(tail):
-                line = line.lstrip(b"\x00").strip()
-                if line:
-                    yield line
-        if carry.strip() and not first:
-            yield carry.lstrip(b"\x00").strip()
-
-
-def project(line: bytes) -> dict[str, Any]:
-    """What the paired adapter needs of one line."""
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return {"uuid": None, "type": "invalid"}
-    if not isinstance(record, dict):
-        return {"uuid": None, "type": "invalid"}
-    if _PREFILTER is None or _PREFILTER(line, 0, len(line)):
-        return record
-    uuid = record.get("uuid")
-    return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}
-
-
-def _line_after(data: bytes, uuid: str) -> int | None:
-    """The offset just past the complete line of the record whose uuid is ``uuid``: found
-    by parsing records, however their JSON is spaced or escaped. Lines holding the quoted
-    uuid are parsed first (the fast path); only when none is the record is every line."""
-    quoted = orjson.dumps(uuid)
-    for fast in (True, False):
-        pos = 0
-        while pos < len(data):
-            end = data.find(b"\n", pos)
-            if end < 0:
-                return None  # only a partial last line is left
-            line = data[pos:end]
-            if (not fast or quoted in line) and _uuid_of(line) == uuid:
-                return end + 1
-            pos = end + 1
-        if not fast:
-            break
-    return None
-
-
-def _uuid_of(line: bytes) -> Any:
-    try:
-        record = orjson.loads(line.lstrip(b"\x00").strip() or b"null")
-    except orjson.JSONDecodeError:
-        return None
-    return record.get("uuid") if isinstance(record, dict) else None
-
-
-def read_forward(path: Path, after: str | None, skip: int, limit: int) -> dict[str, Any]:
-    """Items after ``after``, oldest first, past the first ``skip``; at most ``limit``."""
-    data = path.read_bytes()
-    start = 0
-    if after is not None:
-        found = _line_after(data, after)
-        if found is None:
-            raise ItemGone(f"no item {after!r} in this thread")
-        start = found
-    end = data.rfind(b"\n") + 1  # a partial last line is not an item yet
-    items: list[dict[str, Any]] = []
-    seen = 0
-    more = False
-    pos = start
-    while pos < end:
-        nl = data.index(b"\n", pos)
-        line = data[pos:nl].lstrip(b"\x00").strip()
-        pos = nl + 1
-        if not line:
-            continue
-        seen += 1
-        if seen <= skip:
-            continue
-        if len(items) == limit:
-            more = True
-            break
-        items.append(project(line))
-    return {"items": items, "more": more}
-
-
-def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
-    items: list[dict[str, Any]] = []
-    seeking = before is not None
-    more = False
-    for line in lines_newest_first(path):
-        if seeking:
-            if _uuid_of(line) == before:  # parsed: any spacing, any escape
-                seeking = False
-            continue
-        if len(items) == limit:
-            more = True
-            break
-        items.append(project(line))
-    if seeking:
-        raise NotFound(f"no item {before!r} in this thread")
-    cursor = next((i["uuid"] for i in reversed(items) if i.get("uuid")), None)
-    return {"items": items, "before": cursor if more else None}
-
-
-async def thread_items(request: web.Request) -> web.Response:
-    query = request.query
-    raw_limit = query.get("limit", str(PAGE_LIMIT))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= PAGE_LIMIT:
-        raise BadInput(f"limit must be an integer from 1 to {PAGE_LIMIT}")
-    raw_skip = query.get("skip", "0")
-    if not raw_skip.isdigit() or len(raw_skip) > 9:
-        raise BadInput("skip must be a non-negative integer")
-    if "before" in query and ("after" in query or "skip" in query):
-        raise BadInput("before pages backwards; after and skip page forwards: not both")
-    thread = request.match_info["thread"]
-    try:
-        path = find_thread(request.app[ROOT], thread)
-    except NotFound as exc:
-        return error(404, "no_such_thread", str(exc))
-    try:
-        if "after" in query or "skip" in query:
-            page = read_forward(path, query.get("after"), int(raw_skip), int(raw_limit))
-        else:
-            page = read_page(path, query.get("before"), int(raw_limit))
-    except ItemGone as exc:
-        return error(404, "no_such_item", str(exc))
-    return json_response({"threadId": thread, **page})
-
-
 def _listed(kind: str, found: Any) -> list[dict[str, Any]]:
     return [
         {
@@ -373,104 +210,49 @@ async def catalog(request: web.Request) -> web.Response:
     return json_response({"sessions": sessions, "errors": errors, "kinds": kinds})
 
 
-def _jsonl(request: web.Request, root: str) -> tuple[JsonlFormat[Any], str]:
-    """The format and session file a JSONL source route names."""
-    kind = request.match_info["kind"]
-    fmt, thread = format_of(kind), _thread_id(request.match_info["thread"])
-    return fmt, entry(kind).file_reader().find_file(fmt, root, thread, request.query.get("file"))
-
-
-def _file_reader(request: web.Request) -> FileNodeReader:
-    """The node reader of the file form a source route names (once it is served)."""
-    kind = request.match_info["kind"]
-    _root(request, kind, "file")
-    return entry(kind).file_reader()
-
-
-def _root(request: web.Request, kind: str, form: str) -> str:
-    """The root of a served format of ``form``; else NotFound, naming what is served."""
+def _root(request: web.Request, kind: str) -> str:
+    """The root of a served format; else NotFound, naming what is served."""
     root = request.app[ROOTS].get(kind)
-    if root is None or entry(kind).form != form:
+    if root is None:
         served = ", ".join(sorted(request.app[ROOTS].keys())) or "none"
         raise NotFound(f"this node serves no {kind!r} sessions this way (served: {served})")
     return root
 
 
-def _count(query: Mapping[str, str], key: str, default: int | None = None) -> int | None:
-    raw = query.get(key)
-    if raw is None:
-        return default
-    if not raw.isdigit() or len(raw) > 18:
-        raise BadInput(f"{key} must be a non-negative integer")
-    return int(raw)
-
-
-def _digest(query: Mapping[str, str], key: str) -> str | None:
-    raw = query.get(key)
-    if raw is not None and not _DIGEST.match(raw):
-        raise BadInput(f"{key} must be a hex digest")
-    return raw
-
-
-async def _located(
-    request: web.Request, read: Callable[[JsonlFormat[Any], str, str], dict[str, Any]]
-) -> web.Response:
-    """``read(format, root, file)`` of the session a JSONL source route names, in a thread;
-    a kind not served is refused as such (never "missing"), a session not there is
-    ``no_such_thread``."""
-    root = _root(request, request.match_info["kind"], "file")
+async def _answer(request: web.Request, kind: str, read: str, thread: str | None) -> web.Response:
+    """``read`` of a served format's sources (of ``thread``, else a batch), answered by the
+    format's node protocol in a thread; a kind not served, or a read it does not have, is
+    refused as such (never "missing")."""
+    root = _root(request, kind)
+    protocol = entry(kind).node_protocol()
+    if protocol.NODE_READS.get(read) != request.method:  # a thread's: GET; a batch: POST
+        raise NotFound(f"{kind} sessions have no {read!r} read this way on this node")
+    body = await request.read() if request.method == "POST" else b""
+    asked = NodeRead(kind, root, read, thread, request.query, body)
     try:
-        fmt, path = await asyncio.to_thread(_jsonl, request, root)
+        status, answer = await asyncio.to_thread(protocol.serve, asked)
+    except ItemGone as exc:
+        return error(404, "no_such_item", str(exc))
     except NotFound as exc:
         return error(404, "no_such_thread", str(exc))
-    return json_response(await asyncio.to_thread(read, fmt, root, path))
-
-
-async def source_baseline(request: web.Request) -> web.Response:
-    reader = _file_reader(request)
-    return await _located(request, reader.read_baseline)
-
-
-async def source_lines(request: web.Request) -> web.Response:
-    query = request.query
-    marker = {
-        "offset": _count(query, "offset", 0),
-        "ino": _count(query, "ino"),
-        "head": _digest(query, "head"),
-        "tail": _digest(query, "tail"),
-    }
-    reader = _file_reader(request)
-    cap = _count(query, "cap", reader.MAX_CAP) or 1
-    max_line = _count(query, "maxLine", reader.MAX_CAP) or 1
-    return await _located(
-        request,
-        lambda fmt, root, path: reader.read_lines(fmt, root, path, marker, cap, max_line),
-    )
-
-
-async def database_signals(request: web.Request) -> web.Response:
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        raise BadInput('the body must be JSON: {"ids": [...]}') from None
-    ids = body.get("ids") if isinstance(body, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise BadInput("ids must be a list of session ids")
-    kind = request.match_info["kind"]
-    db = _root(request, kind, "database")
-    reader = entry(kind).database_reader()
-    if len(ids) > reader.MAX_IDS:
-        raise BadInput(f"at most {reader.MAX_IDS} ids a request")
-    status, answer = await asyncio.to_thread(reader.signals_answer, db, ids)
     return json_response(answer, status)
 
 
-async def database_export(request: web.Request) -> web.Response:
-    kind, thread = request.match_info["kind"], _thread_id(request.match_info["thread"])
-    db = _root(request, kind, "database")
-    reader = entry(kind).database_reader()
-    status, answer = await asyncio.to_thread(reader.export_answer, db, thread)
-    return json_response(answer, status)
+async def thread_read(request: web.Request) -> web.Response:
+    thread = _thread_id(request.match_info["thread"])
+    return await _answer(request, request.match_info["kind"], request.match_info["read"], thread)
+
+
+async def batch_read(request: web.Request) -> web.Response:
+    return await _answer(request, request.match_info["kind"], request.match_info["read"], None)
+
+
+async def thread_items(request: web.Request) -> web.Response:
+    """OpenClaw's item protocol, at its own path: the Claude format's ``items`` read."""
+    thread = _thread_id(request.match_info["thread"])
+    if ITEMS_SERVES not in request.app[ROOTS]:
+        return error(404, "no_such_thread", f"this node serves no {ITEMS_SERVES} sessions")
+    return await _answer(request, ITEMS_SERVES, "items", thread)
 
 
 async def changes(request: web.Request) -> web.Response:
@@ -511,7 +293,6 @@ def build_node_app(roots: Mapping[str, str] | Path, token: str) -> web.Applicati
         kind: os.path.expanduser(root) for kind, root in given.items() if kind in served_formats
     }
     app = web.Application(middlewares=[make_guard(NODE_TOKEN)])
-    app[ROOT] = Path(known.get(ITEMS_SERVES, os.devnull))
     app[ROOTS] = known
     app[NODE_TOKEN] = token
     settings = Settings(roots=known)
@@ -523,8 +304,6 @@ def build_node_app(roots: Mapping[str, str] | Path, token: str) -> web.Applicati
     app.router.add_get("/v1/catalog", catalog)
     app.router.add_get("/v1/threads", list_threads)
     app.router.add_get("/v1/threads/{thread}/items", thread_items)
-    app.router.add_post("/v1/sources/{kind}/signals", database_signals)
-    app.router.add_get("/v1/sources/{kind}/{thread}/export", database_export)
-    app.router.add_get("/v1/sources/{kind}/{thread}/baseline", source_baseline)
-    app.router.add_get("/v1/sources/{kind}/{thread}/lines", source_lines)
+    app.router.add_post("/v1/sources/{kind}/{read}", batch_read)
+    app.router.add_get("/v1/sources/{kind}/{thread}/{read}", thread_read)
     return app

@@ -1,6 +1,7 @@
 """A database format no harness writes, declared the way every format is: one module with
-its ``build`` (and, for a node, its node reader). ``test_new_format.py`` adds it with one
-registry line (:data:`ENTRY`) and one ``[roots]`` entry, touching no other file.
+its ``build`` and, for a node, its node protocol (``serve`` on the node, ``remote`` on the
+sidecar). ``test_new_format.py`` adds it with one registry line (:data:`ENTRY`) and one
+``[roots]`` entry, touching no other file.
 
 One SQLite file: ``session(id, parent_id, directory, title, time_updated)`` and
 ``message(id, session_id, role, text)``, ``id`` growing. A ``person`` message is a direct
@@ -12,12 +13,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
+from adapters import node_client
 from adapters.base import (
     Adapter,
     DatabaseSource,
     Marker,
+    NodeAddress,
+    NodeRead,
     Outcome,
     Probe,
     Ref,
@@ -40,7 +45,7 @@ ENTRY = Entry(
     form="database",
     root_key="rows_db",
     root_default="~/.rows/rows.db",
-    node_reader="tests.upstream.rows_format",
+    node="tests.upstream.rows_format",  # its node protocol: this module too
 )
 SCHEMA = (
     "CREATE TABLE session (id TEXT PRIMARY KEY, parent_id TEXT, directory TEXT, title TEXT,"
@@ -165,7 +170,15 @@ def build(settings: Settings) -> Adapter:
     return RowsAdapter(settings.root(KIND))
 
 
-# -- on a node: what the registry's ``node_reader`` names ----------------------------------
+# -- its node protocol (the registry's ``node``): on the node ------------------------------
+
+NODE_READS: Mapping[str, Literal["GET", "POST"]] = {"signals": "POST", "export": "GET"}
+
+
+def serve(asked: NodeRead) -> tuple[int, dict[str, Any]]:
+    if asked.read == "signals":
+        return signals_answer(asked.root, asked.ids(MAX_IDS))
+    return export_answer(asked.root, str(asked.thread))
 
 
 def signals_answer(db: str, ids: list[str]) -> tuple[int, dict[str, Any]]:
@@ -191,3 +204,53 @@ def export_answer(db: str, session_id: str) -> tuple[int, dict[str, Any]]:
         return 404, {"error": {"code": "no_such_session", "message": session_id}}
     people = [{"id": i, "hash": text_hash(t)} for i, role, t in found if role == "person"]
     return 200, {"messages": people}
+
+
+# -- its node protocol: on the sidecar ---------------------------------------------------
+
+
+class RowsNodeAdapter(node_client.NodeSource):
+    """Links of ``rows-node``: a session's person messages, as the node's export lists them
+    (ids and hashes); the marker is the newest id read (``lastId``)."""
+
+    def __init__(self, kind: str, nodes: Mapping[str, NodeAddress]) -> None:
+        self.kind = kind
+        self.nodes = nodes
+
+    async def catalog(self) -> CatalogListing:
+        return await node_client.node_catalog(self.nodes, self.kind, KIND)
+
+    async def _people(self, ref: Ref) -> list[tuple[int, str]]:
+        path = f"/v1/sources/{KIND}/{ref.get('threadId')}/export"
+        async with node_client.session() as http:
+            answer = await node_client.call(http, self.nodes, str(ref.get("nodeId")), path)
+        return [(int(m["id"]), str(m["hash"])) for m in answer["messages"]]
+
+    async def baseline(self, ref: Ref) -> Marker:
+        try:
+            found = await self._people(ref)
+        except node_client.NodeError as exc:
+            raise Declined(f"cannot read the session from the node: {exc}") from None
+        return {"lastId": found[-1][0] if found else 0}
+
+    async def check(self, probes: list[Probe]) -> list[Outcome]:
+        return [await self._check(p) for p in probes]
+
+    async def _check(self, probe: Probe) -> Outcome:
+        after = int(probe.marker.get("lastId") or 0)
+        try:
+            found = [(i, h) for i, h in await self._people(probe.ref) if i > after]
+        except node_client.Answered as exc:
+            status = "missing" if exc.status == 404 else "inconclusive"
+            return Outcome(status=status, reason=str(exc))
+        except node_client.NodeError as exc:
+            return Outcome(status="inconclusive", reason=str(exc))
+        if not found:
+            return Outcome(status="quiet", marker=probe.marker)
+        turns = [Turn(offset=None, native_id=str(i), text_hash=h) for i, h in found]
+        last = found[-1][0]
+        return Outcome(status="activity", marker={"lastId": last}, turns=turns, dedupe_id=str(last))
+
+
+def remote(settings: Settings, kind: str, serves: str) -> Adapter:
+    return RowsNodeAdapter(kind, settings.nodes)

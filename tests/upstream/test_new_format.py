@@ -9,12 +9,13 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from adapters import registry
-from adapters.base import Settings
+from adapters.base import NodeAddress, Probe, Settings
 from adapters.fake import FakeAdapter
 from adapters.registry import Entry
 from monitor.errors import BadInput
@@ -309,3 +310,117 @@ async def test_a_node_serves_a_new_database_format_through_its_registry_entry(
         assert 404 == got.status and "serves no 'opencode' sessions" in await got.text()
         catalog = await (await client.get("/v1/catalog", headers=headers)).json()
         assert ["rows"] == catalog["kinds"]
+        token = rows_db.parent / "node.token"
+        token.write_text("t0ken\n")
+        address = NodeAddress(url=str(client.make_url("")).rstrip("/"), token_file=str(token))
+        adapter = registry.entry("rows-node").build(Settings(nodes={"laptop": address}))
+        ref = {"nodeId": "laptop", "threadId": "s1"}
+        marker = await adapter.baseline(ref)
+        assert {"lastId": 2} == marker
+        say(rows_db, "person", "and again")
+        (outcome,) = await adapter.check([Probe("agent:main:rows", ref, marker)])
+        assert ("activity", ["3"]) == (outcome.status, [t.native_id for t in outcome.turns])
+        (outcome,) = await adapter.check([Probe("agent:main:rows", {**ref, "threadId": "x"}, {})])
+        assert "missing" == outcome.status
+
+
+# -- a format that is not JSONL, on a node and adopted from a paired sidecar -------------
+
+
+@pytest.fixture
+def fake_on_a_node(tmp_path: Path) -> Iterator[Path]:
+    """The scripted fake (lines of text, no JSON), registered with its node protocol: the
+    one entry gives the local ``fake`` and the node's ``fake-node``."""
+    registry.register(
+        Entry(
+            name="fake",
+            module="adapters.fake",
+            upstream_kind="fake-cli",
+            catalog_id="fake",
+            node="adapters.fake",
+        )
+    )
+    root = tmp_path / "node-fake"
+    root.mkdir()
+    yield root
+    registry.unregister("fake")
+    assert "fake-node" not in registry.names()
+
+
+async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_adopts_it(
+    tmp_path: Path, fake_on_a_node: Path
+) -> None:
+    """The node's routes dispatch to the fake's own module (no web code knows the format):
+    a paired sidecar lists the node's session, adopts it by node and thread, and records
+    the turn appended to it on the node's machine, once; only hashes cross the wire, a read
+    the format has not is refused by name, and a session deleted on the node is missing."""
+    from aiohttp import web
+
+    from monitor.config import MonitorConfig, load_config
+    from monitor.serve.root import running
+    from monitor.web.node import build_node_app
+
+    session = fake_on_a_node / "one.fake"
+    session.write_text("> before adoption\n< working\n")
+    (tmp_path / "node.token").write_text("t0ken\n")
+    (tmp_path / "node.token").chmod(0o600)
+    runner = web.AppRunner(build_node_app({"fake": str(fake_on_a_node)}, "t0ken"))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    config_file = tmp_path / "sessionwatch.toml"
+    config_file.write_text(
+        f'[nodes.laptop]\nurl = "http://{host}:{port}"\ntoken_file = "{tmp_path / "node.token"}"\n'
+        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+    )
+    config = load_config(config_file)
+    config = config._replace(monitor=MonitorConfig(initial_delay_s=3600))
+    try:
+        async with running(config, tmp_path / "state.db") as sidecar:
+            assert sidecar is not None
+            listed = await sidecar.monitor.catalog("fake-node")
+            assert [("one", "laptop", "before adoption")] == [
+                (e.native_id, e.node, e.title) for e in listed.entries
+            ]
+            adopted = await sidecar.monitor.adopt(
+                kind="fake-node", path="laptop", thread="one", session_key=KEY
+            )
+            assert adopted.link is not None
+            assert {"nodeId": "laptop", "threadId": "one"} == adopted.link.ref
+            assert await sidecar.kernel.watch(watcher=MAIN, target=KEY)
+            append(session, "> fix the node test\n< done\n")
+            assert [("activity", 1)] == [(r.outcome, r.turns) for r in await sidecar.monitor.tick()]
+            assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await sidecar.monitor.tick()]
+            status = await sidecar.kernel.status(KEY, changes_since=0)
+            assert status.state_changes is not None
+            kinds = [e.kind for e in status.state_changes.events]
+            assert ["adopted", "human_direct_message"] == kinds
+            async with aiohttp_get(host, port, "/v1/sources/fake/one/records?offset=0") as got:
+                assert 200 == got.status
+                assert "fix the node test" not in await got.text()  # hashes only
+            async with aiohttp_get(host, port, "/v1/sources/fake/one/lines") as got:
+                assert 404 == got.status
+                assert "fake sessions have no 'lines' read" in await got.text()
+            session.unlink()
+            outcomes = [[r.outcome for r in await sidecar.monitor.tick()] for _ in range(3)]
+            assert [["missing"]] * 3 == outcomes
+    finally:
+        await runner.cleanup()
+
+
+def aiohttp_get(host: str, port: int, path: str) -> Any:
+    """A GET of the node with its token (the context manager of aiohttp's response)."""
+    import aiohttp
+
+    class Get:
+        async def __aenter__(self) -> aiohttp.ClientResponse:
+            self.http = aiohttp.ClientSession()
+            headers = {"Authorization": "Bearer t0ken"}
+            self.resp = await self.http.get(f"http://{host}:{port}{path}", headers=headers)
+            return self.resp
+
+        async def __aexit__(self, *exc: object) -> None:
+            self.resp.release()
+            await self.http.close()
+
+    return Get()
