@@ -334,18 +334,21 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
     """What one transcript record is. Updates ``state.pending``."""
     kind = record.get("type")
     if kind == "queue-operation":
-        if record.get("operation") != "enqueue":
-            return None
-        return _turn(_enqueue(record.get("content"), state))
+        enqueued = record.get("operation") == "enqueue"
+        return _turn(_enqueue(record.get("content"), state)) if enqueued else None
     if kind == "attachment":
         return _attachment(record.get("attachment"), state)
     compaction = compaction_id(record)
     if compaction is not None:
         return Verdict(compaction=compaction)
     if kind != "user":
-        if kind not in KNOWN_TYPES:
-            return Verdict(unknown_type=str(kind))
-        return None
+        return Verdict(unknown_type=str(kind)) if kind not in KNOWN_TYPES else None
+    return _user_record(record, state)
+
+
+def _user_record(record: dict[str, Any], state: ClaudeState) -> Verdict | None:
+    """A ``user`` record that is no compaction summary: a tool result, a person's turn, or
+    unclassified; with the version it names, which drift reads."""
     message = record.get("message")
     if "toolUseResult" in record or _holds_tool_result(message):
         return None  # a tool result, whatever else its message holds (as the pre-filter)
@@ -355,12 +358,12 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
     if not isinstance(message.get("content"), (str, list)):  # a tuple: a union is built per call
         return UNCLASSIFIED
     verdict = _user_turn(record, message, state)
-    if isinstance(version, str):
-        if verdict is None:
-            return Verdict(version=version)
-        # a user record's verdict is a turn or unclassified, never more
-        return Verdict(turn=verdict.turn, unclassified=verdict.unclassified, version=version)
-    return verdict
+    if not isinstance(version, str):
+        return verdict
+    if verdict is None:
+        return Verdict(version=version)
+    # a user record's verdict is a turn or unclassified, never more
+    return Verdict(turn=verdict.turn, unclassified=verdict.unclassified, version=version)
 
 
 def _attachment(attachment: Any, state: ClaudeState) -> Verdict | None:

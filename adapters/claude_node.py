@@ -256,32 +256,46 @@ class ClaudeNodeAdapter(node_client.NodeSource):
         raw_anchor, raw_tail = marker.get("uuid"), marker.get("tail")
         anchor = raw_anchor if isinstance(raw_anchor, str) else None
         tail = raw_tail if isinstance(raw_tail, int) else 0
-        items: list[dict[str, Any]] = []
         try:
-            for _ in range(self.pages):
-                skip = {"skip": str(tail + len(items)), **({"after": anchor} if anchor else {})}
-                page = await self._items(http, probe.ref, skip)
-                items += [i for i in page.get("items") or [] if isinstance(i, dict)]
-                if not page.get("more"):
-                    break
+            items = await self._forward(http, probe.ref, anchor, tail)
         except Gone as exc:
-            if str(exc) == "no_such_thread":
-                return Outcome(status="missing", reason="the node has no such thread")
-            if again:
-                return Outcome(status="inconclusive", reason="the node keeps losing the marker")
-            if marker.get("lost"):  # the anchor the last re-read gave is lost too: never quiet
-                reason = (
-                    f"the node cannot find the marker item {anchor!r} twice in a row"
-                    " (an older node, or a transcript it cannot parse); the link waits"
-                )
-                return Outcome(status="inconclusive", reason=reason)
-            reread = await self._check_one(http, _reread(probe), again=True)
-            if reread.marker is not None:  # remembered until a check finds its anchor
-                reread = dataclasses.replace(reread, marker={**reread.marker, "lost": True})
-            return reread
+            return await self._gone(http, probe, str(exc), again)
         except NodeError as exc:
             return Outcome(status="inconclusive", reason=str(exc))
         return _classified(probe, anchor, tail, items)
+
+    async def _forward(
+        self, http: aiohttp.ClientSession, ref: Ref, anchor: str | None, tail: int
+    ) -> list[dict[str, Any]]:
+        """The items after the marker, oldest first: ``pages`` pages at most."""
+        items: list[dict[str, Any]] = []
+        for _ in range(self.pages):
+            skip = {"skip": str(tail + len(items)), **({"after": anchor} if anchor else {})}
+            page = await self._items(http, ref, skip)
+            items += [i for i in page.get("items") or [] if isinstance(i, dict)]
+            if not page.get("more"):
+                break
+        return items
+
+    async def _gone(
+        self, http: aiohttp.ClientSession, probe: Probe, code: str, again: bool
+    ) -> Outcome:
+        """The node has no such thread (missing), or no longer the marker item: the thread
+        is read again, once, and a marker lost twice in a row waits, said, never quiet."""
+        if code == "no_such_thread":
+            return Outcome(status="missing", reason="the node has no such thread")
+        if again:
+            return Outcome(status="inconclusive", reason="the node keeps losing the marker")
+        if probe.marker.get("lost"):  # the anchor the last re-read gave is lost too
+            reason = (
+                f"the node cannot find the marker item {probe.marker.get('uuid')!r} twice in"
+                " a row (an older node, or a transcript it cannot parse); the link waits"
+            )
+            return Outcome(status="inconclusive", reason=reason)
+        reread = await self._check_one(http, _reread(probe), again=True)
+        if reread.marker is not None:  # remembered until a check finds its anchor
+            reread = dataclasses.replace(reread, marker={**reread.marker, "lost": True})
+        return reread
 
 
 def _reread(probe: Probe) -> Probe:

@@ -244,20 +244,28 @@ def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None
     if text.lstrip().startswith(SHELL_ESCAPE) or kinds == [SHELL_KIND]:
         return Verdict(turn=text_hash(text))  # the !cmd shell escape has no other form
     if not state.paginated:
-        # it duplicates the user_message event, which is what counts; until that is seen,
-        # the prompt waits as unmatched (see _turn_goes_on)
-        digest = _typed(text)
-        if digest and not any(seen == digest for _, seen in state.echo):
-            state.unmatched = [*state.unmatched, digest][-ECHO_LIMIT:]
+        _awaits_its_event(state, text)
         return None
-    if isinstance(kinds, list):
-        typed = bool(kinds) and set(kinds) <= TYPED_KINDS and "user.text" in kinds
-        if not typed:
-            normalized = normalize_text(text)
-            if normalized:
-                _suppress(state, normalized_hash(normalized))
-            return None
+    if isinstance(kinds, list) and not _typed_kinds(kinds):
+        normalized = normalize_text(text)
+        if normalized:
+            _suppress(state, normalized_hash(normalized))
+        return None
     return _once(state, "response", _typed(text))
+
+
+def _awaits_its_event(state: CodexState, text: str) -> None:
+    """An unpaginated thread's role-user item duplicates the ``user_message`` event, which
+    is what counts; until that is seen, the prompt waits as unmatched (see
+    :func:`_turn_goes_on`)."""
+    digest = _typed(text)
+    if digest and not any(seen == digest for _, seen in state.echo):
+        state.unmatched = [*state.unmatched, digest][-ECHO_LIMIT:]
+
+
+def _typed_kinds(kinds: list[Any]) -> bool:
+    """Content item kinds a person typed (text, maybe with images or files)."""
+    return bool(kinds) and set(kinds) <= TYPED_KINDS and "user.text" in kinds
 
 
 def _turn_goes_on(state: CodexState) -> Verdict | None:
@@ -291,14 +299,9 @@ def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict 
     kind = record.get("type")
     payload = record.get("payload")
     if kind == "session_meta" and isinstance(payload, dict):
-        state.apply_meta(payload, record.get("timestamp"))
-        version = declared_version(record)
-        return Verdict(version=version) if version else None
-    if kind is None and "payload" not in record and "id" in record:
-        state.legacy = True  # a legacy rollout's bare meta line
-        return None
-    if state.legacy:
-        return None if state.subagent else _legacy(record)
+        return _session_meta(record, payload, state)
+    if state.legacy or _bare_meta(record):
+        return _legacy_line(record, state)
     drift = _drift(kind, payload)
     if drift is not None:
         return drift
@@ -306,6 +309,28 @@ def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict 
         return None
     read = _BY_TYPE.get(str(kind))
     return read(record, payload, state) if read is not None else None
+
+
+def _session_meta(
+    record: dict[str, Any], payload: dict[str, Any], state: CodexState
+) -> Verdict | None:
+    """The meta line: the session's state, and the Codex version it declares."""
+    state.apply_meta(payload, record.get("timestamp"))
+    version = declared_version(record)
+    return Verdict(version=version) if version else None
+
+
+def _bare_meta(record: dict[str, Any]) -> bool:
+    """A legacy rollout's meta line: an ``id`` and no type or payload."""
+    return record.get("type") is None and "payload" not in record and "id" in record
+
+
+def _legacy_line(record: dict[str, Any], state: CodexState) -> Verdict | None:
+    """A line of a legacy rollout, which its bare meta line marks as one."""
+    if _bare_meta(record):
+        state.legacy = True
+        return None
+    return None if state.subagent else _legacy(record)
 
 
 def _drift(kind: Any, payload: Any) -> Verdict | None:

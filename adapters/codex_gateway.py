@@ -58,27 +58,18 @@ def gateway_check(
     """What the gateway's monitor records for ``turns`` (oldest first) from ``marker``."""
     window = turns[-TURN_LIMIT:][::-1]  # newest first, as the app-server pages them
     read = read_marker(marker)
-    if read is None or not window or window[0].id is None:
+    if read is None or not window or window[0].id is None or _counted(read, window[0]):
         return Outcome(status="quiet", marker=marker)
     newest = window[0]
     newest_count = len(newest.messages)
-    if read.turn_id == newest.id and read.messages is not None and newest_count <= read.messages:
-        return Outcome(status="quiet", marker=marker)
     at = next((i for i, t in enumerate(window) if t.id == read.turn_id), -1)
     candidates = window if read.turn_id is None or at < 0 else window[: at + 1]
     found: list[Turn] = []
     occurred: int | None = None
     for turn in candidates:
-        seen = 0
-        if turn.id == read.turn_id:
-            seen = read.messages if read.messages is not None else len(turn.messages)
-        for message in turn.messages[seen:]:
-            if own_echo(message, own):
-                continue
-            found.append(Turn(offset=None, native_id=turn.id, text_hash=message.joined))
-            if occurred is None:
-                seconds = turn.completed_s if turn.completed_s is not None else turn.started_s
-                occurred = seconds * 1000 if seconds is not None else now_ms
+        new = _new_messages(turn, read, own)
+        found += new
+        occurred = occurred if occurred is not None or not new else _when(turn, now_ms)
     nxt = {"turnId": newest.id, "userMessageCount": newest_count}
     if not found:
         return Outcome(status="quiet", marker=nxt)
@@ -89,6 +80,33 @@ def gateway_check(
         dedupe_id=f"{newest.id}:{newest_count}",
         latest_at=occurred,
     )
+
+
+def _counted(read: GatewayMarker, newest: RolloutTurn) -> bool:
+    """The marker counted every message of the newest turn already."""
+    return (
+        read.turn_id == newest.id
+        and read.messages is not None
+        and len(newest.messages) <= read.messages
+    )
+
+
+def _when(turn: RolloutTurn, now_ms: int) -> int:
+    """When a turn's prompt happened, as the gateway dates it: its end, else its start."""
+    seconds = turn.completed_s if turn.completed_s is not None else turn.started_s
+    return seconds * 1000 if seconds is not None else now_ms
+
+
+def _new_messages(turn: RolloutTurn, read: GatewayMarker, own: frozenset[str]) -> list[Turn]:
+    """A turn's messages the marker has not counted yet, but the gateway's own echoes."""
+    seen = 0
+    if turn.id == read.turn_id:
+        seen = read.messages if read.messages is not None else len(turn.messages)
+    return [
+        Turn(offset=None, native_id=turn.id, text_hash=m.joined)
+        for m in turn.messages[seen:]
+        if not own_echo(m, own)
+    ]
 
 
 PROBE_KEY = "probeThreadId"  # what the tick adds to a ref: the thread the gateway probes
@@ -118,13 +136,8 @@ def probed_ref(ref: Ref, thread_id: str, stored: Any, session_id: str | None) ->
     to the link's thread give the binding's ``threadId``. A binding of another generation of
     the session (its ``sessionId`` is not the current one) is not the session's, and
     without a current session id the gateway probes the source too."""
-    if not session_id or not isinstance(stored, dict) or stored.get("state") != "active":
-        return ref
-    owner = stored.get("sessionId")
-    if isinstance(owner, str) and owner.strip() and owner.strip() != session_id:
-        return ref
-    binding = stored.get("binding")
-    if not isinstance(binding, dict):
+    binding = _current_binding(stored, session_id)
+    if binding is None:
         return ref
     bound = binding.get("threadId")
     bound = bound.strip() if isinstance(bound, str) else ""
@@ -142,6 +155,17 @@ def probed_ref(ref: Ref, thread_id: str, stored: Any, session_id: str | None) ->
     if bound == probed and isinstance(hint, str) and probed in os.path.basename(hint):
         out[HINT_KEY] = hint  # where the gateway last saw the thread's rollout
     return out
+
+
+def _current_binding(stored: Any, session_id: str | None) -> dict[str, Any] | None:
+    """The binding of an active stored state of the session's current generation."""
+    if not session_id or not isinstance(stored, dict) or stored.get("state") != "active":
+        return None
+    owner = stored.get("sessionId")
+    if isinstance(owner, str) and owner.strip() and owner.strip() != session_id:
+        return None
+    binding = stored.get("binding")
+    return binding if isinstance(binding, dict) else None
 
 
 def thread_of(ref: Ref) -> str:

@@ -12,10 +12,10 @@ import logging
 import os
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import orjson
 
@@ -120,18 +120,17 @@ def _seconds(record: dict[str, Any]) -> int | None:
         return None
 
 
+def _text_blocks(content: Any) -> list[str]:
+    """A message's text blocks that say something (not blank once collapsed)."""
+    blocks = content if isinstance(content, list) else []
+    texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+    return [t for t in texts if isinstance(t, str) and normalize_text(t)]
+
+
 def _message(content: Any, text: Any = None) -> Message:
     """The gateway's reading of a user message: its text blocks, trimmed and collapsed, the
     empty ones dropped; with none, the message's ``text`` (or nothing)."""
-    raw: list[str] = []
-    if isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                value = block.get("text")
-                if isinstance(value, str) and normalize_text(value):
-                    raw.append(value)
-    if not raw:
-        raw = [text if isinstance(text, str) else ""]
+    raw = _text_blocks(content) or [text if isinstance(text, str) else ""]
     blocks = [normalize_text(b) for b in raw]
     sent = PROVENANCE.match(raw[0]) is not None
     return Message(text_hash(" ".join(blocks)), tuple(text_hash(b) for b in blocks), sent)
@@ -163,32 +162,53 @@ class TurnBuilder:
         payload = record.get("payload")
         if record.get("type") != "event_msg" or not isinstance(payload, dict):
             return
-        event, at = payload.get("type"), _seconds(record)
-        if event == "task_started":
-            known = self._find(payload.get("turn_id"))
-            if known is None:
-                self.turns.append(RolloutTurn(id=_turn_id(payload), started_s=at))
-            else:
-                known.open = True
-        elif event in ("task_complete", "turn_aborted"):
-            done = self._find(payload.get("turn_id")) or (self.turns[-1] if self.turns else None)
-            if done is not None:
-                done.open = False
-                done.completed_s = at
-        elif event == "item_completed" and self.paginated:
-            item = payload.get("item")
-            if isinstance(item, dict) and item.get("type") == "UserMessage":
-                turn = self._find(payload.get("turn_id"))
-                if turn is None:
-                    turn = RolloutTurn(id=_turn_id(payload), started_s=at)
-                    self.turns.append(turn)
-                turn.messages.append(_message(item.get("content"), item.get("text")))
-        elif event == "user_message" and not self.paginated:
+        handler = self._HANDLERS.get(str(payload.get("type")))
+        if handler is not None:
+            handler(self, payload, _seconds(record))
+
+    def _started(self, payload: dict[str, Any], at: int | None) -> None:
+        known = self._find(payload.get("turn_id"))
+        if known is None:
+            self.turns.append(RolloutTurn(id=_turn_id(payload), started_s=at))
+        else:
+            known.open = True
+
+    def _ended(self, payload: dict[str, Any], at: int | None) -> None:
+        done = self._find(payload.get("turn_id")) or (self.turns[-1] if self.turns else None)
+        if done is not None:
+            done.open = False
+            done.completed_s = at
+
+    def _item(self, payload: dict[str, Any], at: int | None) -> None:
+        """A paginated thread's user message: an item of its turn (made if unknown)."""
+        item = payload.get("item")
+        if not self.paginated or not isinstance(item, dict) or item.get("type") != "UserMessage":
+            return
+        turn = self._find(payload.get("turn_id"))
+        if turn is None:
+            turn = RolloutTurn(id=_turn_id(payload), started_s=at)
+            self.turns.append(turn)
+        turn.messages.append(_message(item.get("content"), item.get("text")))
+
+    def _user_message(self, payload: dict[str, Any], at: int | None) -> None:
+        """An unpaginated thread's user message: in the open turn (or one of its own)."""
+        if not self.paginated:
             self._open_turn(at).messages.append(_message(None, payload.get("message")))
-        elif event == "thread_rolled_back":
-            n = payload.get("num_turns")
-            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                del self.turns[-n:]
+
+    def _rolled_back(self, payload: dict[str, Any], at: int | None) -> None:
+        n = payload.get("num_turns")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            del self.turns[-n:]
+
+    # each event the app-server builds its turn list from, and how
+    _HANDLERS: ClassVar[dict[str, Callable[[TurnBuilder, dict[str, Any], int | None], None]]] = {
+        "task_started": _started,
+        "task_complete": _ended,
+        "turn_aborted": _ended,
+        "item_completed": _item,
+        "user_message": _user_message,
+        "thread_rolled_back": _rolled_back,
+    }
 
 
 def _turn_id(payload: dict[str, Any]) -> str | None:

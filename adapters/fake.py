@@ -174,10 +174,7 @@ def _outcome(probe: Probe, records: list[Hashed], end: int) -> Outcome:
             )
         if kind == ">" and not own.consume(digest):
             turns.append(Turn(offset=offset, native_id=None, text_hash=digest))
-        elif kind == "?":
-            drift.unclassified += 1
-        elif kind not in (">", "<"):
-            drift.count_type(kind)
+        _drifted(kind, drift)
     seen = Drift.from_json(probe.marker.get("drift")).merged(drift)
     return Outcome(
         status="activity" if turns else "quiet",
@@ -187,6 +184,14 @@ def _outcome(probe: Probe, records: list[Hashed], end: int) -> Outcome:
         consumed_own=own.consumed,
         drift=drift or None,
     )
+
+
+def _drifted(kind: str, drift: Drift) -> None:
+    """A record no rule classifies (``?``), or of a type the format never had, counted."""
+    if kind == "?":
+        drift.unclassified += 1
+    elif kind not in (">", "<"):
+        drift.count_type(kind)
 
 
 def build(settings: Settings) -> Adapter:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adapters import zst
@@ -165,44 +166,71 @@ def replay_file(
     if fmt.compressed and path.endswith(zst.SUFFIX):
         yield from _replay_compressed(fmt, path, own_texts, settings)
         return
+    _replayable(fmt, path, settings.cap)
+    own = list(enumerate(text_hash(t) for t in own_texts))
+    replay = _Replay(fmt, path, settings._replace(root=""), own)
+    while (outcome := replay.ticked()) is not None:
+        for turn in outcome.turns:
+            yield {"type": "turn", "offset": turn.offset, "id": turn.native_id}
+        if outcome.marker is None or outcome.marker == replay.marker:
+            break
+        replay.marker = outcome.marker
+    yield replay.summary()
+
+
+def _replayable(fmt: JsonlFormat[Any], path: str, cap: int) -> None:
+    """A BadInput saying why the file cannot be replayed: unreadable, or its first record
+    refused (as an adoption would refuse it)."""
     try:
-        fmt.state_from_first(first_record(path, settings.cap))
+        fmt.state_from_first(first_record(path, cap))
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
     except Declined as exc:
         raise BadInput(str(exc)) from None
-    settings = settings._replace(root="")
-    own = list(enumerate(text_hash(t) for t in own_texts))
-    held: HeldLines = {}
-    marker: Marker = {"offset": 0}
-    ticks = turns = compactions = 0
+
+
+@dataclass
+class _Replay:
+    """A replay's ticks so far: the marker, what was counted, where it blocked."""
+
+    fmt: JsonlFormat[Any]
+    path: str
+    settings: TailSettings
+    own: list[tuple[int, str]]
+    marker: Marker = field(default_factory=lambda: {"offset": 0})
+    held: HeldLines = field(default_factory=dict)
+    ticks: int = 0
+    turns: int = 0
+    compactions: int = 0
     blocked: dict[str, Any] | None = None
-    while ticks < MAX_TICKS:
-        ticks += 1
-        probe = Probe(session_key="replay", ref={"filePath": path}, marker=marker, own=tuple(own))
-        outcome = check_file(fmt, probe, settings, held)
+
+    def ticked(self) -> Outcome | None:
+        """One more tick's outcome, counted; None once the replay blocked or ran out."""
+        if self.ticks >= MAX_TICKS:
+            return None
+        self.ticks += 1
+        probe = Probe("replay", {"filePath": self.path}, self.marker, own=tuple(self.own))
+        outcome = check_file(self.fmt, probe, self.settings, self.held)
         if outcome.status in ("missing", "inconclusive"):
-            raise BadInput(f"cannot read {path}: {outcome.reason}")
+            raise BadInput(f"cannot read {self.path}: {outcome.reason}")
         if outcome.status == "blocked":
-            blocked = {"offset": outcome.blocked_offset, "reason": _short(outcome.reason)}
-            break
-        own = [o for o in own if o[0] not in outcome.consumed_own]
-        compactions += len(outcome.compactions)
-        for turn in outcome.turns:
-            turns += 1
-            yield {"type": "turn", "offset": turn.offset, "id": turn.native_id}
-        if outcome.marker is None or outcome.marker == marker:
-            break
-        marker = outcome.marker
-    yield {
-        "type": "summary",
-        "humanTurns": turns,
-        "compactions": compactions,
-        "ticks": ticks,
-        "blocked": blocked,
-        "drift": Drift.from_json(marker.get("drift")).to_json(),
-        "marker": {k: v for k, v in marker.items() if k not in _BOOKKEEPING},
-    }
+            self.blocked = {"offset": outcome.blocked_offset, "reason": _short(outcome.reason)}
+            return None
+        self.own = [o for o in self.own if o[0] not in outcome.consumed_own]
+        self.compactions += len(outcome.compactions)
+        self.turns += len(outcome.turns)
+        return outcome
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "type": "summary",
+            "humanTurns": self.turns,
+            "compactions": self.compactions,
+            "ticks": self.ticks,
+            "blocked": self.blocked,
+            "drift": Drift.from_json(self.marker.get("drift")).to_json(),
+            "marker": {k: v for k, v in self.marker.items() if k not in _BOOKKEEPING},
+        }
 
 
 def _replay_compressed(

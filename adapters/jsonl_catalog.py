@@ -130,14 +130,7 @@ def file_entry(
         path = zst.plain_of(path)
     else:
         head, tail, stat = _head_and_tail(path, regular=regular)
-    first_nl = head.find(b"\n")
-    first = parse_line(head[: first_nl if first_nl >= 0 else len(head)], recover=False)
-    if first is None:
-        raise ValueError("first line is not JSON")
-    if not isinstance(first, dict):
-        raise ValueError("first line is not a JSON object")
-    # the lines after the first, whole; only those an entry reads are parsed
-    rest = _complete(head[first_nl + 1 :], skip_first_partial=False) if first_nl >= 0 else b""
+    first, rest = _first_and_rest(head)
     marked = _marked(fmt, rest, head=True)
     described = fmt.describe(first, [first, *marked])
     if described is None:
@@ -160,6 +153,19 @@ def file_entry(
         size=stat.st_size,
         prompt=prompt[:TITLE_CHARS] if prompt else None,
     )
+
+
+def _first_and_rest(head: bytes) -> tuple[dict[str, Any], bytes]:
+    """A file head's first record (a ValueError when it is none), and the whole lines after
+    it (only those an entry reads are parsed)."""
+    first_nl = head.find(b"\n")
+    first = parse_line(head[: first_nl if first_nl >= 0 else len(head)], recover=False)
+    if first is None:
+        raise ValueError("first line is not JSON")
+    if not isinstance(first, dict):
+        raise ValueError("first line is not a JSON object")
+    rest = _complete(head[first_nl + 1 :], skip_first_partial=False) if first_nl >= 0 else b""
+    return first, rest
 
 
 def _text(text: str | None) -> str | None:
@@ -198,11 +204,8 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int
                 if not item.is_symlink():
                     folders.append(item.path)
                 continue
-            if not name.endswith(".jsonl"):
-                if not (fmt.compressed and name.endswith(".jsonl" + zst.SUFFIX)):
-                    continue
-                if zst.plain_of(name) in names:
-                    continue  # written back: the plain file is the session
+            if not _a_session_file(fmt, name, names):
+                continue
             verdict = fmt.candidate(base, name)
             if verdict is False:
                 skipped += 1
@@ -211,6 +214,16 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int
                 regular = not linked and item.is_file(follow_symlinks=False)
                 found.append(_Candidate(item.path, linked, regular))
     return sorted(found), skipped
+
+
+def _a_session_file(fmt: JsonlFormat[Any], name: str, names: set[str]) -> bool:
+    """A name a session file may have: ``.jsonl``, or its compressed form when the format
+    has one and the plain file is not beside it (written back: the plain one is the
+    session)."""
+    if name.endswith(".jsonl"):
+        return True
+    compressed = fmt.compressed and name.endswith(".jsonl" + zst.SUFFIX)
+    return compressed and zst.plain_of(name) not in names
 
 
 PARALLEL_FILES = 1000  # a format with this many files is read on every core

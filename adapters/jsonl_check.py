@@ -209,29 +209,50 @@ def check_file(
         capped = read.size - read.start > settings.cap  # more written than this read took
         if read.status in ("long", "waiting"):
             return _more(_hold(real, offset, resume, read, marker, settings, held), capped)
-        if resume:
-            joined = _join(real, offset, resume, read, held)
-            joined, read = up_to_a_long_line(real, joined, read, settings.max_line)
-            whole = Selection(selected(fmt, joined), joined[0][0]) if joined else None
-            pick = whole or Selection([], read.end, long_at=read.end)  # too long whole
-        else:
-            pick, read = complete_lines(fmt, real, read, settings.max_line)
+        pick, read = _picked(fmt, real, offset, resume, read, settings, held)
         if pick.long_at is not None and pick.long_at == pick.first:
             reason = f"a line longer than max_line_bytes ({settings.max_line}) starts at {read.end}"
             return Outcome(status="blocked", blocked_offset=read.end, reason=reason)
         state = fmt.state_from_marker(marker)
         own = OwnPool(probe.own)
         result = scan(fmt, pick.lines, state, own, Cutoff.of(marker), prefiltered=True)
-    except FileNotFoundError:
-        kept = kept_elsewhere(fmt, real, settings.root)
-        if kept:  # compressed or archived by the harness: idle, not gone
+    except OSError as exc:
+        return _unread(fmt, real, settings.root, marker, exc)
+    except Declined as exc:
+        return Outcome(status="inconclusive", reason=str(exc))
+    return _more(settled(fmt, probe, read, pick.first, result, state, own), capped)
+
+
+def _picked(
+    fmt: JsonlFormat[Any],
+    real: str,
+    offset: int,
+    resume: int,
+    read: TailRead,
+    settings: TailSettings,
+    held: HeldLines,
+) -> tuple[Selection, TailRead]:
+    """What the scan reads of this read: its complete lines, or, resuming a long line,
+    that line joined whole with what was held of it (too long whole: none, blocked)."""
+    if not resume:
+        return complete_lines(fmt, real, read, settings.max_line)
+    joined = _join(real, offset, resume, read, held)
+    joined, read = up_to_a_long_line(real, joined, read, settings.max_line)
+    whole = Selection(selected(fmt, joined), joined[0][0]) if joined else None
+    return whole or Selection([], read.end, long_at=read.end), read
+
+
+def _unread(fmt: JsonlFormat[Any], real: str, root: str, marker: Marker, exc: OSError) -> Outcome:
+    """A check whose file could not be read: only "no such file" is a miss (unless the
+    harness compressed or archived it: idle, not gone); anything else is inconclusive."""
+    if isinstance(exc, FileNotFoundError):
+        kept = kept_elsewhere(fmt, real, root)
+        if kept:
             return Outcome(status="quiet", marker=marker, reason=kept)
         return Outcome(status="missing", reason="no such file")
-    except (NotRegularFile, Declined) as exc:
+    if isinstance(exc, NotRegularFile):
         return Outcome(status="inconclusive", reason=str(exc))
-    except OSError as exc:
-        return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
-    return _more(settled(fmt, probe, read, pick.first, result, state, own), capped)
+    return Outcome(status="inconclusive", reason=exc.strerror or type(exc).__name__)
 
 
 def _more(outcome: Outcome, capped: bool) -> Outcome:

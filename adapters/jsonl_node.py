@@ -290,35 +290,24 @@ class NodeJsonlAdapter(node_client.NodeSource):
     ) -> Outcome:
         marker = probe.marker
         name, path = self._path(probe.ref, "lines")
-        params = {"cap": str(self.cap), "maxLine": str(self.max_line)}
-        params["offset"] = str(non_negative_int(marker.get("offset")))
-        for key in ("head", "tail", "file"):
-            if isinstance(marker.get(key), str):
-                params[key] = marker[key]
-        if isinstance(marker.get("ino"), int):
-            params["ino"] = str(marker["ino"])
         try:
-            answer = await node_client.call(http, self.nodes, name, path, params=params)
+            answer = await node_client.call(
+                http, self.nodes, name, path, params=self._params(marker)
+            )
         except Gone:
             return Outcome(status="missing", reason="the node has no such session")
         except NodeError as exc:
             return Outcome(status="inconclusive", reason=str(exc))
         status = answer.get("status")
-        file = answer.get("file") if isinstance(answer.get("file"), str) else marker.get("file")
-        reason = str(answer.get("reason") or status)
-        if status == "missing":
-            return Outcome(status="missing", reason="no such file on the node")
-        if status == "kept":
-            return Outcome(status="quiet", marker=marker, reason=reason)
-        if status == "waiting":
-            return Outcome(status="quiet", marker=marker, reason=reason)
-        if status == "blocked":
-            at = non_negative_int(answer.get("offset"))
-            return Outcome(status="blocked", blocked_offset=at, reason=reason)
+        file = _text(answer, "file") or marker.get("file")
+        said = _said(str(status), answer, marker)
+        if said is not None:
+            return said
         if status in ("rotated", "truncated") and not again:
             fresh = reread_marker(probe, str(status), f"{self.format.kind} {file} on node {name}")
-            fresh["file"] = file
-            return await self._check_one(http, probe._replace(marker=fresh), True)
+            return await self._check_one(http, probe._replace(marker={**fresh, "file": file}), True)
+        if status not in ("idle", "lines"):
+            return Outcome(status="inconclusive", reason=f"node {name}: {_reason(answer)}")
         try:
             read = _read_of(answer)
             lines = from_wire(answer.get("lines", [])) if status == "lines" else []
@@ -326,29 +315,65 @@ class NodeJsonlAdapter(node_client.NodeSource):
             return Outcome(status="inconclusive", reason=f"the node's answer is not usable: {exc}")
         if status == "idle":
             return idle(marker, read)
-        if status != "lines":
-            return Outcome(status="inconclusive", reason=f"node {name}: {reason}")
-        probe = probe._replace(marker={**marker, "file": file})
-        state = self.format.state_from_marker(marker)
+        return self._settled(probe._replace(marker={**marker, "file": file}), answer, read, lines)
+
+    def _params(self, marker: Marker) -> dict[str, str]:
+        """The read a marker asks the node for (see :func:`serve`)."""
+        params = {"cap": str(self.cap), "maxLine": str(self.max_line)}
+        params["offset"] = str(non_negative_int(marker.get("offset")))
+        for key in ("head", "tail", "file"):
+            if isinstance(marker.get(key), str):
+                params[key] = marker[key]
+        if isinstance(marker.get("ino"), int):
+            params["ino"] = str(marker["ino"])
+        return params
+
+    def _settled(
+        self,
+        probe: Probe,
+        answer: dict[str, Any],
+        read: TailRead,
+        lines: list[tuple[int, bytes | None]],
+    ) -> Outcome:
+        """The node's lines, classified and settled as a local check's."""
+        state = self.format.state_from_marker(probe.marker)
         own = OwnPool(probe.own)
-        result = scan(self.format, lines, state, own, Cutoff.of(marker))
+        result = scan(self.format, lines, state, own, Cutoff.of(probe.marker))
         first = answer.get("first")  # a node before 2026-12 sends none: its first line's
         first = first if isinstance(first, int) else (lines[0][0] if lines else None)
         return settled(self.format, probe, read, first, result, state, own)
 
 
-def _read_of(answer: dict[str, Any]) -> TailRead:
-    def text(key: str) -> str | None:
-        value = answer.get(key)
-        return value if isinstance(value, str) else None
+def _reason(answer: dict[str, Any]) -> str:
+    return str(answer.get("reason") or answer.get("status"))
 
+
+def _said(status: str, answer: dict[str, Any], marker: Marker) -> Outcome | None:
+    """The outcome an answer of no lines says by its status alone, if it does."""
+    reason = _reason(answer)
+    if status == "missing":
+        return Outcome(status="missing", reason="no such file on the node")
+    if status in ("kept", "waiting"):
+        return Outcome(status="quiet", marker=marker, reason=reason)
+    if status == "blocked":
+        at = non_negative_int(answer.get("offset"))
+        return Outcome(status="blocked", blocked_offset=at, reason=reason)
+    return None
+
+
+def _text(answer: dict[str, Any], key: str) -> str | None:
+    value = answer.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _read_of(answer: dict[str, Any]) -> TailRead:
     ino = answer.get("ino")
     return TailRead(
         status="lines" if answer.get("status") == "lines" else "idle",
         end=non_negative_int(answer.get("end")),
         size=non_negative_int(answer.get("size")),
-        head=text("head"),
-        tail=text("tail"),
+        head=_text(answer, "head"),
+        tail=_text(answer, "tail"),
         ino=ino if isinstance(ino, int) else None,
     )
 

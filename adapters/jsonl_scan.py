@@ -288,28 +288,42 @@ def classify_records(
     for offset, record in records:
         last = record
         verdict = fmt.classify(record, state)
-        if verdict is None:
-            continue
-        _note(result, fmt, verdict)
-        if verdict.compaction is None and verdict.turn is None:
-            continue
-        native = fmt.native_id(record)
-        at = time_ms(record)
-        if at is not None:  # every candidate counts, suppressed or not: the re-read cutoff
-            result.seen_at = max(result.seen_at or 0, at)
-        if cutoff is not None and cutoff.is_old(record, native):
-            continue
-        if verdict.compaction is not None and verdict.compaction not in result.compactions:
-            result.compactions.append(verdict.compaction)
-        if verdict.turn is None or own.consume(verdict.turn):
-            continue
-        result.turns.append(Turn(offset=offset, native_id=native, text_hash=verdict.turn))
-        result.latest_at = at or result.latest_at
+        if verdict is not None:
+            _note(result, fmt, verdict)
+        if verdict is not None and (verdict.compaction is not None or verdict.turn is not None):
+            _candidate(fmt, result, offset, record, verdict, own, cutoff)
     if last is not None:
-        at = time_ms(last)
-        if at is not None:
-            result.seen_at = max(result.seen_at or 0, at)
+        _seen(result, time_ms(last))
     return result
+
+
+def _candidate(
+    fmt: JsonlFormat[Any],
+    result: ScanResult,
+    offset: int | None,
+    record: dict[str, Any],
+    verdict: Verdict,
+    own: OwnPool,
+    cutoff: Cutoff | None,
+) -> None:
+    """A record that may be a turn or a compaction: counted unless the re-read cutoff says
+    it was read before, or (a turn) it is the session's own text coming back."""
+    native = fmt.native_id(record)
+    at = time_ms(record)
+    _seen(result, at)  # every candidate counts, suppressed or not: the re-read cutoff
+    if cutoff is not None and cutoff.is_old(record, native):
+        return
+    if verdict.compaction is not None and verdict.compaction not in result.compactions:
+        result.compactions.append(verdict.compaction)
+    if verdict.turn is None or own.consume(verdict.turn):
+        return
+    result.turns.append(Turn(offset=offset, native_id=native, text_hash=verdict.turn))
+    result.latest_at = at or result.latest_at
+
+
+def _seen(result: ScanResult, at: int | None) -> None:
+    if at is not None:
+        result.seen_at = max(result.seen_at or 0, at)
 
 
 def _invalid(result: ScanResult, offset: int) -> None:

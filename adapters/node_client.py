@@ -138,18 +138,23 @@ async def call(
         raise NodeError(failure(name, node.url, exc)) from None
     if not isinstance(answer, dict):
         raise NodeError(f"node answered {status} without a JSON object")
-    if status == 200:
-        return answer
+    if status != 200:
+        raise _refusal(status, answer, path)
+    return answer
+
+
+def _refusal(status: int, answer: dict[str, Any], path: str) -> Answered:
+    """What a node's error answer says: :class:`Gone`, or why it refused."""
     err = answer.get("error")
-    code = err.get("code") if isinstance(err, dict) else None
-    message = err.get("message") if isinstance(err, dict) else None
-    code = str(code) if isinstance(code, str) else None
+    fields = err if isinstance(err, dict) else {}
+    code = fields.get("code") if isinstance(fields.get("code"), str) else None
+    message = fields.get("message")
     if status == 404 and code in ("no_such_thread", "no_such_item"):
-        raise Gone(str(code), status, code)
+        return Gone(str(code), status, code)
     if status == 404 and (code is None or (code == "not_found" and message == "Not Found")):
         # no such route (aiohttp's own words): a node from before the route
-        raise Answered(f"node answered 404 at {path}: {OLDER_NODE}", status, code)
-    raise Answered(f"node answered {status}" + (f": {message}" if message else ""), status, code)
+        return Answered(f"node answered 404 at {path}: {OLDER_NODE}", status, code)
+    return Answered(f"node answered {status}" + (f": {message}" if message else ""), status, code)
 
 
 def resolve(nodes: Mapping[str, NodeAddress], kind: str, path: str, thread: str | None) -> Source:
@@ -231,24 +236,41 @@ async def node_catalog(
     async with session() as http:
         for name in sorted(nodes):
             try:
-                try:
-                    answer = await call(http, nodes, name, "/v1/catalog", params={"kind": serves})
-                except NodeError as exc:
-                    if legacy is None or OLDER_NODE not in str(exc):
-                        raise
-                    answer = await call(http, nodes, name, legacy)
-                    answer["sessions"] = answer.get("threads")
+                answer = await _listing(http, nodes, name, serves, legacy)
             except NodeError as exc:
                 found.errors.append({"path": f"node {name}", "reason": str(exc)})
                 continue
-            sessions = answer.get("sessions")
-            for t in sessions if isinstance(sessions, list) else []:
-                made = entry(kind, name, t) if isinstance(t, dict) else None
-                if made is not None:
-                    found.entries.append(made)
-            errors = answer.get("errors")
-            for e in errors if isinstance(errors, list) else []:
-                if isinstance(e, dict):
-                    where = f"node {name}: {e.get('path', '')}"
-                    found.errors.append({"path": where, "reason": str(e.get("reason", ""))})
+            _listed(found, kind, name, answer)
     return found
+
+
+async def _listing(
+    http: aiohttp.ClientSession,
+    nodes: Mapping[str, NodeAddress],
+    name: str,
+    serves: str,
+    legacy: str | None,
+) -> dict[str, Any]:
+    """A node's catalog answer (``sessions``, ``errors``), from an older node's ``legacy``
+    listing when it has no ``/v1/catalog``."""
+    try:
+        return await call(http, nodes, name, "/v1/catalog", params={"kind": serves})
+    except NodeError as exc:
+        if legacy is None or OLDER_NODE not in str(exc):
+            raise
+    answer = await call(http, nodes, name, legacy)
+    return {**answer, "sessions": answer.get("threads")}
+
+
+def _listed(found: CatalogListing, kind: str, name: str, answer: dict[str, Any]) -> None:
+    """Node ``name``'s sessions and errors, added to ``found``."""
+    sessions = answer.get("sessions")
+    for t in sessions if isinstance(sessions, list) else []:
+        made = entry(kind, name, t) if isinstance(t, dict) else None
+        if made is not None:
+            found.entries.append(made)
+    errors = answer.get("errors")
+    for e in errors if isinstance(errors, list) else []:
+        if isinstance(e, dict):
+            where = f"node {name}: {e.get('path', '')}"
+            found.errors.append({"path": where, "reason": str(e.get("reason", ""))})

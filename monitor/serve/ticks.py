@@ -103,7 +103,7 @@ class Ticks:
         self._settle_timers: list[asyncio.TimerHandle] = []
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
-        stack.push_async_callback(self.monitor.tick_done)  # last: the tick in flight ends
+        stack.push_async_callback(self.monitor.ticker.done)  # last: the tick in flight ends
         stack.callback(self._stop)
         stack.enter_context(bus.subscribe(SourcesMoved, self._moved_sources))
         stack.enter_context(bus.subscribe(SourcesWatched, self._watched))
@@ -182,7 +182,7 @@ class Ticks:
         (waiting for a locked database, an early check) is not queued behind: this one is
         skipped, said once until a tick runs and keeps up (:meth:`on_schedule`). One with
         nothing to read is left out (:meth:`_nothing_to_read`)."""
-        if self.monitor.busy:
+        if self.monitor.ticker.busy:
             self._say_skipped()
             return False
         if self._nothing_to_read():

@@ -1,5 +1,6 @@
-"""The upstream monitor's facade: adoption, the catalog, the tick and link administration,
-each in its own module, over one set of adapters built from the registry.
+"""The upstream monitor: adoption, the catalog, the tick and link administration, each in its
+own module over one set of adapters built from the registry, and offered here by name (the
+parts' own methods: no signature is written twice).
 
 Per link, what a tick found is settled in one transaction (:mod:`monitor.upstream.settle`):
 the ``human_direct_message`` (or ``upstream_missing``) event and the marker (or link
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.base import Adapter, NodeAddress, Settings
-from adapters.catalog import CatalogListing
 from adapters.registry import build_adapters, entry, roots_of
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
@@ -23,10 +23,9 @@ from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
 from monitor.paths import expand_user
 from monitor.upstream import links
-from monitor.upstream.adoption import AdoptedLink, Adoption
+from monitor.upstream.adoption import Adoption
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
-from monitor.upstream.settle import LinkResult
 from monitor.upstream.tick import Ticker, TickSettings
 
 if TYPE_CHECKING:
@@ -93,6 +92,13 @@ class UpstreamMonitor:
         )
         self.sessions = SessionCatalog(kernel, adapters)
         self.adoption = Adoption(kernel, adapters, self.sessions, host=settings.host)
+        # what the parts offer, named here once (their signatures are theirs alone)
+        self.tick = self.ticker.tick
+        self.catalog = self.sessions.find
+        self.titles = self.sessions.titles
+        self.adopt = self.adoption.adopt
+        self.adopt_catalog = self.adoption.adopt_catalog
+        self.adopt_source = self.adoption.adopt_source
 
     @classmethod
     def from_config(
@@ -113,99 +119,6 @@ class UpstreamMonitor:
                 host=config.host.effective,
             ),
             metrics=metrics,
-        )
-
-    # -- the tick ----------------------------------------------------------------------
-
-    @property
-    def busy(self) -> bool:
-        """A tick is running."""
-        return self.ticker.busy
-
-    async def tick(self, only: set[str] | None = None) -> list[LinkResult]:
-        return await self.ticker.tick(only)
-
-    async def tick_done(self) -> None:
-        await self.ticker.done()
-
-    # -- the catalog -------------------------------------------------------------------
-
-    async def catalog(
-        self,
-        kind: str | None = None,
-        *,
-        cwd: str | None = None,
-        since: str | None = None,
-        search: str | None = None,
-        limit: int | None = None,
-    ) -> CatalogListing:
-        """The native sessions every adapter lists, merged, filtered and ranked (see
-        :meth:`SessionCatalog.find`)."""
-        return await self.sessions.find(kind, cwd=cwd, since=since, search=search, limit=limit)
-
-    async def titles(self, linked: list[UpstreamLink]) -> dict[tuple[str, str], str | None]:
-        """The titles of these links' sessions, each read from its own source where its
-        format can (see :meth:`SessionCatalog.titles`)."""
-        return await self.sessions.titles(linked)
-
-    # -- adoption ----------------------------------------------------------------------
-
-    async def adopt(
-        self,
-        *,
-        kind: str,
-        path: str,
-        session_key: str,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        thread: str | None = None,
-    ) -> AdoptedLink:
-        """Adopt a native source by kind and path (see :meth:`Adoption.adopt`)."""
-        return await self.adoption.adopt(
-            kind=kind,
-            path=path,
-            session_key=session_key,
-            agent_id=agent_id,
-            session_id=session_id,
-            thread=thread,
-        )
-
-    async def adopt_catalog(
-        self,
-        catalog_id: str,
-        *,
-        session_key: str,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-    ) -> AdoptedLink:
-        """Adopt what a catalog entry names (see :meth:`Adoption.adopt_catalog`)."""
-        return await self.adoption.adopt_catalog(
-            catalog_id, session_key=session_key, agent_id=agent_id, session_id=session_id
-        )
-
-    async def adopt_source(
-        self,
-        *,
-        session_key: str,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        catalog_id: str | None = None,
-        kind: str | None = None,
-        path: str | None = None,
-        node: str | None = None,
-        thread: str | None = None,
-    ) -> AdoptedLink:
-        """Adopt by catalog id, or by kind and path, or by node and thread (see
-        :meth:`Adoption.adopt_source`)."""
-        return await self.adoption.adopt_source(
-            session_key=session_key,
-            agent_id=agent_id,
-            session_id=session_id,
-            catalog_id=catalog_id,
-            kind=kind,
-            path=path,
-            node=node,
-            thread=thread,
         )
 
     # -- links -------------------------------------------------------------------------

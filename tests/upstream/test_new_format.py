@@ -374,7 +374,8 @@ async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_ado
         f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
     )
     config = load_config(config_file)
-    config = config._replace(monitor=MonitorConfig(initial_delay_s=3600))
+    # only the test's own ticks read the node (no node watch's early check between them)
+    config = config._replace(monitor=MonitorConfig(initial_delay_s=3600, watch_files=False))
     try:
         async with running(config, tmp_path / "state.db") as sidecar:
             assert sidecar is not None
