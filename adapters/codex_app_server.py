@@ -103,12 +103,7 @@ class CodexAppServerAdapter:
         try:
             files = self.reader.turns(path)
         except FormatDrift as exc:
-            first = self._drift_said.get(path) != str(exc)  # counted once, as it is said
-            self._drift_said[path] = str(exc)
-            drift = Drift(unknown_types={f"rollout:{exc}": 1}) if first else None
-            return Outcome(
-                status="inconclusive", reason=f"drift: {exc}; left to the gateway", drift=drift
-            )
+            return self._drifted(path, exc)
         except OSError as exc:
             reason = f"cannot read {path}: {exc.strerror or exc}"
             return Outcome(status="inconclusive", reason=f"{reason}; left to the gateway")
@@ -125,9 +120,17 @@ class CodexAppServerAdapter:
             kinds = ", ".join(f"{k} ({n})" for k, n in sorted(new.unknown_types.items()))
             reason = f"drift: record types Codex never declared: {kinds}"
             outcome = replace(outcome, drift=new, reason=reason)
-        if path not in self._watched:
-            outcome = replace(outcome, rewatch=True)  # a file to watch from now on
-        return outcome
+        return outcome if path in self._watched else replace(outcome, rewatch=True)
+
+    def _drifted(self, path: str, exc: FormatDrift) -> Outcome:
+        """A rollout this reader cannot read as the gateway does: left to the gateway, its
+        drift counted once, as it is said."""
+        first = self._drift_said.get(path) != str(exc)
+        self._drift_said[path] = str(exc)
+        drift = Drift(unknown_types={f"rollout:{exc}": 1}) if first else None
+        return Outcome(
+            status="inconclusive", reason=f"drift: {exc}; left to the gateway", drift=drift
+        )
 
     def _new_drift(self, path: str, drift: Drift) -> Drift | None:
         """What of a file's drift was not reported yet (reported once: to the metrics,

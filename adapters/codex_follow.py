@@ -36,16 +36,16 @@ def branch_point(
         return link_marker
     starts = [t.started_s for t in branch if t.id not in ids and t.started_s is not None]
     began = min(starts) if starts else None
-    before = [
-        t
-        for t in source
-        if t.id is not None
-        and (began is None or (t.started_s is not None and t.started_s <= began))
-    ]
+    before = [t for t in source if t.id is not None and _began_by(t, began)]
     if not before:
         return {"turnId": None, "userMessageCount": None}  # every source turn came after
     newest = before[-1]
     return {"turnId": newest.id, "userMessageCount": len(newest.messages)}
+
+
+def _began_by(turn: RolloutTurn, began: int | None) -> bool:
+    """The turn began no later than ``began`` (any turn, when None)."""
+    return began is None or (turn.started_s is not None and turn.started_s <= began)
 
 
 class SourceFollower:

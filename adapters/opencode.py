@@ -155,6 +155,14 @@ def _may_still_grow(message: UserMessage, newest: str | None) -> bool:
     return newest is None or newest <= message.id
 
 
+def _resume_at(messages: list[UserMessage], after: str | None) -> int:
+    """The first message after ``after``. Message ids ascend with time, so a consumed
+    message that was since removed (a revert) still tells where to resume."""
+    if after is None:
+        return 0
+    return next((i for i, m in enumerate(messages) if m.id > after), len(messages))
+
+
 def classify_user_messages(
     messages: list[UserMessage],
     after: str | None,
@@ -169,13 +177,7 @@ def classify_user_messages(
     scan before it, so it is reported once, when its text arrives.
     """
     pool = own if own is not None else OwnPool()
-    # Message ids ascend with time, so a consumed message that was since removed (a revert)
-    # still tells where to resume.
-    start = (
-        0
-        if after is None
-        else next((i for i, m in enumerate(messages) if m.id > after), len(messages))
-    )
+    start = _resume_at(messages, after)
     history = [replay_key(m.parts) for m in messages[:start]]
     turns: list[Turn] = []
     consumed = after
