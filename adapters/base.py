@@ -89,6 +89,32 @@ def non_negative_int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+# Reading JSON from outside (a record, a marker, a node's answer): a field of the expected
+# type, or None. One name for each check, so that a reader's branches are its format's.
+
+
+def as_text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def as_dict(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` when it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
+def member(value: Any, key: str) -> Any:
+    """``value[key]`` when ``value`` is an object that has it, else None."""
+    return value.get(key) if isinstance(value, dict) else None
+
+
 def own_text_hash(text: str) -> str:
     """The hash an OpenClaw-side message is remembered by for self-echo filtering: the same
     one upstream prompts are compared with. A blank message is refused."""

@@ -16,6 +16,8 @@ from adapters.base import (
     Adapter,
     Settings,
     Verdict,
+    as_text,
+    member,
     normalize_text,
     normalized_hash,
 )
@@ -385,7 +387,7 @@ def _from_a_person(provenance: Any) -> bool:
 
 
 def _holds_tool_result(message: Any) -> bool:
-    content = message.get("content") if isinstance(message, dict) else None
+    content = member(message, "content")
     return isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content
     )
@@ -420,7 +422,7 @@ def _user_turn(
 
 def claude_native_id(record: dict[str, Any]) -> str | None:
     uuid = record.get("uuid")
-    return uuid if isinstance(uuid, str) else None
+    return as_text(uuid)
 
 
 def claude_prompt_text(record: dict[str, Any]) -> str:
@@ -429,10 +431,10 @@ def claude_prompt_text(record: dict[str, Any]) -> str:
         text, _ = block_text(record.get("content"))
     elif record.get("type") == "attachment":
         attachment = record.get("attachment")
-        text, _ = block_text(attachment.get("prompt") if isinstance(attachment, dict) else None)
+        text, _ = block_text(member(attachment, "prompt"))
     else:
         message = record.get("message")
-        text, _ = block_text(message.get("content") if isinstance(message, dict) else None)
+        text, _ = block_text(member(message, "content"))
     return strip_ide_blocks(text)
 
 

@@ -43,6 +43,8 @@ from adapters.base import (
     Probe,
     Ref,
     Settings,
+    as_text,
+    member,
 )
 from adapters.catalog import CatalogListing
 from adapters.claude import ClaudeState
@@ -132,7 +134,7 @@ def project(line: bytes) -> dict[str, Any]:
     if prefilter is None or prefilter(line, 0, len(line)):
         return record
     uuid = record.get("uuid")
-    return {"uuid": uuid if isinstance(uuid, str) else None, "type": record.get("type")}
+    return {"uuid": as_text(uuid), "type": record.get("type")}
 
 
 def _line_after(data: bytes, uuid: str) -> int | None:
@@ -158,7 +160,7 @@ def _uuid_of(line: bytes) -> Any:
         record = orjson.loads(line.lstrip(b"\x00").strip() or b"null")
     except orjson.JSONDecodeError:
         return None
-    return record.get("uuid") if isinstance(record, dict) else None
+    return member(record, "uuid")
 
 
 def read_forward(path: Path, after: str | None, skip: int, limit: int) -> dict[str, Any]:
@@ -254,7 +256,7 @@ class ClaudeNodeAdapter(node_client.NodeSource):
     ) -> Outcome:
         marker = probe.marker
         raw_anchor, raw_tail = marker.get("uuid"), marker.get("tail")
-        anchor = raw_anchor if isinstance(raw_anchor, str) else None
+        anchor = as_text(raw_anchor)
         tail = raw_tail if isinstance(raw_tail, int) else 0
         try:
             items = await self._forward(http, probe.ref, anchor, tail)

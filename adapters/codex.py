@@ -31,7 +31,10 @@ from adapters.base import (
     Adapter,
     Settings,
     Verdict,
+    as_int,
+    as_text,
     content_text,
+    member,
     normalize_text,
     normalized_hash,
     text_hash,
@@ -110,8 +113,8 @@ class CodexState:
             legacy=marker.get("legacy") is True,
             subagent=marker.get("subagent") is True,
             paginated=marker.get("paginated") is True,
-            history_start=start if isinstance(start, int) else None,
-            fork_cutoff=cutoff if isinstance(cutoff, str) else None,
+            history_start=as_int(start),
+            fork_cutoff=as_text(cutoff),
             echo=[[str(a), str(b)] for a, b in pairs],
             unmatched=[str(u) for u in unmatched] if isinstance(unmatched, list) else [],
         )
@@ -121,7 +124,7 @@ class CodexState:
         self.subagent = is_subagent_meta(payload)
         self.paginated = payload.get("history_mode") == "paginated"
         start = payload.get("subagent_history_start_ordinal")
-        self.history_start = start if isinstance(start, int) else None
+        self.history_start = as_int(start)
         forked = payload.get("forked_from_id")
         own_start = payload.get("timestamp", timestamp)
         self.fork_cutoff = own_start if forked and isinstance(own_start, str) else None
@@ -151,7 +154,7 @@ def declared_version(record: dict[str, Any]) -> str | None:
     payload = record.get("payload")
     if record.get("type") == "session_meta" and isinstance(payload, dict):
         version = payload.get("cli_version")
-        return version if isinstance(version, str) else None
+        return as_text(version)
     return None
 
 
@@ -240,7 +243,7 @@ def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None
         return UNCLASSIFIED
     text = content_text(payload.get("content"), INPUT_BLOCKS)
     passthrough = payload.get("internal_chat_message_metadata_passthrough")
-    kinds = passthrough.get("content_item_kinds") if isinstance(passthrough, dict) else None
+    kinds = member(passthrough, "content_item_kinds")
     if text.lstrip().startswith(SHELL_ESCAPE) or kinds == [SHELL_KIND]:
         return Verdict(turn=text_hash(text))  # the !cmd shell escape has no other form
     if not state.paginated:
@@ -288,7 +291,7 @@ def unknown_subtype(kind: str, payload: Any) -> str | None:
     if isinstance(subtype, str) and subtype not in known:
         return f"{kind}:{subtype}"
     item = payload.get("item") if subtype == "item_completed" else None
-    name = item.get("type") if isinstance(item, dict) else None
+    name = member(item, "type")
     if isinstance(name, str) and name not in KNOWN_ITEMS and name.lower() != "usermessage":
         return f"item_completed:{name}"  # a misspelt UserMessage is unclassified instead
     return None
@@ -418,7 +421,7 @@ def describe_rollout(
     if is_subagent_meta(payload):
         return None
     cwd = payload.get("cwd")
-    return str(payload.get("id") or "") or None, cwd if isinstance(cwd, str) else None
+    return str(payload.get("id") or "") or None, as_text(cwd)
 
 
 ARCHIVE_DIR = "archived_sessions"

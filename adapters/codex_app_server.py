@@ -115,12 +115,17 @@ class CodexAppServerAdapter:
         if probe.follow is not None:
             followed = self.follower.read(probe.follow, probe.marker, turns, own, now)
             outcome = replace(outcome, followed=followed)
-        new = self._new_drift(path, files.drift)
-        if new is not None:
-            kinds = ", ".join(f"{k} ({n})" for k, n in sorted(new.unknown_types.items()))
-            reason = f"drift: record types Codex never declared: {kinds}"
-            outcome = replace(outcome, drift=new, reason=reason)
+        outcome = self._with_drift(outcome, path, files.drift)
         return outcome if path in self._watched else replace(outcome, rewatch=True)
+
+    def _with_drift(self, outcome: Outcome, path: str, drift: Drift) -> Outcome:
+        """``outcome``, with what of the file's drift was not reported yet, said."""
+        new = self._new_drift(path, drift)
+        if new is None:
+            return outcome
+        kinds = ", ".join(f"{k} ({n})" for k, n in sorted(new.unknown_types.items()))
+        reason = f"drift: record types Codex never declared: {kinds}"
+        return replace(outcome, drift=new, reason=reason)
 
     def _drifted(self, path: str, exc: FormatDrift) -> Outcome:
         """A rollout this reader cannot read as the gateway does: left to the gateway, its

@@ -34,13 +34,18 @@ def branch_point(
     read = read_marker(link_marker)
     if read is not None and read.turn_id in ids:
         return link_marker
-    starts = [t.started_s for t in branch if t.id not in ids and t.started_s is not None]
-    began = min(starts) if starts else None
+    began = _first_run(branch, ids)
     before = [t for t in source if t.id is not None and _began_by(t, began)]
     if not before:
         return {"turnId": None, "userMessageCount": None}  # every source turn came after
     newest = before[-1]
     return {"turnId": newest.id, "userMessageCount": len(newest.messages)}
+
+
+def _first_run(branch: list[RolloutTurn], source_ids: set[str]) -> int | None:
+    """When the branch's first turn of its own began (None: it has none yet)."""
+    starts = [t.started_s for t in branch if t.id not in source_ids and t.started_s is not None]
+    return min(starts) if starts else None
 
 
 def _began_by(turn: RolloutTurn, began: int | None) -> bool:

@@ -16,6 +16,9 @@ from adapters.base import (
     Outcome,
     Ref,
     Turn,
+    as_dict,
+    as_text,
+    member,
 )
 from adapters.codex_rollout import Message, RolloutTurn
 
@@ -62,11 +65,9 @@ def gateway_check(
         return Outcome(status="quiet", marker=marker)
     newest = window[0]
     newest_count = len(newest.messages)
-    at = next((i for i, t in enumerate(window) if t.id == read.turn_id), -1)
-    candidates = window if read.turn_id is None or at < 0 else window[: at + 1]
     found: list[Turn] = []
     occurred: int | None = None
-    for turn in candidates:
+    for turn in _since(window, read.turn_id):
         new = _new_messages(turn, read, own)
         found += new
         occurred = occurred if occurred is not None or not new else _when(turn, now_ms)
@@ -80,6 +81,12 @@ def gateway_check(
         dedupe_id=f"{newest.id}:{newest_count}",
         latest_at=occurred,
     )
+
+
+def _since(window: list[RolloutTurn], turn_id: str | None) -> list[RolloutTurn]:
+    """The turns (newest first) down to the marker's, or all of them when it is not there."""
+    at = next((i for i, t in enumerate(window) if t.id == turn_id), -1)
+    return window if turn_id is None or at < 0 else window[: at + 1]
 
 
 def _counted(read: GatewayMarker, newest: RolloutTurn) -> bool:
@@ -165,7 +172,7 @@ def _current_binding(stored: Any, session_id: str | None) -> dict[str, Any] | No
     if isinstance(owner, str) and owner.strip() and owner.strip() != session_id:
         return None
     binding = stored.get("binding")
-    return binding if isinstance(binding, dict) else None
+    return as_dict(binding)
 
 
 def thread_of(ref: Ref) -> str:
@@ -179,7 +186,7 @@ def thread_of(ref: Ref) -> str:
 
 def hint(ref: Ref) -> str | None:
     hint = ref.get(HINT_KEY)
-    return hint if isinstance(hint, str) and hint else None
+    return as_text(hint) or None
 
 
 def busy(stored: Any, now_ms: int) -> str | None:
@@ -187,8 +194,8 @@ def busy(stored: Any, now_ms: int) -> str | None:
     its branch, compacts, sets a goal), renewed while it lasts; its own monitor checks only
     idle sessions. So the link waits meanwhile, as for any run in progress. (The prompt of
     a run is written after the lease is released: its provenance line tells it.)"""
-    lease = stored.get("lease") if isinstance(stored, dict) else None
-    expires = lease.get("expiresAt") if isinstance(lease, dict) else None
+    lease = member(stored, "lease")
+    expires = member(lease, "expiresAt")
     if isinstance(expires, (int, float)) and not isinstance(expires, bool) and expires > now_ms:
         return "run active: the gateway holds its Codex binding's lease"
     return None

@@ -15,12 +15,15 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeGuard
 
 import orjson
 
 from adapters.base import (
     Drift,
+    as_dict,
+    as_list,
+    as_text,
     normalize_text,
     text_hash,
 )
@@ -122,7 +125,7 @@ def _seconds(record: dict[str, Any]) -> int | None:
 
 def _text_blocks(content: Any) -> list[str]:
     """A message's text blocks that say something (not blank once collapsed)."""
-    blocks = content if isinstance(content, list) else []
+    blocks = as_list(content)
     texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
     return [t for t in texts if isinstance(t, str) and normalize_text(t)]
 
@@ -211,9 +214,16 @@ class TurnBuilder:
     }
 
 
+def _still(
+    known: tuple[str, tuple[int, ...] | None] | None, stamp: tuple[int, ...] | None
+) -> TypeGuard[tuple[str, tuple[int, ...] | None]]:
+    """A rollout found before, under the same state database, is still there."""
+    return bool(known and stamp and known[1] == stamp and os.path.isfile(known[0]))
+
+
 def _turn_id(payload: dict[str, Any]) -> str | None:
     turn_id = payload.get("turn_id")
-    return turn_id if isinstance(turn_id, str) and turn_id else None
+    return as_text(turn_id) or None
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -270,7 +280,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None  # a torn or foreign line: the app-server skips it too
-    return record if isinstance(record, dict) else None
+    return as_dict(record)
 
 
 class RolloutReader:
@@ -295,20 +305,22 @@ class RolloutReader:
         What was found is kept while the state database it came from is unchanged: a
         revert, an archive or a compression writes it (and without one, the names are
         looked at again)."""
-        homes = [self.home] if self.home else []
-        other = _home_of(hint) if hint else None
-        if other and other not in homes:
-            homes.append(other)
         known = self._paths.get(thread_id)
-        for home in homes:
+        for home in self._homes(hint):
             stamp = _stamp(os.path.join(home, STATE_DB))
-            if known and stamp and known[1] == stamp and os.path.isfile(known[0]):
+            if _still(known, stamp):
                 return known[0]
             found = self._from_state_db(home, thread_id) or self._by_name(thread_id, home)
             if found:
                 self._paths[thread_id] = (found, stamp)
                 return found
         return None
+
+    def _homes(self, hint: str | None) -> list[str]:
+        """This reader's Codex home, then the home of ``hint`` if it is another."""
+        homes = [self.home] if self.home else []
+        other = _home_of(hint) if hint else None
+        return [*homes, other] if other and other not in homes else homes
 
     def _from_state_db(self, home: str, thread_id: str) -> str | None:
         row = _one_row(

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from adapters import forked, zst
+from adapters.base import as_dict, as_text
 from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest
 from adapters.jsonl_format import JsonlFormat
 from adapters.jsonl_scan import first_prompt, parse_line
@@ -41,14 +42,13 @@ def _marked(fmt: JsonlFormat[Any], chunk: bytes, *, head: bool) -> list[dict[str
     found: dict[int, dict[str, Any]] = {}
     for needle in fmt.catalog_lines:
         for start, stop in _lines_with(chunk, needle):
-            if start not in found:
-                value = parse_line(chunk[start:stop], recover=recover)
-                if isinstance(value, dict):
-                    found[start] = value
+            value = found.get(start) or as_dict(parse_line(chunk[start:stop], recover=recover))
+            if value is not None:
+                found[start] = value
     for needle, key in fmt.catalog_first if head else ():
         for start, stop in _lines_with(chunk, needle):  # until the first that has it
-            value = found.get(start) or parse_line(chunk[start:stop], recover=recover)
-            if isinstance(value, dict) and isinstance(value.get(key), str):
+            value = found.get(start) or as_dict(parse_line(chunk[start:stop], recover=recover))
+            if value is not None and isinstance(value.get(key), str):
                 found[start] = value
                 break
     return [found[start] for start in sorted(found)]
@@ -106,15 +106,19 @@ def _title(records: list[dict[str, Any]]) -> str | None:
         if type(kind) is not str:
             continue
         key = _TITLE_TYPES.get(kind)
-        value = record.get(key) if key else None
-        if isinstance(value, str) and value.strip():
+        value = as_text(record.get(key)) if key else None
+        if value and value.strip():
             title = " ".join(value.split())[:TITLE_CHARS]
         elif kind == "system" and record.get("subtype") == "away_summary":
-            text = record.get("content")
-            if isinstance(text, str):
-                text = " ".join(text.split()).removesuffix(RECAP_SUFFIX).strip()
-                recap = text[:TITLE_CHARS] or recap
+            recap = _recap(record.get("content")) or recap
     return title or recap
+
+
+def _recap(text: Any) -> str | None:
+    """A recap's text as a title (without the line telling how to turn recaps off)."""
+    if not isinstance(text, str):
+        return None
+    return " ".join(text.split()).removesuffix(RECAP_SUFFIX).strip()[:TITLE_CHARS] or None
 
 
 def file_entry(
@@ -138,20 +142,19 @@ def file_entry(
     native_id, cwd = described
     real = real or os.path.realpath(path)
     prompt = _text(first_prompt(fmt, [first], _prompts(fmt, rest)))
+    prompt = prompt[:TITLE_CHARS] if prompt else None
     if tail:
         marked += _marked(fmt, _complete(tail, skip_first_partial=True), head=False)
-    title = _text(_title([first, *marked]))
-    cwd = _text(cwd)
     return CatalogEntry(
         catalog_id=catalog_id(fmt.kind, real),
         kind=fmt.kind,
         native_id=native_id or os.path.basename(path).removesuffix(".jsonl"),
         path=real,
-        cwd=cwd,
-        title=title or (prompt[:TITLE_CHARS] if prompt else None),
+        cwd=_text(cwd),
+        title=_text(_title([first, *marked])) or prompt,
         updated_at=int(stat.st_mtime * 1000),
         size=stat.st_size,
-        prompt=prompt[:TITLE_CHARS] if prompt else None,
+        prompt=prompt,
     )
 
 
@@ -180,6 +183,12 @@ class _Candidate(NamedTuple):
     path: str
     linked: bool  # a symbolic link
     regular: bool  # not a link, and a regular file
+
+    @classmethod
+    def of(cls, item: os.DirEntry[str]) -> _Candidate:
+        """What its directory entry says of a file (no ``lstat``)."""
+        linked = item.is_symlink()
+        return cls(item.path, linked, not linked and item.is_file(follow_symlinks=False))
 
 
 def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int]:
@@ -210,9 +219,7 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int
             if verdict is False:
                 skipped += 1
             elif verdict:
-                linked = item.is_symlink()
-                regular = not linked and item.is_file(follow_symlinks=False)
-                found.append(_Candidate(item.path, linked, regular))
+                found.append(_Candidate.of(item))
     return sorted(found), skipped
 
 

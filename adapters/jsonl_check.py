@@ -37,6 +37,7 @@ from adapters.base import (
     Outcome,
     OwnPool,
     Probe,
+    as_text,
     non_negative_int,
 )
 from adapters.jsonl_format import JsonlFormat
@@ -199,7 +200,7 @@ def check_file(
             marker.get("head"),
             marker.get("ino"),
             resume,
-            tail if isinstance(tail, str) else None,
+            as_text(tail),
             non_negative_int(marker.get("mtime")) or None,
         )
         if read.status in ("rotated", "truncated"):
@@ -305,10 +306,8 @@ def ending_at(path: str, read: TailRead, offset: int) -> TailRead:
 
 
 def idle(marker: Marker, read: TailRead) -> Outcome:
-    moved = read.ino is not None and marker.get("ino") != read.ino  # the same bytes, anew
     ended = "reread" in marker and not rereading(marker, read.end, read.size)
-    unknown = (read.head and not marker.get("head")) or "mtime" not in marker  # taken now
-    if ended or unknown or moved:
+    if ended or _fingerprints_moved(marker, read):
         done = {k: v for k, v in marker.items() if k != "reread" or not ended}
         return Outcome(
             status="quiet",
@@ -323,6 +322,12 @@ def idle(marker: Marker, read: TailRead) -> Outcome:
     # a file only touched (or rewritten as it was) keeps its marker: no write for that, and
     # each check opens it until the next write moves the marker
     return Outcome(status="quiet", marker=marker)
+
+
+def _fingerprints_moved(marker: Marker, read: TailRead) -> bool:
+    """The same bytes under a new inode, or fingerprints the marker has not taken yet."""
+    moved = read.ino is not None and marker.get("ino") != read.ino
+    return moved or bool(read.head and not marker.get("head")) or "mtime" not in marker
 
 
 def rereading(marker: Marker, end: int, size: int) -> bool:

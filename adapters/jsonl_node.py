@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -39,6 +39,8 @@ from adapters.base import (
     Probe,
     Ref,
     Settings,
+    as_int,
+    as_text,
     non_negative_int,
 )
 from adapters.catalog import CatalogListing
@@ -160,16 +162,23 @@ def find_file(fmt: JsonlFormat[Any], root: str, thread: str, file: str | None) -
             return path
     for dirpath, dirnames, names in os.walk(real_root):
         dirnames.sort()
-        folder = os.path.basename(dirpath)
-        for name in sorted(names):
-            plain = zst.plain_of(name) if fmt.compressed else name
-            if not plain.endswith(".jsonl") or fmt.candidate(folder, plain) is not True:
-                continue
-            if _thread_of(fmt, plain) == thread:
-                found = inside(os.path.join(dirpath, name))
-                if found is not None:
-                    return os.path.join(os.path.dirname(found), plain)
+        for name, plain in _sessions_of(fmt, os.path.basename(dirpath), names, thread):
+            found = inside(os.path.join(dirpath, name))
+            if found is not None:
+                return os.path.join(os.path.dirname(found), plain)
     raise NotFound(f"no {fmt.kind} session {thread!r} under the node's {fmt.kind} root")
+
+
+def _sessions_of(
+    fmt: JsonlFormat[Any], folder: str, names: list[str], thread: str
+) -> Iterator[tuple[str, str]]:
+    """The files of a folder that are ``thread``'s session (each name, and its plain name:
+    a compressed one stands for its plain file), in name order."""
+    for name in sorted(names):
+        plain = zst.plain_of(name) if fmt.compressed else name
+        session = plain.endswith(".jsonl") and fmt.candidate(folder, plain) is True
+        if session and _thread_of(fmt, plain) == thread:
+            yield name, plain
 
 
 def _thread_of(fmt: JsonlFormat[Any], path: str) -> str:
@@ -200,11 +209,8 @@ def read_lines(
         read = read_tail(path, offset, cap, head, ino, 0, tail)
         if read.status == "long":  # read the long line whole, or know it is too long
             read = read_tail(path, offset, max_line + 1, head, ino, 0, tail)
-            if read.status == "long":
-                return _blocked(offset, max_line)
-            if read.status == "waiting":
-                said = f"reading a long line at offset {offset}: {len(read.chunk)} bytes so far"
-                return {"status": "waiting", "file": file, "reason": said}
+            if read.status in ("long", "waiting"):
+                return _long(read, offset, max_line, file)
         if read.status in ("rotated", "truncated"):
             return {"status": read.status, "file": file}
         if read.status in ("idle", "waiting"):
@@ -212,14 +218,8 @@ def read_lines(
         pick, read = complete_lines(fmt, path, read, max_line)
         if pick.long_at is not None and pick.long_at == pick.first:
             return _blocked(read.end, max_line)
-    except FileNotFoundError:
-        kept = kept_elsewhere(fmt, path, root)
-        if kept:
-            return {"status": "kept", "file": file, "reason": kept}
-        return {"status": "missing", "file": file}
     except OSError as exc:
-        reason = str(exc) if isinstance(exc, NotRegularFile) else exc.strerror or str(exc)
-        return {"status": "error", "file": file, "reason": reason}
+        return _unread(fmt, root, path, file, exc)
     return {
         "status": "lines",
         "file": file,
@@ -228,6 +228,27 @@ def read_lines(
         "lines": to_wire(projected(fmt, pick.lines)),
         "first": pick.first,
     }
+
+
+def _long(read: TailRead, offset: int, max_line: int, file: str) -> dict[str, Any]:
+    """A line longer than the scan cap, read up to the line bound: too long (blocked), or
+    not ended yet (waiting, said with how much of it is there)."""
+    if read.status == "long":
+        return _blocked(offset, max_line)
+    said = f"reading a long line at offset {offset}: {len(read.chunk)} bytes so far"
+    return {"status": "waiting", "file": file, "reason": said}
+
+
+def _unread(fmt: JsonlFormat[Any], root: str, path: str, file: str, exc: OSError) -> dict[str, Any]:
+    """A session file that could not be read: kept elsewhere by the harness, missing, or
+    an error with its reason."""
+    if isinstance(exc, FileNotFoundError):
+        kept = kept_elsewhere(fmt, path, root)
+        if kept:
+            return {"status": "kept", "file": file, "reason": kept}
+        return {"status": "missing", "file": file}
+    reason = str(exc) if isinstance(exc, NotRegularFile) else exc.strerror or str(exc)
+    return {"status": "error", "file": file, "reason": reason}
 
 
 def _where(read: TailRead) -> dict[str, Any]:
@@ -363,7 +384,7 @@ def _said(status: str, answer: dict[str, Any], marker: Marker) -> Outcome | None
 
 def _text(answer: dict[str, Any], key: str) -> str | None:
     value = answer.get(key)
-    return value if isinstance(value, str) else None
+    return as_text(value)
 
 
 def _read_of(answer: dict[str, Any]) -> TailRead:
@@ -374,7 +395,7 @@ def _read_of(answer: dict[str, Any]) -> TailRead:
         size=non_negative_int(answer.get("size")),
         head=_text(answer, "head"),
         tail=_text(answer, "tail"),
-        ino=ino if isinstance(ino, int) else None,
+        ino=as_int(ino),
     )
 
 

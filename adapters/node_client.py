@@ -14,7 +14,16 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import NodeAddress, Outcome, Probe, Ref, Source, non_negative_int
+from adapters.base import (
+    NodeAddress,
+    Outcome,
+    Probe,
+    Ref,
+    Source,
+    as_list,
+    as_text,
+    non_negative_int,
+)
 from adapters.catalog import CatalogEntry, CatalogListing, catalog_id
 from adapters.tailer import open_regular
 from monitor.errors import BadInput, NotFound, Unreachable, connection_reason
@@ -198,7 +207,7 @@ class NodeSource:
 
 
 def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    return as_text(value) or None
 
 
 def entry(kind: str, node: str, t: dict[str, Any]) -> CatalogEntry | None:
@@ -265,12 +274,12 @@ async def _listing(
 def _listed(found: CatalogListing, kind: str, name: str, answer: dict[str, Any]) -> None:
     """Node ``name``'s sessions and errors, added to ``found``."""
     sessions = answer.get("sessions")
-    for t in sessions if isinstance(sessions, list) else []:
+    for t in as_list(sessions):
         made = entry(kind, name, t) if isinstance(t, dict) else None
         if made is not None:
             found.entries.append(made)
     errors = answer.get("errors")
-    for e in errors if isinstance(errors, list) else []:
+    for e in as_list(errors):
         if isinstance(e, dict):
             where = f"node {name}: {e.get('path', '')}"
             found.errors.append({"path": where, "reason": str(e.get("reason", ""))})

@@ -32,6 +32,8 @@ from adapters.base import (
     Settings,
     Source,
     Turn,
+    as_text,
+    member,
     normalize_text,
     session_key_in,
     text_hash,
@@ -81,7 +83,7 @@ def _cut_mentions(text: str, parts: list[dict[str, Any]]) -> str:
     spans = []
     for part in parts:
         source = part.get("source")
-        span = source.get("text") if isinstance(source, dict) else None
+        span = member(source, "text")
         if isinstance(span, dict):
             start, end = span.get("start"), span.get("end")
             if isinstance(start, int) and isinstance(end, int) and 0 <= start < end:
@@ -188,16 +190,22 @@ def classify_user_messages(
         if any(p.get("type") == "compaction" for p in message.parts):
             compactions.append(f"opencode:{message.id}")
         key = replay_key(message.parts)
-        text = human_text(message.parts)
         replayed = key in history[-lookback:]
         history.append(key)
         consumed = message.id
-        if text is None or replayed:
-            continue
-        digest = text_hash(text)
-        if not pool.consume(digest):
-            turns.append(Turn(offset=None, native_id=message.id, text_hash=digest))
+        turn = None if replayed else _person_turn(message, pool)
+        turns += [turn] if turn is not None else []
     return Classified(turns, consumed, pending=False, compactions=compactions)
+
+
+def _person_turn(message: UserMessage, own: OwnPool) -> Turn | None:
+    """A message's turn: its human text, unless it is none or the session's own coming
+    back."""
+    text = human_text(message.parts)
+    digest = text_hash(text) if text is not None else None
+    if digest is None or own.consume(digest):
+        return None
+    return Turn(offset=None, native_id=message.id, text_hash=digest)
 
 
 def part_drift(messages: list[UserMessage], version: str | None) -> Drift:
@@ -371,9 +379,7 @@ class OpenCodeAdapter(DatabaseSource):
         found = part_drift(messages, export.version)
         after = probe.marker.get("lastHumanMessageId")
         own = OwnPool(probe.own)
-        result = classify_user_messages(
-            messages, after if isinstance(after, str) else None, own, self.lookback, export.newest
-        )
+        result = classify_user_messages(messages, as_text(after), own, self.lookback, export.newest)
         # A half-written message keeps the sequence where it was, so the next tick looks again.
         marker = {
             "seq": probe.marker.get("seq", 0) if result.pending else seq,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from adapters import node_client
-from adapters.base import Adapter, NodeAddress, NodeRead, Ref, Settings
+from adapters.base import Adapter, NodeAddress, NodeRead, Ref, Settings, as_list, as_text, member
 from adapters.catalog import CatalogListing
 from adapters.node_client import Answered
 from adapters.opencode import OpenCodeAdapter
@@ -38,7 +38,7 @@ MAX_IDS = 1000  # one tick's batch per node
 
 def _span(part: dict[str, Any]) -> dict[str, Any] | None:
     source = part.get("source")
-    span = source.get("text") if isinstance(source, dict) else None
+    span = member(source, "text")
     if isinstance(span, dict):
         return {"text": {"start": span.get("start"), "end": span.get("end")}}
     return None
@@ -156,14 +156,14 @@ class NodeSessions:
             UserMessage(
                 id=str(m["id"]), parts=[p for p in m.get("parts") or [] if isinstance(p, dict)]
             )
-            for m in (raw if isinstance(raw, list) else [])
+            for m in as_list(raw)
             if isinstance(m, dict) and isinstance(m.get("id"), str)
         ]
         newest, version = answer.get("newest"), answer.get("version")
         return Export(
             messages=messages,
-            newest=newest if isinstance(newest, str) else None,
-            version=version if isinstance(version, str) else None,
+            newest=as_text(newest),
+            version=as_text(version),
         )
 
 

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from adapters.base import as_dict, member
+
 log = logging.getLogger(__name__)
 
 QUERY_TIMEOUT_S = 1.0
@@ -149,26 +151,23 @@ def export_user_messages(conn: sqlite3.Connection, session_id: str) -> list[User
         "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
         (session_id,),
     ).fetchall()
-    users = []
-    for message_id, data in rows:
-        try:
-            info = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(info, dict) and info.get("role") == "user":
-            users.append(message_id)
+    users = [m for m, data in rows if member(_object(data), "role") == "user"]
     parts: dict[str, list[dict[str, Any]]] = {m: [] for m in users}
     for message_id, data in conn.execute(
         "SELECT message_id, data FROM part WHERE session_id = ? ORDER BY id", (session_id,)
     ):
-        if message_id in parts:
-            try:
-                value = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                parts[message_id].append(value)
+        value = _object(data) if message_id in parts else None
+        if value is not None:
+            parts[message_id].append(value)
     return [UserMessage(id=m, parts=parts[m]) for m in users]
+
+
+def _object(data: Any) -> dict[str, Any] | None:
+    """A row's JSON object (None: not JSON, or not an object)."""
+    try:
+        return as_dict(orjson.loads(data))
+    except orjson.JSONDecodeError:
+        return None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,6 +17,7 @@ from adapters.base import (
     Adapter,
     Settings,
     Verdict,
+    as_text,
     content_text,
     normalize_text,
     parse_time,
@@ -61,7 +62,7 @@ class PiState:
     @classmethod
     def from_marker(cls, marker: dict[str, Any]) -> PiState:
         cutoff = marker.get("forkCutoff")
-        return cls(fork_cutoff=cutoff if isinstance(cutoff, str) else None)
+        return cls(fork_cutoff=as_text(cutoff))
 
 
 def state_from_header(record: Any) -> PiState:
@@ -76,7 +77,7 @@ def state_from_header(record: Any) -> PiState:
     if record.get("version") != 3:
         raise Declined(MIGRATE_HINT)
     cutoff = record.get("timestamp") if record.get("parentSession") else None
-    return PiState(fork_cutoff=cutoff if isinstance(cutoff, str) else None)
+    return PiState(fork_cutoff=as_text(cutoff))
 
 
 def _newer_layout(record: Any) -> str | None:
@@ -204,7 +205,7 @@ def may_be_turn_at(buf: bytes, start: int, stop: int) -> bool:
 
 def pi_native_id(record: dict[str, Any]) -> str | None:
     entry_id = record.get("id")
-    return entry_id if isinstance(entry_id, str) else None
+    return as_text(entry_id)
 
 
 def pi_prompt_text(record: dict[str, Any]) -> str:
@@ -273,7 +274,7 @@ def describe_pi_file(
     if first.get("type") != "session":
         raise ValueError("no Pi session header")
     cwd = first.get("cwd")
-    return str(first.get("id") or "") or None, cwd if isinstance(cwd, str) else None
+    return str(first.get("id") or "") or None, as_text(cwd)
 
 
 FORMAT = JsonlFormat[PiState](
