@@ -110,7 +110,7 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
         locked.execute("BEGIN IMMEDIATE")
         for _ in range(3):
             waiting = asyncio.ensure_future(sidecar.ticks.scheduled_tick())
-            while not sidecar.monitor.busy:
+            while not sidecar.monitor.ticker.busy:
                 await asyncio.sleep(0.01)
             await sidecar.ticks.scheduled_tick()  # skipped: the one before still waits
             await waiting
