@@ -27,7 +27,7 @@ One scheduled tick in :data:`FULL_EVERY` is full whatever was heard: a quiet lin
 time is stamped then, and a link whose source no watch hears (a node's, one without a file)
 keeps every tick full.
 
-Stopping cancels the schedule, never a tick in flight: the monitor's ``tick_done`` waits
+Stopping cancels the schedule, never a tick in flight: the ticker's ``done`` waits
 for it on the way out.
 """
 
