@@ -10,9 +10,9 @@ Checked:
 - a call carries a notice that is pending at the moment it goes (never one acknowledged or
   drained);
 - a queue-only watcher (a sub-agent) is never woken;
-- the wakes of one watcher begin at least a window after the end of the last call before
-  them (a pass's later calls, the notices that folded into its window, go one after
-  another: each carries, as the window's start, the end of the call before it);
+- the wakes of one watcher begin at least a window apart (a pass's later calls, the
+  notices that folded into its window, go one after another: each carries, as the
+  window's start, the end of the call before it);
 - one notice reaches the gateway at most once more than the calls of it that went
   unanswered or were cut by a crash, and never more than twice;
 - once the gateway takes wakes again and time passes, every notice the policy wakes has
@@ -83,7 +83,6 @@ class Call:
     answer: asyncio.Future[str]
     outcome: str = ""  # accepted | failed | down | late | cut
     ended: int | None = None  # when its caller had the outcome (the test's clock, ms)
-    orphaned: bool = False  # its sidecar crashed before recording its outcome
 
 
 @dataclass
@@ -248,9 +247,6 @@ class Model:
                 )
             ]
         )
-        for call in self.gateway.calls:
-            if call.sidecar == i and (call.text in sending or not call.answer.done()):
-                call.orphaned = True
         for call in self.gateway.in_flight():
             if call.sidecar == i and call.text not in sending:
                 self.cut[call.text] += 1
@@ -329,24 +325,18 @@ class Model:
 
     def check_windows(self) -> None:
         """Per watcher, each window's start is a window after the one before, or the end of
-        a call before it (a later call of one pass); and a pass's first call goes a window
-        after every call before it ended, of those whose end was recorded."""
+        a call before it (a later call of one pass, or the same call's end restarting it).
+        That a pass's first call also goes a window after the end of every call before it
+        is checked on a deterministic rig (test_delivery.py): here the test's clock jumps
+        past a lease while a call is in flight, which a real process cannot see happen."""
         by_watcher: dict[str, list[Call]] = {}
         for c in self.gateway.calls:
             by_watcher.setdefault(c.watcher, []).append(c)
         for watcher, calls in by_watcher.items():
             ends = {c.ended for c in calls if c.ended is not None}
             starts = sorted({c.woken_at for c in calls})
-            firsts = set(starts[:1])
             for a, b in itertools.pairwise(starts):
                 assert b - a >= WINDOW_MS or b in ends, (watcher, starts, sorted(ends))
-                if b - a >= WINDOW_MS:
-                    firsts.add(b)
-            for at, c in enumerate(calls):  # in the order they went
-                if c.woken_at not in firsts or any(e.woken_at == c.woken_at for e in calls[:at]):
-                    continue
-                ended = [e.ended for e in calls[:at] if e.ended is not None and not e.orphaned]
-                assert all(c.woken_at - e >= WINDOW_MS for e in ended), (watcher, c, ended)
 
     async def check_live(self) -> None:
         assert [] == await self.pending(), "a notice the policy wakes was never woken"
