@@ -251,16 +251,9 @@ async def test_a_new_database_format_is_a_module_and_a_registry_line(
 ) -> None:
     """Listed, adopted by its catalog id, and a person's row recorded by ``serve``'s tick,
     with ``[roots] rows_db`` the only configuration it takes."""
-    from monitor.config import MonitorConfig, load_config
     from monitor.serve.root import running
 
-    config_file = tmp_path / "sessionwatch.toml"
-    config_file.write_text(
-        f'[roots]\nrows_db = "{rows_db}"\n'
-        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
-    )
-    config = load_config(config_file)
-    config = config._replace(monitor=MonitorConfig(initial_delay_s=3600, watch_files=True))
+    config = sidecar_config(tmp_path, f'[roots]\nrows_db = "{rows_db}"\n', watch_files=True)
     async with running(config, tmp_path / "state.db") as sidecar:
         assert sidecar is not None
         listed = await sidecar.monitor.catalog("rows")
@@ -356,7 +349,6 @@ async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_ado
     the format has not is refused by name, and a session deleted on the node is missing."""
     from aiohttp import web
 
-    from monitor.config import MonitorConfig, load_config
     from monitor.serve.root import running
     from monitor.web.node import build_node_app
 
@@ -368,14 +360,11 @@ async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_ado
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]
-    config_file = tmp_path / "sessionwatch.toml"
-    config_file.write_text(
+    node = (
         f'[nodes.laptop]\nurl = "http://{host}:{port}"\ntoken_file = "{tmp_path / "node.token"}"\n'
-        f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
     )
-    config = load_config(config_file)
     # only the test's own ticks read the node (no node watch's early check between them)
-    config = config._replace(monitor=MonitorConfig(initial_delay_s=3600, watch_files=False))
+    config = sidecar_config(tmp_path, node, watch_files=False)
     try:
         async with running(config, tmp_path / "state.db") as sidecar:
             assert sidecar is not None
@@ -396,12 +385,12 @@ async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_ado
             assert status.state_changes is not None
             kinds = [e.kind for e in status.state_changes.events]
             assert ["adopted", "human_direct_message"] == kinds
-            async with aiohttp_get(host, port, "/v1/sources/fake/one/records?offset=0") as got:
-                assert 200 == got.status
-                assert "fix the node test" not in await got.text()  # hashes only
-            async with aiohttp_get(host, port, "/v1/sources/fake/one/lines") as got:
-                assert 404 == got.status
-                assert "fake sessions have no 'lines' read" in await got.text()
+            status, text = await node_get(host, port, "/v1/sources/fake/one/records?offset=0")
+            assert 200 == status
+            assert "fix the node test" not in text  # hashes only
+            status, text = await node_get(host, port, "/v1/sources/fake/one/lines")
+            assert 404 == status
+            assert "fake sessions have no 'lines' read" in text
             session.unlink()
             outcomes = [[r.outcome for r in await sidecar.monitor.tick()] for _ in range(3)]
             assert [["missing"]] * 3 == outcomes
@@ -409,19 +398,24 @@ async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_ado
         await runner.cleanup()
 
 
-def aiohttp_get(host: str, port: int, path: str) -> Any:
-    """A GET of the node with its token (the context manager of aiohttp's response)."""
+async def node_get(host: str, port: int, path: str) -> tuple[int, str]:
+    """A GET of the node with its token: the status and the body."""
     import aiohttp
 
-    class Get:
-        async def __aenter__(self) -> aiohttp.ClientResponse:
-            self.http = aiohttp.ClientSession()
-            headers = {"Authorization": "Bearer t0ken"}
-            self.resp = await self.http.get(f"http://{host}:{port}{path}", headers=headers)
-            return self.resp
+    async with aiohttp.ClientSession() as http:
+        url = f"http://{host}:{port}{path}"
+        async with http.get(url, headers={"Authorization": "Bearer t0ken"}) as resp:
+            return resp.status, await resp.text()
 
-        async def __aexit__(self, *exc: object) -> None:
-            self.resp.release()
-            await self.http.close()
 
-    return Get()
+def sidecar_config(tmp_path: Path, section: str, *, watch_files: bool) -> Any:
+    """A sidecar's configuration: ``section`` (its sources), the API on a loopback port,
+    ticks an hour apart."""
+    from monitor.config import MonitorConfig, load_config
+
+    config_file = tmp_path / "sessionwatch.toml"
+    config_file.write_text(
+        section + f'[api]\nlisten = "127.0.0.1:0"\ntoken_file = "{tmp_path / "token"}"\n'
+    )
+    config = load_config(config_file)
+    return config._replace(monitor=MonitorConfig(initial_delay_s=3600, watch_files=watch_files))
