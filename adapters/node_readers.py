@@ -4,9 +4,10 @@ protocols by module path and imports none of them (no circle, even for the check
 
 from __future__ import annotations
 
-from adapters import claude_node, jsonl_node, opencode_node
+from adapters import claude_node, fake, jsonl_node, opencode_node
 from adapters.base import NodeProtocol
 
 CLAUDE: NodeProtocol = claude_node
+FAKE: NodeProtocol = fake  # the scripted format the tests register with its node
 JSONL: NodeProtocol = jsonl_node
 OPENCODE: NodeProtocol = opencode_node
