@@ -288,9 +288,14 @@ class Gateway:
         return status == 200
 
     def call(self, method: str, params: dict[str, Any]) -> Any:
-        """A gateway RPC method through its own CLI (``openclaw gateway call``)."""
+        """A gateway RPC method through its own CLI (``openclaw gateway call``).
+
+        The CLI gives up on an answer after 10 s by default. A loaded two-core machine running
+        the whole suite has had the gateway accept an ``agent`` call later than that, while
+        the sidecar wrote the same file, so the CLI waits as long as this process does: a
+        test here asks what the gateway answers, never how fast."""
         argv = [str(NODE), str(OPENCLAW / "openclaw.mjs"), "gateway", "call", method]
-        argv += ["--params", json.dumps(params), "--json"]
+        argv += ["--params", json.dumps(params), "--json", "--timeout", "110000"]
         proc = subprocess.run(
             self.command(*argv), cwd=self.home, capture_output=True, timeout=120, check=False
         )
