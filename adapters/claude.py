@@ -237,16 +237,13 @@ def block_text(content: Any) -> tuple[str, bool]:
         return content, False
     if not isinstance(content, list):
         return "", False
-    texts: list[str] = []
-    tool_result = False
-    for block in content:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "tool_result":
-            tool_result = True
-        elif block.get("type") == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-    return "\n".join(texts), tool_result
+    texts = [text for b in content if (text := _block_text(b)) is not None]
+    return "\n".join(texts), any(member(b, "type") == "tool_result" for b in content)
+
+
+def _block_text(block: Any) -> str | None:
+    """The text of a text block; None for any other block."""
+    return as_text(block.get("text")) if member(block, "type") == "text" else None
 
 
 def strip_ide_blocks(text: str) -> str:
@@ -254,15 +251,19 @@ def strip_ide_blocks(text: str) -> str:
     rest = text.lstrip()
     if not rest.startswith(_IDE_OPENINGS):
         return rest
-    changed = True
-    while changed:
-        changed = False
-        for opening, closing in IDE_BLOCKS:
-            if rest.startswith(opening):
-                end = rest.find(closing)
-                rest = "" if end < 0 else rest[end + len(closing) :].lstrip()
-                changed = True
+    while (stripped := _strip_ide_block(rest)) is not rest:
+        rest = stripped
     return rest
+
+
+def _strip_ide_block(text: str) -> str:
+    """``text`` after the IDE block it starts with, or ``text`` itself (the same object)
+    when it starts with none."""
+    for opening, closing in IDE_BLOCKS:
+        if text.startswith(opening):
+            end = text.find(closing)
+            return "" if end < 0 else text[end + len(closing) :].lstrip()
+    return text
 
 
 def _command_name(body: str) -> str | None:
@@ -281,9 +282,7 @@ def _prompt_hash(text: str, state: ClaudeState, *, slash_allowed: bool) -> str |
     if not normalized:
         return None
     if body.startswith(ACTION_PREFIXES):
-        if _command_name(body) in COMPACTING_COMMANDS:
-            return None  # recorded as ``compacted`` through its boundary, not as a turn
-        return normalized_hash(normalized) if slash_allowed else None
+        return _action_hash(body, normalized) if slash_allowed else None
     if body.startswith(NOT_PROMPT_PREFIXES):
         return None
     digest = normalized_hash(normalized)
@@ -291,6 +290,14 @@ def _prompt_hash(text: str, state: ClaudeState, *, slash_allowed: bool) -> str |
         state.pending.remove(digest)
         return None
     return digest
+
+
+def _action_hash(body: str, normalized: str) -> str | None:
+    """Hash of a slash command a person typed; None for one that compacts (recorded as
+    ``compacted`` through its boundary, not as a turn)."""
+    if _command_name(body) in COMPACTING_COMMANDS:
+        return None
+    return normalized_hash(normalized)
 
 
 def _enqueue(content: Any, state: ClaudeState) -> str | None:
@@ -323,21 +330,26 @@ def _turn(digest: str | None) -> Verdict | None:
 def compaction_id(record: dict[str, Any]) -> str | None:
     """A compaction Claude wrote itself: its boundary, or (older versions) its summary row,
     both named by the boundary's uuid."""
-    if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
+    kind = record.get("type")
+    if kind == "system" and record.get("subtype") == "compact_boundary":
         uuid = record.get("uuid")
-    elif record.get("type") == "user" and record.get("isCompactSummary") is True:
-        uuid = record.get("logicalParentUuid") or record.get("parentUuid") or record.get("uuid")
+    elif kind == "user" and record.get("isCompactSummary") is True:
+        uuid = _boundary_uuid(record)
     else:
         return None
     return f"claude:{uuid}" if isinstance(uuid, str) and uuid else None
+
+
+def _boundary_uuid(summary: dict[str, Any]) -> Any:
+    """The uuid of the boundary a compaction summary row follows (older versions)."""
+    return summary.get("logicalParentUuid") or summary.get("parentUuid") or summary.get("uuid")
 
 
 def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdict | None:
     """What one transcript record is. Updates ``state.pending``."""
     kind = record.get("type")
     if kind == "queue-operation":
-        enqueued = record.get("operation") == "enqueue"
-        return _turn(_enqueue(record.get("content"), state)) if enqueued else None
+        return _queue_operation(record, state)
     if kind == "attachment":
         return _attachment(record.get("attachment"), state)
     compaction = compaction_id(record)
@@ -346,6 +358,13 @@ def classify_claude_record(record: dict[str, Any], state: ClaudeState) -> Verdic
     if kind != "user":
         return Verdict(unknown_type=str(kind)) if kind not in KNOWN_TYPES else None
     return _user_record(record, state)
+
+
+def _queue_operation(record: dict[str, Any], state: ClaudeState) -> Verdict | None:
+    """An enqueue is a person's turn (once: the row it becomes is then the same turn)."""
+    if record.get("operation") != "enqueue":
+        return None
+    return _turn(_enqueue(record.get("content"), state))
 
 
 def _user_record(record: dict[str, Any], state: ClaudeState) -> Verdict | None:
@@ -360,11 +379,13 @@ def _user_record(record: dict[str, Any], state: ClaudeState) -> Verdict | None:
     if not isinstance(message.get("content"), (str, list)):  # a tuple: a union is built per call
         return UNCLASSIFIED
     verdict = _user_turn(record, message, state)
-    if not isinstance(version, str):
-        return verdict
+    return _versioned(verdict, version) if isinstance(version, str) else verdict
+
+
+def _versioned(verdict: Verdict | None, version: str) -> Verdict:
+    """A user record's verdict (a turn or unclassified, never more) with its version."""
     if verdict is None:
         return Verdict(version=version)
-    # a user record's verdict is a turn or unclassified, never more
     return Verdict(turn=verdict.turn, unclassified=verdict.unclassified, version=version)
 
 
@@ -402,15 +423,7 @@ def _unknown_blocks(content: Any) -> bool:
 def _user_turn(
     record: dict[str, Any], message: dict[str, Any], state: ClaudeState
 ) -> Verdict | None:
-    for flag in _EXCLUDING_FLAGS:
-        if record.get(flag) is True:
-            return None
-    if "planContent" in record:
-        return None
-    origin = record.get("origin")
-    if origin is not None and (not isinstance(origin, dict) or origin.get("kind") != "human"):
-        return None
-    if record.get("promptSource") == "system":
+    if _not_typed(record):
         return None
     text, tool_result = block_text(message.get("content"))
     if tool_result:
@@ -418,6 +431,18 @@ def _user_turn(
     if _unknown_blocks(message.get("content")):
         return UNCLASSIFIED  # a block nobody knows: reported, never guessed
     return _turn(_prompt_hash(text, state, slash_allowed=True))
+
+
+def _not_typed(record: dict[str, Any]) -> bool:
+    """A user record that is not what a person typed: flagged as meta (and the like), a
+    plan, of an origin that is not human, or sent by the system."""
+    for flag in _EXCLUDING_FLAGS:
+        if record.get(flag) is True:
+            return True
+    if "planContent" in record or record.get("promptSource") == "system":
+        return True
+    origin = record.get("origin")
+    return origin is not None and (not isinstance(origin, dict) or origin.get("kind") != "human")
 
 
 def claude_native_id(record: dict[str, Any]) -> str | None:
