@@ -38,20 +38,38 @@ def _marked(fmt: JsonlFormat[Any], chunk: bytes, *, head: bool) -> list[dict[str
     """The records of the lines of ``chunk`` (complete lines) that hold what an entry reads
     (the format's ``catalog_lines``, and in the ``head`` its ``catalog_first``), in file
     order; each looked for at C speed, no line split."""
-    recover = not fmt.strict
-    found: dict[int, dict[str, Any]] = {}
+    found = _Found(chunk, recover=not fmt.strict)
     for needle in fmt.catalog_lines:
         for start, stop in _lines_with(chunk, needle):
-            value = found.get(start) or as_dict(parse_line(chunk[start:stop], recover=recover))
-            if value is not None:
-                found[start] = value
+            found.keep(start, stop)
     for needle, key in fmt.catalog_first if head else ():
-        for start, stop in _lines_with(chunk, needle):  # until the first that has it
-            value = found.get(start) or as_dict(parse_line(chunk[start:stop], recover=recover))
+        found.keep_first(needle, key)
+    return [found.records[start] for start in sorted(found.records)]
+
+
+class _Found:
+    """The records of a chunk's lines kept so far, by where each line starts (each line
+    parsed once)."""
+
+    def __init__(self, chunk: bytes, *, recover: bool) -> None:
+        self.chunk, self.recover = chunk, recover
+        self.records: dict[int, dict[str, Any]] = {}
+
+    def read(self, start: int, stop: int) -> dict[str, Any] | None:
+        known = self.records.get(start)
+        return known or as_dict(parse_line(self.chunk[start:stop], recover=self.recover))
+
+    def keep(self, start: int, stop: int) -> None:
+        if (value := self.read(start, stop)) is not None:
+            self.records[start] = value
+
+    def keep_first(self, needle: bytes, key: str) -> None:
+        """The first line holding ``needle`` whose record has text at ``key``."""
+        for start, stop in _lines_with(self.chunk, needle):
+            value = self.read(start, stop)
             if value is not None and isinstance(value.get(key), str):
-                found[start] = value
-                break
-    return [found[start] for start in sorted(found)]
+                self.records[start] = value
+                return
 
 
 def _lines_with(chunk: bytes, needle: bytes) -> Iterator[tuple[int, int]]:
@@ -102,21 +120,25 @@ def _title(records: list[dict[str, Any]]) -> str | None:
     branch and are left out."""
     title = recap = None
     for record in records:
-        kind = record.get("type")
-        if type(kind) is not str:
-            continue
-        key = _TITLE_TYPES.get(kind)
-        value = as_text(record.get(key)) if key else None
-        if value and value.strip():
-            title = " ".join(value.split())[:TITLE_CHARS]
-        elif kind == "system" and record.get("subtype") == "away_summary":
-            recap = _recap(record.get("content")) or recap
+        title = _harness_title(record) or title
+        recap = _recap(record) or recap
     return title or recap
 
 
-def _recap(text: Any) -> str | None:
+def _harness_title(record: dict[str, Any]) -> str | None:
+    """The title a title record holds, on one line."""
+    kind = record.get("type")
+    key = _TITLE_TYPES.get(kind) if type(kind) is str else None
+    value = as_text(record.get(key)) if key else None
+    return " ".join(value.split())[:TITLE_CHARS] if value and value.strip() else None
+
+
+def _recap(record: dict[str, Any]) -> str | None:
     """A recap's text as a title (without the line telling how to turn recaps off)."""
-    if not isinstance(text, str):
+    if record.get("type") != "system" or record.get("subtype") != "away_summary":
+        return None
+    text = as_text(record.get("content"))
+    if text is None:
         return None
     return " ".join(text.split()).removesuffix(RECAP_SUFFIX).strip()[:TITLE_CHARS] or None
 
@@ -130,10 +152,21 @@ def file_entry(
     listed as the plain file it stands for (its path and id), titled from its head."""
     if fmt.compressed and path.endswith(zst.SUFFIX):
         head, tail, stat = zst.head(path, HEAD_BYTES), b"", os.stat(path)
-        real = zst.plain_of(real or os.path.realpath(path))
-        path = zst.plain_of(path)
+        real, path = zst.plain_of(real or os.path.realpath(path)), zst.plain_of(path)
     else:
         head, tail, stat = _head_and_tail(path, regular=regular)
+    return _entry(fmt, path, real, head, tail, stat)
+
+
+def _entry(
+    fmt: JsonlFormat[Any],
+    path: str,
+    real: str | None,
+    head: bytes,
+    tail: bytes,
+    stat: os.stat_result,
+) -> CatalogEntry | None:
+    """The entry of a file read at its head and tail."""
     first, rest = _first_and_rest(head)
     marked = _marked(fmt, rest, head=True)
     described = fmt.describe(first, [first, *marked])
@@ -141,10 +174,8 @@ def file_entry(
         return None
     native_id, cwd = described
     real = real or os.path.realpath(path)
-    prompt = _text(first_prompt(fmt, [first], _prompts(fmt, rest)))
-    prompt = prompt[:TITLE_CHARS] if prompt else None
-    if tail:
-        marked += _marked(fmt, _complete(tail, skip_first_partial=True), head=False)
+    prompt = _first_prompt(fmt, first, rest)
+    marked += _marked(fmt, _complete(tail, skip_first_partial=True), head=False)
     return CatalogEntry(
         catalog_id=catalog_id(fmt.kind, real),
         kind=fmt.kind,
@@ -156,6 +187,12 @@ def file_entry(
         size=stat.st_size,
         prompt=prompt,
     )
+
+
+def _first_prompt(fmt: JsonlFormat[Any], first: dict[str, Any], rest: bytes) -> str | None:
+    """The first human prompt in a file's head, as a title."""
+    prompt = _text(first_prompt(fmt, [first], _prompts(fmt, rest)))
+    return prompt[:TITLE_CHARS] if prompt else None
 
 
 def _first_and_rest(head: bytes) -> tuple[dict[str, Any], bytes]:
@@ -200,27 +237,27 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int
     folders = [root]
     while folders:
         folder = folders.pop()
-        try:
-            with os.scandir(folder) as listing:
-                items = list(listing)
-        except OSError:
-            continue  # gone or unreadable, as os.walk skips it
+        items = _listing(folder)
         names = {item.name for item in items}
         base = os.path.basename(folder)
         for item in items:
-            name = item.name
             if item.is_dir():  # a linked one too, which is not entered
-                if not item.is_symlink():
-                    folders.append(item.path)
+                folders += [] if item.is_symlink() else [item.path]
                 continue
-            if not _a_session_file(fmt, name, names):
-                continue
-            verdict = fmt.candidate(base, name)
-            if verdict is False:
-                skipped += 1
-            elif verdict:
-                found.append(_Candidate.of(item))
+            named = _a_session_file(fmt, item.name, names)
+            verdict = fmt.candidate(base, item.name) if named else None
+            skipped += verdict is False
+            found += [_Candidate.of(item)] if verdict else []
     return sorted(found), skipped
+
+
+def _listing(folder: str) -> list[os.DirEntry[str]]:
+    """A folder's entries; none when it is gone or unreadable, as ``os.walk`` skips it."""
+    try:
+        with os.scandir(folder) as listing:
+            return list(listing)
+    except OSError:
+        return []
 
 
 def _a_session_file(fmt: JsonlFormat[Any], name: str, names: set[str]) -> bool:
@@ -243,13 +280,7 @@ def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> C
     if not root or not os.path.isdir(root):
         return CatalogListing()
     paths, skipped = _candidates(fmt, root)
-    # the walk never enters a linked directory, so below the resolved root only a file that
-    # is itself a link needs resolving: not one lstat per path component.
-    real_root = os.path.realpath(root)
-    named = [
-        (c, os.path.realpath(c.path) if c.linked else real_root + c.path[len(root) :])
-        for c in paths
-    ]
+    named = _resolved(root, paths)
     if digest is not None:
         named = [(c, real) for c, real in named if _digest(fmt, real).startswith(digest)]
 
@@ -261,6 +292,17 @@ def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> C
     catalog.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
     catalog.errors.sort(key=lambda e: e["path"])
     return catalog
+
+
+def _resolved(root: str, paths: list[_Candidate]) -> list[tuple[_Candidate, str]]:
+    """Each file with its resolved path. The walk never enters a linked directory, so below
+    the resolved root only a file that is itself a link needs resolving: not one ``lstat``
+    per path component."""
+    real_root = os.path.realpath(root)
+    return [
+        (c, os.path.realpath(c.path) if c.linked else real_root + c.path[len(root) :])
+        for c in paths
+    ]
 
 
 def _digest(fmt: JsonlFormat[Any], real: str) -> str:
@@ -278,11 +320,16 @@ def _entries(fmt: JsonlFormat[Any], named: list[tuple[_Candidate, str]]) -> Cata
         try:
             entry = file_entry(fmt, found.path, real, regular=found.regular)
         except (OSError, ValueError) as exc:
-            reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-            catalog.errors.append({"path": found.path, "reason": reason or "unreadable"})
+            catalog.errors.append({"path": found.path, "reason": _reason(exc)})
             continue
         if entry is None:
             catalog.skipped += 1
         else:
             catalog.entries.append(entry)
     return catalog
+
+
+def _reason(exc: OSError | ValueError) -> str:
+    """Why a file could not be listed, in a few words."""
+    reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+    return reason or "unreadable"
