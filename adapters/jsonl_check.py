@@ -97,20 +97,24 @@ class RootCheck:
 
     def resolve(self, path: str) -> str | None:
         """The real path of ``path`` when it resolves inside the root, else None."""
-        path = os.path.expanduser(path)
-        folder, name = os.path.split(path)
+        folder, name = os.path.split(os.path.expanduser(path))
         real_dir = self._dirs.get(folder)
         if real_dir is None:
             real_dir = self._dirs[folder] = os.path.realpath(folder)
-        real = os.path.join(real_dir, name)
-        try:
-            if stat.S_ISLNK(os.lstat(real).st_mode):
-                real = os.path.realpath(real)
-        except OSError:
-            pass  # missing or unreadable: the read says which
+        real = _unlinked(os.path.join(real_dir, name))
         if not self.base or real == self.base or real.startswith(self.base + os.sep):
             return real
         return None
+
+
+def _unlinked(path: str) -> str:
+    """Where ``path`` leads when it is a symbolic link; else ``path`` (missing or
+    unreadable too: the read says which)."""
+    try:
+        linked = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return path
+    return os.path.realpath(path) if linked else path
 
 
 def resolve_file(kind: str, path: str, root: str) -> str:
@@ -120,15 +124,21 @@ def resolve_file(kind: str, path: str, root: str) -> str:
     real = os.path.realpath(path)
     if not base or os.path.commonpath([base, real]) != base:
         raise OutsideRoots(f"{path} is not inside the configured {kind} root {base}")
-    try:
-        mode = os.stat(real).st_mode
-    except FileNotFoundError:  # a mistyped path: refused, nothing is adopted
-        raise BadInput(f"no such file: {path}") from None
-    except OSError as exc:
-        raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
+    mode = _mode(path, real)
     if not stat.S_ISREG(mode):
         raise Declined(f"cannot read {path}: not a regular file ({describe(mode)})")
     return real
+
+
+def _mode(path: str, real: str) -> int:
+    """The mode of the file at ``real`` (given as ``path``). Raises BadInput when there is
+    none (a mistyped path: refused, nothing is adopted), Declined when it is unreadable."""
+    try:
+        return os.stat(real).st_mode
+    except FileNotFoundError:
+        raise BadInput(f"no such file: {path}") from None
+    except OSError as exc:
+        raise Declined(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def first_line(path: str, cap: int = DEFAULT_SCAN_CAP) -> bytes | None:
@@ -155,15 +165,20 @@ def file_end(fmt: JsonlFormat[Any], path: str) -> tuple[Marker, bytes | None]:
     packed = zst.compressed_sibling(path)
     try:
         if fmt.compressed and not os.path.exists(path) and os.path.exists(packed):
-            offset, head, tail = zst.end_of_last_line(packed)
-            ino = None  # the plain file's own, once the harness writes it back
-            first = _first_line(zst.head(packed, DEFAULT_SCAN_CAP)) if offset > 0 else None
-        else:
-            offset, head, ino, tail = end_of_last_line(path)
-            first = first_line(path) if offset > 0 else None
+            return _packed_end(packed)
+        offset, head, ino, tail = end_of_last_line(path)
     except NotRegularFile as exc:
         raise Declined(str(exc)) from None
+    first = first_line(path) if offset > 0 else None
     return {"offset": offset, "head": head, "ino": ino, "tail": tail}, first
+
+
+def _packed_end(packed: str) -> tuple[Marker, bytes | None]:
+    """:func:`file_end` of a file the harness compressed, read in its compressed form; no
+    inode (the plain file's own, once the harness writes it back)."""
+    offset, head, tail = zst.end_of_last_line(packed)
+    first = _first_line(zst.head(packed, DEFAULT_SCAN_CAP)) if offset > 0 else None
+    return {"offset": offset, "head": head, "ino": None, "tail": tail}, first
 
 
 def baseline_file(fmt: JsonlFormat[Any], path: str) -> Marker:
@@ -192,28 +207,15 @@ def check_file(
     offset = non_negative_int(marker.get("offset", marker.get("size", 0)))
     resume = non_negative_int(marker.get("long"))
     try:
-        tail = marker.get("tail")
-        read = read_tail(
-            real,
-            offset,
-            settings.cap,
-            marker.get("head"),
-            marker.get("ino"),
-            resume,
-            as_text(tail),
-            non_negative_int(marker.get("mtime")) or None,
-        )
-        if read.status in ("rotated", "truncated"):
-            return _reread(fmt, probe, read, settings, held)
-        if read.status == "idle" or (read.status == "waiting" and not resume):
-            return idle(marker, read)
+        read = _read(real, offset, resume, marker, settings)
+        if (unchanged := _nothing_new(fmt, probe, read, resume, settings, held)) is not None:
+            return unchanged
         capped = read.size - read.start > settings.cap  # more written than this read took
         if read.status in ("long", "waiting"):
             return _more(_hold(real, offset, resume, read, marker, settings, held), capped)
         pick, read = _picked(fmt, real, offset, resume, read, settings, held)
         if pick.long_at is not None and pick.long_at == pick.first:
-            reason = f"a line longer than max_line_bytes ({settings.max_line}) starts at {read.end}"
-            return Outcome(status="blocked", blocked_offset=read.end, reason=reason)
+            return _blocked_by_a_long_line(read, settings)
         state = fmt.state_from_marker(marker)
         own = OwnPool(probe.own)
         result = scan(fmt, pick.lines, state, own, Cutoff.of(marker), prefiltered=True)
@@ -222,6 +224,37 @@ def check_file(
     except Declined as exc:
         return Outcome(status="inconclusive", reason=str(exc))
     return _more(settled(fmt, probe, read, pick.first, result, state, own), capped)
+
+
+def _read(real: str, offset: int, resume: int, marker: Marker, settings: TailSettings) -> TailRead:
+    """What the file holds after ``offset`` (resuming a long line at ``resume``), checked
+    against the fingerprints the marker took."""
+    mtime = non_negative_int(marker.get("mtime")) or None
+    head, ino, tail = marker.get("head"), marker.get("ino"), as_text(marker.get("tail"))
+    return read_tail(real, offset, settings.cap, head, ino, resume, tail, mtime)
+
+
+def _nothing_new(
+    fmt: JsonlFormat[Any],
+    probe: Probe,
+    read: TailRead,
+    resume: int,
+    settings: TailSettings,
+    held: HeldLines,
+) -> Outcome | None:
+    """The outcome of a read with nothing new to scan: the file was rotated or truncated
+    (read again from its start), or nothing was written (or only a long line's first bytes
+    that are not held yet). None: there is."""
+    if read.status in ("rotated", "truncated"):
+        return _reread(fmt, probe, read, settings, held)
+    if read.status == "idle" or (read.status == "waiting" and not resume):
+        return idle(probe.marker, read)
+    return None
+
+
+def _blocked_by_a_long_line(read: TailRead, settings: TailSettings) -> Outcome:
+    reason = f"a line longer than max_line_bytes ({settings.max_line}) starts at {read.end}"
+    return Outcome(status="blocked", blocked_offset=read.end, reason=reason)
 
 
 def _picked(
@@ -308,20 +341,16 @@ def ending_at(path: str, read: TailRead, offset: int) -> TailRead:
 def idle(marker: Marker, read: TailRead) -> Outcome:
     ended = "reread" in marker and not rereading(marker, read.end, read.size)
     if ended or _fingerprints_moved(marker, read):
-        done = {k: v for k, v in marker.items() if k != "reread" or not ended}
-        return Outcome(
-            status="quiet",
-            marker={
-                **done,
-                "head": read.head,
-                "ino": read.ino,
-                "tail": read.tail,
-                "mtime": read.mtime,
-            },
-        )
+        done = _without(marker, ("reread",) if ended else ())
+        fingerprints = {"head": read.head, "ino": read.ino, "tail": read.tail}
+        return Outcome(status="quiet", marker={**done, **fingerprints, "mtime": read.mtime})
     # a file only touched (or rewritten as it was) keeps its marker: no write for that, and
     # each check opens it until the next write moves the marker
     return Outcome(status="quiet", marker=marker)
+
+
+def _without(marker: Marker, keys: tuple[str, ...]) -> Marker:
+    return {k: v for k, v in marker.items() if k not in keys}
 
 
 def _fingerprints_moved(marker: Marker, read: TailRead) -> bool:
@@ -359,22 +388,9 @@ def settled(
     end = read.end if result.stopped_at is None else result.stopped_at
     old = Drift.from_json(marker.get("drift"))
     _log_drift(probe.session_key, fmt.kind, old, result)
-    new_marker = {
-        **{k: v for k, v in marker.items() if k not in ("size", "long", "reread", "seenAt")},
-        "offset": end,
-        "head": read.head,
-        "ino": read.ino,
-        "tail": read.tail if end == read.end else None,  # stopped early: no fingerprint
-        "mtime": read.mtime,
-        **remembered(marker, result),
-        "drift": old.merged(result.drift).to_json(),
-        **state.to_marker(),
-    }
-    if rereading(marker, end, read.size):
-        new_marker["reread"] = marker["reread"]  # not caught up yet
     return Outcome(
         status="activity",
-        marker=new_marker,
+        marker=_scanned(marker, read, end, result, old, state),
         turns=result.turns,
         dedupe_id=dedupe_id(marker, end),
         latest_at=result.latest_at,
@@ -385,6 +401,26 @@ def settled(
         reason=_reread_reason(marker),
         read_from=_read_from(marker),
     )
+
+
+def _scanned(
+    marker: Marker, read: TailRead, end: int, result: ScanResult, old: Drift, state: Any
+) -> Marker:
+    """The marker after a scan that read up to ``end``."""
+    scanned = {
+        **_without(marker, ("size", "long", "reread", "seenAt")),
+        "offset": end,
+        "head": read.head,
+        "ino": read.ino,
+        "tail": read.tail if end == read.end else None,  # stopped early: no fingerprint
+        "mtime": read.mtime,
+        **remembered(marker, result),
+        "drift": old.merged(result.drift).to_json(),
+        **state.to_marker(),
+    }
+    if rereading(marker, end, read.size):
+        scanned["reread"] = marker["reread"]  # not caught up yet
+    return scanned
 
 
 def _read_from(marker: Marker) -> int | None:

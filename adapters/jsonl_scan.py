@@ -24,7 +24,17 @@ from typing import Any
 
 import orjson
 
-from adapters.base import Drift, Marker, OwnPool, Turn, Verdict, parse_time
+from adapters.base import (
+    Drift,
+    Marker,
+    OwnPool,
+    Turn,
+    Verdict,
+    as_int,
+    as_list,
+    member,
+    parse_time,
+)
 from adapters.jsonl_format import JsonlFormat
 from monitor.records import NamedTuple
 
@@ -40,11 +50,15 @@ def first_prompt(
     state = fmt.state_from_first(first[0] if first else None)
     for record in itertools.chain(first, rest):
         verdict = fmt.classify(record, state)
-        if verdict is not None and verdict.turn:
-            text = " ".join(fmt.prompt_text(record).split())
-            if text:
-                return text
+        text = _prompt_text(fmt, record) if verdict is not None and verdict.turn else None
+        if text:
+            return text
     return None
+
+
+def _prompt_text(fmt: JsonlFormat[Any], record: dict[str, Any]) -> str:
+    """The text of a record counted as a turn, on one line."""
+    return " ".join(fmt.prompt_text(record).split())
 
 
 def parse_line(line: bytes, *, recover: bool) -> Any:
@@ -57,10 +71,13 @@ def parse_line(line: bytes, *, recover: bool) -> Any:
         return json.loads(line.decode("utf-8-sig", "replace"))  # and a leading BOM dropped
     except ValueError:
         pass
-    if not recover:
-        return None
+    return _recovered(line) if recover else None
+
+
+def _recovered(line: bytes) -> Any:
+    """The whole record after a torn fragment on the same line; None when there is none."""
     start = line.find(b'{"', 1)
-    while start > 0:  # a torn fragment, then a whole record on the same line
+    while start > 0:
         try:
             return json.loads(line[start:].decode("utf-8", "replace"))
         except ValueError:
@@ -94,14 +111,8 @@ class Cutoff(NamedTuple):
     @classmethod
     def of(cls, marker: Marker) -> Cutoff | None:
         """The cutoff of a marker that is re-reading its source, else None."""
-        reread = marker.get("reread")
-        if not isinstance(reread, dict) or not isinstance(reread.get("after"), int):
-            return None
-        recent = marker.get("recent")
-        ids = (
-            frozenset(r for r in recent if isinstance(r, str)) if isinstance(recent, list) else None
-        )
-        return cls(after=reread["after"], recent=ids or frozenset())
+        after = as_int(member(marker.get("reread"), "after"))
+        return None if after is None else cls(after=after, recent=frozenset(_recent(marker)))
 
     def is_old(self, record: dict[str, Any], native_id: str | None) -> bool:
         if native_id is not None and native_id in self.recent:
@@ -112,6 +123,11 @@ class Cutoff(NamedTuple):
 
 def _ms(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _recent(marker: Marker) -> list[str]:
+    """The native ids of the last turns a marker holds."""
+    return [r for r in as_list(marker.get("recent")) if isinstance(r, str)]
 
 
 def reread_from(marker: Marker, last_scanned_at: int | None, reason: str) -> Marker:
@@ -128,8 +144,7 @@ def reread_from(marker: Marker, last_scanned_at: int | None, reason: str) -> Mar
 def remembered(marker: Marker, result: ScanResult) -> Marker:
     """``recent`` (the last turns' native ids) and ``seenAt`` (the newest record time, left
     out while no record had one) after a scan."""
-    recent = [r for r in marker.get("recent") or [] if isinstance(r, str)]
-    recent += [t.native_id for t in result.turns if t.native_id]
+    recent = _recent(marker) + [t.native_id for t in result.turns if t.native_id]
     seen = max(_ms(marker.get("seenAt")), result.seen_at or 0)
     return {"recent": recent[-RECENT_IDS:], **({"seenAt": seen} if seen else {})}
 
@@ -288,9 +303,10 @@ def classify_records(
     for offset, record in records:
         last = record
         verdict = fmt.classify(record, state)
-        if verdict is not None:
-            _note(result, fmt, verdict)
-        if verdict is not None and (verdict.compaction is not None or verdict.turn is not None):
+        if verdict is None:
+            continue
+        _note(result, fmt, verdict)
+        if verdict.compaction is not None or verdict.turn is not None:
             _candidate(fmt, result, offset, record, verdict, own, cutoff)
     if last is not None:
         _seen(result, time_ms(last))
@@ -313,12 +329,16 @@ def _candidate(
     _seen(result, at)  # every candidate counts, suppressed or not: the re-read cutoff
     if cutoff is not None and cutoff.is_old(record, native):
         return
-    if verdict.compaction is not None and verdict.compaction not in result.compactions:
-        result.compactions.append(verdict.compaction)
+    _compaction(result, verdict.compaction)
     if verdict.turn is None or own.consume(verdict.turn):
         return
     result.turns.append(Turn(offset=offset, native_id=native, text_hash=verdict.turn))
     result.latest_at = at or result.latest_at
+
+
+def _compaction(result: ScanResult, compaction: str | None) -> None:
+    if compaction is not None and compaction not in result.compactions:
+        result.compactions.append(compaction)
 
 
 def _seen(result: ScanResult, at: int | None) -> None:
