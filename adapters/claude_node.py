@@ -24,6 +24,7 @@ only.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -43,6 +44,7 @@ from adapters.base import (
     Probe,
     Ref,
     Settings,
+    as_list,
     as_text,
     member,
 )
@@ -72,19 +74,25 @@ BLOCK = 64 * 1024
 def serve(asked: NodeRead) -> tuple[int, dict[str, Any]]:
     """One page of a thread's items (see the module docstring)."""
     query = asked.query
-    limit = asked.number("limit", PAGE)
-    if limit is None or not 1 <= limit <= PAGE:
-        raise BadInput(f"limit must be an integer from 1 to {PAGE}")
-    skip = asked.number("skip", 0) or 0
-    if "before" in query and ("after" in query or "skip" in query):
+    limit = _limit(asked)
+    forward = "after" in query or "skip" in query
+    if "before" in query and forward:
         raise BadInput("before pages backwards; after and skip page forwards: not both")
     thread = str(asked.thread)
     path = find_thread(Path(asked.root), thread)
-    if "after" in query or "skip" in query:
-        page = read_forward(path, query.get("after"), skip, limit)
+    if forward:
+        page = read_forward(path, query.get("after"), asked.number("skip", 0) or 0, limit)
     else:
         page = read_page(path, query.get("before"), limit)
     return 200, {"threadId": thread, **page}
+
+
+def _limit(asked: NodeRead) -> int:
+    """How many items a page may hold, as asked (BadInput unless from 1 to PAGE)."""
+    limit = asked.number("limit", PAGE)
+    if limit is None or not 1 <= limit <= PAGE:
+        raise BadInput(f"limit must be an integer from 1 to {PAGE}")
+    return limit
 
 
 def find_thread(root: Path, thread_id: str) -> Path:
@@ -142,16 +150,18 @@ def _line_after(data: bytes, uuid: str) -> int | None:
     by parsing records, however their JSON is spaced or escaped. Lines holding the quoted
     uuid are parsed first (the fast path); only when none is the record is every line."""
     quoted = orjson.dumps(uuid)
-    for fast in (True, False):
-        pos = 0
-        while pos < len(data):
-            end = data.find(b"\n", pos)
-            if end < 0:
-                return None  # only a partial last line is left
-            line = data[pos:end]
-            if (not fast or quoted in line) and _uuid_of(line) == uuid:
-                return end + 1
-            pos = end + 1
+    found = _line_with(data, uuid, quoted)
+    return found if found is not None else _line_with(data, uuid, None)
+
+
+def _line_with(data: bytes, uuid: str, quoted: bytes | None) -> int | None:
+    """:func:`_line_after`, among the lines that hold ``quoted`` (every line: None)."""
+    pos = 0
+    while (end := data.find(b"\n", pos)) >= 0:  # only a partial last line is left after
+        line = data[pos:end]
+        if (quoted is None or quoted in line) and _uuid_of(line) == uuid:
+            return end + 1
+        pos = end + 1
     return None
 
 
@@ -166,42 +176,42 @@ def _uuid_of(line: bytes) -> Any:
 def read_forward(path: Path, after: str | None, skip: int, limit: int) -> dict[str, Any]:
     """Items after ``after``, oldest first, past the first ``skip``; at most ``limit``."""
     data = path.read_bytes()
-    start = 0
-    if after is not None:
-        found = _line_after(data, after)
-        if found is None:
-            raise ItemGone(f"no item {after!r} in this thread")
-        start = found
+    start = 0 if after is None else _after(data, after)
     end = data.rfind(b"\n") + 1  # a partial last line is not an item yet
     lines = (line.lstrip(b"\x00").strip() for line in data[start:end].split(b"\n"))
-    items: list[dict[str, Any]] = []
-    for seen, line in enumerate((line for line in lines if line), start=1):
-        if seen <= skip:
-            continue
-        if len(items) == limit:
-            return {"items": items, "more": True}
-        items.append(project(line))
-    return {"items": items, "more": False}
+    items, more = _first_items(itertools.islice(filter(None, lines), skip, None), limit)
+    return {"items": items, "more": more}
+
+
+def _after(data: bytes, uuid: str) -> int:
+    """Where the items after the item ``uuid`` start; ItemGone when there is no such item."""
+    found = _line_after(data, uuid)
+    if found is None:
+        raise ItemGone(f"no item {uuid!r} in this thread")
+    return found
+
+
+def _first_items(lines: Iterator[bytes], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The items of the first ``limit`` lines, and whether more lines follow them."""
+    items = [project(line) for line in itertools.islice(lines, limit)]
+    return items, next(lines, None) is not None
 
 
 def read_page(path: Path, before: str | None, limit: int) -> dict[str, Any]:
     """Items newest first, from just before the item ``before`` (the newest when None)."""
     lines = lines_newest_first(path)
     if before is not None:
-        for line in lines:
-            if _uuid_of(line) == before:  # parsed: any spacing, any escape
-                break
-        else:
-            raise ItemGone(f"no item {before!r} in this thread")
-    items: list[dict[str, Any]] = []
-    more = False
-    for line in lines:
-        if len(items) == limit:
-            more = True
-            break
-        items.append(project(line))
+        _skip_to(lines, before)
+    items, more = _first_items(lines, limit)
     cursor = next((i["uuid"] for i in reversed(items) if i.get("uuid")), None)
     return {"items": items, "before": cursor if more else None}
+
+
+def _skip_to(lines: Iterator[bytes], uuid: str) -> None:
+    """``lines`` past the line of the item ``uuid`` (parsed: any spacing, any escape);
+    ItemGone when there is no such item."""
+    if not any(_uuid_of(line) == uuid for line in lines):
+        raise ItemGone(f"no item {uuid!r} in this thread")
 
 
 # -- on the sidecar ---------------------------------------------------------------------
@@ -271,10 +281,10 @@ class ClaudeNodeAdapter(node_client.NodeSource):
     ) -> list[dict[str, Any]]:
         """The items after the marker, oldest first: ``pages`` pages at most."""
         items: list[dict[str, Any]] = []
+        after = {"after": anchor} if anchor else {}
         for _ in range(self.pages):
-            skip = {"skip": str(tail + len(items)), **({"after": anchor} if anchor else {})}
-            page = await self._items(http, ref, skip)
-            items += [i for i in page.get("items") or [] if isinstance(i, dict)]
+            page = await self._items(http, ref, {"skip": str(tail + len(items)), **after})
+            items += [i for i in as_list(page.get("items")) if isinstance(i, dict)]
             if not page.get("more"):
                 break
         return items
