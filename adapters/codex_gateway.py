@@ -36,14 +36,16 @@ class GatewayMarker(NamedTuple):
 def read_marker(marker: Marker) -> GatewayMarker | None:
     """The gateway's marker, or None when it is not one the gateway would read."""
     turn_id = marker.get("turnId")
-    if turn_id is not None and not isinstance(turn_id, str):
+    if "turnId" not in marker or (turn_id is not None and not isinstance(turn_id, str)):
         return None
     count = marker.get("userMessageCount", None)
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
-        return None
-    if "turnId" not in marker:
+    if count is not None and not _a_count(count):
         return None
     return GatewayMarker(turn_id, count)
+
+
+def _a_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def own_echo(message: Message, own: frozenset[str]) -> bool:
@@ -65,12 +67,7 @@ def gateway_check(
         return Outcome(status="quiet", marker=marker)
     newest = window[0]
     newest_count = len(newest.messages)
-    found: list[Turn] = []
-    occurred: int | None = None
-    for turn in _since(window, read.turn_id):
-        new = _new_messages(turn, read, own)
-        found += new
-        occurred = occurred if occurred is not None or not new else _when(turn, now_ms)
+    found, occurred = _found(_since(window, read.turn_id), read, own, now_ms)
     nxt = {"turnId": newest.id, "userMessageCount": newest_count}
     if not found:
         return Outcome(status="quiet", marker=nxt)
@@ -81,6 +78,19 @@ def gateway_check(
         dedupe_id=f"{newest.id}:{newest_count}",
         latest_at=occurred,
     )
+
+
+def _found(
+    turns: list[RolloutTurn], read: GatewayMarker, own: frozenset[str], now_ms: int
+) -> tuple[list[Turn], int | None]:
+    """The new messages of ``turns`` (newest first), and when the newest of them happened."""
+    found: list[Turn] = []
+    occurred: int | None = None
+    for turn in turns:
+        new = _new_messages(turn, read, own)
+        found += new
+        occurred = occurred if occurred is not None or not new else _when(turn, now_ms)
+    return found, occurred
 
 
 def _since(window: list[RolloutTurn], turn_id: str | None) -> list[RolloutTurn]:
@@ -146,33 +156,35 @@ def probed_ref(ref: Ref, thread_id: str, stored: Any, session_id: str | None) ->
     binding = _current_binding(stored, session_id)
     if binding is None:
         return ref
-    bound = binding.get("threadId")
-    bound = bound.strip() if isinstance(bound, str) else ""
-    probed = thread_id
-    if (
-        binding.get("connectionScope") == "supervision"
-        and binding.get("supervisionSourceThreadId") == thread_id
-        and bound
-    ):
-        probed = bound
+    bound = (as_text(binding.get("threadId")) or "").strip()
+    probed = bound if bound and _supervises(binding, thread_id) else thread_id
     out = dict(ref)
     if probed != thread_id:
         out[PROBE_KEY] = probed
-    hint = binding.get("rolloutPath")
-    if bound == probed and isinstance(hint, str) and probed in os.path.basename(hint):
-        out[HINT_KEY] = hint  # where the gateway last saw the thread's rollout
+    rollout = _rollout_hint(binding, probed) if bound == probed else None
+    if rollout is not None:
+        out[HINT_KEY] = rollout  # where the gateway last saw the thread's rollout
     return out
+
+
+def _rollout_hint(binding: dict[str, Any], thread_id: str) -> str | None:
+    """The rollout the binding names for ``thread_id``, if it is that thread's."""
+    rollout = as_text(binding.get("rolloutPath"))
+    return rollout if rollout is not None and thread_id in os.path.basename(rollout) else None
+
+
+def _supervises(binding: dict[str, Any], thread_id: str) -> bool:
+    """The binding names the gateway's branch of ``thread_id``, which its monitor probes."""
+    supervised = binding.get("supervisionSourceThreadId") == thread_id
+    return supervised and binding.get("connectionScope") == "supervision"
 
 
 def _current_binding(stored: Any, session_id: str | None) -> dict[str, Any] | None:
     """The binding of an active stored state of the session's current generation."""
-    if not session_id or not isinstance(stored, dict) or stored.get("state") != "active":
+    if not session_id or member(stored, "state") != "active":
         return None
-    owner = stored.get("sessionId")
-    if isinstance(owner, str) and owner.strip() and owner.strip() != session_id:
-        return None
-    binding = stored.get("binding")
-    return as_dict(binding)
+    owner = (as_text(stored.get("sessionId")) or "").strip()
+    return as_dict(stored.get("binding")) if owner in ("", session_id) else None
 
 
 def thread_of(ref: Ref) -> str:
