@@ -57,6 +57,13 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
+def unknown_blocks(content: Any, known: frozenset[str]) -> bool:
+    """Whether a message's content (its blocks) holds a block of a type not in ``known``."""
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") not in known for b in content
+    )
+
+
 def content_text(content: Any, block_types: frozenset[str]) -> str:
     """The text of a message's content: a string, or its text blocks joined by newlines."""
     if isinstance(content, str):

@@ -20,6 +20,7 @@ from adapters.base import (
     member,
     normalize_text,
     normalized_hash,
+    unknown_blocks,
 )
 from adapters.jsonl_format import JsonlFormat
 
@@ -414,12 +415,6 @@ def _holds_tool_result(message: Any) -> bool:
     )
 
 
-def _unknown_blocks(content: Any) -> bool:
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") not in KNOWN_USER_BLOCKS for b in content
-    )
-
-
 def _user_turn(
     record: dict[str, Any], message: dict[str, Any], state: ClaudeState
 ) -> Verdict | None:
@@ -428,7 +423,7 @@ def _user_turn(
     text, tool_result = block_text(message.get("content"))
     if tool_result:
         return None
-    if _unknown_blocks(message.get("content")):
+    if unknown_blocks(message.get("content"), KNOWN_USER_BLOCKS):
         return UNCLASSIFIED  # a block nobody knows: reported, never guessed
     return _turn(_prompt_hash(text, state, slash_allowed=True))
 

@@ -19,9 +19,11 @@ from adapters.base import (
     Verdict,
     as_text,
     content_text,
+    member,
     normalize_text,
     parse_time,
     text_hash,
+    unknown_blocks,
 )
 from adapters.jsonl_format import JsonlFormat
 from monitor.errors import Declined
@@ -72,9 +74,7 @@ def state_from_header(record: Any) -> PiState:
     newer = _newer_layout(record)
     if newer is not None:
         raise Declined(NEWER.format(declared=newer))
-    if not isinstance(record, dict) or record.get("type") != "session":
-        raise Declined(MIGRATE_HINT)
-    if record.get("version") != 3:
+    if member(record, "type") != "session" or record.get("version") != 3:
         raise Declined(MIGRATE_HINT)
     cutoff = record.get("timestamp") if record.get("parentSession") else None
     return PiState(fork_cutoff=as_text(cutoff))
@@ -90,9 +90,15 @@ def _newer_layout(record: Any) -> str | None:
     if record.get("type") == "session" and isinstance(version, int) and version > 3:
         return f"version {version}"
     if record.get("kind") == "header" and "type" not in record:
-        declared = version if version is not None else record.get("formatVersion")
-        return f"version {declared}" if declared is not None else "kind-tagged records"
+        return _kind_tagged(record)
     return None
+
+
+def _kind_tagged(header: dict[str, Any]) -> str:
+    """How a ``kind``-tagged header declares its version."""
+    version = header.get("version")
+    declared = version if version is not None else header.get("formatVersion")
+    return f"version {declared}" if declared is not None else "kind-tagged records"
 
 
 TEXT_BLOCKS = frozenset({"text"})
@@ -119,9 +125,11 @@ def classify_pi_record(record: dict[str, Any], state: PiState) -> Verdict | None
     if kind == "compaction":
         entry = record.get("id")
         return Verdict(compaction=f"pi:{entry}") if isinstance(entry, str) else None
-    if kind != "message":
-        return None
-    message = record.get("message")
+    return _message(record.get("message")) if kind == "message" else None
+
+
+def _message(message: Any) -> Verdict | None:
+    """A message entry's message, read by its role."""
     if not isinstance(message, dict):
         return UNCLASSIFIED
     role = message.get("role")
@@ -141,9 +149,7 @@ def _user(message: dict[str, Any]) -> Verdict | None:
     content = message.get("content")
     if not isinstance(content, (str, list)):  # a tuple: a union is built per call
         return UNCLASSIFIED
-    if isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") not in KNOWN_USER_BLOCKS for b in content
-    ):
+    if unknown_blocks(content, KNOWN_USER_BLOCKS):
         return UNCLASSIFIED
     text = content_text(content, TEXT_BLOCKS)
     return Verdict(turn=text_hash(text)) if normalize_text(text) else None
