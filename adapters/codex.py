@@ -32,6 +32,7 @@ from adapters.base import (
     Settings,
     Verdict,
     as_int,
+    as_list,
     as_text,
     content_text,
     member,
@@ -102,13 +103,7 @@ class CodexState:
     def from_marker(cls, marker: dict[str, Any]) -> CodexState:
         start = marker.get("historyStart")
         cutoff = marker.get("forkCutoff")
-        echo = marker.get("echo")
-        unmatched = marker.get("unmatched")
-        pairs = (
-            [list(e) for e in echo if isinstance(e, list) and len(e) == 2]
-            if isinstance(echo, list)
-            else []
-        )
+        pairs = [e for e in as_list(marker.get("echo")) if isinstance(e, list) and len(e) == 2]
         return cls(
             legacy=marker.get("legacy") is True,
             subagent=marker.get("subagent") is True,
@@ -116,7 +111,7 @@ class CodexState:
             history_start=as_int(start),
             fork_cutoff=as_text(cutoff),
             echo=[[str(a), str(b)] for a, b in pairs],
-            unmatched=[str(u) for u in unmatched] if isinstance(unmatched, list) else [],
+            unmatched=[str(u) for u in as_list(marker.get("unmatched"))],
         )
 
     def apply_meta(self, payload: dict[str, Any], timestamp: Any) -> None:
@@ -181,23 +176,27 @@ def _once(state: CodexState, form: str, digest: str | None) -> Verdict | None:
     return Verdict(turn=digest)
 
 
-def _suppress(state: CodexState, digest: str) -> None:
+def _suppress(state: CodexState, text: str) -> None:
     """A contextual twin: the same text in another form is not a prompt either."""
-    state.echo.append(["context", digest])
-    del state.echo[:-ECHO_LIMIT]
+    normalized = normalize_text(text)
+    if normalized:
+        state.echo.append(["context", normalized_hash(normalized)])
+        del state.echo[:-ECHO_LIMIT]
 
 
 def _inherited(record: dict[str, Any], payload: dict[str, Any], state: CodexState) -> bool:
-    ordinal = record.get("ordinal")
+    ordinal = as_int(record.get("ordinal"))
     start = state.history_start
-    if start is not None and isinstance(ordinal, int) and ordinal < start:
+    if start is not None and ordinal is not None and ordinal < start:
         return True
-    for holder in (record, payload):
-        metadata = holder.get("metadata")
-        if isinstance(metadata, dict) and metadata.get("inherited_user_message") is True:
-            return True
-    at = record.get("timestamp")
-    return state.fork_cutoff is not None and isinstance(at, str) and at < state.fork_cutoff
+    if _marked_inherited(record) or _marked_inherited(payload):
+        return True
+    at = as_text(record.get("timestamp"))
+    return state.fork_cutoff is not None and at is not None and at < state.fork_cutoff
+
+
+def _marked_inherited(holder: dict[str, Any]) -> bool:
+    return member(holder.get("metadata"), "inherited_user_message") is True
 
 
 def _user_item(item: dict[str, Any]) -> str:
@@ -229,7 +228,7 @@ def _completed_item(payload: dict[str, Any], state: CodexState) -> Verdict | Non
         return None
     kind = item.get("type")  # a ContextCompaction item repeats the ``compacted`` record
     if kind != "UserMessage":
-        return UNCLASSIFIED if isinstance(kind, str) and kind.lower() == "usermessage" else None
+        return UNCLASSIFIED if _misspelt_user_message(kind) else None
     content = item.get("content")
     if not isinstance(content, list):
         return UNCLASSIFIED
@@ -250,9 +249,7 @@ def _response_item(payload: dict[str, Any], state: CodexState) -> Verdict | None
         _awaits_its_event(state, text)
         return None
     if isinstance(kinds, list) and not _typed_kinds(kinds):
-        normalized = normalize_text(text)
-        if normalized:
-            _suppress(state, normalized_hash(normalized))
+        _suppress(state, text)
         return None
     return _once(state, "response", _typed(text))
 
@@ -291,10 +288,15 @@ def unknown_subtype(kind: str, payload: Any) -> str | None:
     if isinstance(subtype, str) and subtype not in known:
         return f"{kind}:{subtype}"
     item = payload.get("item") if subtype == "item_completed" else None
-    name = member(item, "type")
-    if isinstance(name, str) and name not in KNOWN_ITEMS and name.lower() != "usermessage":
-        return f"item_completed:{name}"  # a misspelt UserMessage is unclassified instead
-    return None
+    name = as_text(member(item, "type"))
+    if name is None or name in KNOWN_ITEMS or _misspelt_user_message(name):
+        return None  # a misspelt UserMessage is unclassified instead
+    return f"item_completed:{name}"
+
+
+def _misspelt_user_message(kind: Any) -> bool:
+    """An item type that is ``UserMessage`` but for its case."""
+    return isinstance(kind, str) and kind.lower() == "usermessage"
 
 
 def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict | None:
