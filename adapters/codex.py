@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from adapters.base import (
     UNCLASSIFIED,
@@ -184,15 +184,20 @@ def _suppress(state: CodexState, text: str) -> None:
         del state.echo[:-ECHO_LIMIT]
 
 
+_Ordered = TypeVar("_Ordered", int, str)  # an ordinal, or an ISO time
+
+
 def _inherited(record: dict[str, Any], payload: dict[str, Any], state: CodexState) -> bool:
-    ordinal = as_int(record.get("ordinal"))
-    start = state.history_start
-    if start is not None and ordinal is not None and ordinal < start:
+    if _before(as_int(record.get("ordinal")), state.history_start):
         return True
     if _marked_inherited(record) or _marked_inherited(payload):
         return True
-    at = as_text(record.get("timestamp"))
-    return state.fork_cutoff is not None and at is not None and at < state.fork_cutoff
+    return _before(as_text(record.get("timestamp")), state.fork_cutoff)
+
+
+def _before(at: _Ordered | None, start: _Ordered | None) -> bool:
+    """``at`` comes before ``start``, both known (an ordinal, or an ISO time)."""
+    return at is not None and start is not None and at < start
 
 
 def _marked_inherited(holder: dict[str, Any]) -> bool:
@@ -310,10 +315,12 @@ def classify_codex_record(record: dict[str, Any], state: CodexState) -> Verdict 
     drift = _drift(kind, payload)
     if drift is not None:
         return drift
-    if state.subagent or not isinstance(payload, dict) or _inherited(record, payload, state):
+    if state.subagent or not isinstance(payload, dict):
         return None
     read = _BY_TYPE.get(str(kind))
-    return read(record, payload, state) if read is not None else None
+    if read is None or _inherited(record, payload, state):
+        return None
+    return read(record, payload, state)
 
 
 def _session_meta(

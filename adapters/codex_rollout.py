@@ -24,6 +24,7 @@ from adapters.base import (
     as_dict,
     as_list,
     as_text,
+    member,
     normalize_text,
     text_hash,
 )
@@ -354,31 +355,20 @@ class RolloutReader:
         the rollout by a moment, and a marker is only ever moved to a turn the listing
         shows, so that the gateway's own check always finds it. None where Codex keeps no
         projection (the listing then reads the rollout); 0 for a thread it has not taken."""
-        home = _home_of(path)
-        db = os.path.join(home, PROJECTION_DB) if home else ""
+        db = _projection_db(path)
         stamp = _stamp(db) if db else None
         if stamp is None:
             return None
         known = self._projected.get(thread_id)
         if known is not None and known[0] == stamp:
             return known[1]
-        try:
-            row = _one_row(
-                db,
-                "SELECT next_rollout_ordinal FROM thread_history_projection_state"
-                " WHERE thread_id = ?",
-                thread_id,
-                quiet=False,
-            )
-        except sqlite3.Error:
-            return None  # another schema: the rollout as read
-        cutoff = int(row[0]) if row and isinstance(row[0], int) else 0
-        self._projected[thread_id] = (stamp, cutoff)
+        cutoff = _next_ordinal(db, thread_id)
+        if cutoff is not None:
+            self._projected[thread_id] = (stamp, cutoff)
         return cutoff
 
     def projection_files(self, path: str) -> list[str]:
-        home = _home_of(path)
-        db = os.path.join(home, PROJECTION_DB) if home else ""
+        db = _projection_db(path)
         return [db, db + "-wal"] if db and os.path.isfile(db) else []
 
     def bases_of(self, path: str) -> tuple[str, ...]:
@@ -423,25 +413,25 @@ class RolloutReader:
         ``end_byte_offset`` (read through the base's own base)."""
         if base is None:
             return [], ()
-        if not isinstance(base, dict) or depth >= BASE_DEPTH:
-            raise FormatDrift("a history_base this reader does not know")
-        ident, end = base.get("thread_id"), base.get("end_byte_offset")
-        if not isinstance(ident, str) or not isinstance(end, int) or end < 0:
-            raise FormatDrift("a history_base this reader does not know")
+        ident, end = _base_ref(base, depth)
         found = self._base_file(path, ident)
         if found is None:
             raise FormatDrift(f"the history base {ident} of {os.path.basename(path)} is not found")
         cached = self._bases.get((found, end))
         if cached is None:
-            data = b"".join(_plain_chunks(found))[:end]
-            head_end = data.find(b"\n") + 1
-            payload = _meta(data[: head_end - 1])
-            turns, _ = self._base(found, payload.get("history_base"), depth + 1)
-            builder = TurnBuilder(turns, payload.get("history_mode") == "paginated")
-            for record in _records(data[head_end:]):
-                builder.add(record)
-            self._bases[(found, end)] = cached = turns
+            self._bases[(found, end)] = cached = self._base_turns(found, end, depth)
         return _copy(cached), (found,)
+
+    def _base_turns(self, found: str, end: int, depth: int) -> list[RolloutTurn]:
+        """The turns of the base file ``found`` up to ``end`` (its own base's first)."""
+        data = b"".join(_plain_chunks(found))[:end]
+        head_end = data.find(b"\n") + 1
+        payload = _meta(data[: head_end - 1])
+        turns, _ = self._base(found, payload.get("history_base"), depth + 1)
+        builder = TurnBuilder(turns, payload.get("history_mode") == "paginated")
+        for record in _records(data[head_end:]):
+            builder.add(record)
+        return turns
 
     def _base_file(self, path: str, ident: str) -> str | None:
         """A base named by id: a file beside ``path`` first (a revert or a fork of the same
@@ -526,3 +516,33 @@ def _one_row(db: str, sql: str, arg: str, *, quiet: bool = True) -> tuple[Any, .
         if quiet:
             return None  # another schema or a locked file: the file names find it
         raise
+
+
+def _base_ref(base: Any, depth: int) -> tuple[str, int]:
+    """The thread id and end offset a ``history_base`` names; FormatDrift for one this
+    reader does not know (or one based too deep)."""
+    ident, end = member(base, "thread_id"), member(base, "end_byte_offset")
+    if depth < BASE_DEPTH and isinstance(ident, str) and isinstance(end, int) and end >= 0:
+        return ident, end
+    raise FormatDrift("a history_base this reader does not know")
+
+
+def _projection_db(path: str) -> str:
+    """The app-server's projection database of the Codex home of ``path`` ("": none)."""
+    home = _home_of(path)
+    return os.path.join(home, PROJECTION_DB) if home else ""
+
+
+def _next_ordinal(db: str, thread_id: str) -> int | None:
+    """The ordinal the projection takes next of a thread (0: it has not taken it); None
+    for a projection of another schema (the rollout is then read as it is)."""
+    try:
+        row = _one_row(
+            db,
+            "SELECT next_rollout_ordinal FROM thread_history_projection_state WHERE thread_id = ?",
+            thread_id,
+            quiet=False,
+        )
+    except sqlite3.Error:
+        return None
+    return int(row[0]) if row and isinstance(row[0], int) else 0
