@@ -252,19 +252,18 @@ def strip_ide_blocks(text: str) -> str:
     rest = text.lstrip()
     if not rest.startswith(_IDE_OPENINGS):
         return rest
-    while (stripped := _strip_ide_block(rest)) is not rest:
+    while (stripped := _strip_ide_block(rest)) is not None:
         rest = stripped
     return rest
 
 
-def _strip_ide_block(text: str) -> str:
-    """``text`` after the IDE block it starts with, or ``text`` itself (the same object)
-    when it starts with none."""
+def _strip_ide_block(text: str) -> str | None:
+    """``text`` after the IDE block it starts with; None when it starts with none."""
     for opening, closing in IDE_BLOCKS:
         if text.startswith(opening):
             end = text.find(closing)
             return "" if end < 0 else text[end + len(closing) :].lstrip()
-    return text
+    return None
 
 
 def _command_name(body: str) -> str | None:

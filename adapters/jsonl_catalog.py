@@ -242,12 +242,14 @@ def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int
         base = os.path.basename(folder)
         for item in items:
             if item.is_dir():  # a linked one too, which is not entered
-                folders += [] if item.is_symlink() else [item.path]
-                continue
-            named = _a_session_file(fmt, item.name, names)
-            verdict = fmt.candidate(base, item.name) if named else None
-            skipped += verdict is False
-            found += [_Candidate.of(item)] if verdict else []
+                if not item.is_symlink():
+                    folders.append(item.path)
+            elif _a_session_file(fmt, item.name, names):
+                verdict = fmt.candidate(base, item.name)
+                if verdict:
+                    found.append(_Candidate.of(item))
+                elif verdict is False:
+                    skipped += 1
     return sorted(found), skipped
 
 
