@@ -93,7 +93,13 @@ def normalized_hash(normalized: str) -> str:
 def non_negative_int(value: Any) -> int:
     """A count or an offset read from outside (a marker, a node's answer); anything else
     reads as 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if is_count(value) else 0
+
+
+def is_count(value: Any) -> bool:
+    """Whether a value read from outside is a count or an offset: an integer (not a bool)
+    of 0 or more."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 # Reading JSON from outside (a record, a marker, a node's answer): a field of the expected

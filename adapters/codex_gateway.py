@@ -18,6 +18,7 @@ from adapters.base import (
     Turn,
     as_dict,
     as_text,
+    is_count,
     member,
 )
 from adapters.codex_rollout import Message, RolloutTurn
@@ -39,13 +40,9 @@ def read_marker(marker: Marker) -> GatewayMarker | None:
     if "turnId" not in marker or (turn_id is not None and not isinstance(turn_id, str)):
         return None
     count = marker.get("userMessageCount", None)
-    if count is not None and not _a_count(count):
+    if count is not None and not is_count(count):
         return None
     return GatewayMarker(turn_id, count)
-
-
-def _a_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def own_echo(message: Message, own: frozenset[str]) -> bool:
