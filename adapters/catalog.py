@@ -6,6 +6,7 @@ not pay for them."""
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -14,6 +15,12 @@ def id_digest(key: str) -> str:
     """The digest of a catalog id, of what names the source (see ``catalog_key``): what
     adoption by id matches a prefix of."""
     return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def shown_path(path: str) -> str:
+    """A path as it can be shown and sent as JSON: bytes of a name that are not UTF-8
+    (``surrogateescape``d on reading) as backslash escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def catalog_id(kind: str, key: str) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from adapters import forked, zst
 from adapters.base import as_dict, as_text
-from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest, shown_path
 from adapters.jsonl_format import JsonlFormat
 from adapters.jsonl_scan import first_prompt, parse_line
 from adapters.tailer import open_regular
@@ -228,37 +228,80 @@ class _Candidate(NamedTuple):
         return cls(item.path, linked, not linked and item.is_file(follow_symlinks=False))
 
 
-def _candidates(fmt: JsonlFormat[Any], root: str) -> tuple[list[_Candidate], int]:
+class _Walk(NamedTuple):
+    """What a walk of a root found: the files of the format (each with what its directory
+    entry says of it), how many were not adoptable, and the folders it could not list."""
+
+    found: list[_Candidate]
+    skipped: int
+    unreadable: list[dict[str, str]]  # {path, reason}
+
+
+def _candidates(fmt: JsonlFormat[Any], root: str) -> _Walk:
     """Files of the format under its root, each with what its directory entry says of it
-    (no ``lstat``), and how many were skipped as not adoptable. A linked directory is not
-    entered, as ``os.walk`` does not."""
+    (no ``lstat``), how many were skipped as not adoptable, and each folder that could not
+    be listed, with its reason. A linked directory is not entered, as ``os.walk`` does not,
+    so no tree (a symlink loop, a link to ``/``) makes the walk loop or raise."""
     found: list[_Candidate] = []
     skipped = 0
+    unreadable: list[dict[str, str]] = []
     folders = [root]
     while folders:
         folder = folders.pop()
-        items = _listing(folder)
+        items = _listing(folder, unreadable)
         names = {item.name for item in items}
         base = os.path.basename(folder)
         for item in items:
-            if item.is_dir():  # a linked one too, which is not entered
-                if not item.is_symlink():
-                    folders.append(item.path)
-            elif _a_session_file(fmt, item.name, names):
+            kind = _kind(item)
+            if kind != "linked folder" and not _utf8(item.name):
+                if kind == "folder" or _a_session_file(fmt, item.name, names):
+                    unreadable.append({"path": shown_path(item.path), "reason": NOT_UTF8})
+            elif kind == "folder":
+                folders.append(item.path)
+            elif kind == "other" and _a_session_file(fmt, item.name, names):
                 verdict = fmt.candidate(base, item.name)
                 if verdict:
                     found.append(_Candidate.of(item))
                 elif verdict is False:
                     skipped += 1
-    return sorted(found), skipped
+    return _Walk(sorted(found), skipped, unreadable)
 
 
-def _listing(folder: str) -> list[os.DirEntry[str]]:
-    """A folder's entries; none when it is gone or unreadable, as ``os.walk`` skips it."""
+NOT_UTF8 = "its name is not valid UTF-8, which no harness writes and JSON cannot carry"
+
+
+def _utf8(name: str) -> bool:
+    """A name read from the disk that is valid UTF-8 (else it holds ``surrogateescape``
+    characters, which no JSON answer can carry)."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _kind(item: os.DirEntry[str]) -> Literal["folder", "linked folder", "other"]:
+    """A real directory, which the walk enters; a link to one, which it neither enters nor
+    reads; or anything else (a link that leads nowhere, or round in a loop, may be a session
+    file: reading it says why it cannot be read)."""
+    try:
+        if item.is_dir(follow_symlinks=False):
+            return "folder"
+        return "linked folder" if item.is_symlink() and item.is_dir() else "other"
+    except OSError:  # a link in a loop, or a name that went while the walk ran
+        return "other"
+
+
+def _listing(folder: str, unreadable: list[dict[str, str]]) -> list[os.DirEntry[str]]:
+    """A folder's entries; none when it is gone (said nowhere: it went while the walk ran),
+    or when it cannot be listed (said in ``unreadable``, with its reason)."""
     try:
         with os.scandir(folder) as listing:
             return list(listing)
-    except OSError:
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        unreadable.append({"path": folder, "reason": _reason(exc)})
         return []
 
 
@@ -281,8 +324,8 @@ def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> C
     and only those read). Many files are read on every core (:func:`adapters.forked.split`)."""
     if not root or not os.path.isdir(root):
         return CatalogListing()
-    paths, skipped = _candidates(fmt, root)
-    named = _resolved(root, paths)
+    walk = _candidates(fmt, root)
+    named = _resolved(root, walk.found)
     if digest is not None:
         named = [(c, real) for c, real in named if _digest(fmt, real).startswith(digest)]
 
@@ -290,7 +333,8 @@ def scan_files(fmt: JsonlFormat[Any], root: str, digest: str | None = None) -> C
         return _entries(fmt, part)
 
     catalog = forked.split(read, named) if len(named) >= PARALLEL_FILES else read(named)
-    catalog.skipped += skipped
+    catalog.skipped += walk.skipped
+    catalog.errors += walk.unreadable
     catalog.entries.sort(key=lambda e: (-e.updated_at, e.catalog_id))
     catalog.errors.sort(key=lambda e: e["path"])
     return catalog

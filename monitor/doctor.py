@@ -59,7 +59,7 @@ async def run(config: Config, db: Path | str) -> list[Finding]:
     """Every check, in the order a reader would fix them."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
         found = [await _database(config, db), *_serve_elsewhere(config, db)]
-        found += [_api_token(config), *_roots(config)]
+        found += [_api_token(config), *await _roots(config)]
         found += await _hooks(config, http, db)
         found += await asyncio.gather(*(_node(name, n, http) for name, n in config.nodes.items()))
     return found
@@ -191,21 +191,36 @@ def _api_token(config: Config) -> Finding:
     return ok(f"the API token file {path} is private")
 
 
-def _roots(config: Config) -> list[Finding]:
-    from adapters.registry import roots_with_origin
+async def _roots(config: Config) -> list[Finding]:
+    """Each format's root: where it came from, whether it exists, and what in it cannot be
+    read (a folder of mode 000, a symlink loop, a FIFO named as a session), as the catalog
+    lists them: said once a root, with the first of them."""
+    from adapters.registry import build_adapters, roots_with_origin
+    from monitor.upstream.monitor import adapter_settings
 
+    adapters = build_adapters(adapter_settings(config))
     found = []
     for kind, (given, origin) in roots_with_origin(config.roots.given).items():
         path = Path(expand_user(given))
-        if path.exists():
-            found.append(ok(f"the {kind} root {path} ({origin}) exists"))
-        else:
+        if not os.path.exists(path):
+            why = "a symbolic link that leads nowhere" if path.is_symlink() else "does not exist"
             found.append(
-                note(
-                    f"the {kind} root {path} ({origin}) does not exist: no {kind} sessions"
-                    " are listed"
-                )
+                note(f"the {kind} root {path} ({origin}) {why}: no {kind} sessions are listed")
             )
+            continue
+        errors = (await adapters[kind].catalog()).errors
+        if not errors:
+            found.append(ok(f"the {kind} root {path} ({origin}) exists"))
+            continue
+        first = errors[0]
+        more = f" and {len(errors) - 1} more" if len(errors) > 1 else ""
+        found.append(
+            problem(
+                f"the {kind} root {path} ({origin}): {len(errors)} sources cannot be read,"
+                f" so they are not listed: {first['path']} ({first['reason']}){more}",
+                f"sessionwatch catalog --kind {kind} lists each with its reason",
+            )
+        )
     return found
 
 
