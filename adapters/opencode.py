@@ -38,7 +38,7 @@ from adapters.base import (
     session_key_in,
     text_hash,
 )
-from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest
+from adapters.catalog import CatalogEntry, CatalogListing, catalog_id, id_digest, shown_path
 from adapters.opencode_reads import (
     READERS,
     Export,
@@ -50,6 +50,7 @@ from adapters.opencode_reads import (
     read_signals,
     session_signals,
     session_version,
+    unopenable,
 )
 from monitor.errors import BadInput, Declined, OutsideRoots, Unreachable
 
@@ -428,9 +429,13 @@ def scan_sessions(db: str, digest: str | None = None) -> CatalogListing:
     ``digest``, only those whose catalog id's digest starts with it (adoption by id: the
     ids are listed, and only those sessions read)."""
     catalog = CatalogListing()
-    if not db or not os.path.isfile(db):
+    if not db or not os.path.lexists(db):
         return catalog
     real = os.path.realpath(db)
+    why = unopenable(real)
+    if why is not None:  # a FIFO, a folder, a link in a loop, a file of mode 000
+        catalog.errors.append({"path": shown_path(real), "reason": why})
+        return catalog
 
     def read(conn: sqlite3.Connection) -> list[Any]:
         if digest is None:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 
 from adapters.base import as_dict, member
+from adapters.tailer import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +189,25 @@ class QueryFailed(Exception):
         self.drift = drift
 
 
-def _failed(exc: OSError | sqlite3.Error) -> QueryFailed:
+def unopenable(path: str) -> str | None:
+    """Why the file at ``path`` cannot be read (as the system says it: SQLite would say
+    "unable to open database file" whatever the cause), or None."""
+    try:
+        fd, _ = open_regular(path)
+    except NotRegularFile as exc:
+        return str(exc)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    return None
+
+
+def _failed(db: str, exc: OSError | sqlite3.Error) -> QueryFailed:
+    """The failure as a link shows it: the system's reason for a file SQLite could not open
+    (a FIFO, a folder, mode 000), never its "unable to open database file"."""
     drift = isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(SCHEMA_DRIFT)
-    return QueryFailed(str(exc), drift=drift)
+    unopened = isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc)
+    return QueryFailed((unopened and unopenable(db)) or str(exc), drift=drift)
 
 
 R = TypeVar("R")
@@ -204,7 +221,7 @@ def _reading(db: str, query: Callable[[sqlite3.Connection], R]) -> R:
     except FileNotFoundError:
         raise
     except (OSError, sqlite3.Error) as exc:
-        raise _failed(exc) from None
+        raise _failed(db, exc) from None
 
 
 def read_signals(db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:

@@ -202,26 +202,42 @@ async def _roots(config: Config) -> list[Finding]:
     found = []
     for kind, (given, origin) in roots_with_origin(config.roots.given).items():
         path = Path(expand_user(given))
-        if not os.path.exists(path):
-            why = "a symbolic link that leads nowhere" if path.is_symlink() else "does not exist"
+        missing = _missing(path)
+        if missing:
             found.append(
-                note(f"the {kind} root {path} ({origin}) {why}: no {kind} sessions are listed")
+                note(f"the {kind} root {path} ({origin}) {missing}: no {kind} sessions are listed")
             )
             continue
         errors = (await adapters[kind].catalog()).errors
         if not errors:
             found.append(ok(f"the {kind} root {path} ({origin}) exists"))
             continue
-        first = errors[0]
-        more = f" and {len(errors) - 1} more" if len(errors) > 1 else ""
+        first, n = errors[0], len(errors)
+        more = f" and {n - 1} more" if n > 1 else ""
         found.append(
             problem(
-                f"the {kind} root {path} ({origin}): {len(errors)} sources cannot be read,"
-                f" so they are not listed: {first['path']} ({first['reason']}){more}",
+                f"the {kind} root {path} ({origin}): {n} source{'s' * (n != 1)} cannot be read,"
+                f" so {'they are' if n != 1 else 'it is'} not listed:"
+                f" {first['path']} ({first['reason']}){more}",
                 f"sessionwatch catalog --kind {kind} lists each with its reason",
             )
         )
     return found
+
+
+def _missing(path: Path) -> str | None:
+    """Why a root holds nothing to list, when nothing is there: it does not exist, or it is
+    a link that leads nowhere (a link in a loop is there, and cannot be read: the catalog
+    says so)."""
+    if not os.path.lexists(path):
+        return "does not exist"
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return "is a symbolic link that leads nowhere"
+    except OSError:
+        pass
+    return None
 
 
 async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) -> list[Finding]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -175,4 +176,4 @@ class FileWatch:
 
 
 def _dirs_of(files: dict[str, set[str]]) -> list[str]:
-    return sorted({str(Path(p).parent) for p in files if Path(p).parent.is_dir()})
+    return sorted({os.path.dirname(p) for p in files if os.path.isdir(os.path.dirname(p))})

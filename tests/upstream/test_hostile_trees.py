@@ -496,3 +496,59 @@ async def test_an_adopted_file_that_turns_into_anything_is_said_and_stalls_no_ot
     assert (results["agent:main:b"].outcome, results["agent:main:b"].turns) == ("activity", 1)
     listed = {x["sessionKey"]: x for x in wire.links(await monitor.links())}
     assert listed["agent:main:a"]["status"]["outcome"] == outcome
+
+
+# -- a root that is anything ---------------------------------------------------------------
+
+ROOT_KINDS = {  # the reason each format's catalog gives, by what its root is
+    "a symlink loop": {"claude": "Too many levels of symbolic links"},
+    "a FIFO": {"claude": "Not a directory", "opencode": "not a regular file (a FIFO)"},
+    "a folder": {"claude": "", "opencode": "not a regular file (a directory)"},
+    "a regular file": {"claude": "Not a directory", "opencode": "no such table: session"},
+    "mode 000": {"claude": "Permission denied"},
+}
+
+
+def _root_as(kind: str, path: Path, *, folder: bool) -> None:
+    if kind == "a symlink loop":
+        path.symlink_to(path.name)
+    elif kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a folder":
+        path.mkdir()
+    elif kind == "a regular file":
+        path.write_bytes(b"")
+    elif kind == "mode 000":
+        if folder:
+            path.mkdir()
+            (path / "p").mkdir()
+            (path / "p" / "s.jsonl").write_bytes(LINE)
+        else:
+            path.write_bytes(b"")
+        path.chmod(0)
+
+
+@pytest.mark.parametrize("kind", sorted(ROOT_KINDS))
+@pytest.mark.parametrize("fmt", ["claude", "opencode"])
+def test_a_root_that_is_anything_is_listed_as_unreadable_with_its_reason(
+    tmp_path: Path, fmt: str, kind: str
+) -> None:
+    """A folder root (Claude's) that is not a folder, or a database root (OpenCode's) that
+    is not a file: the catalog lists the root as unreadable, with the system's reason (not
+    SQLite's "unable to open database file"), and no more."""
+    from adapters.opencode import scan_sessions
+
+    root = tmp_path / "root"
+    _root_as(kind, root, folder=fmt == "claude")
+    reasons = ROOT_KINDS[kind]
+    expected = reasons.get(fmt, reasons.get("claude", ""))
+    try:
+        if fmt == "claude":
+            found = unprivileged(lambda: scan_files(claude.FORMAT, str(root)))
+        else:
+            found = unprivileged(lambda: scan_sessions(str(root)))
+    finally:
+        if kind == "mode 000":
+            root.chmod(0o700)
+    assert found.entries == []
+    assert found.errors == ([{"path": str(root), "reason": expected}] if expected else [])
