@@ -60,13 +60,26 @@ class InstanceLock:
 def serving_addresses(db: Path) -> list[str]:
     """The addresses the live ``serve`` of ``db`` answers on (from its lock file), or none
     when no ``serve`` holds it."""
+    lines = _lock_lines(db)
+    return lines[1:] if lines else []
+
+
+def serving_pid(db: Path) -> int | None:
+    """The pid of the live ``serve`` of ``db`` (from its lock file) when it is not this
+    process, or None."""
+    lines = _lock_lines(db)
+    return int(lines[0]) if lines and int(lines[0]) != os.getpid() else None
+
+
+def _lock_lines(db: Path) -> list[str] | None:
+    """The lines of the lock file of ``db`` while the pid on its first line lives."""
     real = Path(os.path.realpath(db))
     try:  # read, never locked: a lock taken here could refuse a serve starting meanwhile
         lines = real.with_name(real.name + ".lock").read_text(encoding="utf-8").splitlines()
         os.kill(int(lines[0]), 0)  # its pid lives: a serve runs, and its addresses are current
     except (OSError, ValueError, IndexError):
-        return []
-    return lines[1:]
+        return None
+    return lines
 
 
 def take_instance_lock(db: Path) -> InstanceLock:

@@ -96,6 +96,11 @@ def build(commit: str) -> Path:
     return src
 
 
+def release_deps() -> Path:
+    """Where the dependencies an earlier release had, and today's dropped, are installed."""
+    return _cache() / "deps"
+
+
 def transcript(workdir: Path) -> Path:
     return workdir / "claude" / "proj" / "s1.jsonl"
 

@@ -191,3 +191,20 @@ def test_the_docs_say_what_is_true_not_how_the_work_was_organised() -> None:
             r"\b(?:[Ii]ssue|[Ss]top|[Ss]print) \d+\b|\bthis stop\b|stop before", text
         )
         assert not found, f"{path.name}: {found}"
+
+
+def test_the_changelog_s_newest_release_is_the_code_s_version_and_schema() -> None:
+    """A release bumps the version, and a schema change bumps its minor number and names the
+    schema in the changelog: the newest heading of CHANGELOG.md is the code's own."""
+    import re
+
+    from monitor import __version__
+    from monitor.kernel.store.sqlite_schema import SCHEMA_VERSION
+
+    text = (REPO / "CHANGELOG.md").read_text()
+    newest = re.search(r"^## (\d+)\.(\d+)\.(\d+) \(schema (\d+)\)$", text, re.M)
+    assert newest is not None, "CHANGELOG.md names no release"
+    major, minor, patch, schema = newest.groups()
+    assert f"{major}.{minor}.{patch}" == __version__
+    assert int(schema) == SCHEMA_VERSION
+    assert int(minor) >= SCHEMA_VERSION  # the minor moves with every schema change

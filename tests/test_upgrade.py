@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +24,18 @@ from monitor.kernel.notices import notice_text
 from monitor.kernel.store.sqlite_schema import SCHEMA_VERSION
 from tests.helpers import REPO, ManualClock, WakeLog, kernel_waking, served_address, until
 from tests.hooks_gateway import HooksGateway, running_hooks_gateway
-from tests.releases import ADOPTED, CHILD, MAIN, RELEASES, THIRD, database, transcript
+from tests.releases import (
+    ADOPTED,
+    CHILD,
+    MAIN,
+    RELEASES,
+    THIRD,
+    build,
+    database,
+    has_history,
+    release_deps,
+    transcript,
+)
 
 TABLES = (
     "session_state_events",
@@ -183,3 +195,136 @@ async def test_notices_left_on_a_database_the_gateway_shares_are_counted_not_wok
         assert kernel.undecided_notices == 1
     finally:
         await kernel.close()
+
+
+# -- a newer release installed beside a running older serve --------------------------------
+
+SCHEMA_5 = "d4ce48e"  # the last release at schema 5, before the wake ledger (schema 6)
+
+
+def _schema_of(db: Path) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT value FROM sessionwatch_meta WHERE key = 'schema_version'")
+        return int(row.fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not has_history(SCHEMA_5), reason="a shallow clone: no release to build")
+def test_a_newer_release_beside_a_running_older_serve_leaves_its_database_alone(
+    tmp_path: Path,
+) -> None:
+    """The release before schema 6, built from history, serves its database; today's
+    one-shot commands each refuse in one line naming that serve, and migrate nothing: the
+    running release's own commands keep working. Once it stops, today's serve upgrades the
+    database and says so once."""
+    src = build(SCHEMA_5)
+    db, config = tmp_path / "state.db", tmp_path / "sw.toml"
+    config.write_text(
+        f'[roots]\nclaude = "{tmp_path / "claude"}"\n[api]\nlisten = "127.0.0.1:0"\n'
+        f'token_file = "{tmp_path / "token"}"\n'
+    )
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path / "home"),
+        "SESSIONWATCH_DB": str(db),
+        "SESSIONWATCH_CONFIG": str(config),
+    }
+    old_env = {**env, "PYTHONPATH": f"{src}{os.pathsep}{release_deps()}"}
+    old = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "serve"],
+        cwd=src, env=old_env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        served_address(old)
+        assert _schema_of(db) == 5
+        old_status = subprocess.run(
+            [sys.executable, "-m", "monitor", "status", ADOPTED],
+            cwd=src, env=old_env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert old_status.returncode == 0, old_status.stderr
+        for argv in (["status", ADOPTED], ["links"], ["notices", "--watcher", MAIN],
+                     ["catalog"], ["doctor"], ["record", "--session", ADOPTED, "--kind",
+                     "goal_changed", "--actor", "human"]):  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, "-m", "monitor", *argv],
+                cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            said = done.stderr + (done.stdout if argv == ["doctor"] else "")
+            assert done.returncode != 0, (argv, done.stdout)
+            assert "Traceback" not in said, said
+            assert "is at schema 5, and a running serve uses it" in said, (argv, said)
+            assert f"pid {old.pid}" in said or f":{old.pid}" in said, said
+            if argv != ["doctor"]:
+                assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+            assert _schema_of(db) == 5, argv
+        again = subprocess.run(
+            [sys.executable, "-m", "monitor", "status", ADOPTED],
+            cwd=src, env=old_env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr  # the running release is not refused
+    finally:
+        old.terminate()
+        old.communicate(timeout=30)
+    new = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "serve"],
+        cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    said: list[str] = []
+    try:
+        served_address(new, said)
+    finally:
+        new.terminate()
+        _, rest = new.communicate(timeout=30)
+    log = "".join(said) + rest
+    assert log.count("from schema 5 to 6") == 1, log
+    assert _schema_of(db) == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("lease_left_s", [600, -30, -120])
+async def test_a_one_shot_command_leaves_an_older_schema_a_live_serve_holds(
+    store_target: Path | str, clock: ManualClock, lease_left_s: int
+) -> None:
+    """On both stores: a database at an older schema, with a serve's host lease live (or
+    ran out less than a minute ago: paused, or between renewals), is refused by a one-shot
+    open in one line naming that serve's release, and left at its schema; a lease that ran
+    out longer ago is a serve gone, and the open upgrades."""
+    from monitor.kernel import Kernel, KernelSettings
+    from monitor.kernel.store.protocol import NOW_SQL
+    from monitor.kernel.store.upgrade import SchemaInUse
+
+    kernel = await Kernel.open(store_target, KernelSettings(), clock=clock)
+    await kernel.store.write(
+        lambda c: c.execute("UPDATE sessionwatch_meta SET value = '5' WHERE key = 'schema_version'")
+    )
+    await kernel.store.write(
+        lambda c: c.execute(
+            "INSERT INTO sessionwatch_leases (name, holder, expires_at, info)"
+            f" VALUES ('host:local', 'box:4242:abcd', {NOW_SQL} + ?, 'sessionwatch 0.5.9')",
+            (lease_left_s * 1000,),
+        )
+    )
+    await kernel.close()
+    if lease_left_s > -60:
+        with pytest.raises(SchemaInUse) as refused:
+            await Kernel.open(store_target, KernelSettings(), clock=clock, direct=True)
+        said = str(refused.value)
+        assert "schema 5, and a running serve uses it (sessionwatch 0.5.9 on box:4242)" in said
+        assert "\n" not in said
+        assert _recorded_schema(store_target) == 5
+    else:
+        await (await Kernel.open(store_target, KernelSettings(), clock=clock, direct=True)).close()
+        assert _recorded_schema(store_target) == SCHEMA_VERSION
+
+
+def _recorded_schema(target: Path | str) -> int:
+    query = "SELECT value FROM sessionwatch_meta WHERE key = 'schema_version'"
+    if isinstance(target, Path):
+        return _schema_of(target)
+    import psycopg
+
+    with psycopg.connect(target) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])

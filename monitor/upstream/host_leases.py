@@ -32,6 +32,7 @@ from monitor.kernel import Kernel
 from monitor.kernel import leases as lease_rows
 from monitor.kernel.bus import Bus, OwnershipChanged
 from monitor.kernel.leases import SHARED, Lease
+from monitor.kernel.store.upgrade import release_info
 
 if TYPE_CHECKING:
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
@@ -68,7 +69,9 @@ class HostLeases:
 
     async def _take(self, name: str) -> Lease:
         return await self.kernel.commit(
-            lambda r: lease_rows.take(r.conn, name, self.me, ttl_ms=self.ttl_ms)
+            lambda r: lease_rows.take(
+                r.conn, name, self.me, ttl_ms=self.ttl_ms, info=release_info()
+            )
         )
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:

@@ -28,7 +28,7 @@ async def open_store(
     if is_pg_url(target):
         from monitor.kernel.store.postgres import PgStore
 
-        return await PgStore.open(target, clock=clock, on_error=on_error)
+        return await PgStore.open(target, clock=clock, on_error=on_error, one_shot=direct)
     if direct:
         from monitor.kernel.store.sqlite_conn import DirectStore
 

@@ -51,6 +51,7 @@ from monitor.kernel.store.batch import Batcher, Expired, PendingWrite, Result, l
 from monitor.kernel.store.pg_schema import migrate, schema_version
 from monitor.kernel.store.protocol import NOW_SQL
 from monitor.kernel.store.sqlite_schema import SCHEMA_VERSION
+from monitor.kernel.store.upgrade import refuse_under_serve, running_serves, say_upgraded
 from monitor.pulse import Pulse
 from monitor.retry import Backoff
 
@@ -172,14 +173,25 @@ class PgStore:
 
     @classmethod
     async def open(
-        cls, url: str, *, clock: Clock = now_ms, on_error: Callable[[], None] | None = None
+        cls,
+        url: str,
+        *,
+        clock: Clock = now_ms,
+        on_error: Callable[[], None] | None = None,
+        one_shot: bool = False,
     ) -> PgStore:
-        """Connect, create or migrate the schema, and start listening for changes."""
+        """Connect, create or migrate the schema, and start listening for changes.
+        ``one_shot``: a command's, which does not upgrade a schema a running serve uses."""
         store = cls(url, *_pools(url), clock, on_error)
         try:
             await asyncio.to_thread(store._open_pools)
-            if await store.read(schema_version) < SCHEMA_VERSION:  # else opening writes nothing
+            found = await store.read(schema_version)
+            if found < SCHEMA_VERSION:  # else opening writes nothing
+                if one_shot:
+                    serves = await store.read(running_serves)
+                    refuse_under_serve(without_password(url), found, SCHEMA_VERSION, serves)
                 await store.write(lambda conn: migrate(conn, clock()))
+                say_upgraded(without_password(url), found, SCHEMA_VERSION)
             store._listener = asyncio.ensure_future(store._listen())
             # Listening before the store is handed out, so that the first version read is
             # already heard from; past the wait, the listener counts its connection as a

@@ -47,7 +47,8 @@ from monitor.kernel.store.sqlite_conn import (
     translate,
     translated,
 )
-from monitor.kernel.store.sqlite_schema import migrate
+from monitor.kernel.store.sqlite_schema import SCHEMA_VERSION, migrate
+from monitor.kernel.store.upgrade import say_upgraded
 from monitor.lazylog import LazyLogger
 
 if TYPE_CHECKING:
@@ -229,7 +230,8 @@ class Store:
             await writer.submit(lambda c: configure(c, clock), BUSY_TIMEOUT_MS / 1000, alone=True)
             if created:
                 make_private(db_path)
-            await writer.submit(lambda c: migrate(c, clock()), BUSY_TIMEOUT_MS / 1000)
+            found = await writer.submit(lambda c: migrate(c, clock()), BUSY_TIMEOUT_MS / 1000)
+            say_upgraded(db_path, found, SCHEMA_VERSION)
             if created:
                 make_private(db_path)
             with translated(on_error):

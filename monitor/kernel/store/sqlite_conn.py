@@ -24,8 +24,14 @@ from monitor.errors import (
     StoreLocked,
     StoreUnavailable,
 )
+from monitor.kernel.store.sqlite_schema import (
+    SCHEMA_VERSION,
+    migrate,
+    read_schema_version,
+    refuse_newer,
+)
 from monitor.kernel.store.sqlite_schema import made_by_sessionwatch as _only_ours
-from monitor.kernel.store.sqlite_schema import migrate, refuse_newer
+from monitor.kernel.store.upgrade import refuse_under_serve, running_serves
 from monitor.paths import expand_user, make_private_dirs, refuse_if_not_ours
 
 TYPE_CHECKING = False
@@ -258,6 +264,8 @@ class DirectStore:
                 configure(conn, clock)
                 if created:
                     make_private(db_path)
+                if not created:
+                    _refuse_under_serve(conn, db_path)
                 migrate_without_waiting(conn, clock())
                 if created:
                     make_private(db_path)
@@ -327,6 +335,23 @@ class DirectStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _refuse_under_serve(conn: sqlite3.Connection, db_path: str) -> None:
+    """:class:`~.upgrade.SchemaInUse` for an older schema that a running ``serve`` uses (its
+    host lease, or the live pid of its lock file): a one-shot command does not upgrade it."""
+    found = read_schema_version(conn)
+    if not 0 < found < SCHEMA_VERSION:
+        return
+    from pathlib import Path
+
+    from monitor.private import serving_pid
+
+    serves = running_serves(conn)
+    pid = serving_pid(Path(db_path))
+    if pid is not None and not any(f":{pid}" in s for s in serves):
+        serves.append(f"pid {pid}, from its lock file")
+    refuse_under_serve(db_path, found, SCHEMA_VERSION, serves)
 
 
 def data_version(conn: sqlite3.Connection) -> int:
