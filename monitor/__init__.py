@@ -5,4 +5,6 @@ notices, reconciliation, the upstream monitor's tick and the CLI. ``adapters`` h
 module per upstream format.
 """
 
-__version__ = "0.6.0"  # bumped with every release; its minor with every schema change (CHANGELOG.md)
+__version__ = (
+    "0.6.0"  # bumped with every release; its minor with every schema change (CHANGELOG.md)
+)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,7 @@ def _awaited(db: Path) -> Finding | None:
     return problem(
         f"OpenClaw at {install.state_dir} has not made its state database {db} yet: serve"
         " waits for it, and nothing is watched or woken until then",
-        "start the gateway once (openclaw gateway run, or its service)",
+        f"start the gateway once ({start_command(os.environ)}, or its service)",
     )
 
 
@@ -277,14 +278,49 @@ async def _hooks(config: Config, http: aiohttp.ClientSession, db: Path | str) ->
         except SessionwatchError as exc:
             return [*settings, problem(str(exc), f"edit {path}, then restart the gateway")]
         token_file = f"OpenClaw's hooks.token ({path})"
+        settings.insert(0, _following(hooks))
         where = Where(
-            f"start the gateway, or check gateway.port in {path} (and $OPENCLAW_GATEWAY_PORT"
-            " in the gateway's unit, which wins over it)",
+            f"start the gateway ({start_command(hooks.env)}), or {_port_fix(hooks, path)}",
             f"set hooks.enabled true in {path}, and hooks.path to where the hooks are",
-            f"check gateway.port in {path}: another server answers on it",
+            f"{_port_fix(hooks, path)}: another server answers on it",
         )
     found = await _probe_hooks(base, token, token_file, http, where)
     return [*settings, *found]
+
+
+def _following(hooks: Any) -> Finding:
+    """Which OpenClaw install the wakes follow, what chose it (a profile, a variable, the
+    default), and where the port came from."""
+    install = hooks.install
+    return ok(
+        f"following OpenClaw's install at {install.state_dir} ({install.found_by}), its"
+        f" configuration {install.config_path}; the gateway's port from {hooks.port_from}"
+    )
+
+
+def start_command(env: Mapping[str, str]) -> str:
+    """How the gateway of the install followed is started, as its CLI takes a profile."""
+    from monitor.openclaw.home import profile_of
+
+    profile = profile_of(env)
+    if profile == "dev":
+        return "openclaw --dev gateway run"
+    return f"openclaw --profile {profile} gateway run" if profile else "openclaw gateway run"
+
+
+def _port_fix(hooks: Any, path: Path) -> str:
+    """Where to look when the port is wrong, by where it came from."""
+    origin = hooks.port_from
+    if origin == "$OPENCLAW_GATEWAY_PORT":
+        return "check $OPENCLAW_GATEWAY_PORT in the sidecar's environment"
+    if origin == "gateway.port":
+        return f"check gateway.port in {path} (and $OPENCLAW_GATEWAY_PORT in the gateway's unit)"
+    if origin == "the running gateway's lock":
+        return "check that the gateway running is this install's (its lock names its port)"
+    return (
+        f"the port is {origin}'s; set gateway.port in {path}, or $OPENCLAW_GATEWAY_PORT for"
+        " both, where the gateway listens elsewhere"
+    )
 
 
 @dataclass(frozen=True, slots=True)

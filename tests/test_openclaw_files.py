@@ -87,9 +87,11 @@ def test_json5_variables_ports_and_secret_references(tmp_path: Path) -> None:
     assert openclaw.hooks_token(config, env, path) == "abc-${LITERAL}"
     with pytest.raises(ConfigError, match=r"\$\{HOOK_TOKEN\}, which is not set"):
         openclaw.hooks_token(config, {}, path)
-    assert openclaw.gateway_port({}, {"OPENCLAW_GATEWAY_PORT": "127.0.0.1:18800"}) == 18800
-    assert openclaw.gateway_port({}, {}) == 18789
-    assert 20000 <= openclaw.gateway_port({}, {"OPENCLAW_PROFILE": "work"}) < 60000
+    assert openclaw.gateway_port({}, {"OPENCLAW_GATEWAY_PORT": "127.0.0.1:18800"})[0] == 18800
+    assert openclaw.gateway_port({}, {}) == (18789, "the default")
+    assert 20000 <= openclaw.gateway_port({}, {"OPENCLAW_PROFILE": "work"})[0] < 60000
+    assert openclaw.gateway_port({}, {"OPENCLAW_PROFILE": "dev"}) == (19001, "the dev profile")
+    assert openclaw.gateway_port({}, {"OPENCLAW_PROFILE": "dev"}, 19555)[0] == 19555
     ref = {"hooks": {"enabled": True, "token": {"source": "file", "provider": "x", "id": "/t"}}}
     with pytest.raises(ConfigError, match=r"hooks\.token in .* is a secret reference"):
         openclaw.hooks_token(ref, {}, path)

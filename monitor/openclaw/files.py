@@ -11,9 +11,12 @@ The paths follow the gateway's own rules (its ``src/config/paths.ts`` and
 - the configuration is ``$OPENCLAW_CONFIG_PATH``, else ``openclaw.json`` (or the legacy
   ``clawdbot.json``) in the state directory; the state database is
   ``<state dir>/state/openclaw.sqlite``;
-- the gateway's port is ``$OPENCLAW_GATEWAY_PORT``, else ``gateway.port``, else one derived
-  from the profile's name, else 18789; the hooks are at ``hooks.path`` (``/hooks``) and need
-  ``hooks.enabled`` and ``hooks.token``.
+- the gateway's port is the one its running gateway wrote into its own lock
+  (``<state dir>/tmp/openclaw-<uid>/gateway.*.lock``, as OpenClaw's own ``doctor`` reads
+  it), else as the gateway resolves it: ``$OPENCLAW_GATEWAY_PORT``, else ``gateway.port``,
+  else 19001 for the ``dev`` profile (OpenClaw's ``--dev`` and ``--profile dev`` set that
+  port), else one derived from another profile's name, else 18789; the hooks are at
+  ``hooks.path`` (``/hooks``) and need ``hooks.enabled`` and ``hooks.token``.
 
 The configuration is JSON5 (read with the ``json5`` package) and may refer to environment
 variables as ``${VAR}`` (``$${VAR}`` is a literal), substituted as the gateway does. A value
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -149,21 +153,74 @@ def section(config: dict[str, Any], name: str) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def gateway_port(config: dict[str, Any], env: os._Environ[str] | dict[str, str]) -> int:
+DEV_PORT = 19001  # what OpenClaw's CLI sets for --dev and --profile dev
+
+
+def gateway_port(
+    config: dict[str, Any], env: Mapping[str, str], running: int | None = None
+) -> tuple[int, str]:
+    """The gateway's port, and where it came from: the port its running gateway wrote into
+    its own lock (``running``, see :func:`running_port`), else as the gateway resolves it:
+    ``$OPENCLAW_GATEWAY_PORT``, ``gateway.port``, 19001 for the ``dev`` profile (OpenClaw's
+    ``--dev`` and ``--profile dev`` set it), one derived from any other profile's name, or
+    18789."""
+    if running is not None:
+        return running, "the running gateway's lock"
     raw = (env.get("OPENCLAW_GATEWAY_PORT") or "").strip()
     match = re.fullmatch(r"(?:\[[^\]]+\]:|[^:]+:)?(\d+)", raw) if raw else None
     if match and 0 < int(match.group(1)) < 65536:
-        return int(match.group(1))
+        return int(match.group(1)), "$OPENCLAW_GATEWAY_PORT"
     port = section(config, "gateway").get("port")
     if isinstance(port, int) and not isinstance(port, bool) and port > 0:
-        return port
+        return port, "gateway.port"
     profile = profile_of(env)
     if not profile:
-        return DEFAULT_PORT
+        return DEFAULT_PORT, "the default"
+    if profile == "dev":
+        return DEV_PORT, "the dev profile"
     digest = 2166136261  # the gateway's FNV-1a of the profile's name
     for byte in profile.encode():
         digest = ((digest ^ byte) * 16777619) & 0xFFFFFFFF
-    return 20000 + digest % 40000
+    return 20000 + digest % 40000, f"the {profile} profile"
+
+
+def lock_files(install: Install) -> list[Path]:
+    """Where a running gateway of ``install`` says its pid and port: its lock for this
+    configuration (``gateway.<sha256 of the config path>.lock``), then its state lock, in
+    ``<state dir>/tmp/openclaw-<uid>/`` (OpenClaw's ``gateway-lock.ts``)."""
+    import hashlib
+
+    folder = install.state_dir / "tmp" / f"openclaw-{os.getuid()}"
+    digest = hashlib.sha256(str(install.config_path).encode()).hexdigest()[:8]
+    return [folder / f"gateway.{digest}.lock", folder / "gateway.state.lock"]
+
+
+def running_port(install: Install) -> int | None:
+    """The port the install's running gateway listens on, from its own lock (JSON: ``pid``,
+    ``port``, ``role``), while that pid lives; None when no gateway of it runs."""
+    import json
+
+    for path in lock_files(install):
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8").strip())
+            pid, port = payload["pid"], payload["port"]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if payload.get("role", "gateway") != "gateway" or not isinstance(port, int):
+            continue
+        if isinstance(pid, int) and _alive(pid) and 0 < port < 65536:
+            return port
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # another user's: alive
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _host(config: dict[str, Any]) -> str:
@@ -184,8 +241,8 @@ def hooks_path(config: dict[str, Any]) -> str:
     return path.rstrip("/") or DEFAULT_HOOKS_PATH
 
 
-def hooks_url(config: dict[str, Any], env: os._Environ[str] | dict[str, str]) -> str:
-    return f"http://{_host(config)}:{gateway_port(config, env)}{hooks_path(config)}"
+def hooks_url(config: dict[str, Any], env: Mapping[str, str], running: int | None = None) -> str:
+    return f"http://{_host(config)}:{gateway_port(config, env, running)[0]}{hooks_path(config)}"
 
 
 def hooks_token(config: dict[str, Any], env: os._Environ[str] | dict[str, str], path: Path) -> str:
@@ -221,9 +278,10 @@ class Hooks:
     def __init__(self, install: Install, env: os._Environ[str] | dict[str, str] | None = None):
         self.install = install
         self.env = os.environ if env is None else env
-        self.seen: tuple[int, int, int] | None = None
+        self.seen: tuple[int, int, int, int | None] | None = None
         self._good: tuple[str, str] | None = None  # the last good (URL, token)
         self._broken = ""  # why the file last read does not parse, said once
+        self.port_from = ""  # where the port of the URL came from (see gateway_port)
 
     def current(self) -> tuple[str, str]:
         """(hooks URL, token); raises ConfigError with the reason when they cannot be had."""
@@ -234,7 +292,8 @@ class Hooks:
             raise ConfigError(
                 f"cannot read OpenClaw's configuration {path}: {exc.strerror}"
             ) from None
-        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        running = running_port(self.install)  # a gateway started on another port since
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size, running)
         if seen == self.seen and self._good is not None:
             return self._good
         self.seen = seen
@@ -258,7 +317,9 @@ class Hooks:
             self._good = None
             raise ConfigError(f"OpenClaw's hooks are off in {path}: set hooks.enabled true")
         self._good = None  # until both are had
-        self._good = (hooks_url(config, self.env), hooks_token(config, self.env, path))
+        port, self.port_from = gateway_port(config, self.env, running)
+        url = f"http://{_host(config)}:{port}{hooks_path(config)}"
+        self._good = (url, hooks_token(config, self.env, path))
         return self._good
 
 
