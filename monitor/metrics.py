@@ -6,15 +6,29 @@ not share counters.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# What a wake call can come to (``sessionwatch_wake_calls_total``'s ``result``)
+WAKE_RESULTS = (
+    "accepted",
+    "refused",
+    "unauthorized",
+    "throttled",
+    "redirected",
+    "no_token",
+    "failed",
+    "unanswered",
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, event_kinds: Iterable[str] = ()) -> None:
+        """``event_kinds``: the kinds whose counters start at 0 (the signal log's)."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.events = Counter(
@@ -98,6 +112,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+
+        # Each known label set starts at 0, so that an alert's increase() sees its first
+        # event (a series born at 1 has no increase in Prometheus's eyes)
+        for kind in event_kinds:
+            self._events_of[kind] = self.events.labels(kind)
+        for result in WAKE_RESULTS:
+            self.wakes.labels(result)
 
         self.drift_unknown = Counter(
             "sessionwatch_drift_unknown_records_total",

@@ -72,3 +72,14 @@ def holds(conn: Conn, name: str, holder: str) -> bool:
         (name, holder),
     ).fetchone()
     return row is not None
+
+
+def recent_holders(conn: Conn, prefix: str, within_ms: int) -> list[tuple[str, str | None]]:
+    """The holder and info of each lease named ``prefix...`` that is live, or ran out less
+    than ``within_ms`` ago, by the store's clock."""
+    rows = conn.execute(
+        "SELECT holder, info FROM sessionwatch_leases"
+        f" WHERE name LIKE ? AND expires_at > {NOW_SQL} - ? ORDER BY holder",
+        (prefix + "%", within_ms),
+    ).fetchall()
+    return [(str(holder), info) for holder, info in rows]

@@ -40,6 +40,7 @@ from monitor.errors import (
 )
 from monitor.kernel import Kernel, KernelSettings
 from monitor.kernel.bus import Bus
+from monitor.kernel.events import EventKind
 from monitor.kernel.store import open_store
 from monitor.kernel.store.protocol import StateStore
 from monitor.kernel.store.sqlite_conn import made_by_sessionwatch
@@ -259,7 +260,7 @@ async def running(
             await parts.start(lock)  # first: let go last
             check_private_state(db, ours=made_by_sessionwatch)
         token = load_token(Path(expand_user(config.api.token_file)))
-        metrics = Metrics()
+        metrics = Metrics(event_kinds=[k.value for k in EventKind])
         timers = timers or LoopTimers(clock)
         waker = _hooks_client(config, metrics, db, timers, bus)
         store = await open_state(db, stopping, metrics, clock)

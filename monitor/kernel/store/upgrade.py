@@ -3,9 +3,9 @@ of a newer sessionwatch never migrates a database that a running ``serve`` holds
 release that ``serve`` is. It refuses in one line that names the running ``serve`` and what
 to do; the newer ``serve``, once started, upgrades the database and says so once.
 
-A ``serve`` holds a database while its host lease is live (``host:<id>`` in
-``sessionwatch_leases``, on the store's clock), or, on SQLite, while the pid in its instance
-lock file lives. A lease that ran out less than :data:`GRACE_MS` ago still counts: a
+A ``serve`` holds a database while its host lease (``host:<id>``, see
+:mod:`monitor.kernel.leases`) is live on the store's clock, or, on SQLite, while the pid in
+its instance lock file lives. A lease that ran out less than :data:`GRACE_MS` ago still counts: a
 ``serve`` paused, or between two renewals, is still running. A clean stop gives its lease
 up at once.
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from monitor import __version__
 from monitor.errors import StoreError
-from monitor.kernel.store.protocol import NOW_SQL
+from monitor.kernel.leases import recent_holders
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -42,11 +42,7 @@ def running_serves(conn: Conn) -> list[str]:
     store's clock), as a person reads it: its release when it says it, and its machine and
     pid."""
     try:
-        rows = conn.execute(
-            "SELECT holder, info FROM sessionwatch_leases"
-            f" WHERE name LIKE 'host:%' AND expires_at > {NOW_SQL} - ? ORDER BY holder",
-            (GRACE_MS,),
-        ).fetchall()
+        rows = recent_holders(conn, "host:", GRACE_MS)
     except Exception:  # a schema before leases: no serve of it takes one
         return []
     return [_who(str(holder), info) for holder, info in rows]

@@ -1,0 +1,387 @@
+"""Every shipped alert is proven by a run. For each rule in docs/monitoring/, a real ``serve``
+at its default settings is driven into the rule's condition, its ``/metrics`` scraped along
+the way, and ``promtool test rules`` run over the series scraped: the alert fires. A
+healthy run, scraped the same way, fires none.
+
+The serve lives through half an hour of its own time in half a minute: it runs under
+libfaketime at sixty times the speed (``FAKETIME="+0 x60"``, its wall and monotonic clocks
+alike), so that its default tick interval (60 s) is a second here, and each scrape, a
+second apart, is a minute of its time, as promtool's series step is. Nothing in the serve
+is changed or configured for the test: its ticks, misses, retries and histograms run on
+its own clocks, at their defaults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import REPO, served_address
+
+LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+RULES = REPO / "docs" / "monitoring" / "sessionwatch-alerts.yml"
+MAIN = "agent:main:main"
+KEY = "agent:main:adopted"
+LINE = b'{"type":"user","uuid":"u1","cwd":"/srv","message":{"role":"user","content":"hi"}}\n'
+
+
+def _needs() -> str | None:
+    if not Path(LIB).exists():
+        return "libfaketime is not installed (Debian's faketime)"
+    if subprocess.run(["which", "promtool"], capture_output=True).returncode != 0:
+        return "promtool is not installed (Debian's prometheus package)"
+    return None
+
+
+WHY = _needs()
+if WHY and os.environ.get("SESSIONWATCH_REQUIRE_PROMTOOL"):
+    raise RuntimeError(f"the alerts must be proven here, but {WHY}")
+pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+
+
+@dataclass
+class Rig:
+    """A scratch home, configuration and transcript for one run."""
+
+    tmp: Path
+    extra: str = ""  # more of the configuration
+    env: dict[str, str] = field(default_factory=dict)
+    transcript: Path = Path()
+
+    def __post_init__(self) -> None:
+        self.transcript = self.tmp / "claude" / "p" / "s1.jsonl"
+        self.transcript.parent.mkdir(parents=True)
+        self.transcript.write_bytes(LINE)
+        keep = ("SESSIONWATCH_", "OPENCLAW_", "FAKETIME", "LD_PRELOAD")
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(keep)},
+            "HOME": str(self.tmp / "home"),
+            "SESSIONWATCH_DB": str(self.tmp / "state.db"),
+            "SESSIONWATCH_CONFIG": str(self.tmp / "sw.toml"),
+        }
+        self.write_config()
+
+    def write_config(self) -> None:
+        (self.tmp / "sw.toml").write_text(
+            f'[roots]\nclaude = "{self.tmp / "claude"}"\n[api]\nlisten = "127.0.0.1:0"\n'
+            f'token_file = "{self.tmp / "token"}"\n{self.extra}'
+        )
+
+    def cli(self, *argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "monitor", *argv],
+            cwd=REPO, env=self.env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (argv, done.stderr)
+        return done.stdout
+
+    def adopt_and_watch(self) -> None:
+        self.cli("adopt", "--kind", "claude", "--path", str(self.transcript),
+                 "--session-key", KEY, "--session-id", "s1")  # fmt: skip
+        self.cli("watch", "--watcher", MAIN, "--target", KEY)
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[Scraper]:
+        """The real serve, at sixty times the speed, and a scraper of its /metrics."""
+        env = {**self.env, "LD_PRELOAD": LIB, "FAKETIME": "+0 x60", "FAKETIME_NO_CACHE": "1"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "serve"],
+            cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            address = served_address(proc)
+            drain = threading.Thread(target=lambda: proc.stderr and proc.stderr.read())
+            drain.start()
+            yield Scraper(address, (self.tmp / "token").read_text().strip(), proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+Series = dict[str, float]  # a series (name{labels}) and its value
+
+
+@dataclass
+class Scraper:
+    address: str
+    token: str
+    pid: int
+    scrapes: list[Series] = field(default_factory=list)
+
+    def scrape(self) -> Series:
+        request = urllib.request.Request(
+            f"{self.address}/metrics", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            text = answer.read().decode()
+        found: Series = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith("sessionwatch_") and not sample.name.endswith("_created"):
+                    labels = ", ".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                    found[f"{sample.name}{{{labels}}}"] = sample.value
+        return found
+
+    def minutes(self, n: int, during: Callable[[int], None] = lambda minute: None) -> None:
+        """``n`` scrapes, a second apart: ``n`` minutes of the serve's time."""
+        start = time.monotonic()
+        for minute in range(n):
+            during(minute)
+            self.scrapes.append(self.scrape())
+            time.sleep(max(0.0, start + minute + 1 - time.monotonic()))
+
+
+def fired(scrapes: list[Series], alert: str) -> list[dict[str, str]]:
+    """The alerts named ``alert`` that the rules fire at the last scrape, as promtool says
+    when they are fed the scraped series (each scrape a minute apart)."""
+    names = sorted({s for scrape in scrapes for s in scrape})
+    lines = ["rule_files: [" + str(RULES) + "]", "evaluation_interval: 1m", "tests:",
+             "  - interval: 1m", "    input_series:"]  # fmt: skip
+    for name in names:
+        labelled = name.replace("{", '{instance="run", ', 1).replace(", }", "}")
+        values = " ".join(_value(s.get(name)) for s in scrapes)
+        lines += [f"      - series: '{labelled}'", f"        values: '{values}'"]
+    lines += ["    alert_rule_test:", f"      - eval_time: {len(scrapes) - 1}m",
+              f"        alertname: {alert}", "        exp_alerts: []"]  # fmt: skip
+    with tempfileish() as path:
+        path.write_text("\n".join(lines) + "\n")
+        done = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True,
+                              text=True, timeout=120, check=False)  # fmt: skip
+    if done.returncode == 0:
+        return []
+    got = re.findall(r"Labels:\{([^}]*)\}", done.stdout + done.stderr)
+    assert got, done.stdout + done.stderr  # a failure that is not a fired alert
+    return [dict(re.findall(r'(\w+)="([^"]*)"', g)) for g in got]
+
+
+def _value(v: float | None) -> str:
+    if v is None:
+        return "_"  # no sample: the series was not exported at that scrape
+    return "Inf" if v == float("inf") else repr(float(v))
+
+
+@contextlib.contextmanager
+def tempfileish() -> Iterator[Path]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        yield Path(folder) / "run.test.yml"
+
+
+# -- each rule, fired by a run; and a healthy run that fires none --------------------------
+
+
+def test_a_healthy_run_fires_no_alert(tmp_path: Path) -> None:
+    """Half an hour of a watched session that a person types into now and then: quiet."""
+    rig = Rig(tmp_path)
+    rig.adopt_and_watch()
+
+    def type_now_and_then(minute: int) -> None:
+        if minute % 7 == 3:
+            with rig.transcript.open("ab") as f:
+                f.write(LINE.replace(b'"u1"', f'"u{minute}"'.encode()))
+
+    with rig.serving() as scraper:
+        scraper.minutes(32, type_now_and_then)
+    rules = orjson.loads(orjson.dumps(_alert_names()))
+    for alert in rules:
+        assert fired(scraper.scrapes, alert) == [], alert
+
+
+def test_link_missing_fires_when_a_watched_source_is_gone(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.adopt_and_watch()
+    rig.transcript.unlink()
+    with rig.serving() as scraper:
+        scraper.minutes(12)
+    assert fired(scraper.scrapes, "SessionwatchLinkMissing") == [
+        {"alertname": "SessionwatchLinkMissing", "instance": "run", "severity": "warning"}
+    ]
+
+
+def test_link_blind_fires_on_a_link_that_cannot_be_read(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.adopt_and_watch()
+    rig.transcript.unlink()
+    os.mkfifo(rig.transcript)  # never opened: inconclusive, "not a regular file (a FIFO)"
+    with rig.serving() as scraper:
+        scraper.minutes(20)
+    assert fired(scraper.scrapes, "SessionwatchLinkBlind") == [
+        {
+            "adapter": "claude",
+            "alertname": "SessionwatchLinkBlind",
+            "instance": "run",
+            "outcome": "inconclusive",
+            "severity": "warning",
+        }
+    ]
+
+
+def test_node_unreachable_fires_when_a_paired_node_stops_answering(tmp_path: Path) -> None:
+    node_root = tmp_path / "laptop" / "claude"
+    (node_root / "p").mkdir(parents=True)
+    (node_root / "p" / "n1.jsonl").write_bytes(LINE)
+    token = tmp_path / "node.token"
+    token.write_text("node-secret-" + "0" * 20 + "\n")
+    token.chmod(0o600)
+    port = _free_port()
+    node_env = {**Rig(tmp_path / "node").env}
+    (tmp_path / "node" / "sw.toml").write_text(f'[roots]\nclaude = "{node_root}"\n')
+    node = subprocess.Popen(
+        [sys.executable, "-m", "monitor", "node", "--listen", f"127.0.0.1:{port}",
+         "--token-file", str(token)],
+        cwd=REPO, env=node_env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        served_address(node)
+        rig = Rig(tmp_path / "sidecar")
+        rig.extra = f'[nodes.laptop]\nurl = "http://127.0.0.1:{port}"\ntoken_file = "{token}"\n'
+        rig.write_config()
+        rig.cli("adopt", "--kind", "claude-node", "--path", "laptop", "--thread", "n1",
+                "--session-key", KEY)  # fmt: skip
+        rig.cli("watch", "--watcher", MAIN, "--target", KEY)
+    finally:
+        node.send_signal(signal.SIGTERM)  # the laptop sleeps
+        node.wait(30)
+    with rig.serving() as scraper:
+        scraper.minutes(16)
+    alerts = fired(scraper.scrapes, "SessionwatchNodeUnreachable")
+    assert alerts == [
+        {"alertname": "SessionwatchNodeUnreachable", "instance": "run", "severity": "warning"}
+    ]
+
+
+def test_wakes_failing_fires_when_the_gateway_refuses_every_wake(tmp_path: Path) -> None:
+    refusing = _refusing_gateway()
+    try:
+        hooks_token = tmp_path / "hooks.token"
+        hooks_token.write_text("wrong-token-" + "0" * 20 + "\n")
+        hooks_token.chmod(0o600)
+        rig = Rig(tmp_path)
+        rig.extra = (
+            f'[gateway]\nhooks_url = "http://127.0.0.1:{refusing.server_port}/hooks"\n'
+            f'hooks_token_file = "{hooks_token}"\n'
+        )
+        rig.write_config()
+        rig.adopt_and_watch()
+
+        def type_often(minute: int) -> None:
+            with rig.transcript.open("ab") as f:
+                f.write(LINE.replace(b'"u1"', f'"t{minute}"'.encode()))
+
+        with rig.serving() as scraper:
+            scraper.minutes(24, type_often)
+    finally:
+        refusing.shutdown()
+    assert fired(scraper.scrapes, "SessionwatchWakesFailing") == [
+        {"alertname": "SessionwatchWakesFailing", "instance": "run", "severity": "critical"}
+    ]
+
+
+def test_store_refusing_fires_while_the_database_refuses_writes(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.adopt_and_watch()
+    conn = sqlite3.connect(tmp_path / "state.db")
+    conn.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
+        " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+    )
+    conn.close()
+
+    def type_often(minute: int) -> None:
+        with rig.transcript.open("ab") as f:
+            f.write(LINE.replace(b'"u1"', f'"r{minute}"'.encode()))
+
+    with rig.serving() as scraper:
+        scraper.minutes(12, type_often)
+    assert fired(scraper.scrapes, "SessionwatchStoreRefusing") == [
+        {"alertname": "SessionwatchStoreRefusing", "instance": "run", "severity": "critical"}
+    ]
+
+
+def test_ticks_over_budget_fires_on_a_busy_machine(tmp_path: Path) -> None:
+    """A machine so busy that the serve runs a tenth of each second (SIGSTOP and SIGCONT, as
+    ``cpulimit`` does): a tick that meets a pause takes most of a minute of its time."""
+    rig = Rig(tmp_path)
+    rig.adopt_and_watch()
+    with rig.serving() as scraper:
+        stop = threading.Event()
+
+        def busy() -> None:
+            while not stop.is_set():
+                os.kill(scraper.pid, signal.SIGSTOP)
+                time.sleep(0.9)
+                os.kill(scraper.pid, signal.SIGCONT)
+                time.sleep(0.1)
+
+        def type_often(minute: int) -> None:
+            with rig.transcript.open("ab") as f:
+                f.write(LINE.replace(b'"u1"', f'"b{minute}"'.encode()))
+
+        pulsing = threading.Thread(target=busy)
+        pulsing.start()
+        try:
+            scraper.minutes(34, type_often)
+        finally:
+            stop.set()
+            pulsing.join()
+            os.kill(scraper.pid, signal.SIGCONT)
+    assert fired(scraper.scrapes, "SessionwatchTicksOverBudget") == [
+        {"alertname": "SessionwatchTicksOverBudget", "instance": "run", "severity": "warning"}
+    ]
+
+
+def test_every_shipped_rule_has_a_run_here() -> None:
+    proven = {
+        "SessionwatchLinkMissing", "SessionwatchLinkBlind", "SessionwatchNodeUnreachable",
+        "SessionwatchWakesFailing", "SessionwatchStoreRefusing", "SessionwatchTicksOverBudget",
+    }  # fmt: skip
+    assert set(_alert_names()) == proven
+
+
+def _alert_names() -> list[str]:
+    return re.findall(r"^\s+- alert: (\w+)", RULES.read_text(), re.M)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _refusing_gateway() -> ThreadingHTTPServer:
+    """A gateway whose hooks refuse every token (401), on loopback."""
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"ok":false,"error":"unauthorized"}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
