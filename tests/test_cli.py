@@ -96,11 +96,14 @@ def test_record_dedupe_and_payload(tmp_path: Path) -> None:
 def test_watch_reset_delete_and_prune(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     assert sw(db, "watch", "--watcher", MAIN, "--target", CHILD) == {"watched": True}
-    refused = sw(db, "watch", "--watcher", "global", "--target", CHILD)
-    assert {
-        "watched": False,
-        "reason": 'the watcher "global" is not an agent-qualified key (agent:<agentId>:<rest>)',
-    } == refused
+    refused = subprocess.run(
+        [sys.executable, "-m", "monitor", "--db", str(db), "watch", "--watcher", "global",
+         "--target", CHILD], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    why = 'the watcher "global" is not an agent-qualified key (agent:<agentId>:<rest>)'
+    assert refused.returncode == 1  # refused: a script does not carry on as if it worked
+    assert {"watched": False, "reason": why} == orjson.loads(refused.stdout)
+    assert refused.stderr == f"sessionwatch: not watched: {why}\n"
     sw(db, "record", "--session", CHILD, "--kind", "goal_changed", "--actor", "human")
     assert sw(db, "reset", MAIN) == {"ok": True}
     assert sw(db, "notices", "--watcher", MAIN) == {"notices": []}

@@ -31,21 +31,32 @@ if TYPE_CHECKING:
 
 
 def printed(answer: dict[str, Any]) -> int:
-    """The answer as one JSON line on stdout: the end of most commands (exit 0)."""
+    """The answer as one JSON line on stdout: the end of most commands. An answer that says
+    the command was refused (see :func:`refusal`) exits 1, with its reason on stderr: a
+    script carries on only when it worked."""
     sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
-    return 0
+    said = refusal(answer)
+    if said is None:
+        return 0
+    print(f"sessionwatch: {one_line(said, 2000)}", file=sys.stderr)
+    return 1
+
+
+def refusal(answer: dict[str, Any]) -> str | None:
+    """What an answer says was refused, in one line, or None: an adoption without a link
+    (``declined``), a watch not registered (``watched: false``)."""
+    if answer.get("declined"):
+        return f"adopted without a link: {answer['declined']}"
+    if answer.get("watched") is False:
+        return f"not watched: {answer.get('reason') or 'refused'}"
+    return None
 
 
 def _adopted(answer: dict[str, Any]) -> int:
     """The adoption, its notes on stderr, and exit 1 when it was adopted without a link."""
-    printed(answer)
     for warning in answer.get("warnings", []):
         print(f"sessionwatch: note: {one_line(warning, 2000)}", file=sys.stderr)
-    declined = answer.get("declined")
-    if declined:  # adopted without a link: say why, and do not exit as if all went well
-        print(f"sessionwatch: adopted without a link: {declined}", file=sys.stderr)
-        return 1
-    return 0
+    return printed(answer)
 
 
 @command(

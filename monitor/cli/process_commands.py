@@ -69,7 +69,11 @@ def _serve(args: Args) -> int:
 @command(
     "node",
     "serve this machine's Claude Code, Codex, Pi and OpenCode sessions to a paired sidecar",
-    arg("--listen", default="127.0.0.1:8766", help="HOST:PORT (plain HTTP: loopback only)"),
+    arg(
+        "--listen",
+        default="127.0.0.1:8766",
+        help="HOST:PORT (plain HTTP: loopback only; default: 127.0.0.1:8766)",
+    ),
     arg("--token-file", required=True, type=path_arg, help="the node's bearer token (made 0600)"),
     arg(
         "--tls",
@@ -192,15 +196,26 @@ def _setup_logging(fmt: str, level: str = "info") -> None:
     import logging
 
     class JsonFormatter(logging.Formatter):
+        """A JSON object a line; an exception's type, message and traceback in its own
+        fields (``exc_type``, ``exc_message``, ``exc``), as the plain format prints them."""
+
         def format(self, record: logging.LogRecord) -> str:
-            return orjson.dumps(
-                {
-                    "ts": record.created,
-                    "level": record.levelname,
-                    "logger": record.name,
-                    "message": record.getMessage(),
-                }
-            ).decode()
+            line: dict[str, object] = {
+                "ts": record.created,
+                "level": record.levelname,
+                "logger": record.name,
+                "message": record.getMessage(),
+            }
+            if record.exc_info and record.exc_info[0] is not None:
+                kind, exc, _ = record.exc_info
+                line["exc_type"] = f"{kind.__module__}.{kind.__qualname__}"
+                line["exc_message"] = str(exc)
+                line["exc"] = self.formatException(record.exc_info)
+            elif record.exc_text:
+                line["exc"] = record.exc_text
+            if record.stack_info:
+                line["stack"] = self.formatStack(record.stack_info)
+            return orjson.dumps(line).decode()
 
     handler = logging.StreamHandler()
     if fmt == "json":

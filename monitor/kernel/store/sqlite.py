@@ -43,6 +43,7 @@ from monitor.kernel.store.sqlite_conn import (
     make_private,
     open_path,
     read_only,
+    refused_open,
     run_read,
     translate,
     translated,
@@ -223,7 +224,8 @@ class Store:
         try:
             conn = sqlite3.connect(db_path, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
+            opened = StoreError(f"cannot open the state database {db_path}: {exc}")
+            raise refused_open(db_path, opened) from None
         inline = WriterConn(conn)
         writer = _writer(inline, on_error)
         try:
@@ -243,10 +245,11 @@ class Store:
                 raise
         except sqlite3.Error as exc:
             await writer.close()
-            raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
-        except BaseException:
+            opened = StoreError(f"cannot open the state database {db_path}: {exc}")
+            raise refused_open(db_path, opened) from None
+        except BaseException as exc:
             await writer.close()
-            raise
+            raise refused_open(db_path, exc) from None
         return cls(writer, inline, bulk, reader, db_path, clock, on_error)
 
     async def write(self, fn: Callable[[sqlite3.Connection], T], *, small: bool = False) -> T:

@@ -209,6 +209,58 @@ def open_path(path: str | os.PathLike[str]) -> tuple[str, bool]:
     return db_path, False
 
 
+def why_not_opened(db_path: str) -> str | None:
+    """Why SQLite could not open or write the database at ``db_path``, in words, with what
+    to do, where SQLite says only "unable to open database file" (or "readonly", "disk I/O
+    error"): a read-only mount, permissions, a full disk, a file that is not a database. None
+    when none of them is the cause."""
+    folder = os.path.dirname(os.path.abspath(db_path)) or "."
+    try:
+        fs = os.statvfs(folder)
+    except OSError as exc:
+        return f"its directory {folder} cannot be read: {exc.strerror}"
+    if fs.f_flag & os.ST_RDONLY:
+        return (
+            f"{folder} is on a read-only file system, and SQLite writes its -wal and -shm files"
+            " beside the database even to read it: mount it read-write, or copy the database"
+            " to a writable place"
+        )
+    if os.path.exists(db_path) and not os.access(db_path, os.R_OK | os.W_OK):
+        st = os.stat(db_path)
+        mode = f"{stat.S_IMODE(st.st_mode):04o}"
+        return f"this user may not read and write it (mode {mode}, owner uid {st.st_uid})"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"this user may not write in {folder}, where SQLite keeps the -wal and -shm files"
+    if fs.f_bavail == 0:
+        return f"the disk holding {folder} is full: free space on it"
+    if not _looks_like_sqlite(db_path):
+        return "it is not a SQLite database"
+    return None
+
+
+def _looks_like_sqlite(db_path: str) -> bool:
+    """An empty file (a database yet to be written), or one with SQLite's header."""
+    try:
+        with open(db_path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return True  # said by the checks before this one, or not the cause
+    return not head or head == b"SQLite format 3\x00"
+
+
+def refused_open(db_path: str, exc: BaseException) -> BaseException:
+    """``exc`` from opening the database, or, where SQLite's own words do not say why, a
+    :class:`StoreUnavailable` that does (see :func:`why_not_opened`)."""
+    text = str(exc)
+    vague = ("unable to open", "readonly", "disk I/O error", "not a database", "disk is full")
+    if not isinstance(exc, StoreError | sqlite3.Error) or not any(v in text for v in vague):
+        return exc
+    why = why_not_opened(db_path)
+    if why is None:
+        return exc
+    return StoreUnavailable(f"cannot open the state database {db_path}: {why}")
+
+
 def made_by_sessionwatch(path: str | os.PathLike[str]) -> bool:
     """Whether sessionwatch made the database at ``path`` (see
     :func:`.sqlite_schema.made_by_sessionwatch`), read without writing; False for a file
@@ -257,7 +309,8 @@ class DirectStore:
         try:
             conn = sqlite3.connect(db_path)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the state database {db_path}: {exc}") from None
+            opened = StoreError(f"cannot open the state database {db_path}: {exc}")
+            raise refused_open(db_path, opened) from None
         store = cls(conn, db_path, clock)
         try:
             with translated():
@@ -269,9 +322,9 @@ class DirectStore:
                 migrate_without_waiting(conn, clock())
                 if created:
                     make_private(db_path)
-        except BaseException:
+        except BaseException as exc:
             await store.close()
-            raise
+            raise refused_open(db_path, exc) from None
         return store
 
     def _live(self) -> sqlite3.Connection:
