@@ -447,7 +447,9 @@ def _reread_reason(marker: Marker) -> str | None:
 
 def _log_drift(key: str, kind: str, old: Drift, found: ScanResult) -> None:
     """Once per link and kind of drift: a new record type, the first unclassified user
-    record, a newer declared version, and every invalid line (each is read once)."""
+    record, a newer declared version, the first line that is not JSON (the later ones are
+    counted, in ``links`` and ``sessionwatch_invalid_lines_total``: junk appended by the
+    megabyte must not grow the log by the line)."""
     new = found.drift
     for record_type in new.unknown_types:
         if record_type not in old.unknown_types:
@@ -456,8 +458,15 @@ def _log_drift(key: str, kind: str, old: Drift, found: ScanResult) -> None:
         log.warning("%s: a %s record looks like a user's but no rule classifies it", key, kind)
     if new.newer and new.version != old.version:
         log.warning("%s: %s format version %s is newer than tested", key, kind, new.version)
-    for offset in found.invalid:
-        log.warning("%s: %s line at offset %d is not JSON; skipped", key, kind, offset)
+    if found.invalid and not old.invalid:
+        log.warning(
+            "%s: %s line at offset %d is not JSON; skipped (%d such lines in this read; the"
+            " next are counted, not said: sessionwatch links shows the count)",
+            key,
+            kind,
+            found.invalid[0],
+            len(found.invalid),
+        )
 
 
 def reread_marker(probe: Probe, reason: str, where: str) -> Marker:

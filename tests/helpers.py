@@ -244,3 +244,27 @@ def allow_event_inserts(conn: Any) -> None:
     else:
         conn.execute("DROP TRIGGER refuse ON session_state_events")
         conn.execute("DROP FUNCTION refuse()")
+
+
+def refusing_gateway() -> Any:
+    """A gateway whose hooks refuse every token (401), on loopback (a ThreadingHTTPServer:
+    ``server_port``, ``shutdown()``)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"ok":false,"error":"unauthorized"}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

@@ -27,14 +27,13 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import REPO, served_address
+from tests.helpers import REPO, refusing_gateway, served_address
 
 LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 RULES = REPO / "docs" / "monitoring" / "sessionwatch-alerts.yml"
@@ -280,7 +279,7 @@ def test_node_unreachable_fires_when_a_paired_node_stops_answering(tmp_path: Pat
 
 
 def test_wakes_failing_fires_when_the_gateway_refuses_every_wake(tmp_path: Path) -> None:
-    refusing = _refusing_gateway()
+    refusing = refusing_gateway()
     try:
         hooks_token = tmp_path / "hooks.token"
         hooks_token.write_text("wrong-token-" + "0" * 20 + "\n")
@@ -387,24 +386,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _refusing_gateway() -> ThreadingHTTPServer:
-    """A gateway whose hooks refuse every token (401), on loopback."""
-
-    class Refuse(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = b'{"ok":false,"error":"unauthorized"}'
-            self.send_response(401)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
