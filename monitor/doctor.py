@@ -60,7 +60,7 @@ async def run(config: Config, db: Path | str) -> list[Finding]:
     """Every check, in the order a reader would fix them."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as http:
         found = [await _database(config, db), *_serve_elsewhere(config, db)]
-        found += [_api_token(config), *await _roots(config)]
+        found += [_api_token(config), *await _roots(config), *await _links(config, db)]
         found += await _hooks(config, http, db)
         found += await asyncio.gather(*(_node(name, n, http) for name, n in config.nodes.items()))
     return found
@@ -224,6 +224,42 @@ async def _roots(config: Config) -> list[Finding]:
             )
         )
     return found
+
+
+async def _links(config: Config, db: Path | str) -> list[Finding]:
+    """The watched links whose last check could not read them (permission denied, a FIFO,
+    a node that does not answer) or that are blocked: a person typing there goes unseen.
+    Said once, with the first and how many; nothing when the database cannot be opened (its
+    own check says why)."""
+    from monitor.kernel import Kernel, KernelSettings
+    from monitor.upstream import UpstreamMonitor
+
+    if isinstance(db, Path) and not db.exists():
+        return []
+    try:
+        kernel = await Kernel.open(db, KernelSettings.of(config), direct=True)
+    except SessionwatchError:
+        return []
+    try:
+        views = await UpstreamMonitor.from_config(kernel, config).links()
+    finally:
+        await kernel.close()
+    blind = [
+        (v.link.session_key, v.status.reason or v.status.outcome)
+        for v in views
+        if v.watched and v.status is not None and v.status.outcome in ("inconclusive", "blocked")
+    ]
+    if not blind:
+        return []
+    (key, why), n = blind[0], len(blind)
+    more = f" and {n - 1} more" if n > 1 else ""
+    return [
+        problem(
+            f"{n} watched link{'s' * (n != 1)} could not be read at the last check: {key}"
+            f" ({why}){more}; a person typing there goes unseen",
+            "sessionwatch links names each with its reason",
+        )
+    ]
 
 
 def _missing(path: Path) -> str | None:

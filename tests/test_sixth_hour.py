@@ -185,3 +185,31 @@ def test_node_help_gives_the_listen_default() -> None:
     done = subprocess.run([sys.executable, "-m", "monitor", "node", "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert "default: 127.0.0.1:" in " ".join(done.stdout.split()), done.stdout
+
+
+def test_doctor_names_watched_links_that_cannot_be_read(tmp_path: Path) -> None:
+    """A watched transcript this user may not read: the tick says so in ``links``, and
+    ``doctor`` no longer says all is well."""
+    root = tmp_path / "claude" / "p"
+    root.mkdir(parents=True)
+    transcript = root / "s1.jsonl"
+    transcript.write_bytes(
+        b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}\n'
+    )
+    env = _env(tmp_path, tmp_path / "state.db")
+    config = tmp_path / "sw.toml"
+    config.write_text(f'[roots]\nclaude = "{tmp_path / "claude"}"\n')
+    env["SESSIONWATCH_CONFIG"] = str(config)
+    adopt = ["adopt", "--kind", "claude", "--path", str(transcript), "--session-key", KEY]
+    assert _sw(env, *adopt).returncode == 0
+    assert _sw(env, "watch", "--watcher", "agent:main:main", "--target", KEY).returncode == 0
+    healthy = _sw(env, "doctor", unprivileged=True)
+    assert "watched link" not in healthy.stdout, healthy.stdout
+    transcript.chmod(0)
+    try:
+        assert _sw(env, "tick", unprivileged=True).returncode == 0
+        said = _sw(env, "doctor", unprivileged=True).stdout
+    finally:
+        transcript.chmod(0o600)
+    (line,) = [x for x in said.splitlines() if "watched link" in x]
+    assert line.startswith("PROBLEM") and f"{KEY} (Permission denied)" in line, said
