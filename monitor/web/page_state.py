@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ class PageView:
     now_ms: int
     error: str | None = None
     total: int = 0  # the adopted sessions, of which ``links`` is one page
+    states: tuple[tuple[str, int], ...] = ()  # how many of them in each state shown
     page: int = 1
     pages: int = 1
 
@@ -286,8 +288,16 @@ class PageState:
             WatcherRow(watcher=w, targets=tuple(by_watcher.get(w, ())), last_wake=self.wakes.get(w))
             for w in sorted(set(by_watcher) | set(self.wakes))
         )
+        missing_after = self.config.monitor.missing_threshold
+        states = Counter(shown_state(v, missing_after)[0] for v in links)
         return dataclasses.replace(
-            base, links=rows, watchers=watchers, total=len(links), page=page, pages=pages
+            base,
+            links=rows,
+            watchers=watchers,
+            total=len(links),
+            states=tuple(sorted(states.items())),
+            page=page,
+            pages=pages,
         )
 
     async def _rows(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install from the npm registry what tests/interop and tests/harnesses run (about 1.5 GB, a
 # minute or two): Node 24, OpenClaw's published package, and the four harnesses at pinned
-# versions: Claude Code, Codex and OpenCode (native binaries inside their packages) and Pi.
+# versions: Claude Code, Codex and OpenCode (native binaries inside their packages) and Pi;
+# and axe-core, for the status page's accessibility check.
 # HARNESS_VERSIONS=latest installs the newest of each harness instead (a drift check).
 # Usage: tests/interop/install.sh [DIR]
 # DIR defaults to $SESSIONWATCH_INTEROP_DIR, else ~/.cache/sessionwatch/interop, where the
@@ -19,6 +20,9 @@ CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
 PI_VERSION="${PI_VERSION:-1.6.0}"
+# axe-core: the status page's accessibility check in the browser test (MPL-2.0, run from
+# here, never copied into the repository)
+AXE_VERSION="${AXE_VERSION:-4.14.1}"
 if [ "${HARNESS_VERSIONS:-}" = latest ]; then
     CLAUDE_CODE_VERSION=latest CODEX_VERSION=latest OPENCODE_VERSION=latest PI_VERSION=latest
 fi
@@ -43,6 +47,9 @@ if ! have openclaw "$OPENCLAW_VERSION" || ! have @anthropic-ai/claude-code "$CLA
     npm install --no-audit --no-fund "openclaw@$OPENCLAW_VERSION" \
         "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" \
         "opencode-ai@$OPENCODE_VERSION" "@earendil-works/pi-coding-agent@$PI_VERSION"
+fi
+if ! have axe-core "$AXE_VERSION"; then
+    npm install --no-audit --no-fund "axe-core@$AXE_VERSION"
 fi
 CACHED="npm-cache/.openclaw-codex-$OPENCLAW_CODEX_VERSION"
 if [ ! -f "$CACHED" ]; then

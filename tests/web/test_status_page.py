@@ -494,3 +494,67 @@ async def test_titles_come_at_once_for_a_new_thread_and_every_five_minutes_else(
         titles.want({"t-old", "t-new"})
         await titles.settled()
         assert 3 == titles.reads == len(heard)
+
+
+WIDTHS = (320, 390, 768, 1024, 1280, 1440, 1920, 2560)
+
+
+def _axe() -> Path | None:
+    """axe-core's browser build, installed beside the interop packages (install.sh)."""
+    from tests.interop import MODULES
+
+    path = MODULES / "axe-core" / "axe.min.js"
+    return path if path.exists() else None
+
+
+def test_the_page_holds_at_every_width_and_passes_axe(serve: Serve) -> None:
+    """Rows with the gateway catalog's long keys and a long title, at every width from a
+    small phone to a wide screen: no sideways scroll, the state word whole on one line, the
+    kind unbroken; and axe-core finds no violation of WCAG 2 A and AA on the page."""
+    skip_without_browser()
+    axe = _axe()
+    if axe is None:
+        if os.environ.get("SESSIONWATCH_REQUIRE_BROWSER"):
+            pytest.fail("axe-core is required here: run tests/interop/install.sh")
+        pytest.skip("axe-core is not installed: run tests/interop/install.sh")
+    from playwright.sync_api import sync_playwright
+
+    serve.start()
+    head = "agent:main:plugin:anthropic:catalog-adopt:claude:"
+    title = "rework the billing pipeline so that " * 12
+    for i, digit in enumerate("abc"):
+        key = head + digit * 56 + f"{i:08x}"
+        path = transcript(serve, f"w{i}", title)
+        api(serve, "POST", "/v1/links", {"kind": "claude", "path": str(path), "sessionKey": key})
+        api(serve, "POST", "/v1/watches", {"watcher": "agent:main:main", "target": key})
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        for width in WIDTHS:
+            # the page's own CSP refuses any script but its own: axe is let in by the test
+            context = browser.new_context(viewport={"width": width, "height": 900}, bypass_csp=True)
+            page = context.new_page()
+            page.goto(serve.cli("open", "--url", serve.base).strip())
+            page.locator("tr.link").first.wait_for()
+            scroll = page.evaluate("document.documentElement.scrollWidth")
+            assert scroll <= width, (width, scroll)
+            lines = page.evaluate(
+                "Array.from(document.querySelectorAll('tr.link .state'))"
+                ".map(s => s.getClientRects().length)"
+            )
+            assert lines and all(n == 1 for n in lines), (width, lines)  # whole, on one line
+            words = page.evaluate(
+                "Array.from(document.querySelectorAll('tr.link .state'))"
+                ".map(s => s.scrollWidth <= s.getBoundingClientRect().width + 1)"
+            )
+            assert all(words), width
+            if width in (320, 1440, 2560):
+                page.screenshot(path=str(ARTEFACTS / f"page-{width}px.png"), full_page=True)
+            if width in (390, 1440):
+                page.add_script_tag(path=str(axe))
+                found = page.evaluate(
+                    "axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa']}})"
+                    ".then(r => r.violations.map(v => [v.id, v.nodes.length, v.help]))"
+                )
+                assert found == [], (width, found)
+            context.close()
+        browser.close()

@@ -43,9 +43,17 @@
     return answer.ok;
   }
 
+  // What a live refresh changed, said to a screen reader (the polite #announce region): the
+  // sessions by state, when that summary moved; not the whole table again.
+  const announce = document.getElementById("announce");
+
   async function refresh() {
     pending = null;
     await fetchInto("/ui/live" + location.search, live);
+    const summary = document.getElementById("summary");
+    if (summary !== null && announce.textContent !== summary.textContent) {
+      announce.textContent = summary.textContent;
+    }
     if (openKey !== null) {
       await fetchInto("/ui/sessions/" + encodeURIComponent(openKey), timeline);
     }
