@@ -65,7 +65,18 @@ class NodeWatch:
         start_task(stack, self.run())
 
     def _reloaded(self, change: ConfigReloaded) -> None:
-        self.nodes = nodes_of(change.new)
+        """New addresses, tokens or pins: the poll of each node that changed starts again at
+        once, its backoff with it (a pin fixed by a reload is not waited on for 30 s more
+        than the ticks)."""
+        old, self.nodes = self.nodes, nodes_of(change.new)
+        changed = {n for n in self.nodes if old.get(n) != self.nodes[n]}
+        for name in changed:
+            self.without_feed.discard(name)
+            poll = self._polls.pop(name, None)
+            if poll is not None:
+                poll.cancel()
+        if changed:
+            self._links_changed.set()  # the run loop starts their polls again now
 
     async def run(self) -> None:
         """Keep one poll per node with watched links, as links change (the change stream);

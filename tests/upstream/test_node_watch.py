@@ -117,3 +117,39 @@ async def test_a_node_without_a_change_feed_is_said_once_and_left_to_the_ticks(
         assert [] == ticked
     finally:
         await runner.cleanup()
+
+
+async def test_a_reload_that_changes_a_node_starts_its_poll_again_at_once(tmp_path: Path) -> None:
+    """A node that does not answer is polled with a growing backoff (up to 30 s); a reload
+    that changes its address (a pin fixed, a new URL) starts its poll again at once, with
+    a fresh backoff, instead of leaving the change feed down for the backoff's length."""
+    from monitor.kernel import Kernel
+    from monitor.kernel.bus import ConfigReloaded
+    from monitor.serve.node_watch import NodeWatch
+    from monitor.upstream import UpstreamMonitor
+    from monitor.upstream.monitor import nodes_of
+
+    (tmp_path / "node.token").write_text(TOKEN + "\n")
+    (tmp_path / "node.token").chmod(0o600)
+    down = NodeConfig(url="http://127.0.0.1:9", token_file=str(tmp_path / "node.token"))
+    config = make_config(tmp_path, nodes={"laptop": down})
+    kernel = await Kernel.open(tmp_path / "state.db")
+    try:
+        monitor = UpstreamMonitor.from_config(kernel, config)
+        watch = NodeWatch(monitor, nodes=nodes_of(config))
+        watch.keys["laptop"] = {KEY}
+        first = asyncio.ensure_future(watch.poll("laptop"))
+        watch._polls["laptop"] = first
+        await asyncio.sleep(0)  # it asks, and fails: its backoff starts
+        moved = config._replace(nodes={"laptop": down._replace(url="http://127.0.0.1:10")})
+        watch._reloaded(ConfigReloaded(config, moved))
+        assert first.cancelled() or first.cancelling()
+        assert "laptop" not in watch._polls  # the run loop starts it again at once
+        assert watch._links_changed.is_set()
+        same = ConfigReloaded(moved, moved)
+        watch._polls["laptop"] = again = asyncio.ensure_future(asyncio.sleep(3600))
+        watch._reloaded(same)  # nothing changed: the poll is left as it is
+        assert watch._polls["laptop"] is again and not again.cancelled()
+        again.cancel()
+    finally:
+        await kernel.close()
