@@ -552,3 +552,29 @@ def test_a_root_that_is_anything_is_listed_as_unreadable_with_its_reason(
             root.chmod(0o700)
     assert found.entries == []
     assert found.errors == ([{"path": str(root), "reason": expected}] if expected else [])
+
+
+def test_file_watching_takes_adopted_files_below_folders_it_may_not_search(
+    tmp_path: Path,
+) -> None:
+    """The folders file watching watches: one it may not search (mode 000 above an adopted
+    file), one gone, one a link in a loop: none raises, and the readable one is kept."""
+    from monitor.serve.file_watch import _dirs_of
+
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    locked = tmp_path / "locked"
+    (locked / "inner").mkdir(parents=True)
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    files = {
+        str(ok / "a.jsonl"): {"agent:main:a"},
+        str(locked / "inner" / "b.jsonl"): {"agent:main:b"},
+        str(tmp_path / "gone" / "c.jsonl"): {"agent:main:c"},
+        str(loop / "d.jsonl"): {"agent:main:d"},
+    }
+    locked.chmod(0)
+    try:
+        assert unprivileged(lambda: _dirs_of(files)) == [str(ok)]
+    finally:
+        locked.chmod(0o700)
