@@ -187,11 +187,6 @@ def node_served() -> tuple[str, ...]:
     return tuple(e.name for e in _LOCAL.values() if e.node)
 
 
-def node_kinds() -> dict[str, str]:
-    """Each node form's name, and the local format a node serves for it."""
-    return {e.name: e.serves for e in _ENTRIES.values() if e.serves}
-
-
 def root_keys() -> dict[str, Entry]:
     """The ``[roots]`` keys, and the format each names."""
     return {e.root_key: e for e in _ENTRIES.values() if e.root_key}

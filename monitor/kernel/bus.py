@@ -286,7 +286,6 @@ class ConfigReloaded(Change):
 # what may have opened a notice a reader has not shown: this process's commit, another's
 NOTICE_CHANGES: tuple[type[Change], ...] = (NoticesOpened, StoreMoved)
 # what this process or another wrote: what a reader of the store shows may differ
-WRITES: tuple[type[Change], ...] = (StoreWritten, NoticesAcknowledged, WatchesChanged, StoreMoved)
 
 
 def page_kinds() -> tuple[type[Change], ...]:

@@ -39,7 +39,6 @@ import os
 import re
 import secrets
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -284,10 +283,10 @@ async def _feed_running(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-def build_node_app(roots: Mapping[str, str] | Path, token: str) -> web.Application:
-    """The node's app, serving each format of ``roots`` (by format name; a bare path is a
-    Claude root, as older callers gave it) whose root exists now or later."""
-    given = {ITEMS_SERVES: str(roots)} if isinstance(roots, Path) else dict(roots)
+def build_node_app(roots: Mapping[str, str], token: str) -> web.Application:
+    """The node's app, serving each format of ``roots`` (by format name) whose root exists
+    now or later."""
+    given = dict(roots)
     served_formats = set(node_served())
     known = {
         kind: os.path.expanduser(root) for kind, root in given.items() if kind in served_formats

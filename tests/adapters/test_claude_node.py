@@ -65,7 +65,7 @@ def transcript(tmp_path: Path) -> Path:
 @pytest.fixture
 async def node(tmp_path: Path, transcript: Path) -> AsyncIterator[str]:
     (tmp_path / "node.token").write_text("node-secret\n")
-    runner = web.AppRunner(build_node_app(tmp_path / "claude", "node-secret"))
+    runner = web.AppRunner(build_node_app({"claude": str(tmp_path / "claude")}, "node-secret"))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]

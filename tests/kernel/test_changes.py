@@ -7,8 +7,16 @@ from __future__ import annotations
 import asyncio
 
 from monitor.kernel import Kernel
-from monitor.kernel.bus import WRITES, StoreMoved, StoreWritten
+from monitor.kernel.bus import (
+    NoticesAcknowledged,
+    StoreMoved,
+    StoreWritten,
+    WatchesChanged,
+)
 from tests.helpers import KernelFactory, human, until
+
+# what a write says on the bus: this process's own commits, and other processes' moves
+WRITES = (StoreWritten, NoticesAcknowledged, WatchesChanged, StoreMoved)
 
 KEY = "agent:main:subagent:c1"
 
