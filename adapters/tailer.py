@@ -216,23 +216,11 @@ def read_tail(
             current_tail = tail if tail is not None else tail_digest(fd, offset)
     finally:
         os.close(fd)
-    if last_nl < 0:
-        status: ReadStatus = "long" if len(chunk) >= cap else "waiting"
-        return TailRead(
-            status=status,
-            start=start,
-            end=offset,
-            size=size,
-            head=current_head,
-            tail=current_tail,
-            ino=st.st_ino,
-            chunk=chunk,
-            mtime=st.st_mtime_ns,
-        )
+    status: ReadStatus = "lines" if last_nl >= 0 else "long" if len(chunk) >= cap else "waiting"
     return TailRead(
-        status="lines",
+        status=status,
         start=start,
-        end=end,
+        end=end,  # ``offset`` when no line ended in the chunk
         size=size,
         head=current_head,
         tail=current_tail,

@@ -339,28 +339,46 @@ class Config(NamedTuple):
 
 def _check_value(where: str, expected: Any, rule: Rule | None, value: Any) -> Any:
     """``value`` as the field's type, if it is one, and if its :class:`Rule` takes it."""
-    if expected is bool and not isinstance(value, bool):
-        raise ConfigError(f"{where} must be true or false")
-    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{where} must be an integer")
-    if expected is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where} must be a number")
-        value = float(value)
-    if expected is str and not isinstance(value, str):
-        raise ConfigError(f"{where} must be a string")
+    value = _of_type(where, expected, value)
+    if isinstance(value, int | float):
+        _in_bounds(where, value, rule or Rule())
+    return value if rule is None else _by_rule(where, rule, value)
+
+
+# what each plain type takes, and what a value of another type is told
+_TYPES: dict[Any, tuple[Callable[[Any], bool], str]] = {
+    bool: (lambda v: isinstance(v, bool), "must be true or false"),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "must be an integer"),
+    float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "must be a number"),
+    str: (lambda v: isinstance(v, str), "must be a string"),
+}
+
+
+def _of_type(where: str, expected: Any, value: Any) -> Any:
+    """``value`` as ``expected`` (an int taken as a float, a list as a tuple of strings),
+    or a ConfigError naming the type."""
     if getattr(expected, "__origin__", None) is tuple:  # tuple[str, ...]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f'{where} must be a list of strings, for example ["sidecar.lan"]')
-        value = tuple(value)
+        return tuple(value)
+    takes = _TYPES.get(expected)
+    if takes is not None and not takes[0](value):
+        raise ConfigError(f"{where} {takes[1]}")
+    return float(value) if expected is float else value
+
+
+def _in_bounds(where: str, value: float, rule: Rule) -> None:
+    """A number every field takes: finite, not negative, at most the rule's most."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{where} must be a finite number")
-    if isinstance(value, int | float) and value < 0:
+    if value < 0:
         raise ConfigError(f"{where} must not be negative")
-    if isinstance(value, int | float) and value > (rule or Rule()).most:
-        raise ConfigError(f"{where} must be at most {(rule or Rule()).most:,.0f}")
-    if rule is None:
-        return value
+    if value > rule.most:
+        raise ConfigError(f"{where} must be at most {rule.most:,.0f}")
+
+
+def _by_rule(where: str, rule: Rule, value: Any) -> Any:
+    """``value``, if the field's own rule takes it."""
     if rule.positive and value <= 0:
         raise ConfigError(f"{where} must be positive")
     if isinstance(value, int | float) and value < rule.least:

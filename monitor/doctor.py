@@ -78,13 +78,9 @@ async def _database(config: Config, db: Path | str) -> Finding:
             if awaited is not None:
                 return awaited
             if not db.exists():
-                why = cannot_create(db)
-                if why:
-                    return problem(
-                        f"the state database {db} cannot be created: {why}",
-                        "point [store] path or --db at a writable directory",
-                    )
-                return note(f"the state database {db} does not exist yet", "serve creates it")
+                return _not_yet(
+                    db, "the state database", "point [store] path or --db at a writable directory"
+                )
             why = cannot_create(db.with_name(db.name + ".lock"))
             if why:
                 return problem(
@@ -147,6 +143,15 @@ def _serve_elsewhere(config: Config, db: Path | str) -> list[Finding]:
     ]
 
 
+def _not_yet(path: Path, what: str, fix: str) -> Finding:
+    """A file ``serve`` makes at its start that is not there yet: a note, or the problem
+    that keeps ``serve`` from making it, with ``fix``."""
+    why = cannot_create(path)
+    if why:
+        return problem(f"{what} {path} cannot be created: {why}", fix)
+    return note(f"{what} {path} does not exist yet", "serve creates it")
+
+
 def cannot_create(path: Path) -> str | None:
     """Why ``serve`` could not create ``path`` (and its missing directories), or None: the
     nearest directory that exists must be writable, on a file system mounted read-write."""
@@ -171,13 +176,11 @@ def _api_token(config: Config) -> Finding:
     except SessionwatchError as exc:
         return problem(str(exc), f"chmod 600 {path}")
     if not path.exists():
-        why = cannot_create(path)
-        if why:
-            return problem(
-                f"the API token file {path} cannot be created: {why}",
-                "set [api] token_file to a writable place, or create the file (mode 600)",
-            )
-        return note(f"the API token file {path} does not exist yet", "serve creates it")
+        return _not_yet(
+            path,
+            "the API token file",
+            "set [api] token_file to a writable place, or create the file (mode 600)",
+        )
     try:
         length = len(path.read_text(encoding="utf-8").strip())
     except OSError as exc:

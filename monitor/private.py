@@ -11,7 +11,7 @@ import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from monitor.errors import AlreadyRunning, ConfigError, NotPrivate
 
@@ -27,7 +27,7 @@ SHORT_TOKEN = 16  # an API token shorter than this is said to be weak
 class InstanceLock:
     """The locks :func:`take_instance_lock` holds; ``close`` lets them go."""
 
-    def __init__(self, handles: list[IO[str]]) -> None:
+    def __init__(self, handles: list[IO[Any]]) -> None:
         self.handles = handles
 
     async def start(self, stack: AsyncExitStack, bus: object) -> None:
@@ -90,49 +90,63 @@ def take_instance_lock(db: Path) -> InstanceLock:
     file is the same database too. Both are held until exit. The database file is created
     empty, mode 0600, when it is missing."""
     real = Path(os.path.realpath(db))
-    handles: list[IO[str]] = []
+    handles: list[IO[Any]] = []
     try:
         handles.append(_lock(real.with_name(real.name + ".lock"), db))
-        try:
-            fd = os.open(real, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot create the state database {db}: {os_reason(exc, real.parent)}"
-            ) from None
-        handle = os.fdopen(fd, "r+b")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise AlreadyRunning(
-                f"another sessionwatch serve is running on {db} under another name (a hard"
-                " link or a bind mount of the same file); refusing to start"
-            ) from None
-        handles.append(handle)  # type: ignore[arg-type]
+        handles.append(
+            _flocked(
+                real,
+                os.O_RDWR,
+                "r+b",
+                f"cannot create the state database {db}",
+                lambda _: AlreadyRunning(
+                    f"another sessionwatch serve is running on {db} under another name (a hard"
+                    " link or a bind mount of the same file); refusing to start"
+                ),
+            )
+        )
     except BaseException:
         InstanceLock(handles).close()
         raise
     return InstanceLock(handles)
 
 
-def _lock(path: Path, db: Path) -> IO[str]:
+def _flocked(
+    path: Path, flags: int, mode: str, cannot: str, held: Callable[[IO[Any]], Exception]
+) -> IO[Any]:
+    """``path`` opened (made 0600 when missing) and locked exclusively without waiting:
+    ConfigError ``cannot: why`` when it cannot be opened, ``held(its handle)`` when another
+    process holds the lock."""
     try:
-        make_private_dirs(path.parent)  # the state directory
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(path, flags | os.O_CREAT, 0o600)
     except OSError as exc:
-        raise ConfigError(
-            f"cannot take the instance lock {path}: {os_reason(exc, path.parent)}"
-        ) from None
-    handle = os.fdopen(fd, "a+")
+        raise ConfigError(f"{cannot}: {os_reason(exc, path.parent)}") from None
+    handle = os.fdopen(fd, mode)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        refused = held(handle)
+        handle.close()
+        raise refused from None
+    return handle
+
+
+def _lock(path: Path, db: Path) -> IO[Any]:
+    """The instance lock file, locked, with this process's pid in it."""
+    cannot = f"cannot take the instance lock {path}"
+    try:
+        make_private_dirs(path.parent)  # the state directory
+    except OSError as exc:
+        raise ConfigError(f"{cannot}: {os_reason(exc, path.parent)}") from None
+
+    def running(handle: IO[Any]) -> Exception:
         handle.seek(0)
         holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise AlreadyRunning(
+        return AlreadyRunning(
             f"another sessionwatch serve (pid {holder}) is running on {db}; refusing to start"
-        ) from None
+        )
+
+    handle = _flocked(path, os.O_RDWR | os.O_APPEND, "a+", cannot, running)
     try:
         handle.seek(0)
         handle.truncate()
@@ -141,9 +155,7 @@ def _lock(path: Path, db: Path) -> IO[str]:
     except OSError as exc:
         with contextlib.suppress(OSError):  # its buffer cannot be written either
             handle.close()
-        raise ConfigError(
-            f"cannot take the instance lock {path}: {os_reason(exc, path.parent)}"
-        ) from None
+        raise ConfigError(f"{cannot}: {os_reason(exc, path.parent)}") from None
     return handle
 
 

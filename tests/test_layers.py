@@ -231,6 +231,33 @@ def test_every_write_goes_through_commits() -> None:
     assert [] == found
 
 
+# the changes a write transaction makes: said by Commits once it committed, never by hand
+WRITE_CHANGES = ("StoreWritten", "NoticesOpened", "NoticesAcknowledged", "WatchesChanged",
+                 "LinksChanged")  # fmt: skip
+
+
+def test_a_write_s_change_is_said_only_by_its_transaction() -> None:
+    """No ``bus.publish`` of a write's change outside Commits: a part says it with
+    ``record.say`` (or the recorder's own methods) inside the transaction, so that it is
+    published after the commit, and never after a failed or a declined write."""
+    found = []
+    for package in ("monitor", "adapters"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = path.relative_to(ROOT).as_posix()
+            if where == "monitor/kernel/commits.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                if node.func.attr != "publish" or not node.args:
+                    continue
+                said = node.args[0]
+                name = getattr(getattr(said, "func", None), "id", None) or getattr(said, "id", "")
+                if name in WRITE_CHANGES:
+                    found.append(f"{where}:{node.lineno} publishes {name}")
+    assert [] == found
+
+
 MAX_MODULE_LINES = 600
 
 

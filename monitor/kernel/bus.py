@@ -8,7 +8,8 @@ Every kind is a :class:`Change`, declared here:
   :class:`NoticesUndecided`;
 - the store's, for another process's commit: :class:`StoreMoved` (the change hub,
   :mod:`monitor.kernel.changes`, hears it);
-- upstream's: :class:`LinksChanged`, :class:`SourcesMoved`, :class:`SourcesWatched`;
+- upstream's: :class:`LinksChanged`, :class:`WatchedMayDiffer`, :class:`SourcesMoved`,
+  :class:`SourcesWatched`;
 - the tick's: :class:`TickRan`;
 - delivery's: :class:`WakeOutcome`;
 - the title reader's: :class:`TitlesRead`;
@@ -145,8 +146,16 @@ class StoreMoved(Change):
 
 
 class LinksChanged(Change):
-    """Links were adopted or removed, a link's source went missing, or the roots and nodes
-    they are read under changed: which files and nodes are watched may differ."""
+    """Links were adopted or removed: said by the transaction that wrote them (through
+    :class:`~monitor.kernel.commits.Commits`), once it committed."""
+
+    __slots__ = ()
+
+
+class WatchedMayDiffer(Change):
+    """Which files and nodes are watched may differ though no link was written: the roots
+    and nodes changed, a rollout branched to a file of its own, a source found missing may
+    come back in another folder."""
 
     __slots__ = ()
 

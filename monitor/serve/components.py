@@ -17,13 +17,15 @@ from monitor.kernel.bus import (
     LinksChanged,
     OwnershipChanged,
     StoreMoved,
+    WatchedMayDiffer,
     WatchesChanged,
 )
 
 # a watch, a spawn or a reset here; an adoption or a missing source; another process's
 # commit; new roots or nodes
 LINK_CHANGES: tuple[type[Change], ...] = (
-    *(WatchesChanged, LinksChanged, StoreMoved, ConfigReloaded, OwnershipChanged),
+    *(WatchesChanged, LinksChanged, WatchedMayDiffer, StoreMoved, ConfigReloaded),
+    OwnershipChanged,
 )
 
 

@@ -13,7 +13,7 @@ a prompt behind a burst of output waits for no tick, and other keys due take the
 between two reads of the burst. Keys moved by a database's WAL write (OpenCode's) are
 checked again :data:`SETTLE_MS` after the last one: SQLite makes a commit visible to
 readers a moment after it writes the frames, and a check at once can come before. A check
-whose links went missing publishes :class:`LinksChanged` (unless it was a watch's own
+whose links went missing publishes :class:`WatchedMayDiffer` (unless it was a watch's own
 catch-up check), so the watches are armed again for their directories.
 
 Gaining the links without a host (:class:`OwnershipChanged`: their holder died) runs a full
@@ -37,20 +37,21 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from monitor.errors import SessionwatchError
 from monitor.kernel.bus import (
     Bus,
     ConfigReloaded,
-    LinksChanged,
     OwnershipChanged,
     SourcesMoved,
     SourcesWatched,
     TickRan,
+    WatchedMayDiffer,
 )
 from monitor.serve.components import LINK_CHANGES, start_task
-from monitor.upstream.settle import BUDGET_EXCEEDED
+from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
@@ -270,30 +271,35 @@ class Ticks:
             if only is None:
                 self._quiet = None  # it read nothing: the next one is full
             return False
-        duration = time.perf_counter() - start
-        self.metrics.ticks.inc()
-        self.metrics.tick_seconds.observe(duration)
-        over = sorted({r.adapter or "?" for r in results if r.reason == BUDGET_EXCEEDED})
-        self.bus.publish(TickRan(int(time.time() * 1000), duration, over_budget=tuple(over)))
-        counted: dict[tuple[str, str], int] = {}
-        for r in results:
-            self.metrics.outcomes.labels(r.adapter or "none", r.outcome).inc()
-            label = (r.adapter or "none", r.outcome)
-            counted[label] = counted.get(label, 0) + 1
-            if r.outcome == "activity" and not r.unsettled:  # a change; states say themselves
-                turns = "1 turn" if r.turns == 1 else f"{r.turns} turns"
-                log.info(
-                    "%s: %s recorded%s", r.session_key, turns, f" ({r.reason})" * bool(r.reason)
-                )
-        if only is None:  # a whole tick: the links as they stand now
+        whole = only is None  # a whole tick: the links as they stand now
+        self.bus.publish(self._report(results, time.perf_counter() - start, whole=whole))
+        if whole:
             quiet = all(r.outcome == "quiet" for r in results)
             self._quiet = frozenset(r.session_key for r in results) if quiet else None
-            self.metrics.links_now.clear()
-            for (adapter, outcome), n in counted.items():
-                self.metrics.links_now.labels(adapter, outcome).set(n)
         if rearm and any(r.outcome == "missing" for r in results):
-            self.bus.publish(LinksChanged())
+            self.bus.publish(WatchedMayDiffer())
         more = frozenset(r.session_key for r in results if r.more and not r.unsettled)
         if more:  # stopped at the scan cap: the rest now, in turn with the other keys due
             self._moved_sources(SourcesMoved(more, catch_up=True))
         return not any(r.unsettled for r in results)
+
+    def _report(self, results: list[LinkResult], duration: float, *, whole: bool) -> TickRan:
+        """A tick's metrics (the links by outcome, after a whole one) and its log lines (a
+        change each: turns recorded; states say themselves); what it ran, to publish."""
+        self.metrics.ticks.inc()
+        self.metrics.tick_seconds.observe(duration)
+        counted = Counter((r.adapter or "none", r.outcome) for r in results)
+        for (adapter, outcome), n in counted.items():
+            self.metrics.outcomes.labels(adapter, outcome).inc(n)
+        for r in results:
+            if r.outcome == "activity" and not r.unsettled:
+                turns = "1 turn" if r.turns == 1 else f"{r.turns} turns"
+                log.info(
+                    "%s: %s recorded%s", r.session_key, turns, f" ({r.reason})" * bool(r.reason)
+                )
+        if whole:
+            self.metrics.links_now.clear()
+            for (adapter, outcome), n in counted.items():
+                self.metrics.links_now.labels(adapter, outcome).set(n)
+        over = sorted({r.adapter or "?" for r in results if r.reason == BUDGET_EXCEEDED})
+        return TickRan(int(time.time() * 1000), duration, over_budget=tuple(over))

@@ -113,6 +113,7 @@ class Adoption:
             record(adopted)
             if declined is not None:
                 return None
+            record.say(LinksChanged())  # said once this transaction committed, and only then
             return upsert_link(
                 conn,
                 key=key,
@@ -126,7 +127,6 @@ class Adoption:
             )
 
         link = await self.kernel.commit(run)
-        self.kernel.bus.publish(LinksChanged())
         return AdoptedLink(link, declined, tuple(warnings))
 
     async def adopt_catalog(

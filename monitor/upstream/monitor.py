@@ -18,7 +18,7 @@ from adapters.base import Adapter, NodeAddress, Settings
 from adapters.registry import build_adapters, entry, roots_of
 from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
-from monitor.kernel.bus import ConfigReloaded, LinksChanged, OwnershipChanged
+from monitor.kernel.bus import ConfigReloaded, LinksChanged, OwnershipChanged, WatchedMayDiffer
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
 from monitor.paths import expand_user
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from contextlib import AsyncExitStack
 
     from monitor.kernel.bus import Bus
+    from monitor.kernel.recorder import Recorder
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
 
@@ -148,7 +149,7 @@ class UpstreamMonitor:
         assert isinstance(adapters, dict)  # from build_adapters (see ``from_config``)
         adapters.clear()
         adapters.update(fresh)
-        self.kernel.bus.publish(LinksChanged())  # what is watched may differ
+        self.kernel.bus.publish(WatchedMayDiffer())
 
     async def links(self) -> list[links.LinkView]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
@@ -194,10 +195,14 @@ class UpstreamMonitor:
     async def unlink(self, session_key: str, *, agent_id: str | None = None) -> bool:
         """Remove a session's link (all agents' for a bare key without ``agent_id``)."""
         scope, params = session_scope(normalize_key(session_key), agent_id)
-        removed: int = await self.kernel.commit(lambda r: links.delete_links(r.conn, scope, params))
-        if removed:
-            self.kernel.bus.publish(LinksChanged())
-        return removed > 0
+
+        def run(record: Recorder) -> int:
+            removed = links.delete_links(record.conn, scope, params)
+            if removed:
+                record.say(LinksChanged())
+            return removed
+
+        return await self.kernel.commit(run) > 0
 
     async def blocked_count(self) -> int:
         return await self.kernel.read(links.blocked_count)

@@ -34,9 +34,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from adapters.base import Followed, Outcome
+from monitor.kernel.bus import LinksChanged
 from monitor.kernel.drafts import EventDraft, make_draft
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.recorder import Recorder
@@ -44,6 +45,9 @@ from monitor.kernel.sessions import forget_own, session_flags
 from monitor.kernel.signal_log import newest_dedupe_key
 from monitor.upstream import links
 from monitor.upstream.links import LinkState, UpstreamLink, link_state, read_link, write_link_state
+
+if TYPE_CHECKING:
+    from monitor.kernel.store.protocol import Conn
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +76,10 @@ _UNHEALTHY = ("missing", "blocked", "inconclusive")
 
 def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: int) -> LinkResult:
     """Settle one check of ``link`` (see the module docstring)."""
-    conn, now, key = record.conn, record.now, link.session_key
-    current = read_link(conn, key, link.agent_id)
-    if current is None or current.source_key != link.source_key or current.ref != link.ref:
-        return LinkResult(session_key=key, outcome="skipped", reason="link changed during the scan")
-    if current.updated_at != link.updated_at or current.marker != link.marker:
-        return LinkResult(session_key=key, outcome="skipped", reason=MARKER_MOVED, moved=True)
+    conn, key = record.conn, link.session_key
+    stale = _stale(conn, link)
+    if stale is not None:
+        return stale
     session = session_flags(conn, key, link.agent_id)
     if session and session[1]:
         return LinkResult(session_key=key, outcome="skipped", reason="run active")
@@ -87,6 +89,29 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
         log.info("%s: readable again (was %s)", key, before.outcome)  # once, as each was said
     if outcome.status == "missing":
         return _missing(record, link, session_id, before.streak + 1, threshold, outcome.reason)
+    if outcome.status in ("blocked", "inconclusive") or outcome.marker is None:
+        return _unread(conn, link, session_id, before, outcome)
+    return _found(record, link, session_id, outcome)
+
+
+def _stale(conn: Conn, link: UpstreamLink) -> LinkResult | None:
+    """A skip when the link changed since it was read (another source, or its marker moved
+    by another check), else None."""
+    key = link.session_key
+    current = read_link(conn, key, link.agent_id)
+    if current is None or current.source_key != link.source_key or current.ref != link.ref:
+        return LinkResult(session_key=key, outcome="skipped", reason="link changed during the scan")
+    if current.updated_at != link.updated_at or current.marker != link.marker:
+        return LinkResult(session_key=key, outcome="skipped", reason=MARKER_MOVED, moved=True)
+    return None
+
+
+def _unread(
+    conn: Conn, link: UpstreamLink, session_id: str | None, before: LinkState, outcome: Outcome
+) -> LinkResult:
+    """A check that could not read the link (blocked at an offset, or inconclusive): its
+    state written, said when it changed; its marker stays."""
+    key = link.session_key
     if outcome.status == "blocked":
         assert outcome.blocked_offset is not None
         if before.blocked_offset != outcome.blocked_offset:
@@ -94,12 +119,20 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
         state = LinkState(blocked_offset=outcome.blocked_offset, outcome="blocked")
         write_link_state(conn, link, session_id, state, outcome.reason or "blocked")
         return LinkResult(session_key=key, outcome="blocked", reason=outcome.reason)
-    if outcome.status == "inconclusive" or outcome.marker is None:
-        if before.reason != outcome.reason:
-            log.warning("%s: inconclusive: %s", key, outcome.reason)
-        state = LinkState(outcome="inconclusive", reason=outcome.reason)
-        write_link_state(conn, link, session_id, state)
-        return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason)
+    if before.reason != outcome.reason:
+        log.warning("%s: inconclusive: %s", key, outcome.reason)
+    state = LinkState(outcome="inconclusive", reason=outcome.reason)
+    write_link_state(conn, link, session_id, state)
+    return LinkResult(session_key=key, outcome="inconclusive", reason=outcome.reason)
+
+
+def _found(
+    record: Recorder, link: UpstreamLink, session_id: str | None, outcome: Outcome
+) -> LinkResult:
+    """A check that read the link: its compactions and turns recorded (those another
+    checker has not), its marker moved, in the one transaction."""
+    conn, now = record.conn, record.now
+    assert outcome.marker is not None
     for native in outcome.compactions:
         record(_compacted(link, native, now))
     turns = _not_recorded(record, link, outcome)
@@ -113,7 +146,7 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
     noted = status if outcome.reason else None  # a plain check leaves no status behind
     write_link_state(conn, advanced, session_id, LinkState(outcome=noted, reason=outcome.reason))
     return LinkResult(
-        session_key=key,
+        session_key=link.session_key,
         outcome=status,
         turns=found,
         reason=outcome.reason,
@@ -232,5 +265,6 @@ def _missing(
     )
     record(draft)
     links.delete_links(record.conn, "session_key = ? AND agent_id = ?", (key, link.agent_id))
+    record.say(LinksChanged())
     log.warning("%s: upstream missing %d times; link removed", key, streak)
     return LinkResult(session_key=key, outcome="missing", reason="upstream_missing recorded")

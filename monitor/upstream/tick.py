@@ -19,7 +19,7 @@ from adapters.registry import GATEWAY_HOST_PREFIX, LOCAL_HOST, entry
 from monitor.errors import SessionwatchError, StoreError, StoreLocked, StoreUnavailable
 from monitor.kernel import Kernel
 from monitor.kernel import leases as lease_rows
-from monitor.kernel.bus import LinksChanged, OwnershipChanged
+from monitor.kernel.bus import OwnershipChanged, WatchedMayDiffer
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.leases import SHARED as SHARED_LEASE
 from monitor.kernel.recorder import Recorder
@@ -395,7 +395,7 @@ class TickWrites:
         store = StoreTakes()
         for kind, works, outcomes in checked:
             if any(o.rewatch for o in outcomes):
-                self.kernel.bus.publish(LinksChanged())  # a file to watch: a new branch
+                self.kernel.bus.publish(WatchedMayDiffer())  # a file to watch: a new branch
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
                 if _unchanged(link, outcome, snapshot):

@@ -31,7 +31,6 @@ from monitor.kernel.store.sqlite_schema import (
     refuse_newer,
 )
 from monitor.kernel.store.sqlite_schema import made_by_sessionwatch as _only_ours
-from monitor.kernel.store.upgrade import refuse_under_serve, running_serves
 from monitor.paths import expand_user, make_private_dirs, refuse_if_not_ours
 
 TYPE_CHECKING = False
@@ -398,6 +397,7 @@ def _refuse_under_serve(conn: sqlite3.Connection, db_path: str) -> None:
         return
     from pathlib import Path
 
+    from monitor.kernel.store.upgrade import refuse_under_serve, running_serves
     from monitor.private import serving_pid
 
     serves = running_serves(conn)

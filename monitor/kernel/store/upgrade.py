@@ -13,11 +13,11 @@ up at once.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from monitor import __version__
 from monitor.errors import StoreError
-from monitor.kernel.leases import recent_holders
+
+TYPE_CHECKING = False  # typing costs a one-shot command's start (tests/test_cli_argv.py)
 
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
@@ -41,6 +41,8 @@ def running_serves(conn: Conn) -> list[str]:
     """Each ``serve`` whose host lease is live (or ran out less than a minute ago, by the
     store's clock), as a person reads it: its release when it says it, and its machine and
     pid."""
+    from monitor.kernel.leases import recent_holders  # only for a schema to upgrade
+
     try:
         rows = recent_holders(conn, "host:", GRACE_MS)
     except Exception:  # a schema before leases: no serve of it takes one
