@@ -332,8 +332,8 @@ def _following(hooks: Any) -> Finding:
     default), and where the port came from."""
     install = hooks.install
     return ok(
-        f"following OpenClaw's install at {install.state_dir} ({install.found_by}), its"
-        f" configuration {install.config_path}; the gateway's port from {hooks.port_from}"
+        f"following OpenClaw's install at {install.state_dir} ({install.found_by}); the"
+        f" gateway's port from {hooks.port_from}; its configuration {install.config_path}"
     )
 
 
