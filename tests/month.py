@@ -153,6 +153,7 @@ async def simulate(work: Path, days: int = 35) -> Report:
             # a sidecar that crashed without releasing its lease; the next one takes it over
             await timers.advance(60_000)
             leases = HostLeases(kernel, "laptop", ttl_ms=30_000)
+            leases.bus = kernel.bus  # what start hands it (this lease is taken alone)
             await leases.take()
             for _ in range(3):
                 admissions.admit(admissions.issue())

@@ -258,6 +258,26 @@ def test_a_write_s_change_is_said_only_by_its_transaction() -> None:
     assert [] == found
 
 
+def test_the_bus_is_handed_to_a_part_at_start_and_reached_no_other_way() -> None:
+    """A part gets the bus in ``start(stack, bus)``; none reaches it through the kernel
+    (``x.kernel.bus``) outside the kernel's own package."""
+    found = []
+    for package in ("monitor", "adapters"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = path.relative_to(ROOT).as_posix()
+            if where.startswith("monitor/kernel/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr == "bus"
+                    and isinstance(node.value, ast.Attribute)
+                    and node.value.attr == "kernel"
+                ):
+                    found.append(f"{where}:{node.lineno}")
+    assert [] == found
+
+
 MAX_MODULE_LINES = 600
 
 

@@ -41,17 +41,19 @@ PAUSE_S = 10.0  # file watching waits this long after the database failed
 class FileWatch:
     """Watches the linked files' directories and ticks the links of what changed."""
 
+    bus: Bus  # handed at start
+
     def __init__(self, monitor: UpstreamMonitor) -> None:
         # watchfiles says "N changes detected" at INFO for every append to a watched file:
         # the log would grow with writes, not with changes of state
         logging.getLogger("watchfiles").setLevel(logging.WARNING)
         self.monitor = monitor
-        self.bus = monitor.kernel.bus
         self._paths_changed = asyncio.Event()  # which files are watched may have changed
         self._polled = False  # inotify refused a watch: watchfiles from then on
         self._said: set[str] | None = None  # the keys whose watching was said (None: none)
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        self.bus = bus
         set_on_link_changes(stack, bus, self._paths_changed)
         start_task(stack, self.run())
 

@@ -44,6 +44,8 @@ PAUSE_S = 10.0  # node watching waits this long after the database failed
 class NodeWatch:
     """One long poll per paired node that has watched links; ticks their links early."""
 
+    bus: Bus  # handed at start
+
     def __init__(
         self,
         monitor: UpstreamMonitor,
@@ -52,7 +54,6 @@ class NodeWatch:
     ) -> None:
         """``nodes``: the configured nodes (a reload may change them: it says so)."""
         self.monitor = monitor
-        self.bus = monitor.kernel.bus
         self.nodes = nodes
         self._links_changed = asyncio.Event()
         self.keys: dict[str, set[str]] = {}  # node -> its watched links' keys, kept current
@@ -60,6 +61,7 @@ class NodeWatch:
         self.without_feed: set[str] = set()  # older nodes: their links wait for the ticks
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        self.bus = bus
         stack.enter_context(bus.subscribe(ConfigReloaded, self._reloaded))
         set_on_link_changes(stack, bus, self._links_changed)
         start_task(stack, self.run())

@@ -46,6 +46,8 @@ def ttl_for(interval_s: float) -> int:
 
 
 class HostLeases:
+    bus: Bus  # handed at start
+
     def __init__(
         self, kernel: Kernel, host: str, *, ttl_ms: int, metrics: Metrics | None = None
     ) -> None:
@@ -78,6 +80,7 @@ class HostLeases:
         """Take this host's lease (or refuse to start: another live sidecar has the id),
         and keep the leases until ``stack`` closes, then give them up (started before the
         tick component, so released after the tick in flight finished)."""
+        self.bus = bus
         await self.take()
         stack.push_async_callback(self.release)
         self.keeper = asyncio.ensure_future(self.keep())  # cancelled before the release
@@ -121,7 +124,7 @@ class HostLeases:
             if held != self._shared:
                 log.info("%s the links without a host", "ticking" if held else "no longer ticking")
             self._shared, self._told = held, True
-            self.kernel.bus.publish(OwnershipChanged(held, self.me))
+            self.bus.publish(OwnershipChanged(held, self.me))
         if not held and self._lapse is not None:
             self._lapse.cancel()
             self._lapse = None

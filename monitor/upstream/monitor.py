@@ -69,6 +69,8 @@ def adapter_settings(config: Config) -> Settings:
 class UpstreamMonitor:
     """Adopts native sources and runs ticks; one tick at a time."""
 
+    bus: Bus  # handed at start (a one-shot command's monitor is never started)
+
     def __init__(
         self,
         kernel: Kernel,
@@ -127,6 +129,7 @@ class UpstreamMonitor:
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
         """Hear its section of each reload, and who ticks the links without a host, until
         ``stack`` closes (started before the leases, whose first word it must hear)."""
+        self.bus = bus
         stack.enter_context(bus.subscribe(ConfigReloaded, self._reloaded))
         stack.enter_context(bus.subscribe(OwnershipChanged, self.ticker.owned))
 
@@ -149,7 +152,7 @@ class UpstreamMonitor:
         assert isinstance(adapters, dict)  # from build_adapters (see ``from_config``)
         adapters.clear()
         adapters.update(fresh)
-        self.kernel.bus.publish(WatchedMayDiffer())
+        self.bus.publish(WatchedMayDiffer())
 
     async def links(self) -> list[links.LinkView]:
         return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))

@@ -394,8 +394,6 @@ class TickWrites:
         idle: list[UpstreamLink] = []
         store = StoreTakes()
         for kind, works, outcomes in checked:
-            if any(o.rewatch for o in outcomes):
-                self.kernel.bus.publish(WatchedMayDiffer())  # a file to watch: a new branch
             for (link, _), outcome in zip(works, outcomes, strict=True):
                 self._count_drift(kind, outcome)
                 if _unchanged(link, outcome, snapshot):
@@ -455,6 +453,8 @@ class TickWrites:
         threshold = self.missing_threshold
 
         def run(record: Recorder) -> LinkResult:
+            if outcome.rewatch:  # a file to watch (a new branch), once its marker is written
+                record.say(WatchedMayDiffer())
             return settle(record, link, outcome, threshold)
 
         try:

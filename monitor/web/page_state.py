@@ -178,6 +178,8 @@ class NodeStates:
 class PageState:
     """What the status page shows (see the module docstring)."""
 
+    bus: Bus  # handed at start
+
     def __init__(
         self,
         kernel: Kernel,
@@ -206,6 +208,7 @@ class PageState:
         self.tick = TickShown(config.monitor.interval_s, config.monitor.adapter_budget_s)
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        self.bus = bus  # the page's streams listen on it
         stack.enter_context(bus.subscribe(WakeOutcome, self._woke))
         stack.enter_context(bus.subscribe(TickRan, self._ticked))
         stack.enter_context(bus.subscribe(TitlesRead, self._titles_read))

@@ -213,7 +213,7 @@ class StatusPage:
         )
         await response.prepare(request)
         try:
-            async with self.state.kernel.bus.listen(page_kinds()) as heard:
+            async with self.state.bus.listen(page_kinds()) as heard:
                 told = _Told(await self.state.fingerprint(), asyncio.get_running_loop().time)
                 await response.write(b"retry: 2000\n\n")
                 while not self.stopping.is_set():

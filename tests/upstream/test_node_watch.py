@@ -108,6 +108,7 @@ async def test_a_node_without_a_change_feed_is_said_once_and_left_to_the_ticks(
     bus.subscribe(SourcesMoved, lambda c: ticked.append(c.keys))
     monitor = SimpleNamespace(kernel=SimpleNamespace(bus=bus))
     watch = NodeWatch(monitor, nodes={"old": node})  # type: ignore[arg-type]
+    watch.bus = bus  # what start hands it
     watch.keys["old"] = {KEY}
     try:
         with caplog.at_level(logging.INFO, logger="monitor.serve.node_watch"):
