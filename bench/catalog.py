@@ -25,7 +25,7 @@ sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent
 from adapters.catalog import CatalogListing  # noqa: E402
 from adapters.registry import entry, roots_of  # noqa: E402
 from monitor.config import Config, RootsConfig  # noqa: E402
-from monitor.upstream.monitor import adapter_settings  # noqa: E402
+from monitor.upstream.configured import adapter_settings  # noqa: E402
 
 
 async def scan_catalog(roots: RootsConfig) -> CatalogListing:

@@ -200,7 +200,7 @@ async def _roots(config: Config) -> list[Finding]:
     read (a folder of mode 000, a symlink loop, a FIFO named as a session), as the catalog
     lists them: said once a root, with the first of them."""
     from adapters.registry import build_adapters, roots_with_origin
-    from monitor.upstream.monitor import adapter_settings
+    from monitor.upstream.configured import adapter_settings
 
     adapters = build_adapters(adapter_settings(config))
     found = []
@@ -508,7 +508,7 @@ async def _node(name: str, node: NodeConfig, http: aiohttp.ClientSession) -> Fin
     it serves."""
     from adapters import node_client
     from adapters.registry import ITEMS_SERVES
-    from monitor.upstream.monitor import node_address
+    from monitor.upstream.configured import node_address
 
     url = node.url
     path = Path(expand_user(node.token_file))

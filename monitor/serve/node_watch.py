@@ -28,7 +28,7 @@ from monitor.kernel.bus import Bus, ConfigReloaded, SourcesMoved
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.retry import Backoff
 from monitor.serve.components import set_on_link_changes, start_task
-from monitor.upstream.monitor import nodes_of
+from monitor.upstream.configured import nodes_of
 
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack

@@ -26,7 +26,7 @@ from adapters.registry import build_adapters, roots_of
 from monitor.config import Config, RootsConfig, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.bus import Bus, ConfigReloaded
-from monitor.upstream.monitor import adapter_settings
+from monitor.upstream.configured import adapter_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator

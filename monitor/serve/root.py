@@ -59,9 +59,9 @@ from monitor.serve.node_watch import NodeWatch
 from monitor.serve.reload import ConfigInForce, LogLevel
 from monitor.serve.ticks import Ticks
 from monitor.upstream import UpstreamMonitor
+from monitor.upstream.configured import nodes_of, root_paths
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
-from monitor.upstream.monitor import nodes_of, root_paths
 from monitor.web.api import build_app
 from monitor.web.common import start_site
 from monitor.web.node import build_node_app, present

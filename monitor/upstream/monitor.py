@@ -11,19 +11,18 @@ when the scan began.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters.base import Adapter, NodeAddress, Settings
-from adapters.registry import build_adapters, entry, roots_of
-from monitor.config import Config, NodeConfig, RootsConfig
+from adapters.base import Adapter
+from adapters.registry import entry
+from monitor.config import Config
 from monitor.kernel import Kernel
 from monitor.kernel.bus import ConfigReloaded, LinksChanged, OwnershipChanged, WatchedMayDiffer
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
-from monitor.paths import expand_user
 from monitor.upstream import links
 from monitor.upstream.adoption import Adoption
+from monitor.upstream.configured import Adapters
 from monitor.upstream.links import UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.tick import Ticker, TickSettings
@@ -34,36 +33,6 @@ if TYPE_CHECKING:
     from monitor.kernel.bus import Bus
     from monitor.kernel.recorder import Recorder
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
-
-
-def root_paths(roots: RootsConfig) -> dict[str, Path]:
-    """Each format's root, by format name, expanded (see :func:`registry.roots_of`)."""
-    return {kind: Path(expand_user(path)) for kind, path in roots_of(roots.given).items()}
-
-
-def node_address(node: NodeConfig) -> NodeAddress:
-    """A ``[nodes.NAME]`` as the adapters take it (its pin as bare hex)."""
-    pin = node.fingerprint.removeprefix("sha256:") or None
-    return NodeAddress(url=node.url, token_file=node.token_file, fingerprint=pin)
-
-
-def nodes_of(config: Config) -> dict[str, NodeAddress]:
-    """The configuration's paired nodes, as the adapters take them."""
-    return {name: node_address(node) for name, node in config.nodes.items()}
-
-
-def adapter_settings(config: Config) -> Settings:
-    """What the configuration tells the adapters."""
-    m = config.monitor
-    return Settings(
-        roots={kind: str(path) for kind, path in root_paths(config.roots).items()},
-        nodes={n: node_address(c) for n, c in config.nodes.items()},
-        scan_cap=m.scan_cap_bytes,
-        max_line=m.max_line_bytes,
-        export_concurrency=m.export_concurrency,
-        replay_lookback=m.replay_lookback,
-        node_pages=m.node_pages,
-    )
 
 
 class UpstreamMonitor:
@@ -80,7 +49,7 @@ class UpstreamMonitor:
         metrics: Metrics | None = None,
     ) -> None:
         self.kernel = kernel
-        self.adapters = adapters
+        self.adapters = adapters = Adapters(adapters)  # the one holder the parts read
         from monitor.openclaw.files import gateway_transcripts
 
         # next to OpenClaw, on its own store
@@ -114,7 +83,7 @@ class UpstreamMonitor:
         m = config.monitor
         return cls(
             kernel,
-            build_adapters(adapter_settings(config)),
+            Adapters.of(config),
             TickSettings(
                 budget_s=m.adapter_budget_s,
                 missing_threshold=m.missing_threshold,
@@ -145,13 +114,9 @@ class UpstreamMonitor:
             self.reconfigure(new)
 
     def reconfigure(self, config: Config) -> None:
-        """New roots and nodes: every part reads the one adapters mapping, replaced in place
-        between two awaits (a tick in flight finishes with the adapters it started with)."""
-        fresh = build_adapters(adapter_settings(config))
-        adapters = self.adapters
-        assert isinstance(adapters, dict)  # from build_adapters (see ``from_config``)
-        adapters.clear()
-        adapters.update(fresh)
+        """New roots and nodes: the adapters are built again and replace the old whole
+        (a tick in flight finishes with the adapters it started with)."""
+        self.adapters.replace(Adapters.of(config))
         self.bus.publish(WatchedMayDiffer())
 
     async def links(self) -> list[links.LinkView]:

@@ -30,7 +30,7 @@ from monitor.kernel.bus import (
     TitlesRead,
     WakeOutcome,
 )
-from monitor.upstream.monitor import root_paths
+from monitor.upstream.configured import root_paths
 
 if TYPE_CHECKING:
     from monitor.kernel import Kernel

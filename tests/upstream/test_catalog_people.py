@@ -231,7 +231,7 @@ async def test_opencode_adoption_by_id_reads_only_the_session_it_names(
     import adapters.opencode as opencode
     from adapters.registry import entry
     from monitor.config import Config, RootsConfig
-    from monitor.upstream.monitor import adapter_settings
+    from monitor.upstream.configured import adapter_settings
     from tests.opencode_db import OpenCodeDB
 
     db = OpenCodeDB(tmp_path / "opencode.db", events=False)

@@ -128,7 +128,7 @@ async def test_a_reload_that_changes_a_node_starts_its_poll_again_at_once(tmp_pa
     from monitor.kernel.bus import ConfigReloaded
     from monitor.serve.node_watch import NodeWatch
     from monitor.upstream import UpstreamMonitor
-    from monitor.upstream.monitor import nodes_of
+    from monitor.upstream.configured import nodes_of
 
     (tmp_path / "node.token").write_text(TOKEN + "\n")
     (tmp_path / "node.token").chmod(0o600)

@@ -515,7 +515,8 @@ async def test_a_link_refreshed_mid_scan_records_nothing(
     other.write_bytes(b"")
     await adopt_watched(monitor, path)
     append(path, user_line("typed during the refresh"))
-    monitor.adapters["claude"] = ReadoptingAdapter(monitor.adapters["claude"], monitor, other)
+    readopting = ReadoptingAdapter(monitor.adapters["claude"], monitor, other)
+    monitor.adapters.replace({**monitor.adapters, "claude": readopting})
     result = await monitor.tick()
     assert [("skipped", "link changed during the scan")] == [(r.outcome, r.reason) for r in result]
     assert 1 == (wire.status(await monitor.kernel.status(KEY)))["stateVersion"]
@@ -544,7 +545,7 @@ async def test_adapter_failures_are_isolated(monitor: UpstreamMonitor, roots: Ro
         )
     )
     await monitor.kernel.watch(watcher=MAIN, target="agent:main:adopted:pi")
-    monitor.adapters["pi"] = BrokenAdapter()
+    monitor.adapters.replace({**monitor.adapters, "pi": BrokenAdapter()})
     append(path, user_line("still seen"))
     result = {r.session_key: (r.outcome, r.turns) for r in await monitor.tick()}
     assert {KEY: ("activity", 1), "agent:main:adopted:pi": ("inconclusive", 0)} == result
