@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import REPO, refusing_gateway, served_address
+from tests.helpers import REPO, refuse_event_inserts, refusing_gateway, served_address
 
 LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 RULES = REPO / "docs" / "monitoring" / "sessionwatch-alerts.yml"
@@ -91,6 +90,11 @@ class Rig:
         )  # fmt: skip
         assert done.returncode == 0, (argv, done.stderr)
         return done.stdout
+
+    def type(self, minute: int) -> None:
+        """A person types a prompt into the adopted session (a uuid of the minute's)."""
+        with self.transcript.open("ab") as f:
+            f.write(LINE.replace(b'"u1"', f'"m{minute}"'.encode()))
 
     def adopt_and_watch(self) -> None:
         self.cli("adopt", "--kind", "claude", "--path", str(self.transcript),
@@ -205,13 +209,11 @@ def test_a_healthy_run_fires_no_alert(tmp_path: Path) -> None:
 
     def type_now_and_then(minute: int) -> None:
         if minute % 7 == 3:
-            with rig.transcript.open("ab") as f:
-                f.write(LINE.replace(b'"u1"', f'"u{minute}"'.encode()))
+            rig.type(minute)
 
     with rig.serving() as scraper:
         scraper.minutes(32, type_now_and_then)
-    rules = orjson.loads(orjson.dumps(_alert_names()))
-    for alert in rules:
+    for alert in _alert_names():
         assert fired(scraper.scrapes, alert) == [], alert
 
 
@@ -292,12 +294,8 @@ def test_wakes_failing_fires_when_the_gateway_refuses_every_wake(tmp_path: Path)
         rig.write_config()
         rig.adopt_and_watch()
 
-        def type_often(minute: int) -> None:
-            with rig.transcript.open("ab") as f:
-                f.write(LINE.replace(b'"u1"', f'"t{minute}"'.encode()))
-
         with rig.serving() as scraper:
-            scraper.minutes(24, type_often)
+            scraper.minutes(24, rig.type)
     finally:
         refusing.shutdown()
     assert fired(scraper.scrapes, "SessionwatchWakesFailing") == [
@@ -309,18 +307,11 @@ def test_store_refusing_fires_while_the_database_refuses_writes(tmp_path: Path) 
     rig = Rig(tmp_path)
     rig.adopt_and_watch()
     conn = sqlite3.connect(tmp_path / "state.db")
-    conn.execute(
-        "CREATE TRIGGER refuse BEFORE INSERT ON session_state_events"
-        " BEGIN SELECT RAISE(ABORT, 'disk full'); END"
-    )
+    refuse_event_inserts(conn)  # every write refused, as on a full disk
     conn.close()
 
-    def type_often(minute: int) -> None:
-        with rig.transcript.open("ab") as f:
-            f.write(LINE.replace(b'"u1"', f'"r{minute}"'.encode()))
-
     with rig.serving() as scraper:
-        scraper.minutes(12, type_often)
+        scraper.minutes(12, rig.type)
     assert fired(scraper.scrapes, "SessionwatchStoreRefusing") == [
         {"alertname": "SessionwatchStoreRefusing", "instance": "run", "severity": "critical"}
     ]
