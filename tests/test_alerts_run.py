@@ -1,209 +1,32 @@
-"""Every shipped alert is proven by a run. For each rule in docs/monitoring/, a real ``serve``
-at its default settings is driven into the rule's condition, its ``/metrics`` scraped along
-the way, and ``promtool test rules`` run over the series scraped: the alert fires. A
-healthy run, scraped the same way, fires none.
-
-The serve lives through half an hour of its own time in fifteen seconds: it runs under
-libfaketime at 120 times the speed (``FAKETIME="+0 x120"``, its wall and monotonic clocks
-alike), so that its default tick interval (60 s) is half a second here, and each scrape,
-half a second apart, is a minute of its time, as promtool's series step is. Nothing in the
-serve is changed or configured for the test: its ticks, misses, retries and histograms run
-on its own clocks, at their defaults.
-"""
+"""Every shipped alert is proven by a run (tests/alerts_rig.py): a real ``serve`` at its
+default settings driven into each rule's condition, scraped each minute of its time, and
+promtool firing the rule over the series scraped; a healthy run fires none. Here: the
+healthy run, a source gone, a link that cannot be read, ticks over budget; the faults of
+the store, the gateway and a node are in tests/test_alerts_faults.py."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import re
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
-import threading
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from tests.alerts_rig import (
+    LINE,
+    UNLESS_RUNNABLE,
+    Rig,
+    adopt_many,
+    alert_names,
+    fired,
+)
 
-from tests.helpers import REPO, refuse_event_inserts, refusing_gateway, served_address
-
-LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
-RULES = REPO / "docs" / "monitoring" / "sessionwatch-alerts.yml"
-MAIN = "agent:main:main"
-KEY = "agent:main:adopted"
-LINE = b'{"type":"user","uuid":"u1","cwd":"/srv","message":{"role":"user","content":"hi"}}\n'
-
-
-def _needs() -> str | None:
-    if not Path(LIB).exists():
-        return "libfaketime is not installed (Debian's faketime)"
-    if subprocess.run(["which", "promtool"], capture_output=True).returncode != 0:
-        return "promtool is not installed (Debian's prometheus package)"
-    return None
-
-
-WHY = _needs()
-if WHY and os.environ.get("SESSIONWATCH_REQUIRE_PROMTOOL"):
-    raise RuntimeError(f"the alerts must be proven here, but {WHY}")
-pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
-
-
-@dataclass
-class Rig:
-    """A scratch home, configuration and transcript for one run."""
-
-    tmp: Path
-    extra: str = ""  # more of the configuration
-    env: dict[str, str] = field(default_factory=dict)
-    transcript: Path = Path()
-
-    def __post_init__(self) -> None:
-        self.transcript = self.tmp / "claude" / "p" / "s1.jsonl"
-        self.transcript.parent.mkdir(parents=True)
-        self.transcript.write_bytes(LINE)
-        keep = ("SESSIONWATCH_", "OPENCLAW_", "FAKETIME", "LD_PRELOAD")
-        self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(keep)},
-            "HOME": str(self.tmp / "home"),
-            "SESSIONWATCH_DB": str(self.tmp / "state.db"),
-            "SESSIONWATCH_CONFIG": str(self.tmp / "sw.toml"),
-        }
-        self.write_config()
-
-    def write_config(self) -> None:
-        (self.tmp / "sw.toml").write_text(
-            f'[roots]\nclaude = "{self.tmp / "claude"}"\n[api]\nlisten = "127.0.0.1:0"\n'
-            f'token_file = "{self.tmp / "token"}"\n{self.extra}'
-        )
-
-    def cli(self, *argv: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "monitor", *argv],
-            cwd=REPO, env=self.env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, (argv, done.stderr)
-        return done.stdout
-
-    def type(self, minute: int) -> None:
-        """A person types a prompt into the adopted session (a uuid of the minute's)."""
-        with self.transcript.open("ab") as f:
-            f.write(LINE.replace(b'"u1"', f'"m{minute}"'.encode()))
-
-    def adopt_and_watch(self) -> None:
-        self.cli("adopt", "--kind", "claude", "--path", str(self.transcript),
-                 "--session-key", KEY, "--session-id", "s1")  # fmt: skip
-        self.cli("watch", "--watcher", MAIN, "--target", KEY)
-
-    @contextlib.contextmanager
-    def serving(self, speed: int = 120) -> Iterator[Scraper]:
-        """The real serve, its clocks at ``speed`` times the speed, and a scraper of its
-        /metrics that scrapes once a minute of the serve's time."""
-        env = {**self.env, "LD_PRELOAD": LIB, "FAKETIME": f"+0 x{speed}", "FAKETIME_NO_CACHE": "1"}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "serve"],
-            cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
-        try:
-            said: list[str] = []
-            try:
-                address = served_address(proc, said)
-            except AssertionError:
-                raise AssertionError("".join(said)) from None
-            drain = threading.Thread(target=lambda: proc.stderr and proc.stderr.read())
-            drain.start()
-            token = (self.tmp / "token").read_text().strip()
-            yield Scraper(address, token, proc.pid, minute_s=60 / speed)
-        finally:
-            proc.terminate()
-            proc.wait(30)
-
-
-Series = dict[str, float]  # a series (name{labels}) and its value
-
-
-@dataclass
-class Scraper:
-    address: str
-    token: str
-    pid: int
-    minute_s: float  # a minute of the serve's time, in seconds of ours
-    scrapes: list[Series] = field(default_factory=list)
-
-    def scrape(self) -> Series:
-        request = urllib.request.Request(
-            f"{self.address}/metrics", headers={"Authorization": f"Bearer {self.token}"}
-        )
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            text = answer.read().decode()
-        found: Series = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name.startswith("sessionwatch_") and not sample.name.endswith("_created"):
-                    labels = ", ".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-                    found[f"{sample.name}{{{labels}}}"] = sample.value
-        return found
-
-    def minutes(self, n: int, during: Callable[[int], None] = lambda minute: None) -> None:
-        """``n`` scrapes, a minute of the serve's time apart."""
-        start = time.monotonic()
-        for minute in range(n):
-            during(minute)
-            self.scrapes.append(self.scrape())
-            time.sleep(max(0.0, start + (minute + 1) * self.minute_s - time.monotonic()))
-
-
-def fired(scrapes: list[Series], alert: str) -> list[dict[str, str]]:
-    """The alerts named ``alert`` that the rules fire at any minute of the run (each, once),
-    as promtool says when they are fed the scraped series, each scrape a minute apart."""
-    names = sorted({s for scrape in scrapes for s in scrape})
-    lines = ["rule_files: [" + str(RULES) + "]", "evaluation_interval: 1m", "tests:",
-             "  - interval: 1m", "    input_series:"]  # fmt: skip
-    for name in names:
-        labelled = name.replace("{", '{instance="run", ', 1).replace(", }", "}")
-        values = " ".join(_value(s.get(name)) for s in scrapes)
-        lines += [f"      - series: '{labelled}'", f"        values: '{values}'"]
-    lines.append("    alert_rule_test:")
-    for minute in range(len(scrapes)):
-        lines += [f"      - eval_time: {minute}m", f"        alertname: {alert}",
-                  "        exp_alerts: []"]  # fmt: skip
-    with tempfileish() as path:
-        path.write_text("\n".join(lines) + "\n")
-        done = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True,
-                              text=True, timeout=120, check=False)  # fmt: skip
-    if done.returncode == 0:
-        return []
-    got = re.findall(r"Labels:\{([^}]*)\}", done.stdout + done.stderr)
-    assert got, done.stdout + done.stderr  # a failure that is not a fired alert
-    labels = [dict(re.findall(r'(\w+)="([^"]*)"', g)) for g in got]
-    return [dict(t) for t in sorted({tuple(sorted(one.items())) for one in labels})]
-
-
-def _value(v: float | None) -> str:
-    if v is None:
-        return "_"  # no sample: the series was not exported at that scrape
-    return "Inf" if v == float("inf") else repr(float(v))
-
-
-@contextlib.contextmanager
-def tempfileish() -> Iterator[Path]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        yield Path(folder) / "run.test.yml"
+pytestmark = UNLESS_RUNNABLE
 
 
 # -- each rule, fired by a run; and a healthy run that fires none --------------------------
 
 
 def test_a_healthy_run_fires_no_alert(tmp_path: Path) -> None:
-    """Half an hour of a watched session that a person types into now and then: quiet."""
+    """Twenty-six minutes of a watched session that a person types into now and then: quiet."""
     rig = Rig(tmp_path)
     rig.adopt_and_watch()
 
@@ -212,8 +35,8 @@ def test_a_healthy_run_fires_no_alert(tmp_path: Path) -> None:
             rig.type(minute)
 
     with rig.serving() as scraper:
-        scraper.minutes(32, type_now_and_then)
-    for alert in _alert_names():
+        scraper.minutes(26, type_now_and_then)
+    for alert in alert_names():
         assert fired(scraper.scrapes, alert) == [], alert
 
 
@@ -246,77 +69,6 @@ def test_link_blind_fires_on_a_link_that_cannot_be_read(tmp_path: Path) -> None:
     ]
 
 
-def test_node_unreachable_fires_when_a_paired_node_stops_answering(tmp_path: Path) -> None:
-    node_root = tmp_path / "laptop" / "claude"
-    (node_root / "p").mkdir(parents=True)
-    (node_root / "p" / "n1.jsonl").write_bytes(LINE)
-    token = tmp_path / "node.token"
-    token.write_text("node-secret-" + "0" * 20 + "\n")
-    token.chmod(0o600)
-    port = _free_port()
-    node_env = {**Rig(tmp_path / "node").env}
-    (tmp_path / "node" / "sw.toml").write_text(f'[roots]\nclaude = "{node_root}"\n')
-    node = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "node", "--listen", f"127.0.0.1:{port}",
-         "--token-file", str(token)],
-        cwd=REPO, env=node_env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        served_address(node)
-        rig = Rig(tmp_path / "sidecar")
-        rig.extra = f'[nodes.laptop]\nurl = "http://127.0.0.1:{port}"\ntoken_file = "{token}"\n'
-        rig.write_config()
-        rig.cli("adopt", "--kind", "claude-node", "--path", "laptop", "--thread", "n1",
-                "--session-key", KEY)  # fmt: skip
-        rig.cli("watch", "--watcher", MAIN, "--target", KEY)
-    finally:
-        node.send_signal(signal.SIGTERM)  # the laptop sleeps
-        node.wait(30)
-    with rig.serving() as scraper:
-        scraper.minutes(16)
-    alerts = fired(scraper.scrapes, "SessionwatchNodeUnreachable")
-    assert alerts == [
-        {"alertname": "SessionwatchNodeUnreachable", "instance": "run", "severity": "warning"}
-    ]
-
-
-def test_wakes_failing_fires_when_the_gateway_refuses_every_wake(tmp_path: Path) -> None:
-    refusing = refusing_gateway()
-    try:
-        hooks_token = tmp_path / "hooks.token"
-        hooks_token.write_text("wrong-token-" + "0" * 20 + "\n")
-        hooks_token.chmod(0o600)
-        rig = Rig(tmp_path)
-        rig.extra = (
-            f'[gateway]\nhooks_url = "http://127.0.0.1:{refusing.server_port}/hooks"\n'
-            f'hooks_token_file = "{hooks_token}"\n'
-        )
-        rig.write_config()
-        rig.adopt_and_watch()
-
-        with rig.serving() as scraper:
-            scraper.minutes(24, rig.type)
-    finally:
-        refusing.shutdown()
-    assert fired(scraper.scrapes, "SessionwatchWakesFailing") == [
-        {"alertname": "SessionwatchWakesFailing", "instance": "run", "severity": "critical"}
-    ]
-
-
-def test_store_refusing_fires_while_the_database_refuses_writes(tmp_path: Path) -> None:
-    rig = Rig(tmp_path)
-    rig.adopt_and_watch()
-    conn = sqlite3.connect(tmp_path / "state.db")
-    refuse_event_inserts(conn)  # every write refused, as on a full disk
-    conn.close()
-
-    with rig.serving() as scraper:
-        scraper.minutes(12, rig.type)
-    assert fired(scraper.scrapes, "SessionwatchStoreRefusing") == [
-        {"alertname": "SessionwatchStoreRefusing", "instance": "run", "severity": "critical"}
-    ]
-
-
 def test_ticks_over_budget_fires_on_a_machine_too_slow_for_its_sessions(tmp_path: Path) -> None:
     """Two hundred watched sessions, each typed into every minute, on a machine five times
     slower than the other runs' (the serve's clocks at six hundred times the speed: each
@@ -325,7 +77,7 @@ def test_ticks_over_budget_fires_on_a_machine_too_slow_for_its_sessions(tmp_path
     files = [tmp_path / "claude" / "p" / f"m{i}.jsonl" for i in range(200)]
     for path in files:
         path.write_bytes(LINE)
-    asyncio.run(_adopt_and_watch(tmp_path, files))
+    asyncio.run(adopt_many(tmp_path, files))
 
     def type_everywhere(minute: int) -> None:
         for path in files:
@@ -339,41 +91,9 @@ def test_ticks_over_budget_fires_on_a_machine_too_slow_for_its_sessions(tmp_path
     ]
 
 
-async def _adopt_and_watch(tmp: Path, files: list[Path]) -> None:
-    """Adopt and watch many sessions at once, in this process (a command each would take
-    a minute)."""
-    from monitor.config import Config, RootsConfig
-    from monitor.kernel import Kernel, KernelSettings
-    from monitor.upstream import UpstreamMonitor
-
-    kernel = await Kernel.open(tmp / "state.db", KernelSettings())
-    try:
-        monitor = UpstreamMonitor.from_config(
-            kernel, Config(roots=RootsConfig(claude=str(tmp / "claude")))
-        )
-        for path in files:
-            key = f"agent:main:{path.stem}"
-            await monitor.adopt(
-                kind="claude", path=str(path), session_key=key, session_id=path.stem
-            )
-            await kernel.watch(watcher=MAIN, target=key)
-    finally:
-        await kernel.close()
-
-
 def test_every_shipped_rule_has_a_run_here() -> None:
     proven = {
         "SessionwatchLinkMissing", "SessionwatchLinkBlind", "SessionwatchNodeUnreachable",
         "SessionwatchWakesFailing", "SessionwatchStoreRefusing", "SessionwatchTicksOverBudget",
     }  # fmt: skip
-    assert set(_alert_names()) == proven
-
-
-def _alert_names() -> list[str]:
-    return re.findall(r"^\s+- alert: (\w+)", RULES.read_text(), re.M)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    assert set(alert_names()) == proven
