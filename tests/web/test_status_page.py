@@ -520,6 +520,7 @@ def test_the_page_holds_at_every_width_and_passes_axe(serve: Serve) -> None:
     from playwright.sync_api import sync_playwright
 
     serve.start()
+    ARTEFACTS.mkdir(exist_ok=True)
     head = "agent:main:plugin:anthropic:catalog-adopt:claude:"
     title = "rework the billing pipeline so that " * 12
     for i, digit in enumerate("abc"):
