@@ -82,6 +82,19 @@ def _lock_lines(db: Path) -> list[str] | None:
     return lines
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this pid exists on this machine (another user's too)."""
+    if pid <= 0:  # 0 and below name process groups, not a process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        return True
+    return True
+
+
 def take_instance_lock(db: Path) -> InstanceLock:
     """One ``serve`` per database, whatever path names it: an exclusive lock on
     ``<db>.lock`` beside the real file (symlinks and ``..`` resolved; it holds the pid and

@@ -44,6 +44,7 @@ from monitor.openclaw.home import (
     state_dir,
     state_dir_of,
 )
+from monitor.private import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -208,19 +209,9 @@ def running_port(install: Install) -> int | None:
             continue
         if payload.get("role", "gateway") != "gateway" or not isinstance(port, int):
             continue
-        if isinstance(pid, int) and _alive(pid) and 0 < port < 65536:
+        if isinstance(pid, int) and pid_alive(pid) and 0 < port < 65536:
             return port
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except PermissionError:  # another user's: alive
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def _host(config: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from monitor.kernel import leases as lease_rows
 from monitor.kernel.bus import Bus, OwnershipChanged
 from monitor.kernel.leases import SHARED, Lease
 from monitor.kernel.store.upgrade import release_info
+from monitor.private import pid_alive
 
 if TYPE_CHECKING:
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
@@ -170,10 +171,4 @@ def _dead_here(holder: str) -> bool:
     pid_text = rest.partition(":")[0]
     if machine != socket.gethostname() or not pid_text.isdigit():
         return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not pid_alive(int(pid_text))

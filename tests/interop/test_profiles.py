@@ -24,6 +24,7 @@ import pytest
 from tests.helpers import REPO
 from tests.interop import NODE, OPENCLAW, unless_runnable
 from tests.interop.gateway_rig import ANSI, QUIET, free_port, http, wait_for, why_not_runnable
+from tests.test_openclaw_files import sw
 
 WHY = why_not_runnable()
 pytestmark = unless_runnable(WHY)
@@ -102,15 +103,7 @@ def _sidecar_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def _doctor(env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "monitor", "doctor"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = sw(env, "doctor")
     assert "Traceback" not in done.stderr, done.stderr
     return done.stdout
 
