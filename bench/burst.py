@@ -49,7 +49,7 @@ async def main(mib: int, samples: int) -> None:
             path = Path(config.roots.claude) / "burst.jsonl"
             path.write_bytes(user_line("first", "u0"))
             key = "agent:main:burst"
-            await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=key)
+            await sidecar.monitor.adoption.adopt(kind="claude", path=str(path), session_key=key)
             await sidecar.kernel.watch(watcher=MAIN, target=key)
             burst = b"".join(output_line(n, 64 * 1024) for n in range(mib * 16))
             plain, behind = [], []

@@ -48,7 +48,7 @@ async def main(db, root, n):
     monitor = UpstreamMonitor.from_config(kernel, Config(roots=RootsConfig(claude=root)))
     for i in range(n):
         key = f"agent:main:idle:{i}"
-        await monitor.adopt(kind="claude", path=f"{root}/s{i}.jsonl", session_key=key)
+        await monitor.adoption.adopt(kind="claude", path=f"{root}/s{i}.jsonl", session_key=key)
         await kernel.watch(watcher="agent:main:main", target=key)
     await kernel.close()
 

@@ -271,9 +271,9 @@ async def bench_tick(tmp: Path, n: int) -> tuple[float, float]:
 
     await kernel.store.write(seed)
     monitor = UpstreamMonitor.from_config(kernel, Config(roots=RootsConfig(claude=str(root))))
-    await monitor.tick()  # warm the page cache once, as a running service would be
+    await monitor.ticker.tick()  # warm the page cache once, as a running service would be
     start = time.perf_counter()
-    results = await monitor.tick()
+    results = await monitor.ticker.tick()
     elapsed = time.perf_counter() - start
     assert len(results) == n and all(r.outcome == "quiet" for r in results)
     start = time.perf_counter()

@@ -231,7 +231,7 @@ async def adopt_many(tmp: Path, files: list[Path]) -> None:
         )
         for path in files:
             key = f"agent:main:{path.stem}"
-            await monitor.adopt(
+            await monitor.adoption.adopt(
                 kind="claude", path=str(path), session_key=key, session_id=path.stem
             )
             await kernel.watch(watcher=MAIN, target=key)

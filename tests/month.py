@@ -27,6 +27,7 @@ from typing import Any
 from monitor.clock import DAY_MS
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
+from monitor.kernel.bus import OwnershipChanged
 from monitor.kernel.drafts import make_draft
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.retention import CURSOR_IDLE_MS, MAX_ROWS, RETENTION_MS
@@ -120,10 +121,13 @@ async def simulate(work: Path, days: int = 35) -> Report:
         for name, path in files.items():
             path.write_bytes(user_line("the first prompt", f"{name}-0"))
             key = f"agent:main:adopted:{name}"
-            await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=name)
+            await monitor.adoption.adopt(
+                kind="claude", path=str(path), session_key=key, session_id=name
+            )
             await kernel.watch(watcher=MAIN, target=key)
             report.turns[key] = 0
-        leases: HostLeases | None = None
+        held: list[bool] = []  # ticks:shared, as the leases said it on the bus
+        kernel.bus.subscribe(OwnershipChanged, lambda change: held.append(change.shared))
         for day in range(days):
             await timers.advance(T0 + day * DAY_MS + 9 * 3600_000 - clock.now)  # 09:00 of the day
             start = len(woken)
@@ -143,7 +147,7 @@ async def simulate(work: Path, days: int = 35) -> Report:
                     with path.open("ab") as f:
                         f.write(user_line(f"day {day}", f"{name}-{day + 1}"))
             await timers.advance(60_000)
-            for result in await monitor.tick():
+            for result in await monitor.ticker.tick():
                 if result.outcome == "activity":
                     report.turns[result.session_key] += result.turns
                 if result.reason == "upstream_missing recorded":
@@ -217,7 +221,7 @@ async def simulate(work: Path, days: int = 35) -> Report:
             "status-page tickets and cookies": len(admissions.tickets) + len(admissions.sessions),
         }
         report.links_left = sorted(v.link.session_key for v in await monitor.links())
-        report.shared_held = leases is not None and leases.holds_shared()
+        report.shared_held = held[-1:] == [True]
         report.wake_times = woken
     finally:
         await delivery.close()

@@ -226,7 +226,9 @@ async def test_a_prompt_is_recorded_by_the_early_check_of_either_watcher(
         assert sidecar is not None
         path = Path(config.roots.claude) / "s.jsonl"
         path.write_bytes(user_line("first", "u0"))
-        await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s")
+        await sidecar.monitor.adoption.adopt(
+            kind="claude", path=str(path), session_key=KEY, session_id="s"
+        )
         await sidecar.kernel.watch(watcher=MAIN, target=KEY)
         await asyncio.sleep(0.3)  # the watch armed (what came before is caught up anyway)
         with path.open("ab") as f:

@@ -298,7 +298,7 @@ def _monitor(kernel: Kernel, a: Args) -> UpstreamMonitor:
     roots=True,
 )
 async def _adopt(kernel: Kernel, a: Args) -> dict[str, Any]:
-    adopted = await _monitor(kernel, a).adopt_source(
+    adopted = await _monitor(kernel, a).adoption.adopt_source(
         session_key=a.session_key,
         agent_id=a.agent,
         session_id=a.session_id,
@@ -348,7 +348,7 @@ async def _links(kernel: Kernel, a: Args) -> dict[str, Any]:
     roots=True,
 )
 async def _tick(kernel: Kernel, a: Args) -> dict[str, Any]:
-    return {"outcomes": [wire.link_result(r) for r in await _monitor(kernel, a).tick()]}
+    return {"outcomes": [wire.link_result(r) for r in await _monitor(kernel, a).ticker.tick()]}
 
 
 @command(
@@ -366,7 +366,7 @@ async def _tick(kernel: Kernel, a: Args) -> dict[str, Any]:
     reads="scratch",  # the native sessions are listed before any database exists
 )
 async def _catalog(kernel: Kernel, a: Args) -> dict[str, Any]:
-    found = await _monitor(kernel, a).catalog(
+    found = await _monitor(kernel, a).sessions.find(
         a.kind, cwd=a.cwd, since=a.since, search=a.search, limit=a.limit
     )
     if a.json:

@@ -35,6 +35,7 @@ not listen); :func:`page_kinds` lists the kinds it listens to.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 
 from monitor.lazylog import LazyLogger
@@ -306,19 +307,16 @@ def page_kinds() -> tuple[type[Change], ...]:
 
 
 class Subscription:
-    """A callback's subscription to some kinds; :meth:`unsubscribe` ends it (also on leaving
-    a ``with`` block)."""
+    """A registration on the bus (a callback's subscription to some kinds, a source's
+    start); :meth:`unsubscribe` ends it (also on leaving a ``with`` block)."""
 
-    __slots__ = ("_bus", "_callback", "_kinds")
+    __slots__ = ("_undo",)
 
-    def __init__(self, bus: Bus, kinds: tuple[type[Change], ...], callback: Any) -> None:
-        self._bus, self._kinds, self._callback = bus, kinds, callback
+    def __init__(self, undo: Callable[[], None]) -> None:
+        self._undo = undo
 
     def unsubscribe(self) -> None:
-        for kind in self._kinds:
-            callbacks = self._bus._subscribers.get(kind, [])
-            if self._callback in callbacks:
-                callbacks.remove(self._callback)
+        self._undo()
 
     def __enter__(self) -> Subscription:
         return self
@@ -344,7 +342,13 @@ class Bus:
             start = self._first.get(kind)
             if start is not None:
                 start()
-        return Subscription(self, kinds, callback)
+        return Subscription(functools.partial(self._unsubscribe, kinds, callback))
+
+    def _unsubscribe(self, kinds: tuple[type[Change], ...], callback: Any) -> None:
+        for kind in kinds:
+            callbacks = self._subscribers.get(kind, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
 
     def publish(self, change: Change) -> None:
         """Hand ``change`` to its kind's subscribers, then to those of every kind
@@ -360,12 +364,18 @@ class Bus:
         """Whether anyone listens for ``kind`` (a publisher may skip building it)."""
         return bool(self._subscribers.get(kind) or self._subscribers.get(Change))
 
-    def on_first(self, kind: type[Change], start: Callable[[], object]) -> None:
-        """Call ``start`` whenever ``kind`` gets a subscriber (it must be idempotent): a
-        source of changes that costs something runs only once someone listens."""
+    def on_first(self, kind: type[Change], start: Callable[[], object]) -> Subscription:
+        """Call ``start`` whenever ``kind`` gets a subscriber (it must be idempotent), until
+        the :class:`Subscription` ends: a source of changes that costs something runs only
+        once someone listens."""
         self._first[kind] = start
         if self.wants(kind):
             start()
+        return Subscription(functools.partial(self._no_first, kind, start))
+
+    def _no_first(self, kind: type[Change], start: Callable[[], object]) -> None:
+        if self._first.get(kind) is start:
+            del self._first[kind]
 
     def listen(self, kinds: Iterable[type[Change]], *, keep: int = 1024) -> Listening:
         """The changes of ``kinds`` from now on, to iterate or wait for (see

@@ -6,14 +6,13 @@ gateway sharing the file), or the count of PostgreSQL's notices of other stores 
 sidecar on any host). This process's own commits are on the bus as they happen
 (:mod:`monitor.kernel.bus`). :class:`ChangeHub` looks at the version when the store says it may
 have moved: on SQLite on Linux when the database or its WAL was written (inotify), elsewhere
-every ``POLL_S``, and at once on PostgreSQL's notice; in one task, counts each move (a
-:class:`monitor.pulse.Pulse`) and publishes :class:`monitor.kernel.bus.StoreMoved`, which so means
-another process's commit, and only that. So N readers listening cost the store no more
-looks than one.
+every ``POLL_S``, and at once on PostgreSQL's notice; in one task, counts each move and
+publishes :class:`monitor.kernel.bus.StoreMoved`, which so means another process's commit,
+and only that. So N readers listening cost the store no more looks than one.
 
-The hub's task starts when :class:`~monitor.kernel.bus.StoreMoved` is first listened for, and ends
-with the kernel. Without an event loop a waiter looks itself, the same way
-(:meth:`ChangeHub.after`).
+The hub's task starts when :class:`~monitor.kernel.bus.StoreMoved` is first listened for
+(:meth:`monitor.kernel.bus.Bus.on_first`), and ends with the kernel, its registration on the
+bus with it.
 """
 
 from __future__ import annotations
@@ -40,9 +39,7 @@ KEEPALIVE_S = 15.0
 
 
 class ChangeHub:
-    def __init__(
-        self, store: StateStore, bus: Bus | None = None, *, poll_s: float = POLL_S
-    ) -> None:
+    def __init__(self, store: StateStore, bus: Bus, *, poll_s: float = POLL_S) -> None:
         self._store = store
         self._bus = bus
         self._poll_s = poll_s
@@ -50,8 +47,7 @@ class ChangeHub:
         self._closed = False
         self.moves = 0  # how often another process's commit was heard
         self.looks = 0  # how often the store was looked at (its cost, in tests and benches)
-        if bus is not None:  # watching starts with the first to listen
-            bus.on_first(StoreMoved, self._start)
+        self._first = bus.on_first(StoreMoved, self._start)  # the first to listen starts it
 
     def _start(self) -> None:
         """Start watching (once): every change after this call is heard. The version is
@@ -99,14 +95,14 @@ class ChangeHub:
         if now == before or now is None:
             return
         self.moves += 1
-        if self._bus is not None:
-            self._bus.publish(StoreMoved(self.moves))
+        self._bus.publish(StoreMoved(self.moves))
 
     async def close(self) -> None:
         """Stop watching. The loop also ends by itself at its next look: Python 3.11's
         ``wait_for`` (PostgreSQL's ``changed``) can swallow a cancellation that lands as the
         change does."""
         self._closed = True
+        self._first.unsubscribe()
         task, self._task = self._task, None
         if task is not None:
             import asyncio

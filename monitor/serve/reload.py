@@ -1,15 +1,18 @@
 """``SIGHUP`` (and ``systemctl reload``): read the configuration again, without a restart.
 
-Each part says which of its fields apply live (:class:`LiveConfig`): the upstream monitor
-its roots and nodes (the adapters are built again), the hooks client ``[gateway]`` (while
-the service wakes a gateway), the tick schedule ``[monitor] interval_s`` (from the next
-tick on) and :class:`LogLevel` ``[log] level``. A reload applies those, and names field by
-field what changed but waits for a restart (the store, ``[api]``, the monitor's other
-settings, the session rules, the host id). A file that does not parse, or names roots or
-nodes the formats refuse, is refused, said once, and the configuration in force stays.
+Each running part says which of its fields apply live, checking them as it does
+(:class:`LiveConfig`): the upstream monitor its roots and nodes (the adapters are built
+again; roots or nodes the formats refuse refuse the file), the hooks client ``[gateway]``
+(while the service wakes a gateway), the tick schedule ``[monitor] interval_s`` (from the
+next tick on) and :class:`LogLevel` ``[log] level``. A reload applies those, and names field
+by field what changed but waits for a restart (the store, ``[api]``, the monitor's other
+settings, the session rules, the host id). A file that does not parse, or that a part
+refuses, is refused, said once, and the configuration in force stays.
 
-The configuration in force is a component (:class:`ConfigInForce`): on ``SIGHUP`` it reads,
-validates and diffs the file (:func:`reload`) and publishes
+The configuration in force is a component (:class:`ConfigInForce`): on ``SIGHUP`` it reads
+the file, asks each running part that applies configuration live (those of the service's
+:class:`~monitor.serve.components.Parts`, none listed by hand), diffs (:func:`reload`) and
+publishes
 :class:`~monitor.kernel.bus.ConfigReloaded` (the old one and the new) on the bus; each part
 applies its own fields when it hears it.
 """
@@ -20,27 +23,28 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
-from adapters.registry import build_adapters, roots_of
+from adapters.registry import roots_of
 from monitor.config import Config, RootsConfig, load_config
 from monitor.errors import BadInput, ConfigError, SessionwatchError
 from monitor.kernel.bus import Bus, ConfigReloaded
-from monitor.upstream.configured import adapter_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
     from contextlib import AsyncExitStack
 
 log = logging.getLogger(__name__)
 
 
+@runtime_checkable
 class LiveConfig(Protocol):
     """A part that applies some of its configuration live, on :class:`ConfigReloaded`."""
 
     def live_fields(self, new: Config) -> tuple[str, ...]:
         """The fields of ``new`` it applies when reloaded to it: ``section`` (all of it) or
-        ``section.field``; none when it cannot take ``new`` live (said why, once)."""
+        ``section.field``; none when it cannot take ``new`` live (said why, once). Raises
+        :class:`~monitor.errors.SessionwatchError` when ``new`` must be refused whole."""
         ...
 
 
@@ -81,19 +85,20 @@ class Reloaded(NamedTuple):
 class ConfigInForce:
     """The configuration in force (:attr:`config`); with ``hangup``, ``SIGHUP`` reads
     ``path`` again (None: ``$SESSIONWATCH_CONFIG``, else the defaults, as at start) and
-    publishes what changed; ``parts`` say which of their fields apply live."""
+    publishes what changed; each of ``parts`` that is a :class:`LiveConfig` says which of
+    its fields apply live (the service's running parts: read at each reload)."""
 
     def __init__(
         self,
         config: Config,
         path: Path | str | None,
         *,
-        parts: Iterable[LiveConfig] = (),
+        parts: Sequence[object] = (),
         hangup: bool = False,
     ) -> None:
         self.config = config
         self.path = path
-        self.parts = tuple(parts)
+        self.parts = parts
         self.hangup_reloads = hangup
         self._bus: Bus | None = None
 
@@ -108,7 +113,7 @@ class ConfigInForce:
 
     def hangup(self) -> None:
         old = self.config
-        done = reload(old, self.path, self.parts)
+        done = reload(old, self.path, [p for p in self.parts if isinstance(p, LiveConfig)])
         if done is None:
             return
         self.config = done.config
@@ -143,19 +148,6 @@ def _level(name: str) -> int:
     return int(logging.getLevelName(name.upper()))
 
 
-def _checked(path: Path | str | None, current: Config) -> Config | None:
-    """The file read and checked as far as a reload needs; None (said) when it is refused."""
-    try:
-        new = load_config(path)
-        roots_of(new.roots.given)  # its [roots] keys are the formats' own
-        if (new.roots, new.nodes) != (current.roots, current.nodes):
-            build_adapters(adapter_settings(new))  # what the monitor builds: refused here
-    except (ConfigError, BadInput, SessionwatchError) as exc:
-        log.error("configuration not reloaded, the one in force stays: %s", exc)
-        return None
-    return new
-
-
 def _covered(field: str, live: set[str]) -> bool:
     return field in live or field.partition(".")[0] in live
 
@@ -178,11 +170,14 @@ def reload(
 ) -> Reloaded | None:
     """What a reload to the file changes: the fields the parts apply live, taken from it,
     and those that wait for a restart (the running values stay). None when the file is
-    refused (said)."""
-    new = _checked(path, current)
-    if new is None:
+    refused (said): it does not parse, or a part refuses it."""
+    try:
+        new = load_config(path)
+        roots_of(new.roots.given)  # its [roots] keys are the formats' own
+        live = {f for part in parts for f in part.live_fields(new)}
+    except (ConfigError, BadInput, SessionwatchError) as exc:
+        log.error("configuration not reloaded, the one in force stays: %s", exc)
         return None
-    live = {f for part in parts for f in part.live_fields(new)}
     changed = list(changed_fields(current, new))
     applied = [f for f in changed if _covered(f, live)]
     restart = [f for f in changed if not _covered(f, live)]

@@ -62,7 +62,7 @@ from monitor.upstream import UpstreamMonitor
 from monitor.upstream.configured import nodes_of, root_paths
 from monitor.upstream.host_leases import HostLeases, ttl_for
 from monitor.upstream.links import delete_links
-from monitor.web.api import build_app
+from monitor.web.api import BUS, build_app
 from monitor.web.common import start_site
 from monitor.web.node import build_node_app, present
 from monitor.web.openapi import VERSION
@@ -132,6 +132,7 @@ class ApiSite:
         self.addresses: list[str] = []  # once it listens
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        self.app[BUS] = bus  # the notice stream listens on it
         self.addresses = await start_site(
             stack, self.app, self.listen, "[api] listen", self.allowed
         )
@@ -276,9 +277,9 @@ async def running(
         leases = _host_leases(kernel, config, metrics)
         monitor = UpstreamMonitor.from_config(kernel, config, metrics=metrics)
         ticks = Ticks(
-            kernel,
-            monitor,
+            monitor.ticker,
             metrics,
+            timers,
             interval_s=config.monitor.interval_s,
             initial_delay_s=config.monitor.initial_delay_s,
         )
@@ -286,7 +287,7 @@ async def running(
         configuration = ConfigInForce(
             config,
             config_path,
-            parts=(monitor, ticks, level, *([waker] if waker else [])),
+            parts=parts.order,  # those running when a reload comes
             hangup=hangup,
         )
         titles = TitleReader(catalog_titles(monitor))
@@ -308,7 +309,8 @@ async def running(
         )
         service: list[Component] = [
             page,  # hears from the start: the sweep, each tick, each wake
-            monitor,  # before the leases: it hears their first word
+            monitor,
+            monitor.ticker,  # before the leases: it hears their first word
             *([waker] if waker else []),  # closed after delivery stopped
             *([delivery] if delivery else []),  # before the sweep: it wakes what it finds
             *([leases] if leases else []),  # released after the tick in flight

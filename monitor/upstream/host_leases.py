@@ -67,9 +67,6 @@ class HostLeases:
     def name(self) -> str:
         return f"host:{self.host}"
 
-    def holds_shared(self) -> bool:
-        return self._shared
-
     async def _take(self, name: str) -> Lease:
         return await self.kernel.commit(
             lambda r: lease_rows.take(

@@ -1,6 +1,8 @@
-"""The upstream monitor: adoption, the catalog, the tick and link administration, each in its
-own module over one set of adapters built from the registry, and offered here by name (the
-parts' own methods: no signature is written twice).
+"""The upstream monitor: the upstream parts over one set of adapters built from the
+registry (:class:`~monitor.upstream.configured.Adapters`), and link administration. Each
+part is called as itself, never through a name given here: ``monitor.ticker`` runs ticks
+(a part of the service of its own), ``monitor.sessions`` is the catalog, ``monitor.adoption``
+adopts; the monitor lists, counts and unlinks links, and replaces the adapters on a reload.
 
 Per link, what a tick found is settled in one transaction (:mod:`monitor.upstream.settle`):
 the ``human_direct_message`` (or ``upstream_missing``) event and the marker (or link
@@ -15,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Adapter
 from adapters.registry import entry
-from monitor.config import Config
+from monitor.config import Config, NodeConfig, RootsConfig
 from monitor.kernel import Kernel
-from monitor.kernel.bus import ConfigReloaded, LinksChanged, OwnershipChanged, WatchedMayDiffer
+from monitor.kernel.bus import ConfigReloaded, LinksChanged, WatchedMayDiffer
 from monitor.kernel.cursors import watched_targets
 from monitor.kernel.keys import normalize_key, session_scope
 from monitor.upstream import links
@@ -36,9 +38,10 @@ if TYPE_CHECKING:
 
 
 class UpstreamMonitor:
-    """Adopts native sources and runs ticks; one tick at a time."""
+    """The upstream parts over one set of adapters, and the links' administration."""
 
     bus: Bus  # handed at start (a one-shot command's monitor is never started)
+    configured: tuple[RootsConfig, Mapping[str, NodeConfig]] | None = None  # built from these
 
     def __init__(
         self,
@@ -64,13 +67,6 @@ class UpstreamMonitor:
         )
         self.sessions = SessionCatalog(kernel, adapters)
         self.adoption = Adoption(kernel, adapters, self.sessions, host=settings.host)
-        # what the parts offer, named here once (their signatures are theirs alone)
-        self.tick = self.ticker.tick
-        self.catalog = self.sessions.find
-        self.titles = self.sessions.titles
-        self.adopt = self.adoption.adopt
-        self.adopt_catalog = self.adoption.adopt_catalog
-        self.adopt_source = self.adoption.adopt_source
 
     @classmethod
     def from_config(
@@ -81,7 +77,7 @@ class UpstreamMonitor:
         metrics: Metrics | None = None,
     ) -> UpstreamMonitor:
         m = config.monitor
-        return cls(
+        monitor = cls(
             kernel,
             Adapters.of(config),
             TickSettings(
@@ -92,18 +88,21 @@ class UpstreamMonitor:
             ),
             metrics=metrics,
         )
+        monitor.configured = (config.roots, config.nodes)
+        return monitor
 
     # -- links -------------------------------------------------------------------------
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
-        """Hear its section of each reload, and who ticks the links without a host, until
-        ``stack`` closes (started before the leases, whose first word it must hear)."""
+        """Hear its section of each reload until ``stack`` closes."""
         self.bus = bus
         stack.enter_context(bus.subscribe(ConfigReloaded, self._reloaded))
-        stack.enter_context(bus.subscribe(OwnershipChanged, self.ticker.owned))
 
     def live_fields(self, new: Config) -> tuple[str, ...]:
-        """The roots and the nodes apply live: the adapters are built again from them."""
+        """The roots and the nodes apply live: the adapters are built again from them. New
+        ones the formats refuse refuse the file (raised here, before any part applies it)."""
+        if (new.roots, new.nodes) != self.configured:
+            Adapters.of(new)
         return ("roots", "nodes")
 
     def _reloaded(self, change: ConfigReloaded) -> None:
@@ -117,6 +116,7 @@ class UpstreamMonitor:
         """New roots and nodes: the adapters are built again and replace the old whole
         (a tick in flight finishes with the adapters it started with)."""
         self.adapters.replace(Adapters.of(config))
+        self.configured = (config.roots, config.nodes)
         self.bus.publish(WatchedMayDiffer())
 
     async def links(self) -> list[links.LinkView]:

@@ -30,6 +30,9 @@ from monitor.upstream.links import UpstreamLink
 from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult, settle
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
+    from monitor.kernel.bus import Bus
     from monitor.kernel.store.protocol import Conn
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
@@ -178,8 +181,15 @@ class Ticker:
         self._ambiguous_logged: set[str] = set()
         self.writes = TickWrites(kernel, settings.missing_threshold, metrics)
 
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        """Hear who ticks the links without a host until ``stack`` closes (started before
+        the leases, whose first word it must hear). The tick in flight is waited for by
+        whoever runs the ticks (:meth:`done`), before the leases are let go."""
+        stack.enter_context(bus.subscribe(OwnershipChanged, self.owned))
+
     @property
     def busy(self) -> bool:
+        """A tick runs."""
         return self._lock.locked()
 
     async def done(self) -> None:
@@ -224,8 +234,7 @@ class Ticker:
         return holder is not None and lease_rows.holds(conn, SHARED_LEASE, holder)
 
     def owned(self, change: OwnershipChanged) -> None:
-        """This sidecar's leases said who ticks the links without a host (the upstream
-        monitor hears it for it)."""
+        """This sidecar's leases said who ticks the links without a host."""
         self._leased = True
         self._shared_holder = change.holder if change.shared else None
 

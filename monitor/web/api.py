@@ -20,7 +20,7 @@ from aiohttp import web
 from adapters.base import own_text_hash
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
-from monitor.kernel.bus import NOTICE_CHANGES
+from monitor.kernel.bus import NOTICE_CHANGES, Bus
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.events import EventKind, lacks_via, refuse_a_mistyped_via
 from monitor.kernel.feed import NoticeFeed
@@ -270,6 +270,7 @@ async def _follow(request: web.Request, after: int | None) -> tuple[list[dict[st
 
 
 STREAMS = web.AppKey("streams", asyncio.Event)  # set when the service stops
+BUS = web.AppKey("bus", Bus)  # the service's, handed to the site at its start
 
 
 @routes.get("/v1/watchers/{key}/notices/stream")
@@ -278,7 +279,7 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
     ``{"target", "text"}``), pending ones first, and a keep-alive comment every 15 s. It
     peeks; draining stays an explicit call (see :mod:`monitor.kernel.feed`)."""
     await _pending(request, drain=False)  # a bad key or query is a 400 before the stream
-    kernel, stopping = request.app[KERNEL], request.app[STREAMS]
+    stopping, bus = request.app[STREAMS], request.app[BUS]
     feed = NoticeFeed()
     loop = asyncio.get_running_loop()
     response = web.StreamResponse(
@@ -287,7 +288,7 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     changed, written = True, loop.time()
     try:
-        async with kernel.bus.listen(NOTICE_CHANGES) as heard:  # from before the first read
+        async with bus.listen(NOTICE_CHANGES) as heard:  # from before the first read
             while not stopping.is_set():
                 if changed:
                     heard.pending()  # what the read below sees
@@ -309,7 +310,7 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
 @routes.get("/v1/catalog")
 async def catalog(request: web.Request) -> web.Response:
     q = query(request, CatalogQuery)
-    found = await request.app[MONITOR].catalog(
+    found = await request.app[MONITOR].sessions.find(
         kind=given(q.kind),
         cwd=given(q.cwd),
         since=given(q.since),
@@ -322,7 +323,7 @@ async def catalog(request: web.Request) -> web.Response:
 @routes.post("/v1/links")
 async def post_link(request: web.Request) -> web.Response:
     data = await decoded(request, LinkIn)
-    adopted = await request.app[MONITOR].adopt_source(
+    adopted = await request.app[MONITOR].adoption.adopt_source(
         session_key=data.session_key,
         agent_id=data.agent_id,
         session_id=data.session_id,

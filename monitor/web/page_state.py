@@ -309,7 +309,7 @@ class PageState:
         """The page's rows, each with its session's own title, read from its source where
         its format can, else the catalog's (asked for in the background)."""
         try:
-            titles = await self.monitor.titles([v.link for v in shown])
+            titles = await self.monitor.sessions.titles([v.link for v in shown])
         except SessionwatchError:
             titles = {}
         untitled = {v.link.thread_id for v in shown if v.link.key not in titles}

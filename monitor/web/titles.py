@@ -79,7 +79,7 @@ def catalog_titles(monitor: UpstreamMonitor) -> Callable[[], Awaitable[dict[str,
     """The titles the catalog reads, by native thread id."""
 
     async def read() -> dict[str, str]:
-        found = await monitor.catalog()
+        found = await monitor.sessions.find()
         return {e.native_id: e.title or "" for e in found.entries if e.native_id}
 
     return read

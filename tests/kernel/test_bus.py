@@ -87,14 +87,16 @@ async def test_a_listener_is_told_and_keeps_what_it_has_not_read() -> None:
     assert not bus.wants(StoreMoved)  # it ended with the block
 
 
-def test_a_source_starts_with_its_first_listener() -> None:
+def test_a_source_starts_with_its_first_listener_until_its_registration_ends() -> None:
     bus, started = Bus(), []
-    bus.on_first(StoreMoved, lambda: started.append(1))
-    assert [] == started
-    bus.subscribe(TickRan, lambda _: None)
-    assert [] == started
+    with bus.on_first(StoreMoved, lambda: started.append(1)):
+        assert [] == started
+        bus.subscribe(TickRan, lambda _: None)
+        assert [] == started
+        bus.listen((StoreMoved,))
+        assert [1] == started
     bus.listen((StoreMoved,))
-    assert [1] == started
+    assert [1] == started  # ended with its block
 
 
 def test_a_subscriber_to_change_hears_every_kind_once() -> None:

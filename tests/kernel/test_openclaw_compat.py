@@ -254,7 +254,9 @@ async def test_adopted_file_links_use_openclaws_vocabulary(
     path.write_bytes(orjson.dumps(first) + b"\n" if first else b"")
     monitor = await open_monitor(db_path, roots, clock)
     try:
-        result = wire.adopted(await monitor.adopt(kind=kind, path=str(path), session_key=KEY))
+        result = wire.adopted(
+            await monitor.adoption.adopt(kind=kind, path=str(path), session_key=KEY)
+        )
     finally:
         await monitor.kernel.close()
     assert result["declined"] is None
@@ -328,7 +330,7 @@ async def test_an_opencode_link_openclaw_wrote_reads_the_configured_database(
     try:
         assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
         oc.prompt("ses_1", "typed in opencode")
-        assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+        assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     finally:
         await monitor.kernel.close()
 
@@ -363,7 +365,7 @@ async def test_links_openclaw_wrote_continue_and_foreign_ones_are_left_alone(
     try:
         for key in (KEY, codex, remote):
             assert await monitor.kernel.watch(watcher=MAIN, target=key)
-        results = {r.session_key: r for r in await monitor.tick()}
+        results = {r.session_key: r for r in await monitor.ticker.tick()}
         assert ("activity", 1) == (results[KEY].outcome, results[KEY].turns)
         assert "inconclusive" == results[codex].outcome
         assert "left to the gateway" in (results[codex].reason or "")
@@ -371,7 +373,7 @@ async def test_links_openclaw_wrote_continue_and_foreign_ones_are_left_alone(
         assert "skipped" == foreign.outcome
         assert foreign.reason is not None and "foreign" in foreign.reason
         for _ in range(3):
-            await monitor.tick()
+            await monitor.ticker.tick()
         listed = {x["sessionKey"]: x for x in wire.links(await monitor.links())}
         assert (listed[remote]["foreign"], listed[codex]["foreign"]) == (True, False)
         assert listed[KEY]["foreign"] is False
@@ -393,11 +395,13 @@ async def test_the_dedupe_key_uses_openclaws_source_key(
     monitor = await open_monitor(db_path, roots, clock)
     try:
         wire.adopted(
-            await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+            await monitor.adoption.adopt(
+                kind="claude", path=str(path), session_key=KEY, session_id="s1"
+            )
         )
         assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
         path.write_bytes(user_line("hello"))
-        await monitor.tick()
+        await monitor.ticker.tick()
     finally:
         await monitor.kernel.close()
     ref = orjson.dumps({"filePath": os.path.realpath(path)}).decode()

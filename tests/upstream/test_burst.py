@@ -34,7 +34,9 @@ async def test_a_prompt_behind_eight_mib_of_output_is_recorded_before_any_tick(
         assert sidecar is not None
         path = Path(config.roots.claude) / "burst.jsonl"
         path.write_bytes(user_line("first", "u0"))
-        await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="b")
+        await sidecar.monitor.adoption.adopt(
+            kind="claude", path=str(path), session_key=KEY, session_id="b"
+        )
         await sidecar.kernel.watch(watcher=MAIN, target=KEY)
         with path.open("ab") as f:  # 8 MiB of output, then the prompt, in one write
             f.write(b"".join(output_line(n, 64 * 1024) for n in range(128)))

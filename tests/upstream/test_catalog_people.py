@@ -129,7 +129,7 @@ async def test_adoption_through_the_api_yields_a_monitored_session(
     await client.call("POST", "/v1/watches", {"watcher": WATCHER, "target": key})
     with path.open("ab") as f:
         f.write(b'{"type":"user","uuid":"t","message":{"role":"user","content":"typed"}}\n')
-    await client.sidecar.monitor.tick()  # or file watching's early check got there first
+    await client.sidecar.monitor.ticker.tick()  # or file watching's early check got there first
     events = await client.sidecar.kernel.recent_events(key)
     assert 1 == sum(e.kind == "human_direct_message" for e in events)
     status, session = await client.call("PUT", f"/v1/sessions/{key}", {})

@@ -193,14 +193,14 @@ async def test_the_gateways_codex_link_is_recorded_as_its_monitor_would(rig: Any
     # a prompt, and a steer in the same turn: one record of two, named as the gateway names it
     install.codex_types_until(2)
     second = turn_ids(install.source)[1]
-    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     assert install.records() == [(f"{prefix}{second}:2", 2)]
     assert install.marker() == {"turnId": second, "userMessageCount": 2}
 
     # the gateway's own prompt is not a person's; the marker still moves
     install.gateway_said("third prompt")
     install.codex_types_until(3)
-    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     third = turn_ids(install.source)[2]
     assert install.marker() == {"turnId": third, "userMessageCount": 1}
 
@@ -215,14 +215,14 @@ async def test_the_gateways_codex_link_is_recorded_as_its_monitor_would(rig: Any
     install.gateway_materializes_the_branch()
     install.codex_types_until(5)
     branch_turn = turn_ids(install.branch)[-1]
-    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     fifth = orjson.loads(install.source_lines[-1])["payload"]["turn_id"]
     assert install.records()[-2:] == [
         (f"{prefix}{branch_turn}:1", 1),
         (f"upstream-source:{KEY}:{link.source_key}:{fifth}:1", 1),
     ]
     assert install.marker() == {"turnId": branch_turn, "userMessageCount": 1}
-    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     assert len(install.records()) == 3
 
     # file watching names the branch's rollout now, and the source's, which is followed
@@ -248,15 +248,15 @@ async def test_a_person_typing_in_the_source_after_the_branch_is_recorded_once(
 
     # the first look after the branch: the branch's turn (typed there) on the gateway's
     # marker; the source is followed from the turn that marker named, with nothing after
-    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     assert not any(k.startswith("upstream-source:") for k, _ in install.records())
     gateways = install.marker()
     typed = install.person_types_into_source(1)
-    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     source_key = f"upstream-source:{KEY}:{link.source_key}:{typed}:1"
     assert install.records()[-1] == (source_key, 1)
     assert install.marker() == gateways  # the gateway's marker is the gateway's
-    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     assert 1 == sum(k.startswith("upstream-source:") for k, _ in install.records())
     # the marker is kept beside this branch only: beside another (the gateway read the
     # source between the two), following begins again where the link then stands
@@ -281,13 +281,13 @@ async def test_a_person_typing_in_the_source_after_the_branch_is_recorded_once(
             try:
                 roots = RootsConfig(codex=str(install.home / "sessions"))
                 second = UpstreamMonitor.from_config(other, Config(roots=roots))
-                assert [1] == [r.turns for r in await second.tick()]
+                assert [1] == [r.turns for r in await second.ticker.tick()]
             finally:
                 await other.close()
         return outcomes
 
     adapter.check = other_first
-    results = await monitor.tick()
+    results = await monitor.ticker.tick()
     assert [("quiet", 0)] == [(r.outcome, r.turns) for r in results]
     keys = [k for k, _ in install.records() if k.startswith("upstream-source:")]
     assert keys == [source_key, f"upstream-source:{KEY}:{link.source_key}:{again}:1"]
@@ -303,7 +303,7 @@ async def test_a_binding_of_another_generation_leaves_the_source_probed(rig: Any
     assert await kernel.watch(watcher=MAIN, target=KEY)
     install.gateway_materializes_the_branch(session_id="an-earlier-session")
     install.codex_types_until(2)
-    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("activity", 2)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     assert install.marker() == {"turnId": turn_ids(install.source)[1], "userMessageCount": 2}
 
 
@@ -340,7 +340,7 @@ async def test_whichever_sees_a_prompt_first_records_it_once(rig: Any) -> None:
         return outcomes
 
     adapter.check = gateway_first
-    results = await monitor.tick()
+    results = await monitor.ticker.tick()
     assert [r.outcome for r in results] == ["quiet"]
     assert [n for _, n in install.records()] == [2]
 
@@ -355,11 +355,11 @@ async def test_a_link_waits_while_the_gateway_holds_its_bindings_lease(rig: Any)
     assert await kernel.watch(watcher=MAIN, target=KEY)
     now = kernel.clock()
     install.gateway_materializes_the_branch(lease_until=now + 65_000)
-    (result,) = await monitor.tick()
+    (result,) = await monitor.ticker.tick()
     assert (result.outcome, result.reason) == (
         "skipped",
         "run active: the gateway holds its Codex binding's lease",
     )
     assert install.records() == []
     install.gateway_materializes_the_branch(lease_until=now - 1)  # expired: a gateway gone
-    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]

@@ -43,7 +43,9 @@ def monitor(kernel: Kernel, roots: RootsConfig) -> UpstreamMonitor:
 
 async def adopt(monitor: UpstreamMonitor, path: Path, key: str = KEY) -> None:
     result = wire.adopted(
-        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id="s1")
+        await monitor.adoption.adopt(
+            kind="claude", path=str(path), session_key=key, session_id="s1"
+        )
     )
     assert result["declined"] is None
     assert await monitor.kernel.watch(watcher=MAIN, target=key)
@@ -51,7 +53,7 @@ async def adopt(monitor: UpstreamMonitor, path: Path, key: str = KEY) -> None:
 
 async def tick(monitor: UpstreamMonitor) -> dict[str, tuple[str, int, str | None]]:
     """One tick, which must come back: a hang fails the test instead of stalling it."""
-    results = await asyncio.wait_for(monitor.tick(), 30)
+    results = await asyncio.wait_for(monitor.ticker.tick(), 30)
     return {r.session_key: (r.outcome, r.turns, r.reason) for r in results}
 
 
@@ -97,7 +99,9 @@ async def test_adopting_a_fifo_is_declined_as_not_a_regular_file(
 ) -> None:
     path = Path(roots.claude) / "a.jsonl"
     os.mkfifo(path)
-    result = wire.adopted(await monitor.adopt(kind="claude", path=str(path), session_key=KEY))
+    result = wire.adopted(
+        await monitor.adoption.adopt(kind="claude", path=str(path), session_key=KEY)
+    )
     assert "not a regular file (a FIFO)" in result["declined"]
 
 
@@ -105,7 +109,7 @@ async def test_the_catalog_skips_a_fifo_without_opening_it(
     monitor: UpstreamMonitor, roots: RootsConfig
 ) -> None:
     os.mkfifo(Path(roots.claude) / "proj-a.jsonl")
-    found = (await asyncio.wait_for(monitor.catalog("claude"), 30)).as_json()
+    found = (await asyncio.wait_for(monitor.sessions.find("claude"), 30)).as_json()
     assert [] == found["sessions"]
     assert ["not a regular file (a FIFO)"] == [e["reason"] for e in found["errors"]]
 

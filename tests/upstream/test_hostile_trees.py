@@ -480,7 +480,9 @@ async def test_an_adopted_file_that_turns_into_anything_is_said_and_stalls_no_ot
     a, b = Path(roots.claude) / "a.jsonl", Path(roots.claude) / "b.jsonl"
     for path, key in ((a, "agent:main:a"), (b, "agent:main:b")):
         path.write_bytes(LINE)
-        await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=path.stem)
+        await monitor.adoption.adopt(
+            kind="claude", path=str(path), session_key=key, session_id=path.stem
+        )
         assert await kernel.watch(watcher="agent:main:main", target=key)
     if kind != "nothing":
         _turn_into(kind, a)
@@ -488,7 +490,7 @@ async def test_an_adopted_file_that_turns_into_anything_is_said_and_stalls_no_ot
         a.unlink()
     with b.open("ab") as f:
         f.write(LINE.replace(b'"u1"', b'"u2"'))
-    results = {r.session_key: r for r in await asyncio.wait_for(monitor.tick(), 30)}
+    results = {r.session_key: r for r in await asyncio.wait_for(monitor.ticker.tick(), 30)}
     outcome, reason = TURNS[kind]
     assert results["agent:main:a"].outcome == outcome
     if reason:

@@ -32,13 +32,13 @@ async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
             path = root / f"s{i}.jsonl"
             path.write_bytes(user_line("before", f"b{i}"))
             key = f"agent:main:idle{i}"
-            await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=key)
+            await sidecar.monitor.adoption.adopt(kind="claude", path=str(path), session_key=key)
             await sidecar.kernel.watch(watcher=MAIN, target=key)
             paths.append(path)
         ticks: list[str] = []  # "full", "early" (a check of some keys) or "left", in order
         full, early = [0], [0]  # full ticks and early checks begun
         begun: list[int] = []  # for each early check, how many ticks were told as it began
-        tick = sidecar.monitor.tick
+        tick = sidecar.monitor.ticker.tick
 
         async def counted(only: set[str] | None = None) -> Any:
             full[0] += only is None
@@ -47,7 +47,7 @@ async def test_ticks_with_nothing_to_read_are_left_out_until_something_moves(
                 begun.append(len(ticks))
             return await tick(only)
 
-        sidecar.monitor.tick = counted  # type: ignore[method-assign]
+        sidecar.monitor.ticker.tick = counted  # type: ignore[method-assign]
 
         since = [0, 0]  # full ticks and early checks begun, as of the last end told
 

@@ -54,7 +54,7 @@ def rollout(roots: RootsConfig) -> Path:
 async def tick(kernel: Kernel, roots: RootsConfig) -> list[tuple[str, int, str | None]]:
     """One tick of a fresh monitor, as separate processes would run it."""
     monitor = UpstreamMonitor.from_config(kernel, Config(roots=roots))
-    return [(r.outcome, r.turns, r.reason) for r in await monitor.tick()]
+    return [(r.outcome, r.turns, r.reason) for r in await monitor.ticker.tick()]
 
 
 async def test_a_compressed_rollout_is_idle_and_followed_when_resumed(
@@ -62,12 +62,12 @@ async def test_a_compressed_rollout_is_idle_and_followed_when_resumed(
 ) -> None:
     path = rollout(roots)
     monitor = UpstreamMonitor.from_config(kernel, Config(roots=roots))
-    before = (await monitor.catalog()).entries
-    await monitor.adopt(kind="codex", path=str(path), session_key=KEY, session_id="s1")
+    before = (await monitor.sessions.find()).entries
+    await monitor.adoption.adopt(kind="codex", path=str(path), session_key=KEY, session_id="s1")
     assert await kernel.watch(watcher=MAIN, target=KEY)
     packed = compress(path)
 
-    listed = (await monitor.catalog()).entries  # listed as it was, titled from its head
+    listed = (await monitor.sessions.find()).entries  # listed as it was, titled from its head
     assert [(e.catalog_id, e.title, e.path) for e in listed] == [
         (e.catalog_id, e.title, e.path) for e in before
     ]
@@ -96,10 +96,12 @@ async def test_a_compressed_rollout_can_be_adopted_and_replayed(
 ) -> None:
     packed = compress(rollout(roots))
     monitor = UpstreamMonitor.from_config(kernel, Config(roots=roots))
-    (entry,) = (await monitor.catalog()).entries
+    (entry,) = (await monitor.sessions.find()).entries
     assert entry.title == "fix the flaky invoice test"
     adopted = wire.adopted(
-        await monitor.adopt(kind="codex", path=str(packed), session_key=KEY, session_id="s1")
+        await monitor.adoption.adopt(
+            kind="codex", path=str(packed), session_key=KEY, session_id="s1"
+        )
     )
     plain = packed.with_name(packed.name.removesuffix(".zst"))
     assert adopted["link"]["ref"]["filePath"] == str(plain)
@@ -121,7 +123,7 @@ async def test_an_archived_rollout_is_reported_and_a_deleted_one_is_missing(
 ) -> None:
     path = rollout(roots)
     monitor = UpstreamMonitor.from_config(kernel, Config(roots=roots))
-    await monitor.adopt(kind="codex", path=str(path), session_key=KEY, session_id="s1")
+    await monitor.adoption.adopt(kind="codex", path=str(path), session_key=KEY, session_id="s1")
     await kernel.watch(watcher=MAIN, target=KEY)
     archive = Path(roots.codex).parent / "archived_sessions"
     archive.mkdir()

@@ -33,7 +33,7 @@ async def test_a_link_that_stays_unreadable_is_said_once_per_change(
         for n in range(4):
             path = root / f"s{n}.jsonl"
             path.write_bytes(user_line("first"))
-            await sidecar.monitor.adopt(
+            await sidecar.monitor.adoption.adopt(
                 kind="claude", path=str(path), session_key=f"agent:main:x{n}", session_id=f"s{n}"
             )
             await sidecar.kernel.watch(watcher=MAIN, target=f"agent:main:x{n}")
@@ -115,12 +115,12 @@ async def test_the_faults_grow_the_log_by_their_changes_not_by_their_bytes(
             for name in names:
                 path = files[name] = root / f"{name}.jsonl"
                 path.write_bytes(user_line("first", uuid=f"{name}0"))
-                await sidecar.monitor.adopt(
+                await sidecar.monitor.adoption.adopt(
                     kind="claude", path=str(path), session_key=f"agent:main:{name}",
                     session_id=name,
                 )  # fmt: skip
                 await sidecar.kernel.watch(watcher=MAIN, target=f"agent:main:{name}")
-            adopted = await sidecar.monitor.adopt(
+            adopted = await sidecar.monitor.adoption.adopt(
                 kind="codex-node", path="laptop", thread=CODEX_ID, session_key="agent:main:node"
             )
             assert adopted.link is not None, adopted

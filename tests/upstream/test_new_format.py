@@ -54,7 +54,9 @@ def append(path: Path, text: str) -> None:
 
 
 async def adopt(monitor: UpstreamMonitor, path: Path) -> None:
-    wire.adopted(await monitor.adopt(kind="fake", path=str(path), session_key=KEY, session_id="s1"))
+    wire.adopted(
+        await monitor.adoption.adopt(kind="fake", path=str(path), session_key=KEY, session_id="s1")
+    )
     assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
 
 
@@ -67,13 +69,13 @@ async def test_the_fake_format_is_adopted_ticked_and_reported(
     (link,) = wire.links(await fake_monitor.links())
     assert ("fake", "fake-cli", "fake") == (link["kind"], link["upstreamKind"], link["catalogId"])
     append(path, "< working\n> fix the test\n")
-    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await fake_monitor.tick()]
-    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await fake_monitor.tick()]
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await fake_monitor.ticker.tick()]
+    assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await fake_monitor.ticker.tick()]
     status = wire.status(await fake_monitor.kernel.status(KEY, changes_since=0))
     kinds = [e["kind"] for e in status["stateChanges"]["events"]]
     assert ["adopted", "human_direct_message"] == kinds
     assert 1 == len(await fake_monitor.kernel.notices(watcher=MAIN))
-    (entry,) = (await fake_monitor.catalog("fake")).entries
+    (entry,) = (await fake_monitor.sessions.find("fake")).entries
     assert (KEY, "before adoption") == (entry.session_key, entry.title)
 
 
@@ -84,14 +86,14 @@ async def test_drift_and_a_block_show_in_links_and_metrics(
     path.write_text("< hello\n")
     await adopt(fake_monitor, path)
     append(path, "hologram 3d\n")
-    await fake_monitor.tick()
+    await fake_monitor.ticker.tick()
     (link,) = wire.links(await fake_monitor.links())
     assert {"hologram": 1} == link["drift"]["unknownTypes"]
     metrics = fake_monitor.ticker.metrics
     assert metrics is not None
     assert 1 == metrics.drift_unknown.labels("fake", "hologram")._value.get()
     append(path, "!\n> after\n")
-    assert ["blocked"] == [r.outcome for r in await fake_monitor.tick()]
+    assert ["blocked"] == [r.outcome for r in await fake_monitor.ticker.tick()]
     (link,) = wire.links(await fake_monitor.links())
     assert link["blocked"]["offset"] == path.stat().st_size - len("!\n> after\n")
     assert 1 == await fake_monitor.blocked_count()
@@ -104,7 +106,7 @@ async def test_a_source_gone_three_times_is_upstream_missing(
     path.write_text("< hello\n")
     await adopt(fake_monitor, path)
     path.unlink()
-    seen = [[r.outcome for r in await fake_monitor.tick()] for _ in range(3)]
+    seen = [[r.outcome for r in await fake_monitor.ticker.tick()] for _ in range(3)]
     assert [["missing"]] * 3 == seen
     assert [] == wire.links(await fake_monitor.links())
     events = (wire.status(await fake_monitor.kernel.status(KEY, changes_since=0)))["stateChanges"][
@@ -123,19 +125,21 @@ async def test_an_adapter_that_raises_leaves_its_links_inconclusive(
     assert isinstance(adapter, FakeAdapter)
     adapter.fail = RuntimeError("a bug in the adapter")
     append(path, "> lost?\n")
-    (result,) = await fake_monitor.tick()
+    (result,) = await fake_monitor.ticker.tick()
     assert ("inconclusive", "adapter failed: a bug in the adapter") == (
         result.outcome,
         result.reason,
     )
-    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await fake_monitor.tick()]
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await fake_monitor.ticker.tick()]
 
 
 async def test_an_unregistered_kind_is_refused_by_name(
     fake_monitor: UpstreamMonitor, fake_root: Path
 ) -> None:
     with pytest.raises(BadInput, match='unknown upstream kind "faux"'):
-        wire.adopted(await fake_monitor.adopt(kind="faux", path=str(fake_root), session_key=KEY))
+        wire.adopted(
+            await fake_monitor.adoption.adopt(kind="faux", path=str(fake_root), session_key=KEY)
+        )
 
 
 # -- a new JSONL format through serve ----------------------------------------------------
@@ -256,9 +260,9 @@ async def test_a_new_database_format_is_a_module_and_a_registry_line(
     config = sidecar_config(tmp_path, f'[roots]\nrows_db = "{rows_db}"\n', watch_files=True)
     async with running(config, tmp_path / "state.db") as sidecar:
         assert sidecar is not None
-        listed = await sidecar.monitor.catalog("rows")
+        listed = await sidecar.monitor.sessions.find("rows")
         assert (["tidy the rows"], 1) == ([e.title for e in listed.entries], listed.skipped)
-        adopted = await sidecar.monitor.adopt_source(
+        adopted = await sidecar.monitor.adoption.adopt_source(
             session_key=KEY, catalog_id=listed.entries[0].catalog_id
         )
         assert adopted.link is not None
@@ -268,7 +272,7 @@ async def test_a_new_database_format_is_a_module_and_a_registry_line(
         assert str(rows_db.resolve()) in sidecar.monitor.adapters["rows"].watched_paths(ref)
         say(rows_db, "model", "done")
         say(rows_db, "person", "and the docs")
-        await sidecar.monitor.tick()
+        await sidecar.monitor.ticker.tick()
         status = await sidecar.kernel.status(KEY, changes_since=0)
         assert status.state_changes is not None
         kinds = [e.kind for e in status.state_changes.events]
@@ -368,19 +372,23 @@ async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_ado
     try:
         async with running(config, tmp_path / "state.db") as sidecar:
             assert sidecar is not None
-            listed = await sidecar.monitor.catalog("fake-node")
+            listed = await sidecar.monitor.sessions.find("fake-node")
             assert [("one", "laptop", "before adoption")] == [
                 (e.native_id, e.node, e.title) for e in listed.entries
             ]
-            adopted = await sidecar.monitor.adopt(
+            adopted = await sidecar.monitor.adoption.adopt(
                 kind="fake-node", path="laptop", thread="one", session_key=KEY
             )
             assert adopted.link is not None
             assert {"nodeId": "laptop", "threadId": "one"} == adopted.link.ref
             assert await sidecar.kernel.watch(watcher=MAIN, target=KEY)
             append(session, "> fix the node test\n< done\n")
-            assert [("activity", 1)] == [(r.outcome, r.turns) for r in await sidecar.monitor.tick()]
-            assert [("quiet", 0)] == [(r.outcome, r.turns) for r in await sidecar.monitor.tick()]
+            assert [("activity", 1)] == [
+                (r.outcome, r.turns) for r in await sidecar.monitor.ticker.tick()
+            ]
+            assert [("quiet", 0)] == [
+                (r.outcome, r.turns) for r in await sidecar.monitor.ticker.tick()
+            ]
             status = await sidecar.kernel.status(KEY, changes_since=0)
             assert status.state_changes is not None
             kinds = [e.kind for e in status.state_changes.events]
@@ -392,7 +400,7 @@ async def test_a_node_serves_a_format_that_is_not_jsonl_and_a_paired_sidecar_ado
             assert 404 == status
             assert "fake sessions have no 'lines' read" in text
             session.unlink()
-            outcomes = [[r.outcome for r in await sidecar.monitor.tick()] for _ in range(3)]
+            outcomes = [[r.outcome for r in await sidecar.monitor.ticker.tick()] for _ in range(3)]
             assert [["missing"]] * 3 == outcomes
     finally:
         await runner.cleanup()

@@ -53,7 +53,7 @@ async def test_a_write_on_the_node_is_recorded_before_any_tick(
     try:
         async with running(config, tmp_path / "state.db") as sidecar:
             assert sidecar is not None
-            adopted = await sidecar.monitor.adopt(
+            adopted = await sidecar.monitor.adoption.adopt(
                 kind="codex-node", path="laptop", thread=CODEX_ID, session_key=KEY
             )
             assert adopted.link is not None, adopted

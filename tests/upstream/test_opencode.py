@@ -246,18 +246,18 @@ async def test_end_to_end_adopt_from_the_catalog_and_tick(
     oc.session("ses_child", parent=SID)
     config = Config(roots=RootsConfig(opencode_db=str(oc.path), claude=str(tmp_path / "none")))
     monitor = UpstreamMonitor.from_config(kernel, config)
-    catalog = (await monitor.catalog("opencode")).as_json()
+    catalog = (await monitor.sessions.find("opencode")).as_json()
     assert ([SID], 1) == ([s["nativeId"] for s in catalog["sessions"]], catalog["skipped"])
     key = "agent:main:adopted:oc"
     adopted = wire.adopted(
-        await monitor.adopt_catalog(
+        await monitor.adoption.adopt_catalog(
             catalog["sessions"][0]["catalogId"], session_key=key, session_id="s1"
         )
     )
     assert adopted["declined"] is None
     await kernel.watch(watcher="agent:main:main", target=key)
     oc.prompt(SID, "hello from opencode")
-    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.tick()]
+    assert [("activity", 1)] == [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
     events = (wire.status(await kernel.status(key, changes_since=1)))["stateChanges"]["events"]
     assert ["human message via opencode"] == [e["summary"] for e in events]
 

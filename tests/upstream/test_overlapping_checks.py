@@ -162,7 +162,7 @@ async def rig(kernel: Kernel, roots: RootsConfig) -> Rig:
     path.write_bytes(b"")
     config = Config(roots=roots)
     monitor = UpstreamMonitor.from_config(kernel, config)
-    await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+    await monitor.adoption.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
     assert await kernel.watch(watcher=MAIN, target=KEY)
     return Rig(kernel, config, path)
 
@@ -177,11 +177,11 @@ async def test_two_checks_from_one_marker_record_two_prompts_as_two(
     first, first_gate = r.checker()
     second, second_gate = r.checker()
     r.type_prompt()
-    slow = asyncio.ensure_future(first.tick())
+    slow = asyncio.ensure_future(first.ticker.tick())
     await first_gate.read.wait()
     r.type_prompt()
     second_gate.release.set()
-    assert [("activity", 2)] == [(x.outcome, x.turns) for x in await second.tick()]
+    assert [("activity", 2)] == [(x.outcome, x.turns) for x in await second.ticker.tick()]
     first_gate.release.set()
     assert [("quiet", 0)] == [(x.outcome, x.turns) for x in await slow]
     assert 2 == await r.turns()
@@ -203,11 +203,11 @@ async def test_a_check_that_keeps_losing_the_race_says_why(
         outcomes = await original(probes)  # reads the prompt, and so does the winner:
         winner, winner_gate = r.checker()
         winner_gate.release.set()
-        await winner.tick()
+        await winner.ticker.tick()
         return outcomes
 
     gate.check = overtaken  # type: ignore[method-assign]
-    results = await loser.tick()
+    results = await loser.ticker.tick()
     assert [("skipped", MARKER_MOVED)] == [(x.outcome, x.reason) for x in results]
     assert r.typed == await r.turns()
 
@@ -228,7 +228,7 @@ async def test_the_gateways_check_from_the_old_marker_records_nothing_once_we_ha
     r.answer()
     ours, gate = r.checker()
     gate.release.set()
-    assert [("activity", 1)] == [(x.outcome, x.turns) for x in await ours.tick()]
+    assert [("activity", 1)] == [(x.outcome, x.turns) for x in await ours.ticker.tick()]
     gateway.release.set()
     await slow
     assert 1 == await r.turns()
@@ -245,7 +245,7 @@ async def test_our_check_from_before_the_gateways_marker_reads_on_from_it(
     gateway.release.set()
     ours, gate = r.checker()
     r.type_prompt()
-    slow = asyncio.ensure_future(ours.tick())
+    slow = asyncio.ensure_future(ours.ticker.tick())
     await gate.read.wait()
     await gateway.tick()
     r.answer()
@@ -274,13 +274,13 @@ async def test_a_check_between_the_gateways_record_and_its_marker_records_nothin
     r.type_prompt()
     ours, gate = r.checker()
     gate.release.set()
-    assert [("activity", 1)] == [(x.outcome, x.turns) for x in await ours.tick()]
+    assert [("activity", 1)] == [(x.outcome, x.turns) for x in await ours.ticker.tick()]
     gateway.mark.set()
     await held
     assert 2 == await r.turns()
     last, gate = r.checker()
     gate.release.set()
-    assert [("quiet", 0)] == [(x.outcome, x.turns) for x in await last.tick()]
+    assert [("quiet", 0)] == [(x.outcome, x.turns) for x in await last.ticker.tick()]
     assert 2 == await r.turns()
 
 
@@ -328,7 +328,9 @@ async def interleaved(
     kernel = await Kernel.open(tmp / "state.db", clock=ManualClock())
     try:
         r = await rig(kernel, roots)
-        checkers: list[tuple[Any, Gate | GatewayCheck]] = [r.checker() for _ in range(n)]
+        checkers: list[tuple[Any, Gate | GatewayCheck]] = [
+            (m.ticker, g) for m, g in (r.checker() for _ in range(n))
+        ]
         if gateway:  # the first checker is the gateway's monitor
             check = r.gateway(held=True)
             checkers[0] = (check, check)
@@ -339,8 +341,8 @@ async def interleaved(
             elif what == "answer":
                 r.answer()
             elif what == "start":
-                monitor, gate = checkers[i]
-                running[i] = asyncio.ensure_future(monitor.tick())
+                ticker, gate = checkers[i]
+                running[i] = asyncio.ensure_future(ticker.tick())
                 await gate.read.wait()
             elif what == "release":
                 checkers[i][1].release.set()
@@ -355,7 +357,7 @@ async def interleaved(
                 await running[i]
         last, gate = r.checker()  # a last check reads what is left
         gate.release.set()
-        await last.tick()
+        await last.ticker.tick()
         return r.typed, await r.turns()
     finally:
         await kernel.close()

@@ -30,7 +30,9 @@ async def test_a_wal_write_checks_its_keys_again_after_the_write_settles(tmp_pat
     config = config._replace(roots=RootsConfig(**config.roots.given, opencode_db=str(oc.path)))
     async with running(config, tmp_path / "state.db") as sidecar:
         assert sidecar is not None
-        await sidecar.monitor.adopt(kind="opencode", path=str(oc.path), session_key=KEY, thread=SID)
+        await sidecar.monitor.adoption.adopt(
+            kind="opencode", path=str(oc.path), session_key=KEY, thread=SID
+        )
         await sidecar.kernel.watch(watcher=MAIN, target=KEY)
         loop = asyncio.get_running_loop()
         moved: list[float] = []  # when each settling move of the key was heard
@@ -41,13 +43,13 @@ async def test_a_wal_write_checks_its_keys_again_after_the_write_settles(tmp_pat
 
         sidecar.kernel.bus.subscribe(SourcesMoved, heard)
         checked: list[tuple[float, set[str] | None]] = []  # when each check began, of what
-        tick = sidecar.monitor.tick
+        tick = sidecar.monitor.ticker.tick
 
         async def counted(only: set[str] | None = None) -> list:  # type: ignore[type-arg]
             checked.append((loop.time(), only))
             return await tick(only)
 
-        sidecar.monitor.tick = counted  # type: ignore[method-assign]
+        sidecar.monitor.ticker.tick = counted  # type: ignore[method-assign]
 
         oc.prompt(SID, "typed before the watch was armed")  # the check after arming finds it
         await until("the first notice", lambda: sidecar.kernel.notices(watcher=MAIN))

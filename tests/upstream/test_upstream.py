@@ -30,7 +30,7 @@ def monitor(kernel: Kernel, roots: RootsConfig) -> UpstreamMonitor:
 
 async def adopt_watched(monitor: UpstreamMonitor, path: Path, kind: str = "claude") -> Any:
     result = wire.adopted(
-        await monitor.adopt(kind=kind, path=str(path), session_key=KEY, session_id="s1")
+        await monitor.adoption.adopt(kind=kind, path=str(path), session_key=KEY, session_id="s1")
     )
     assert await monitor.kernel.watch(watcher=MAIN, target=KEY)
     return result
@@ -42,7 +42,7 @@ def append(path: Path, data: bytes) -> None:
 
 
 async def outcomes(monitor: UpstreamMonitor) -> list[tuple[str, int]]:
-    return [(r.outcome, r.turns) for r in await monitor.tick()]
+    return [(r.outcome, r.turns) for r in await monitor.ticker.tick()]
 
 
 async def test_a_human_prompt_gives_one_event_and_one_notice(
@@ -112,7 +112,9 @@ async def test_unwatched_links_are_never_probed(
     path = Path(roots.claude) / "s.jsonl"
     path.write_bytes(b"")
     wire.adopted(
-        await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+        await monitor.adoption.adopt(
+            kind="claude", path=str(path), session_key=KEY, session_id="s1"
+        )
     )
     append(path, user_line("hello"))
     assert await outcomes(monitor) == []
@@ -144,12 +146,12 @@ async def test_a_quiet_check_resets_the_missing_streak(
     path.write_bytes(b"")
     await adopt_watched(monitor, path)
     path.rename(path.with_suffix(".bak"))
-    await monitor.tick()
-    await monitor.tick()
+    await monitor.ticker.tick()
+    await monitor.ticker.tick()
     path.with_suffix(".bak").rename(path)
-    await monitor.tick()
+    await monitor.ticker.tick()
     path.unlink()
-    await monitor.tick()
+    await monitor.ticker.tick()
     assert (wire.links(await monitor.links()))[0]["missingStreak"] == 1
 
 
@@ -174,7 +176,9 @@ async def _three_watched_links(monitor: UpstreamMonitor, roots: RootsConfig) -> 
         path = Path(roots.claude) / f"s{i}.jsonl"
         path.write_bytes(b"")
         wire.adopted(
-            await monitor.adopt(kind="claude", path=str(path), session_key=key, session_id=f"s{i}")
+            await monitor.adoption.adopt(
+                kind="claude", path=str(path), session_key=key, session_id=f"s{i}"
+            )
         )
         assert await monitor.kernel.watch(watcher=MAIN, target=key)
     return keys
@@ -208,7 +212,7 @@ async def test_a_store_that_refuses_the_tick_is_said_once_and_loses_nothing(
         append(Path(roots.claude) / f"s{i}.jsonl", user_line(f"prompt {i}", f"u{i}"))
     caplog.set_level(logging.WARNING, logger="monitor.upstream.tick")
     for _ in range(3):
-        results = await monitor.tick()
+        results = await monitor.ticker.tick()
         assert [("inconclusive", True)] * 3 == [(r.outcome, r.unsettled) for r in results]
     assert [{"offset": 0}] * 3 == [link["marker"] for link in wire.links(await monitor.links())]
     said = [r.getMessage() for r in caplog.records]
@@ -237,7 +241,7 @@ async def test_one_links_failed_write_stays_that_links(
         append(Path(roots.claude) / f"s{i}.jsonl", user_line(f"prompt {i}", f"u{i}"))
     caplog.set_level(logging.WARNING, logger="monitor.upstream.tick")
     for healthy in (("activity", 1), ("quiet", 0)):
-        results = {r.session_key: r for r in await monitor.tick()}
+        results = {r.session_key: r for r in await monitor.ticker.tick()}
         assert "inconclusive" == results[keys[1]].outcome
         assert "could not record" in (results[keys[1]].reason or "")
         assert [healthy, healthy] == [(results[k].outcome, results[k].turns) for k in keys[::2]]
@@ -248,7 +252,7 @@ async def test_one_links_failed_write_stays_that_links(
     assert 1 == sum("refused this link's findings" in m for m in said), said
     assert 0 == sum("the tick's writes wait" in m for m in said), said
     await monitor.kernel.store.write(allow_event_inserts)
-    results = {r.session_key: r for r in await monitor.tick()}
+    results = {r.session_key: r for r in await monitor.ticker.tick()}
     assert ("activity", 1) == (results[keys[1]].outcome, results[keys[1]].turns)
     for key in keys:
         events = (wire.status(await monitor.kernel.status(key, changes_since=0)))["stateChanges"][
@@ -387,13 +391,17 @@ async def test_readopting_keeps_the_marker_and_a_new_source_rebases(
     await adopt_watched(monitor, path)
     append(path, user_line("unseen"))
     again = wire.adopted(
-        await monitor.adopt(kind="claude", path=str(path), session_key=KEY, session_id="s1")
+        await monitor.adoption.adopt(
+            kind="claude", path=str(path), session_key=KEY, session_id="s1"
+        )
     )
     assert again["link"]["marker"] == {"offset": 0}
     other = Path(roots.claude) / "t.jsonl"
     other.write_bytes(user_line("old"))
     moved = wire.adopted(
-        await monitor.adopt(kind="claude", path=str(other), session_key=KEY, session_id="s1")
+        await monitor.adoption.adopt(
+            kind="claude", path=str(other), session_key=KEY, session_id="s1"
+        )
     )
     assert {"offset": other.stat().st_size} == moved["link"]["marker"]
     assert moved["link"]["lastScannedAt"] is None
@@ -405,11 +413,13 @@ async def test_refs_must_stay_inside_the_roots(
     outside = tmp_path / "outside.jsonl"
     outside.write_bytes(b"")
     with pytest.raises(BadInput, match="not inside"):
-        wire.adopted(await monitor.adopt(kind="claude", path=str(outside), session_key=KEY))
+        wire.adopted(
+            await monitor.adoption.adopt(kind="claude", path=str(outside), session_key=KEY)
+        )
     link = Path(roots.claude) / "escape.jsonl"
     os.symlink(outside, link)
     with pytest.raises(BadInput, match="not inside"):
-        wire.adopted(await monitor.adopt(kind="claude", path=str(link), session_key=KEY))
+        wire.adopted(await monitor.adoption.adopt(kind="claude", path=str(link), session_key=KEY))
 
 
 async def test_untrusted_baselines_decline_with_the_reason(
@@ -421,19 +431,21 @@ async def test_untrusted_baselines_decline_with_the_reason(
     sub = Path(roots.codex) / "rollout-sub.jsonl"
     sub.write_bytes((samples / "codex_subagent.jsonl").read_bytes())
     pi = wire.adopted(
-        await monitor.adopt(kind="pi", path=str(pi_old), session_key=KEY, session_id="s1")
+        await monitor.adoption.adopt(kind="pi", path=str(pi_old), session_key=KEY, session_id="s1")
     )
     assert pi["link"] is None
     assert "resume it once in Pi to migrate it to v3" in pi["declined"]
     codex = wire.adopted(
-        await monitor.adopt(kind="codex", path=str(sub), session_key="agent:main:adopted:y")
+        await monitor.adoption.adopt(
+            kind="codex", path=str(sub), session_key="agent:main:adopted:y"
+        )
     )
     assert (
         codex["link"],
         codex["declined"],
     ) == (None, "a Codex sub-agent rollout is not adoptable")
     with pytest.raises(BadInput, match="no such file"):  # a mistyped path writes nothing
-        await monitor.adopt(
+        await monitor.adoption.adopt(
             kind="claude",
             path=str(Path(roots.claude) / "nope.jsonl"),
             session_key="agent:main:adopted:z",
@@ -461,7 +473,7 @@ async def test_codex_and_pi_links_report_their_turns(
     pi = Path(roots.pi) / "s.jsonl"
     pi.write_bytes((samples / "pi_session.jsonl").read_bytes().splitlines(True)[0])
     wire.adopted(
-        await monitor.adopt(
+        await monitor.adoption.adopt(
             kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
         )
     )
@@ -499,7 +511,7 @@ class ReadoptingAdapter:
     async def check(self, probes: list[Any]) -> list[Any]:
         outcomes: list[Any] = await self.inner.check(probes)
         wire.adopted(
-            await self.monitor.adopt(
+            await self.monitor.adoption.adopt(
                 kind="claude", path=str(self.other), session_key=KEY, session_id="s1"
             )
         )
@@ -517,7 +529,7 @@ async def test_a_link_refreshed_mid_scan_records_nothing(
     append(path, user_line("typed during the refresh"))
     readopting = ReadoptingAdapter(monitor.adapters["claude"], monitor, other)
     monitor.adapters.replace({**monitor.adapters, "claude": readopting})
-    result = await monitor.tick()
+    result = await monitor.ticker.tick()
     assert [("skipped", "link changed during the scan")] == [(r.outcome, r.reason) for r in result]
     assert 1 == (wire.status(await monitor.kernel.status(KEY)))["stateVersion"]
     assert {"offset": 0} == (wire.links(await monitor.links()))[0]["marker"]
@@ -540,14 +552,14 @@ async def test_adapter_failures_are_isolated(monitor: UpstreamMonitor, roots: Ro
     pi = Path(roots.pi) / "p.jsonl"
     pi.write_bytes(b'{"type":"session","version":3,"id":"x","timestamp":"2026-03-01T10:00:00Z"}\n')
     wire.adopted(
-        await monitor.adopt(
+        await monitor.adoption.adopt(
             kind="pi", path=str(pi), session_key="agent:main:adopted:pi", session_id="p1"
         )
     )
     await monitor.kernel.watch(watcher=MAIN, target="agent:main:adopted:pi")
     monitor.adapters.replace({**monitor.adapters, "pi": BrokenAdapter()})
     append(path, user_line("still seen"))
-    result = {r.session_key: (r.outcome, r.turns) for r in await monitor.tick()}
+    result = {r.session_key: (r.outcome, r.turns) for r in await monitor.ticker.tick()}
     assert {KEY: ("activity", 1), "agent:main:adopted:pi": ("inconclusive", 0)} == result
 
 
@@ -558,7 +570,7 @@ async def test_a_key_linked_under_two_agents_is_skipped(
     path.write_bytes(b"")
     for agent in ("a", "b"):
         wire.adopted(
-            await monitor.adopt(
+            await monitor.adoption.adopt(
                 kind="claude", path=str(path), session_key="shared", agent_id=agent, session_id="s1"
             )
         )

@@ -131,9 +131,13 @@ async def run(tmp: Path, steps: list[Any]) -> tuple[int, int]:
         history = set(re.findall(rb'"uuid": "(u[0-9]+)"', t.content))
         config = Config(roots=roots)
         checkers = [UpstreamMonitor.from_config(kernel, config) for _ in range(2)]
-        await checkers[0].adopt(kind="claude", path=str(t.path), session_key=KEY, session_id="s1")
+        await checkers[0].adoption.adopt(
+            kind="claude", path=str(t.path), session_key=KEY, session_id="s1"
+        )
         assert await kernel.watch(watcher=MAIN, target=KEY)
-        await checkers[0].tick()  # serve's first check: the file's fingerprints in the marker
+        await checkers[
+            0
+        ].ticker.tick()  # serve's first check: the file's fingerprints in the marker
         for step in steps:
             what = step[0]
             if what == "append":
@@ -144,7 +148,7 @@ async def run(tmp: Path, steps: list[Any]) -> tuple[int, int]:
                 t.cut_and_regrow(step[1])
             elif what == "check":
                 t.look()
-                await checkers[step[1]].tick()
+                await checkers[step[1]].ticker.tick()
             else:  # a rewrite in place, a check by either checker (2: none) after each chunk
                 ends = t.rewrite_chunks(step[1], [(c, whole) for c, _, whole in step[2]])
                 who = [w for _, w, _ in step[2]] + [2] * len(ends)
@@ -154,11 +158,11 @@ async def run(tmp: Path, steps: list[Any]) -> tuple[int, int]:
                     start = end
                     if checker < 2:
                         t.look()
-                        await checkers[checker].tick()
+                        await checkers[checker].ticker.tick()
         t.look()
         for checker in checkers:
-            await checker.tick()
-            await checker.tick()
+            await checker.ticker.tick()
+            await checker.ticker.tick()
         status = await kernel.status(KEY, changes_since=0)
         assert status.state_changes is not None
         recorded = sum(

@@ -23,7 +23,7 @@ from monitor.kernel import Kernel
 from monitor.kernel.store.sqlite import Store
 from monitor.serve.root import running
 from monitor.web import wire
-from tests.helpers import Client, make_config, until, user_line
+from tests.helpers import Client, make_config, user_line
 
 CHILD = "agent:main:subagent:c1"
 EVENT = {"sessionKey": CHILD, "kind": "human_direct_message", "actorType": "human"}
@@ -102,7 +102,9 @@ async def test_ticks_behind_a_tick_waiting_for_a_lock_are_skipped_and_said_once(
         sidecar.kernel.store.write_timeout = 0.3
         path = tmp_path / "claude" / "s.jsonl"
         path.write_bytes(b"")
-        wire.adopted(await sidecar.monitor.adopt(kind="claude", path=str(path), session_key=CHILD))
+        wire.adopted(
+            await sidecar.monitor.adoption.adopt(kind="claude", path=str(path), session_key=CHILD)
+        )
         assert await sidecar.kernel.watch(watcher="agent:main:main", target=CHILD)
         with path.open("ab") as f:
             f.write(user_line("typed while the database was locked"))
@@ -557,50 +559,3 @@ def test_allowed_hosts_adds_names_and_is_checked() -> None:
     assert "sidecar.lan" in implied_hosts("127.0.0.1", config.api.allowed_hosts)
     with pytest.raises(ConfigError, match="list of strings"):
         parse_config({"api": {"allowed_hosts": "sidecar.lan"}})
-
-
-async def test_the_tick_loop_runs_ticks_one_at_a_time_and_stopping_never_cuts_one(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The fixed tick is a plain loop: each tick is awaited before the next is due, so two
-    never run at once; the ticks a slow one ran past are skipped and said once; a tick that
-    raises is said and the ticks go on; and cancelling the loop (the service stopping)
-    leaves the tick in flight to finish."""
-    config = make_config(tmp_path)
-    quiet = config.monitor._replace(watch_files=False, initial_delay_s=3600)
-    async with running(config._replace(monitor=quiet), tmp_path / "state.db") as sidecar:
-        assert sidecar is not None  # its own loop sleeps for an hour: this test runs one
-        sidecar.ticks.initial_delay_s, sidecar.ticks.interval_s = 0, 0.01
-        gates = [asyncio.Event() for _ in range(6)]  # tick n finishes once gates[n] is set
-        started: list[int] = []
-        finished: list[int] = []
-        overlaps: list[int] = []
-
-        async def slow_tick() -> None:
-            if len(started) != len(finished):
-                overlaps.append(len(started))
-            n = len(started)
-            started.append(n)
-            await gates[n].wait()
-            finished.append(n)
-            if n == 1:
-                raise RuntimeError("a bug in one tick")  # said, and the ticks go on
-
-        sidecar.ticks.scheduled_tick = slow_tick  # type: ignore[method-assign]
-        caplog.set_level(logging.WARNING)
-        loop = asyncio.ensure_future(sidecar.ticks.on_schedule())
-        await until("the first tick", lambda: bool(started), timeout=30)
-        await asyncio.sleep(0.05)  # five intervals pass while the first tick waits
-        for gate in gates[:3]:
-            gate.set()
-        await until("a fourth tick, in flight", lambda: len(started) == 4, timeout=30)
-        assert [0, 1, 2] == finished
-        loop.cancel()  # stopping, with the fourth tick in flight
-        await asyncio.gather(loop, return_exceptions=True)
-        gates[3].set()
-        await until("the fourth tick to finish", lambda: len(finished) == 4, timeout=30)
-        assert 4 == len(started)  # no tick after the stop
-        assert [] == overlaps
-        said = [r.getMessage() for r in caplog.records]
-        assert 1 == sum("skipping ticks" in m for m in said), said
-        assert 1 == sum("a tick failed unexpectedly" in m for m in said), said

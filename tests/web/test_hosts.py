@@ -16,6 +16,7 @@ import pytest
 
 from monitor.config import Config, HostConfig, MonitorConfig
 from monitor.errors import AlreadyRunning, ConfigError, StoreError
+from monitor.kernel.bus import OwnershipChanged
 from monitor.serve.root import Sidecar, running
 from monitor.upstream.host_leases import SHARED
 from monitor.web import wire
@@ -159,8 +160,8 @@ async def test_each_host_ticks_only_its_own_files(pg_url: str, tmp_path: Path) -
         for name, path in transcripts.items():
             with path.open("ab") as f:
                 f.write(user_line(f"typed on {name}"))
-        ticked_a = {r.session_key for r in await a.sidecar.monitor.tick()}
-        ticked_b = {r.session_key for r in await b.sidecar.monitor.tick()}
+        ticked_a = {r.session_key for r in await a.sidecar.monitor.ticker.tick()}
+        ticked_b = {r.session_key for r in await b.sidecar.monitor.ticker.tick()}
         assert ({"agent:main:adopted:a"}, {"agent:main:adopted:b"}) == (ticked_a, ticked_b)
         for name in ("a", "b"):
             status = wire.status(
@@ -187,11 +188,10 @@ async def test_the_shared_lease_is_held_once_and_taken_over(pg_url: str, tmp_pat
         holder = sidecars[_holders(sidecars).index(True)]
         other = sidecars[1 - sidecars.index(holder)]
         assert holder.leases is not None and holder.leases.keeper is not None
-        holder.leases.keeper.cancel()  # it stops renewing, and never releases: as after a SIGKILL
-        for _ in range(300):  # within one tick interval (2 s) here; bench/hosts.py times it
-            if other.monitor.ticker.holds_shared():
-                break
-            await asyncio.sleep(0.1)
+        async with other.kernel.bus.listen((OwnershipChanged,)) as heard:
+            holder.leases.keeper.cancel()  # it stops renewing, never releases: as a SIGKILL
+            change = await heard.next(timeout=30)  # one tick interval here; bench/hosts.py
+        assert isinstance(change, OwnershipChanged) and change.shared
         assert other.monitor.ticker.holds_shared()
         lease = await other.kernel.read(
             lambda c: c.execute(
@@ -218,12 +218,14 @@ async def test_two_monitors_ticking_the_same_links_record_each_turn_once(
         path.parent.mkdir(parents=True)
         path.write_bytes(b"")
         key = "agent:main:adopted:s"
-        await monitors[0].adopt(kind="claude", path=str(path), session_key=key, session_id="s")
+        await monitors[0].adoption.adopt(
+            kind="claude", path=str(path), session_key=key, session_id="s"
+        )
         await first.watch(watcher=MAIN, target=key)
         for turn in range(10):
             with path.open("ab") as f:
                 f.write(user_line(f"turn {turn}", f"u{turn}"))
-            await asyncio.gather(*(m.tick() for m in monitors))
+            await asyncio.gather(*(m.ticker.tick() for m in monitors))
         events = (wire.status(await first.status(key, changes_since=0)))["stateChanges"]["events"]
         turns = sum((e.get("payload") or {}).get("turns", 1) for e in events[1:])
         assert 10 == turns
@@ -252,7 +254,7 @@ async def test_a_stopped_store_answers_503_and_the_tick_catches_up(
             status, answer = await a.call("POST", "/v1/events", body)
             assert (503, False) == (status, answer["recorded"])
             with pytest.raises(StoreError):  # the service logs it; the marker stays
-                await a.sidecar.monitor.tick()
+                await a.sidecar.monitor.ticker.tick()
         finally:
             await asyncio.to_thread(pg_server.cluster.start)
         for _ in range(50):  # the pool reconnects with backoff
@@ -263,7 +265,7 @@ async def test_a_stopped_store_answers_503_and_the_tick_catches_up(
         assert (200, True) == (status, answer["recorded"])
         # This tick, or file watching's catch-up check once the store is back (whichever runs
         # first), records the turn typed meanwhile: once, never lost.
-        await a.sidecar.monitor.tick()
+        await a.sidecar.monitor.ticker.tick()
         found = wire.status(await a.sidecar.kernel.status(key, changes_since=0))
         kinds = [e["kind"] for e in found["stateChanges"]["events"]]
         assert ["adopted", "human_direct_message"] == kinds

@@ -91,7 +91,7 @@ async def test_the_stream_pushes_notices_from_the_api_another_process_and_the_mo
         assert 200 == status
         with transcript.open("ab") as f:
             f.write(PROMPT)
-        await client.sidecar.monitor.tick()
+        await client.sidecar.monitor.ticker.tick()
         pushed = await _next_notice(events)
         _, peeked = await client.call("GET", f"/v1/watchers/{MAIN}/notices")
         assert [pushed] == peeked["notices"]
