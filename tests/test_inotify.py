@@ -15,7 +15,7 @@ import pytest
 
 from monitor import inotify
 from monitor.kernel import Kernel, NewEvent
-from monitor.kernel.bus import StoreMoved
+from monitor.kernel.bus import SourcesWatched, StoreMoved
 from monitor.kernel.events import ActorType, EventKind
 from monitor.serve.root import running
 from tests.helpers import make_config, until, user_line
@@ -226,11 +226,16 @@ async def test_a_prompt_is_recorded_by_the_early_check_of_either_watcher(
         assert sidecar is not None
         path = Path(config.roots.claude) / "s.jsonl"
         path.write_bytes(user_line("first", "u0"))
-        await sidecar.monitor.adoption.adopt(
-            kind="claude", path=str(path), session_key=KEY, session_id="s"
-        )
-        await sidecar.kernel.watch(watcher=MAIN, target=KEY)
-        await asyncio.sleep(0.3)  # the watch armed (what came before is caught up anyway)
+        async with sidecar.kernel.bus.listen((SourcesWatched,)) as heard:
+            await sidecar.monitor.adoption.adopt(
+                kind="claude", path=str(path), session_key=KEY, session_id="s"
+            )
+            await sidecar.kernel.watch(watcher=MAIN, target=KEY)
+            while watcher == "inotify":  # until its watch hears the file; watchfiles' says
+                change = await heard.next(timeout=30)  # nothing: a write before its watch
+                assert isinstance(change, SourcesWatched)  # is caught up once it arms
+                if KEY in change.keys:
+                    break
         with path.open("ab") as f:
             f.write(user_line("typed", "u1"))
 

@@ -71,7 +71,8 @@ class Change:
     page = ""
 
     def __init_subclass__(cls) -> None:
-        _KINDS.append(cls)
+        if cls.__module__ == __name__:  # the service's kinds, all declared here: one a test
+            _KINDS.append(cls)  # declares stays out of page_kinds() for the rest of the run
 
     def shown(self) -> str:
         """What the page does with this one (its kind's ``page``, unless it says better)."""
@@ -295,7 +296,6 @@ class ConfigReloaded(Change):
 
 # what may have opened a notice a reader has not shown: this process's commit, another's
 NOTICE_CHANGES: tuple[type[Change], ...] = (NoticesOpened, StoreMoved)
-# what this process or another wrote: what a reader of the store shows may differ
 
 
 def page_kinds() -> tuple[type[Change], ...]:

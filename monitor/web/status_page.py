@@ -214,7 +214,7 @@ class StatusPage:
         await response.prepare(request)
         try:
             async with self.state.bus.listen(page_kinds()) as heard:
-                told = _Told(await self.state.fingerprint(), asyncio.get_running_loop().time)
+                told = Told(await self.state.fingerprint(), asyncio.get_running_loop().time)
                 await response.write(b"retry: 2000\n\n")
                 while not self.stopping.is_set():
                     # told, never polled: the wait lasts until a change, or the moment
@@ -251,7 +251,7 @@ def _clock(ms: int | None) -> str:
 
 
 @dataclass
-class _Told:
+class Told:
     """When a stream tells its page, and what it holds back: a change at most every
     :data:`MIN_GAP_S`, a later one at most every :data:`TICK_REFRESH_S`, a keep-alive after
     :data:`KEEPALIVE_S` of quiet. ``now``: the loop's monotonic clock."""

@@ -110,6 +110,16 @@ def test_a_write_that_breaks_the_transaction_fails_the_writes_before_it(
     assert not conn.in_transaction
 
 
+async def queued(store: Any, n: int) -> None:
+    """Until ``n`` writes are handed to the writer thread (no time passes: each is handed
+    on its task's first steps)."""
+    for _ in range(100):
+        if store.queued >= n:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{store.queued} writes queued, not {n}")
+
+
 async def test_writes_that_wait_for_the_writer_share_one_transaction(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "state.db")
     try:
@@ -125,7 +135,7 @@ async def test_writes_that_wait_for_the_writer_share_one_transaction(tmp_path: P
         first = asyncio.ensure_future(store.write(hold))
         await asyncio.to_thread(busy.wait, 10)
         waiting = [asyncio.ensure_future(store.write(insert(v))) for v in range(10)]
-        await asyncio.sleep(0.05)  # every write is queued behind the busy writer
+        await queued(store, 11)  # every write is queued behind the busy writer
         release.set()
         await first
         assert list(range(10)) == await asyncio.gather(*waiting)
@@ -171,7 +181,7 @@ async def test_a_kernel_commit_run_again_in_its_group_is_observed_once(tmp_path:
         before = asyncio.ensure_future(kernel.commit(spawned("agent:main:subagent:a")))
         failing = asyncio.ensure_future(kernel.store.write(refuse))
         after = asyncio.ensure_future(kernel.commit(spawned("agent:main:subagent:b")))
-        await asyncio.sleep(0.05)  # all three wait behind the busy writer, in one group
+        await queued(kernel.store, 4)  # all three wait behind the busy writer, in one group
         release.set()
         await first
         assert not (await before).duplicate

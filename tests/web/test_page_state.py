@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from monitor.kernel.bus import (
     SHOWN_AT_ONCE,
@@ -19,7 +20,10 @@ from monitor.kernel.bus import (
     WakeOutcome,
     page_kinds,
 )
+from monitor.kernel.changes import KEEPALIVE_S
 from monitor.serve.root import Sidecar, running
+from monitor.web import status_page
+from monitor.web.status_page import MIN_GAP_S, TICK_REFRESH_S, Told
 from tests.helpers import make_config
 
 
@@ -38,10 +42,37 @@ class Unshown(Change):
 
 def test_the_page_listens_to_the_kinds_that_say_so_and_no_other() -> None:
     kinds = page_kinds()
-    assert Announced in kinds and Unshown not in kinds
+    assert Announced not in kinds and Unshown not in kinds  # a test's kinds never join
     assert {TickRan, WakeOutcome, ConfigReloaded} <= set(kinds)
     assert all(kind.page for kind in kinds)
     assert SHOWN_AT_ONCE == TickRan(failed="the disk is full").shown() != TickRan(1, 0.2).shown()
+
+
+def test_a_stream_tells_its_page_at_most_every_gap_and_a_later_change_every_refresh() -> None:
+    """When a stream tells, on a clock of the test's: a change at once, then at most every
+    MIN_GAP_S; a change shown later (a quiet tick) after TICK_REFRESH_S; a keep-alive
+    after KEEPALIVE_S of quiet."""
+    now = [100.0]
+    told = Told(("shown",), lambda: now[0])
+    told.moved(("shown",))
+    assert (None, KEEPALIVE_S) == (told.due(), told.wait_s())  # nothing moved
+    now[0] += MIN_GAP_S
+    told.heard(at_once=True, later=False)
+    assert b"event: changed" in (told.due() or b"")
+    told.heard(at_once=True, later=False)
+    assert (None, MIN_GAP_S) == (told.due(), told.wait_s())  # within the gap: held back
+    now[0] += MIN_GAP_S
+    assert b"event: changed" in (told.due() or b"")
+    told.heard(at_once=False, later=True)
+    now[0] += TICK_REFRESH_S - MIN_GAP_S
+    assert told.due() is None
+    now[0] += MIN_GAP_S
+    assert b"event: changed" in (told.due() or b"")
+    told.moved(("another",))  # a fingerprint that moved is a change
+    now[0] += MIN_GAP_S
+    assert b"event: changed" in (told.due() or b"")
+    now[0] += KEEPALIVE_S
+    assert b": keep-alive\n\n" == told.due()
 
 
 async def _events(sidecar: Sidecar, token: str, heard: list[bytes]) -> None:
@@ -62,8 +93,10 @@ async def _told(heard: list[bytes], since: int, timeout: float) -> bool:
 
 
 async def test_a_kind_the_page_shows_reaches_an_open_stream_and_one_it_does_not_never(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    kinds = (*page_kinds(), Announced, Unshown)  # as if they were the service's
+    monkeypatch.setattr(status_page, "page_kinds", lambda: tuple(k for k in kinds if k.page))
     config = make_config(tmp_path)
     async with running(config, tmp_path / "state.db") as sidecar:
         assert sidecar is not None
@@ -81,7 +114,6 @@ async def test_a_kind_the_page_shows_reaches_an_open_stream_and_one_it_does_not_
             assert not await _told(heard, mark, 1.0)
             bus.publish(Announced())
             assert await _told(heard, mark, 5.0)
-            await asyncio.sleep(0.3)  # past the minimum gap
             mark = len(heard)
             bus.publish(TickRan(int(time.time() * 1000), 0.5))  # later: at most every 10 s
             assert not await _told(heard, mark, 1.0)

@@ -252,6 +252,11 @@ class Store:
             raise refused_open(db_path, exc) from None
         return cls(writer, inline, bulk, reader, db_path, clock, on_error)
 
+    @property
+    def queued(self) -> int:
+        """Writes handed to the writer thread and not yet done (they join its next group)."""
+        return self._queued
+
     async def write(self, fn: Callable[[sqlite3.Connection], T], *, small: bool = False) -> T:
         """Run ``fn`` as one write (a savepoint in a group transaction) on the writer thread.
 
