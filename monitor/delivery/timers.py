@@ -1,6 +1,7 @@
-"""The time delivery runs on, given from outside: the clock, the timers and the waits of the
-ledger's passes and the hooks client. The running service uses the event loop's;
-a test moves a manual one, so that no wake test sleeps for real.
+"""The time delivery and the ticks run on, given from outside: the clock, the timers and the
+waits of the ledger's passes, the hooks client and the tick schedule (``serve/ticks.py``).
+The running service uses the event loop's; a test moves a manual one, so that no wake or
+tick test sleeps for real.
 
 Two clocks: what is stored or shown is wall-clock (``now_ms``); what is timed (a window, a
 quiet period, a retry) is monotonic (``monotonic``, and every timer), so that a step of the
