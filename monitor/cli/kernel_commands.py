@@ -154,9 +154,10 @@ async def _follow(kernel: Kernel, a: Args) -> NoReturn:
     """Each notice as it opens, as a JSON line, until interrupted or until the reader of a
     pipe goes away (``... --follow | head -n 1`` ends when ``head`` does; see
     monitor.kernel.feed). Told, not polled: on Linux one blocking wait hears the database
-    written (inotify on its directory) and the pipe's reader gone; a look every
+    written (inotify on its directory; looked at again shortly after, as the change hub does:
+    the commit may be visible only then) and the pipe's reader gone; a look every
     ``WATCHED_S`` stays the safety net. Elsewhere (and on PostgreSQL) the change hub."""
-    from monitor.kernel.changes import WATCHED_S
+    from monitor.kernel.changes import VISIBLE_AFTER_S, WATCHED_S
     from monitor.kernel.feed import NoticeFeed
     from monitor.kernel.store.sqlite_conn import DirectStore
 
@@ -173,12 +174,18 @@ async def _follow(kernel: Kernel, a: Args) -> NoReturn:
     if watched is not None:
         watch, database = watched
         await show()
+        again: tuple[float, ...] = ()  # the looks still due after the database was written
         while True:
-            paths, gone = watch.wait(WATCHED_S, out)
+            paths, gone = watch.wait(again[0] if again else WATCHED_S, out)
             if gone:
                 raise SystemExit(0)
-            if paths & database or not paths:  # written, or the safety net's look
-                await show()
+            if paths & database:
+                again = VISIBLE_AFTER_S
+            elif not paths:  # a look after a write, or the safety net's
+                again = again[1:]
+            else:
+                continue  # another file in the database's directory
+            await show()
     await _follow_the_hub(kernel, show, out)
 
 

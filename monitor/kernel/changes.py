@@ -5,7 +5,8 @@ one's own: SQLite's ``PRAGMA data_version`` of the writer connection (a CLI proc
 gateway sharing the file), or the count of PostgreSQL's notices of other stores (any other
 sidecar on any host). This process's own commits are on the bus as they happen
 (:mod:`monitor.kernel.bus`). :class:`ChangeHub` looks at the version when the store says it may
-have moved: on SQLite on Linux when the database or its WAL was written (inotify), elsewhere
+have moved: on SQLite on Linux when the database or its WAL was written (inotify; and again
+shortly after, as the commit may be visible only then: :data:`VISIBLE_AFTER_S`), elsewhere
 every ``POLL_S``, and at once on PostgreSQL's notice; in one task, counts each move and
 publishes :class:`monitor.kernel.bus.StoreMoved`, which so means another process's commit,
 and only that. So N readers listening cost the store no more looks than one.
@@ -35,6 +36,10 @@ log = LazyLogger(__name__)
 
 POLL_S = 0.2
 WATCHED_S = 30.0  # the hub's look when the store is told of writes: a safety net only
+# SQLite: a commit's frames are written to the WAL (the write told) before its index makes
+# it visible, so a look at the tell may find nothing yet while the writer is descheduled
+# between the two; no write tells the rest. Looked at again after these, unless told sooner.
+VISIBLE_AFTER_S = (0.05, 0.25, 1.0)
 KEEPALIVE_S = 15.0
 
 
@@ -74,9 +79,13 @@ class ChangeHub:
         told = self._store.watches_changes  # on SQLite on Linux, this arms the watch
         looked = False  # the first look is at once: a commit between the start and the
         # arming of the watch told nothing
+        again: tuple[float, ...] = ()  # the looks still due after a tell that found nothing
         while not self._closed:
+            heard = False
             if looked:
-                await self._store.changed(WATCHED_S if told else self._poll_s)
+                wait = again[0] if again else WATCHED_S if told else self._poll_s
+                again = again[1:]
+                heard = await self._store.changed(wait)
             looked = True
             now = self._look(version)
             while now is None and not self._closed:  # a write holds the store: soon again
@@ -86,9 +95,12 @@ class ChangeHub:
                 version = now
             self._heard(version, now)
             if told and now != version:
+                again = ()
                 # a burst of another process's commits is heard at most every
                 # POLL_S, as a poll would: what each move wakes (re-reads) stays bounded
                 await asyncio.sleep(self._poll_s)
+            elif told and heard:
+                again = VISIBLE_AFTER_S  # told of a write not visible yet (or our own)
             version = now
 
     def _heard(self, before: int | None, now: int | None) -> None:

@@ -241,9 +241,10 @@ class PgStore:
         docstring); compared, never interpreted."""
         return self._changes.count
 
-    async def changed(self, timeout: float) -> None:
-        """Return when a change is heard, or after ``timeout`` seconds."""
-        await self._changes.after(self._changes.count, timeout)
+    async def changed(self, timeout: float) -> bool:
+        """Return when a change is heard (True), or after ``timeout`` seconds."""
+        seen = self._changes.count
+        return await self._changes.after(seen, timeout) != seen
 
     async def start(self, stack: AsyncExitStack, bus: object) -> None:
         """A part of the service: closed when ``stack`` closes, after every part started

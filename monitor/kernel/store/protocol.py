@@ -111,9 +111,10 @@ class StateStore(Protocol):
         read at once (a write holds the connection): look again shortly."""
         ...
 
-    async def changed(self, timeout: float) -> None:
+    async def changed(self, timeout: float) -> bool:
         """Return when a change may have happened, at the latest after ``timeout`` s (at
-        once on PostgreSQL's notice; SQLite says no one, so it waits and looks)."""
+        once on PostgreSQL's notice; SQLite says no one, so it waits and looks): True when
+        told of one, False when the time ran out."""
         ...
 
     async def start(self, stack: AsyncExitStack, bus: object) -> None:

@@ -325,18 +325,21 @@ class Store:
             ran, value = self._inline.try_peek(data_version)
         return value if ran else None
 
-    async def changed(self, timeout: float) -> None:
+    async def changed(self, timeout: float) -> bool:
         """Until another process may have committed, at the latest after ``timeout`` s.
         SQLite says no one; on Linux the kernel does: the database file or its WAL was
-        written (inotify on their directory, on the event loop). Elsewhere: ``timeout``."""
+        written (inotify on their directory, on the event loop). Elsewhere: ``timeout``.
+        True when told of a write: which may not be visible yet (a commit's frames are
+        written to the WAL before its index says so: see
+        :data:`monitor.kernel.changes.VISIBLE_AFTER_S`)."""
         armed = self._watch is not None
         watch = self._file_watch()
         if watch is None:
             await asyncio.sleep(timeout)
-            return
+            return False
         if not armed:  # a write before the watch was armed is not told: the caller looks now
             await asyncio.sleep(0)
-            return
+            return False
         from monitor import inotify
 
         real = os.path.realpath(self.path)  # written there, whatever path names it
@@ -346,8 +349,10 @@ class Store:
                 try:
                     while not names & await watch.changed():
                         pass
+                    return True
                 except inotify.Ended:
                     self._close_watch()  # the next wait watches again; this one looks now
+        return False
 
     @property
     def watches_changes(self) -> bool:

@@ -356,12 +356,13 @@ class DirectStore:
         """Moves with every commit of another connection (``PRAGMA data_version``)."""
         return self.read_now(data_version)
 
-    async def changed(self, timeout: float) -> None:
+    async def changed(self, timeout: float) -> bool:
         """SQLite says no one when another process commits: wait ``timeout`` and look. On
         the calling thread, as everything here (the coroutine never suspends)."""
         import time
 
         time.sleep(timeout)
+        return False
 
     def watch(self) -> tuple[Inotify, set[str]] | None:
         """On Linux, an inotify watch of the database's directory and the paths in it that
