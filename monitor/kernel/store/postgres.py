@@ -70,10 +70,16 @@ WRITE_LOCK = 0x73776174  # "swat": the one advisory lock every write takes
 CHANNEL = "sessionwatch"
 CONNECT_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_MS = 5000  # how long a write waits for the lock (another writer, another host)
+# a writer's session idle this long in its transaction is ended by the server, and its lock
+# with it: a host cut off (or stopped) while it holds the write lock frees it well within a
+# peer's lock wait, by WRITE_TIMEOUT_MS - IDLE_IN_TRANSACTION_MS, never by chance (one value
+# for both made a peer's write at the edge of a cut a 503 or not by a few ms either way)
+IDLE_IN_TRANSACTION_MS = 2000
 # A host cut off from the server mid-write (a partition: no FIN, no RST comes back) would
 # hold the one write lock for as long as the cut lasts, and every other host's writes with
 # it: the server ends a writer's session that sits idle in its transaction past
-# WRITE_TIMEOUT_MS (any other writer's wait for the lock), which lets the lock go, and each
+# IDLE_IN_TRANSACTION_MS (within any other writer's wait for the lock), which lets the lock
+# go, and each
 # connection gives up on a peer that stops acknowledging (TCP_USER_TIMEOUT) or answering
 # keepalives, instead of the kernel's quarter of an hour.
 DEAD_PEER: dict[str, Any] = {
@@ -417,7 +423,7 @@ def _pools(url: str) -> tuple[ConnectionPool, ConnectionPool, ConnectionPool]:
         url,
         4,
         options=f"-c lock_timeout={WRITE_TIMEOUT_MS}"
-        f" -c idle_in_transaction_session_timeout={WRITE_TIMEOUT_MS} {CUSTOM_PLANS}",
+        f" -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} {CUSTOM_PLANS}",
     )
     readers = _pool(
         url,
