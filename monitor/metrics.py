@@ -44,6 +44,15 @@ class Metrics:
         self.notices_drained = Counter(
             "sessionwatch_notices_drained_total", "Notices returned and acknowledged", registry=r
         )
+        self.wake_repeats = Counter(
+            "sessionwatch_wake_repeats_allowed_total",
+            "Wake calls allowed their one repeat, by why: unanswered (no whole answer once"
+            " the request went out, or the connection cut after it), taken_over (the"
+            " sidecar that made the call did not record its outcome before its wake lease"
+            " ran out: it died, or the store was unreachable from it until then)",
+            ["reason"],
+            registry=r,
+        )
         self.notices_woken = Counter(
             "sessionwatch_notices_delivered_by_wake_total",
             "Notices the gateway accepted in a wake, acknowledged as delivered",

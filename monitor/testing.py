@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from aiohttp import web
 
-    from monitor.delivery.hooks import Reply
+    from monitor.delivery.transport import Ready, Reply
     from monitor.kernel import Kernel
 
 T0 = 1_790_000_000_000  # where a manual clock starts (ms since the epoch)
@@ -219,16 +219,20 @@ class MockTransport:
         self.closed = False
         self.before: Callable[[], Awaitable[None]] | None = None  # runs before an answer
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], ready: Ready | None = None
+    ) -> Reply | None:
         import orjson
 
-        from monitor.delivery.hooks import CallFailed, Reply
+        from monitor.delivery.transport import CallFailed, Reply
 
-        if self.before is not None:
-            await self.before()
-        if self.down:
+        if self.down:  # never connected: not asked
             self.gateway.calls += 1
             raise CallFailed("connection refused")
+        if ready is not None and not await ready():
+            return None
+        if self.before is not None:
+            await self.before()
         status, answer, extra = self.gateway.answer(headers.get("Authorization"), body)
         raw = answer.encode() if isinstance(answer, str) else orjson.dumps(answer)
         return Reply(status, raw, extra.get("Retry-After"))

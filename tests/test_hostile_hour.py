@@ -320,7 +320,8 @@ def test_a_toml_file_with_a_bom_is_read(tmp_path: Path) -> None:
 async def test_the_gateways_own_words_are_logged_escaped_and_each_way_down_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from monitor.delivery.hooks import CallFailed, HooksClient, Reply
+    from monitor.delivery.hooks import HooksClient
+    from monitor.delivery.transport import CallFailed, Ready, Reply
     from tests.helpers import ManualClock, ManualTimers
 
     answers: list[Reply | str] = [
@@ -330,7 +331,11 @@ async def test_the_gateways_own_words_are_logged_escaped_and_each_way_down_once(
     ]
 
     class Transport:
-        async def post(self, url: str, body: bytes, headers: object) -> Reply:
+        async def post(
+            self, url: str, body: bytes, headers: object, ready: Ready | None = None
+        ) -> Reply | None:
+            if ready is not None and not await ready():
+                return None
             answer = answers[0] if len(answers) == 1 else answers.pop(0)
             if isinstance(answer, str):
                 raise CallFailed(answer)

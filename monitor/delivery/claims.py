@@ -48,11 +48,13 @@ if TYPE_CHECKING:
 
 class Claimed(NamedTuple):
     """The lease is ours: wake these, in order. ``settled``: notices an expired holder's
-    cut calls had sent as often as they may go, now counted as delivered."""
+    cut calls had sent as often as they may go, now counted as delivered. ``repeats``: how
+    many of ``entries`` an expired holder's cut call left with their one repeat."""
 
     entries: list[OutboxRow]
     settled: list[OutboxRow]
     reopened: list[Notice]
+    repeats: int = 0
 
 
 class Busy(NamedTuple):
@@ -71,6 +73,16 @@ class Wait(NamedTuple):
 Claim = Claimed | Busy | Wait | None  # None: nothing is due
 
 
+class Settled(NamedTuple):
+    """A call's outcome recorded: whether its notice now counts as delivered (and the
+    notices its acknowledgement reopened), or ``repeat``: it went unanswered, and may go
+    once more."""
+
+    delivered: bool
+    reopened: list[Notice]
+    repeat: bool = False
+
+
 def claim(conn: Conn, watcher: str, *, holder: str, window_ms: int, lease_ms: int) -> Claim:
     """Step 1 (see the module docstring). A wake stored at a time after the store's ``now``
     (its clock stepped back since: SQLite's is the host's) holds no window: one that lasted
@@ -85,13 +97,16 @@ def claim(conn: Conn, watcher: str, *, holder: str, window_ms: int, lease_ms: in
         return Busy(int(row[2]) - now)
     settled: list[OutboxRow] = []
     reopened: list[Notice] = []
+    repeats = 0
     for entry in outbox.due(conn, watcher, now):
         if entry.state != outbox.SENDING:
             continue
-        gave_up, more = _settle(conn, entry, "unanswered", now)  # a call cut by a crash
-        if gave_up:
-            settled.append(entry)
-            reopened += more
+        # a call cut by a crash, or answered but not recorded (the store unreachable from
+        # its holder until the lease ran out): no peer can tell which
+        cut = _settle(conn, entry, "unanswered", now)
+        settled += [entry] if cut.delivered else []
+        reopened += cut.reopened
+        repeats += cut.repeat
     entries = outbox.due(conn, watcher, now)
     if not entries:
         release(conn, watcher, holder)
@@ -105,7 +120,7 @@ def claim(conn: Conn, watcher: str, *, holder: str, window_ms: int, lease_ms: in
         " holder = excluded.holder, lease_until = excluded.lease_until",
         (watcher, holder, now + lease_ms),
     )
-    return Claimed(entries, settled, reopened)
+    return Claimed(entries, settled, reopened, repeats)
 
 
 Hold = Literal["go", "gone", "theirs", "lost"]
@@ -145,9 +160,7 @@ def hold(conn: Conn, entry: OutboxRow, *, holder: str, lease_ms: int, window_ms:
     return "go"
 
 
-def settle(
-    conn: Conn, entry: OutboxRow, result: str, *, ended_ago_ms: int | None = 0
-) -> tuple[bool, list[Notice]]:
+def settle(conn: Conn, entry: OutboxRow, result: str, *, ended_ago_ms: int | None = 0) -> Settled:
     """Step 3, for a call's ``result`` (``accepted``, ``unanswered`` or anything else, a
     failure): whether the notice now counts as delivered, and the notices that its
     acknowledgement reopened (work that came after it froze). A call that went starts the
@@ -165,21 +178,21 @@ def settle(
     return _settle(conn, entry, result, now)
 
 
-def _settle(conn: Conn, entry: OutboxRow, result: str, now: int) -> tuple[bool, list[Notice]]:
+def _settle(conn: Conn, entry: OutboxRow, result: str, now: int) -> Settled:
     current = outbox.read(conn, entry.id)
     if current is None or current.state not in (outbox.WAKE, outbox.SENDING):
-        return False, []  # settled by someone else meanwhile
+        return Settled(False, [])  # settled by someone else meanwhile
     unanswered = current.unanswered + (result == "unanswered")
     if result != "accepted" and unanswered < MAX_UNANSWERED:
         outbox.set_state(conn, entry.id, outbox.WAKE, now, unanswered=unanswered)
-        return False, []
+        return Settled(False, [], repeat=result == "unanswered")
     cursor = current.alive(conn)
     if cursor is None:
         outbox.set_state(conn, entry.id, outbox.GONE, now, unanswered=unanswered)
-        return False, []
+        return Settled(False, [])
     reopened = outbox.acknowledge(conn, [cursor], now)
     outbox.set_state(conn, entry.id, outbox.WOKEN, now, unanswered=unanswered)
-    return True, reopened
+    return Settled(True, reopened)
 
 
 def release(conn: Conn, watcher: str, holder: str) -> None:

@@ -8,14 +8,14 @@ sidecar process opened reaches the running agent only as the text of a wake, byt
 with ``Authorization: Bearer <hooks token>``. A ``200`` (``queued`` or ``coalesced``) is
 accepted; what each answer means for the notice is :class:`monitor.delivery.ledger.Delivery`'s.
 
-- 5xx, a refused connection, no connection in :data:`CONNECT_S`: the call reached no
-  gateway that took it, so it is tried three times, then ``failed``.
-- No answer in :data:`READ_S` once the request went out, nor a whole answer within
-  :data:`CONNECT_S` + :data:`READ_S` of the start (a gateway that trickles its answer), or a
-  connection cut after it went: the gateway may have taken the wake, so it is not tried
-  again here (``unanswered``; the ledger allows one more call,
-  :mod:`monitor.delivery.ledger`). An attempt so ends before the wake's lease does
-  (:data:`monitor.delivery.ledger.ATTEMPT_MS`).
+- 5xx, a refused connection, no connection in ``CONNECT_S``: the call reached no gateway
+  that took it, so it is tried three times, then ``failed``.
+- No whole answer within ``READ_S`` once the request went out (a gateway that trickles its
+  answer, too), or a connection cut after it went: the gateway may have taken the wake, so
+  it is not tried again here (``unanswered``; the ledger allows one more call,
+  :mod:`monitor.delivery.ledger`), and the connection is reset, so nothing of it arrives
+  later (:mod:`monitor.delivery.transport`). An attempt so ends before the wake's lease
+  does (:data:`monitor.delivery.ledger.ATTEMPT_MS`).
 - 401: said once, naming the token file; no call at all for ``retry_s``, so the gateway's
   lockout (20 failures a minute) is never reached.
 - 429: no call until its ``Retry-After`` has passed.
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,7 +44,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from monitor.config import Config, GatewayConfig
-from monitor.errors import SessionwatchError, connection_reason, one_line
+from monitor.delivery.transport import CallFailed, OneShotTransport, Ready, Reply, Transport
+from monitor.errors import SessionwatchError, one_line
 from monitor.kernel.bus import Bus, ConfigReloaded, WakeOutcome
 from monitor.kernel.keys import main_key_for, parse_agent_key
 from monitor.paths import expand_user
@@ -55,15 +55,11 @@ from monitor.retry import Backoff
 if TYPE_CHECKING:
     from contextlib import AsyncExitStack
 
-    import aiohttp
-
     from monitor.delivery.timers import Timers
     from monitor.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-CONNECT_S = 3.0  # no connection by then: the gateway never saw the call
-READ_S = 10.0  # the request went out and no answer came by then: it may have been taken
 ATTEMPTS = 3
 BACKOFF_S = 0.5
 KEYS_REFUSED = "the gateway refuses caller-chosen session keys"  # a watcher's not woken
@@ -71,73 +67,6 @@ KEYS_SETTING = (
     'hooks.allowRequestSessionKey: true, with "agent:" (and "hook:") in'
     " hooks.allowedSessionKeyPrefixes"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What the gateway answered to one call."""
-
-    status: int
-    body: bytes = b""
-    retry_after: str | None = None
-    location: str | None = None  # a redirect's target (never followed)
-
-
-class CallFailed(Exception):
-    """No answer: refused, reset, timed out. ``str()`` is the reason, in words;
-    ``maybe_taken``: the request went out, so the gateway may have acted on it."""
-
-    def __init__(self, reason: str, *, maybe_taken: bool = False) -> None:
-        super().__init__(reason)
-        self.maybe_taken = maybe_taken
-
-
-class Transport(Protocol):
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
-        """One POST; raises :class:`CallFailed` when no answer came."""
-        ...
-
-    async def close(self) -> None: ...
-
-
-class AiohttpTransport:
-    """The real one: one aiohttp session, made at the first call."""
-
-    def __init__(self, connect_s: float = CONNECT_S, read_s: float = READ_S) -> None:
-        self._connect_s = connect_s
-        self._read_s = read_s
-        self._session: aiohttp.ClientSession | None = None
-
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
-        import aiohttp
-
-        if self._session is None:
-            # the whole attempt is bounded, connect and the whole answer: a gateway that
-            # trickles its answer (a header line every few seconds) ends it as unanswered
-            # well before the wake's lease runs out, so no peer takes over a live call
-            timeout = aiohttp.ClientTimeout(
-                total=self._connect_s + self._read_s, sock_connect=self._connect_s,
-                connect=self._connect_s, sock_read=self._read_s,
-            )  # fmt: skip
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        try:
-            async with self._session.post(
-                url, data=body, headers=dict(headers), allow_redirects=False
-            ) as resp:
-                return Reply(
-                    resp.status,
-                    await resp.read(),
-                    resp.headers.get("Retry-After"),
-                    resp.headers.get("Location"),
-                )
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise CallFailed(connection_reason(exc)) from exc  # never reached the gateway
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise CallFailed(connection_reason(exc), maybe_taken=True) from exc
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
 
 
 class Credentials(Protocol):
@@ -165,9 +94,6 @@ class WakeAnswer:
     retry_after_s: float = 0.0
 
 
-StillToSend = Callable[[], Awaitable[bool]]
-
-
 class HooksClient:
     def __init__(
         self,
@@ -193,7 +119,7 @@ class HooksClient:
         self.retry_s = retry_s
         self.metrics = metrics
         self.timers = timers
-        self.transport: Transport = transport or AiohttpTransport()
+        self.transport: Transport = transport or OneShotTransport()
         # the gateway refused caller-chosen session keys: when (monotonic s), and the
         # version of its configuration then; checked again after retry_s, or at once when
         # its configuration changed (OpenClaw applies a change without a restart)
@@ -239,15 +165,13 @@ class HooksClient:
         """How long no call may go (after a 401 or a 429); 0 when calls may go."""
         return max(0.0, self._quiet_until - self.timers.monotonic())
 
-    async def wake(
-        self, watcher: str, text: str, *, still: StillToSend | None = None
-    ) -> WakeAnswer:
+    async def wake(self, watcher: str, text: str, *, still: Ready | None = None) -> WakeAnswer:
         """One notice in one wake call. When the gateway refuses caller-chosen keys and
         ``watcher`` is no main session: ``refused`` (its notice stays pending, for its own
         drains, and is tried with its key again after ``retry_s``: the refusal may heal).
-        ``still``: asked just before each attempt; False withdraws the call (``withdrawn``,
-        no call made: the notice was acknowledged or drained meanwhile, or the lease is
-        lost)."""
+        ``still``: asked at each attempt once connected, just before its request is
+        written; False withdraws the call (``withdrawn``, no call made: the notice was
+        acknowledged or drained meanwhile, or the lease is lost)."""
         key = parse_agent_key(watcher)
         body: dict[str, Any] = {"text": text, "mode": "now"}
         if key is not None:
@@ -310,7 +234,7 @@ class HooksClient:
             KEYS_SETTING,
         )
 
-    async def _post(self, body: dict[str, Any], still: StillToSend | None) -> WakeAnswer:
+    async def _post(self, body: dict[str, Any], still: Ready | None) -> WakeAnswer:
         try:
             if self.credentials is not None:
                 base, token = self.credentials.current()
@@ -327,10 +251,11 @@ class HooksClient:
         errors: list[str] = []  # each try's, once: a 500 then a timeout are both said
         backoff = Backoff(BACKOFF_S, BACKOFF_S * 2 ** (ATTEMPTS - 2))
         for attempt in range(1, ATTEMPTS + 1):
-            if still is not None and not await still():
-                return WakeAnswer("withdrawn")
             try:
-                answer = _answer(await self.transport.post(self.url, orjson.dumps(body), headers))
+                reply = await self.transport.post(self.url, orjson.dumps(body), headers, still)
+                if reply is None:
+                    return WakeAnswer("withdrawn")  # read again once connected: not sent
+                answer = _answer(reply)
                 if answer.result != "failed":  # a redirect is not followed, nor tried again
                     return answer
                 error = answer.error

@@ -66,9 +66,10 @@ if TYPE_CHECKING:
 log = LazyLogger(__name__)
 
 WAKE_COALESCE_MS = 20 * SECOND_MS
-LEASE_MS = 30 * SECOND_MS  # longer than one attempt (hooks.CONNECT_S + hooks.READ_S)
-# the longest one attempt lasts once it went (hooks.CONNECT_S + hooks.READ_S), with a margin:
-# a call goes only while the lease it renewed still covers that much
+LEASE_MS = 30 * SECOND_MS  # longer than one attempt (transport.CONNECT_S + transport.READ_S)
+# the longest one attempt lasts once the notice was read again (transport.READ_S: the read
+# is made once connected), with a margin: a call goes only while the lease it renewed still
+# covers that much
 ATTEMPT_MS = 15 * SECOND_MS
 STORE_RETRY_S = 0.5  # a write of the ledger the store refused: tried again from this
 STORE_RETRY_CAP_S = 5.0  # ... doubling up to this, whatever the gateway's retry interval
@@ -117,15 +118,15 @@ class StoreRetry:
 
 def _settling(
     entry: OutboxRow, result: str, ended_ago_ms: int | None
-) -> Callable[[Recorder], bool]:
-    """The transaction that records a call's outcome; whether the notice counts as
-    delivered. An acknowledgement is named to the commit (delivery hears it on the bus)."""
+) -> Callable[[Recorder], claims.Settled]:
+    """The transaction that records a call's outcome. An acknowledgement is named to the
+    commit (delivery hears it on the bus)."""
 
-    def run(r: Recorder) -> bool:
-        delivered, reopened = claims.settle(r.conn, entry, result, ended_ago_ms=ended_ago_ms)
-        if delivered:
-            r.acknowledge(reopened)
-        return delivered
+    def run(r: Recorder) -> claims.Settled:
+        settled = claims.settle(r.conn, entry, result, ended_ago_ms=ended_ago_ms)
+        if settled.delivered:
+            r.acknowledge(settled.reopened)
+        return settled
 
     return run
 
@@ -308,6 +309,8 @@ class Delivery:
         elif isinstance(got, claims.Wait):
             self._after(watcher, _capped(got.left_ms, self.window_ms))
         elif got is not None:
+            if got.repeats and self.metrics:
+                self.metrics.wake_repeats.labels("taken_over").inc(got.repeats)
             self._gave_up(got.settled)
             self.deliver(got.reopened)
             if got.entries:
@@ -357,17 +360,19 @@ class Delivery:
         (then the taker's one repeat). False when it was kept."""
         ago_ms = None if ended is None else int((self.timers.monotonic() - ended) * 1000)
         try:
-            delivered = await self.commits.commit(_settling(entry, result, ago_ms), small=True)
+            settled = await self.commits.commit(_settling(entry, result, ago_ms), small=True)
         except SessionwatchError as exc:
             self._unsettled.setdefault(entry.watcher, []).append((entry, result, ended))
             self._store.refused("could not record a wake's outcome", exc)
             return False
         self._store.took()
-        if delivered:
+        if settled.delivered:
             if result != "accepted":
                 self._gave_up([entry])
             elif self.metrics:
                 self.metrics.notices_woken.inc()
+        elif settled.repeat and self.metrics:
+            self.metrics.wake_repeats.labels("unanswered").inc()
         return True
 
     async def _settle_kept(self, watcher: str) -> bool:

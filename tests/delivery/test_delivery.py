@@ -576,7 +576,7 @@ async def test_a_redirect_is_never_followed(
     taken for the gateway's acceptance."""
     from aiohttp import web
 
-    from monitor.delivery.hooks import AiohttpTransport
+    from monitor.delivery.transport import OneShotTransport
 
     caplog.set_level(logging.INFO)
     async with running_hooks_gateway() as elsewhere:
@@ -603,7 +603,7 @@ async def test_a_redirect_is_never_followed(
                 f"http://{host}:{port}/hooks",
                 token_file,
                 timers=timers,
-                transport=AiohttpTransport(),
+                transport=OneShotTransport(),
                 retry_s=RETRY_S,
                 metrics=metrics,
                 bus=bus,
@@ -869,7 +869,7 @@ async def test_a_gateway_that_trickles_its_answer_ends_the_attempt_within_its_bo
     """The gateway sends 200 and a header line every 0.2 s, its body never: each read is
     quick, so only a bound on the whole attempt ends it, as unanswered (the gateway may
     have taken it), before the wake's lease could run out and a peer take the call over."""
-    from monitor.delivery.hooks import AiohttpTransport, CallFailed
+    from monitor.delivery.transport import CallFailed, OneShotTransport
 
     async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -885,7 +885,7 @@ async def test_a_gateway_that_trickles_its_answer_ends_the_attempt_within_its_bo
 
     server = await asyncio.start_server(trickle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    transport = AiohttpTransport(connect_s=0.5, read_s=1.0)
+    transport = OneShotTransport(connect_s=0.5, read_s=1.0)
     began = time.monotonic()
     try:
         with pytest.raises(CallFailed) as failed:
@@ -896,3 +896,48 @@ async def test_a_gateway_that_trickles_its_answer_ends_the_attempt_within_its_bo
     took = time.monotonic() - began
     assert failed.value.maybe_taken  # unanswered: never tried again by this holder
     assert took < 10, took  # about connect + read (1.5 s), never the 20 s of the trickle
+
+
+async def test_each_repeat_is_counted_with_its_reason(rig: Rig) -> None:
+    """The two cases of a call that may go once more, each counted in /metrics: a call
+    that went unanswered (repeated here, once its window has passed); and an answered call
+    whose sidecar could not record the answer (its store unreachable) until its lease ran
+    out, which a peer cannot tell from a crash: the peer's claim takes it over with its
+    one repeat."""
+    from monitor.delivery import claims
+    from monitor.delivery.transport import CallFailed
+
+    unanswered = [CallFailed("no answer in time", maybe_taken=True)]
+
+    async def no_answer() -> None:
+        if unanswered:
+            raise unanswered.pop()
+
+    rig.transport.before = no_answer
+    await rig.kernel.watch(watcher=MAIN, target=PEER)
+    await rig.human(PEER)
+    assert 1 == rig.sample("sessionwatch_wake_repeats_allowed_total", reason="unanswered")
+    await rig.timers.advance(int(RETRY_S * 1000))  # the retry: past the window too
+    await rig.settled()
+    assert 1 == rig.sample("sessionwatch_wake_calls_total", result="accepted")
+    assert 1 == rig.sample("sessionwatch_wake_repeats_allowed_total", reason="unanswered")
+
+    await rig.kernel.watch(watcher=MAIN, target=OTHER)
+    await rig.timers.advance(20_000)  # past the window
+
+    async def store_away() -> None:  # the answer comes; its record does not go through
+        rig.store.refusals = 1_000
+
+    rig.transport.before = store_away
+    await rig.human(OTHER)
+    assert 2 == rig.sample("sessionwatch_wake_calls_total", result="accepted")
+    assert [notice(OTHER, 0)] == await rig.pending()  # not acknowledged
+    rig.timers.clock.now += 30_000  # the lease runs out
+
+    def peer_claims(conn: Any) -> claims.Claim:
+        return claims.claim(conn, MAIN, holder="peer", window_ms=20_000, lease_ms=30_000)
+
+    got = await rig.kernel.store.write(peer_claims)
+    assert isinstance(got, claims.Claimed)
+    assert 1 == got.repeats and [OTHER] == [e.target for e in got.entries]
+    rig.store.refusals = 0

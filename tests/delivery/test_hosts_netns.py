@@ -8,10 +8,13 @@ seed, its faults and its figures."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,4 +135,82 @@ def test_a_host_cut_off_mid_write_holds_no_other_hosts_writes_for_long() -> None
             writer.kill()
             writer.wait()
         cluster.destroy()
+        net.close()
+
+
+# A wake call from host a: ready() says "connected" and waits for the test (which cuts the
+# link meanwhile), then the request goes into the cut link, and the call is given up after
+# read_s. GRACEFUL: ended as an earlier release did (a plain close): the control.
+GIVEN_UP = """
+import asyncio, sys
+from monitor.delivery import transport
+from monitor.delivery.transport import CallFailed, OneShotTransport
+if sys.argv[2] == "graceful":
+    transport._end = lambda writer, whole: writer.close()
+async def main():
+    async def ready():
+        print("connected", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        return True
+    try:
+        await OneShotTransport(read_s=2).post(sys.argv[1], b'{"text": "x"}', {}, ready)
+    except CallFailed as exc:
+        print(f"gave up: {exc}", flush=True)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("ending", ["reset", "graceful"])
+def test_a_call_given_up_on_a_cut_link_never_reaches_the_gateway_once_it_heals(
+    ending: str,
+) -> None:
+    """Host a's link to the gateway is cut while its request is in flight; the call is
+    given up (no answer in 2 s) and the link heals a second later (the drain meanwhile).
+    Reset, nothing of the call reaches the gateway, then or later. The control, a plain
+    close as before: the kernel kept retransmitting, and the gateway received the whole
+    request after the heal (seen 26.6 s after the call in the chaos runs)."""
+    _skip_unless_possible()
+    net = netns.Net()
+    received: list[tuple[float, bytes]] = []
+    client: subprocess.Popen[str] | None = None
+    try:
+        net.add_host("a")
+        with netns.inside(net.bridge):
+            server = socket.create_server((net.gateway_address, 0))
+        port = server.getsockname()[1]
+
+        def take() -> None:  # the gateway: reads whatever comes, answers nothing
+            with contextlib.suppress(OSError):
+                conn, _ = server.accept()
+                while data := conn.recv(65536):
+                    received.append((time.monotonic(), data))
+
+        threading.Thread(target=take, daemon=True).start()
+        url = f"http://{net.gateway_address}:{port}/hooks/wake"
+        client = subprocess.Popen(
+            ["ip", "netns", "exec", net.ns("a"), sys.executable, "-c", GIVEN_UP, url, ending],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert client.stdin is not None and client.stdout is not None
+        assert client.stdout.readline().strip() == "connected"
+        net.cut("a", ("gw",))
+        client.stdin.write("\n")  # the request goes into the cut link
+        client.stdin.flush()
+        assert client.stdout.readline().startswith("gave up: no answer in time")
+        time.sleep(1.0)  # a drain through another host takes the notice meanwhile
+        net.cut("a", ("gw",), down=False)
+        healed = time.monotonic()
+        time.sleep(10.0)  # TCP retransmits 3.0, 6.2 and 12.6 s after the send
+        late = [round(at - healed, 1) for at, _ in received if at >= healed]
+        if ending == "reset":
+            assert received == [], late
+        else:
+            assert b"POST /hooks/wake" in b"".join(data for _, data in received), late
+            print(f"a plain close: the request arrived {late} s after the heal")
+    finally:
+        if client is not None:
+            client.kill()
+            client.wait()
         net.close()

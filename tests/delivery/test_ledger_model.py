@@ -38,8 +38,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.delivery.hooks import READ_S, CallFailed, HooksClient, Reply
+from monitor.delivery.hooks import HooksClient
 from monitor.delivery.ledger import Delivery
+from monitor.delivery.transport import READ_S, CallFailed, Ready, Reply
 from monitor.errors import StoreError
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.commits import Commits
@@ -101,7 +102,11 @@ class Gateway:
         gateway = self
 
         class Transport:
-            async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+            async def post(
+                self, url: str, body: bytes, headers: Mapping[str, str], ready: Ready | None = None
+            ) -> Reply | None:
+                if ready is not None and not await ready():
+                    return None  # connected, then withdrawn: nothing written
                 return await gateway.post(sidecar, orjson.loads(body))
 
             async def close(self) -> None:
