@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 import h11
 
+from monitor.errors import connection_reason
+
 CONNECT_S = 3.0  # no connection by then: the gateway never saw the call
 READ_S = 10.0  # the request went out and no answer came by then: it may have been taken
 MAX_BODY = 64 * 1024  # a wake's answer is a line of JSON: more is read no further
@@ -93,14 +95,14 @@ class OneShotTransport:
         ready: Ready | None = None,
     ) -> Reply | None:
         parts = urlsplit(url)
-        host, port = parts.hostname or "", parts.port
         tls = parts.scheme == "https"
+        host, port = parts.hostname or "", parts.port or (443 if tls else 80)
         if tls and self._tls is None:
             self._tls = ssl.create_default_context()
         try:
             async with asyncio.timeout(self._connect_s):
                 reader, writer = await asyncio.open_connection(
-                    host, port or (443 if tls else 80), ssl=self._tls if tls else None
+                    host, port, ssl=self._tls if tls else None
                 )
         except (OSError, TimeoutError) as exc:  # never reached the gateway
             raise CallFailed(_unreached(host, port, exc)) from exc
@@ -114,7 +116,7 @@ class OneShotTransport:
                 async with asyncio.timeout(self._read_s):
                     reply = await _exchange(reader, writer, parts.netloc, target, body, headers)
             except (OSError, TimeoutError, h11.ProtocolError) as exc:  # it may have been taken
-                raise CallFailed(_unanswered(exc), maybe_taken=True) from exc
+                raise CallFailed(connection_reason(exc), maybe_taken=True) from exc
             whole = True
             return reply
         finally:
@@ -172,15 +174,9 @@ def _end(writer: asyncio.StreamWriter, whole: bool) -> None:
         writer.close()
 
 
-def _unreached(host: str, port: int | None, exc: BaseException) -> str:
+def _unreached(host: str, port: int, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"cannot connect to {host}:{port} (no answer in time)"
     err = exc.errno if isinstance(exc, OSError) else None  # its strerror is asyncio's words
     cause = os.strerror(err) if err else str(exc) or type(exc).__name__
     return f"cannot connect to {host}:{port} ({cause})"
-
-
-def _unanswered(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer in time"
-    return str(exc) or type(exc).__name__
