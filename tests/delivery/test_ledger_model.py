@@ -105,18 +105,21 @@ class Gateway:
             async def post(
                 self, url: str, body: bytes, headers: Mapping[str, str], ready: Ready | None = None
             ) -> Reply | None:
+                # the drains that had returned before the ledger's last look at the notice
+                # (its hold, in ready()): a drain that returns later may have committed
+                # after that look, while the call was already on its way
+                drains = gateway.drains
                 if ready is not None and not await ready():
                     return None  # connected, then withdrawn: nothing written
-                return await gateway.post(sidecar, orjson.loads(body))
+                return await gateway.post(sidecar, orjson.loads(body), drains)
 
             async def close(self) -> None:
                 pass
 
         return Transport()
 
-    async def post(self, sidecar: int, body: dict[str, Any]) -> Reply:
+    async def post(self, sidecar: int, body: dict[str, Any], drains: int) -> Reply:
         watcher, text = body["sessionKey"], body["text"]
-        drains = self.drains  # the drains that had returned when the call went
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         # the client's timeout, on the test's clock, from when the call went (not from when
         # this stand-in has read the store): unanswered by then, it gave up
@@ -138,8 +141,9 @@ class Gateway:
             )
         )
         # not pending when this stand-in read the store: a violation unless a drain that
-        # returned only after the call went took it (a drain that overlaps a call in
-        # flight is not a drain before it; the store is read a moment after the call)
+        # returned only after the ledger's hold began took it (a drain that overlaps the
+        # hold or the call in flight is not a drain before it; the store is read a moment
+        # after the call)
         if text not in pending and self.drained.get(text, 0) <= drains:
             self.violations.append(f"woken when not pending: {text}")
         if watcher == SUB:
