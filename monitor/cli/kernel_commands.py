@@ -194,7 +194,7 @@ async def _follow_the_hub(
 ) -> NoReturn:
     import select
 
-    from monitor.kernel.bus import NOTICE_CHANGES
+    from monitor.kernel.bus import NOTICE_CHANGES, notices_may_differ
     from monitor.kernel.changes import POLL_S
 
     reader_gone = select.poll()
@@ -207,7 +207,8 @@ async def _follow_the_hub(
             if changed:
                 heard.pending()  # what the read sees
                 await show()
-            changed = await heard.next(POLL_S) is not None  # and look at the pipe again
+            change = await heard.next(POLL_S)  # and look at the pipe again
+            changed = change is not None and notices_may_differ(change)
 
 
 @command(

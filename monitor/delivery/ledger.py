@@ -43,11 +43,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from monitor.clock import SECOND_MS
 from monitor.delivery import claims
+from monitor.delivery.shares import Lookout
 from monitor.delivery.timers import Handle, LoopTimers, Timers
 from monitor.errors import SessionwatchError
 from monitor.kernel import outbox
-from monitor.kernel.bus import Bus, NoticesOpened, StoreMoved
-from monitor.kernel.policy import WatchPolicy
 from monitor.lazylog import LazyLogger
 from monitor.retry import Backoff
 
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
 
     from monitor.delivery.hooks import WakeAnswer
     from monitor.kernel import Kernel
+    from monitor.kernel.bus import Bus
     from monitor.kernel.commits import Commits
     from monitor.kernel.notices import Notice
     from monitor.kernel.outbox import OutboxRow
@@ -182,20 +182,23 @@ class Delivery:
         holder: str | None = None,
         others: bool = True,
         commits: Commits | None = None,
+        host: str | None = None,
     ) -> None:
         """``others``: also deliver what other processes opened (False: this process's
         notices only, a test on a manual clock). ``commits``: what the ledger is written
-        through, the kernel's unless given (a test's, on a store that refuses on cue)."""
+        through, the kernel's unless given (a test's, on a store that refuses on cue).
+        ``host``: this sidecar's host id on a store several share: it wakes its share of
+        the watchers (:mod:`.shares`); None: all of them."""
         self.kernel = kernel
         self.commits = commits or kernel.commits
         self.store = self.commits.store
-        self.others = others
         self.sender = sender
         self.metrics = metrics
         self.timers = timers or LoopTimers(kernel.store.clock)
         self.window_ms = window_ms
         self.lease_ms = lease_ms
         self.holder = holder or holder_id()
+        self.lookout = Lookout(self.store, self.request, host=host, others=others)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._later: dict[str, Handle] = {}  # the next pass of a watcher that must wait
@@ -203,18 +206,14 @@ class Delivery:
         # call ended (monotonic s; None: no call went)
         self._unsettled: dict[str, list[tuple[OutboxRow, str, float | None]]] = {}
         self.windows = Windows(self.timers, window_ms)
-        self._looking: asyncio.Task[None] | None = None  # a read of the outbox
-        self._look_again = False
         self._store = StoreRetry()  # a ledger write the store refused: when to try again
-
-    def deliver(self, notices: list[Notice]) -> None:
-        """Ask for the watchers of ``notices`` to be woken (those the policy wakes)."""
-        for watcher in dict.fromkeys(n.watcher for n in notices if WatchPolicy.wakes(n)):
-            self.request(watcher)
 
     def request(self, watcher: str) -> None:
         """A pass over ``watcher`` now, unless one runs (then one more after it) or one is
-        already timed (the window, a lease, a retry)."""
+        already timed (the window, a lease, a retry), or the watcher is another host's
+        (unless this one holds an outcome of it still to record)."""
+        if not self.lookout.shares.owns(watcher) and watcher not in self._unsettled:
+            return
         if watcher in self._running:
             self._again.add(watcher)
         elif watcher not in self._later:
@@ -222,42 +221,21 @@ class Delivery:
             self._running[watcher] = task
             task.add_done_callback(lambda t: self._passed(watcher, t))
 
-    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
-        """Deliver from now on, until ``stack`` closes: the notices this process opens, as
-        the bus says; what the outbox holds at start (a restart's, a crashed peer's); and,
-        with ``others``, what it holds after each commit of another process (a CLI
-        command, a peer on a shared store)."""
-        stack.push_async_callback(self.close)
-        stack.enter_context(bus.subscribe(NoticesOpened, lambda c: self.deliver(list(c.notices))))
-        if not self.store.shared:  # the one serve on this database: old leases were ours
-            await self.commits.write(claims.release_all, small=True)
-        self.look()  # what a restart, a crashed peer or a one-shot command left to wake
-        if self.others:
-            stack.enter_context(bus.subscribe(StoreMoved, lambda _: self.look()))
+    def deliver(self, notices: list[Notice]) -> None:
+        """Ask for the watchers of ``notices`` to be woken (those the policy wakes)."""
+        self.lookout.deliver(notices)
 
     def look(self) -> None:
-        """A pass over every watcher the outbox has notices to wake for: at start, and after
-        another process's commit. One read at a time; asks meanwhile make one more."""
-        if self._looking is not None:
-            self._look_again = True
-            return
-        self._looking = asyncio.get_running_loop().create_task(self._look())
-        self._looking.add_done_callback(lambda _: self._looked())
+        """A pass over every watcher of this host's the outbox has notices to wake for."""
+        self.lookout.look()
 
-    def _looked(self) -> None:
-        self._looking = None
-        if self._look_again:
-            self._look_again = False
-            self.look()
-
-    async def _look(self) -> None:
-        try:
-            watchers = await self.store.peek(outbox.watchers_due)
-        except SessionwatchError as exc:  # the store is away: the next move looks again
-            log.debug("the outbox was not read: %s", exc)
-            return
-        for watcher in watchers:
-            self.request(watcher)
+    async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
+        """Deliver from now on, until ``stack`` closes: what the lookout finds due
+        (:class:`.shares.Lookout`)."""
+        stack.push_async_callback(self.close)
+        if not self.store.shared:  # the one serve on this database: old leases were ours
+            await self.commits.write(claims.release_all, small=True)
+        await self.lookout.start(stack, bus)
 
     # -- passes --------------------------------------------------------------------------
 
@@ -449,14 +427,13 @@ class Delivery:
 
     async def settled(self) -> None:
         """Wait until the passes asked for so far ended (tests; a clean stop)."""
-        while self._running or self._looking is not None:
-            tasks = [*self._running.values(), *([self._looking] if self._looking else [])]
+        while self._running or self.lookout.looking is not None:
+            looking = self.lookout.looking
+            tasks = [*self._running.values(), *([looking] if looking else [])]
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
-        self._look_again = False  # the read being cancelled starts no other
-        if self._looking is not None:
-            self._looking.cancel()
+        self.lookout.close()
         for handle in self._later.values():
             handle.cancel()
         self._later.clear()

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 
+from monitor.kernel.topics import LINKS, NOTICES
 from monitor.lazylog import LazyLogger
 
 TYPE_CHECKING = False
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
     from monitor.config import Config
     from monitor.kernel.notices import Notice
+    from monitor.kernel.topics import Topics
 
     C = TypeVar("C", bound="Change")
 
@@ -69,6 +71,7 @@ class Change:
 
     __slots__: tuple[str, ...] = ()
     page = ""
+    topic = ""  # what another process hears of it, said in a transaction (kernel/topics.py)
 
     def __init_subclass__(cls) -> None:
         if cls.__module__ == __name__:  # the service's kinds, all declared here: one a test
@@ -135,13 +138,19 @@ class WatchesChanged(Change):
 
 class StoreMoved(Change):
     """Another connection committed (another process, another host): ``moves`` is the
-    hub's count of such moves."""
+    hub's count of such moves; ``topics``, what those commits touched, as far as the store
+    can say (:mod:`monitor.kernel.topics`; None: anything may have moved)."""
 
-    __slots__ = ("moves",)
+    __slots__ = ("moves", "topics")
     page = SHOWN_IF_MOVED
 
-    def __init__(self, moves: int) -> None:
+    def __init__(self, moves: int, topics: Topics = None) -> None:
         self.moves = moves
+        self.topics = topics
+
+    def about(self, topic: str) -> bool:
+        """Whether ``topic`` may have moved."""
+        return self.topics is None or topic in self.topics
 
 
 # -- upstream's ------------------------------------------------------------------------
@@ -152,6 +161,7 @@ class LinksChanged(Change):
     :class:`~monitor.kernel.commits.Commits`), once it committed."""
 
     __slots__ = ()
+    topic = LINKS
 
 
 class WatchedMayDiffer(Change):
@@ -160,6 +170,7 @@ class WatchedMayDiffer(Change):
     come back in another folder."""
 
     __slots__ = ()
+    topic = LINKS
 
 
 class SourcesMoved(Change):
@@ -205,6 +216,17 @@ class OwnershipChanged(Change):
     def __init__(self, shared: bool, holder: str) -> None:
         self.shared = shared
         self.holder = holder  # this sidecar's name in the leases
+
+
+class HostsChanged(Change):
+    """The hosts live on a store several sidecars share changed (their ids, as the host
+    leases say at this sidecar's renewal): the watchers' shares moved
+    (:mod:`monitor.delivery.shares`)."""
+
+    __slots__ = ("hosts",)
+
+    def __init__(self, hosts: frozenset[str]) -> None:
+        self.hosts = hosts
 
 
 # -- the tick's, delivery's, the configuration's ---------------------------------------
@@ -296,6 +318,12 @@ class ConfigReloaded(Change):
 
 # what may have opened a notice a reader has not shown: this process's commit, another's
 NOTICE_CHANGES: tuple[type[Change], ...] = (NoticesOpened, StoreMoved)
+
+
+def notices_may_differ(change: Change) -> bool:
+    """Whether one of :data:`NOTICE_CHANGES` may have moved an inbox (another process's
+    commit, only if it may have touched notices)."""
+    return not isinstance(change, StoreMoved) or change.about(NOTICES)
 
 
 def page_kinds() -> tuple[type[Change], ...]:

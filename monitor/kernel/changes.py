@@ -107,7 +107,7 @@ class ChangeHub:
         if now == before or now is None:
             return
         self.moves += 1
-        self._bus.publish(StoreMoved(self.moves))
+        self._bus.publish(StoreMoved(self.moves, self._store.heard()))
 
     async def close(self) -> None:
         """Stop watching. The loop also ends by itself at its next look: Python 3.11's

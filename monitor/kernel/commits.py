@@ -5,9 +5,10 @@ once on the bus.
 that way, whoever records it), then publishes :class:`StoreWritten` and what the
 transaction named (the notices its events or it opened or acknowledged, the watches), counts
 what was recorded and runs retention when it is due. A transaction that failed publishes
-nothing. The kernel and its parts (the gateway's sessions, retention) and delivery's
-ledger commit through the one instance the kernel holds: none of them calls the store's
-``write`` (tests/test_layers.py checks it).
+nothing. Inside the transaction, it tells the store the same facts as topics, for the other
+processes sharing it (:mod:`monitor.kernel.topics`). The kernel and its parts (the
+gateway's sessions, retention) and delivery's ledger commit through the one instance the
+kernel holds: none of them calls the store's ``write`` (tests/test_layers.py checks it).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from monitor.kernel.bus import (
     StoreWritten,
     WatchesChanged,
 )
+from monitor.kernel.policy import WatchPolicy
 from monitor.kernel.recorder import Recorder
 from monitor.kernel.retention import Retention
+from monitor.kernel.topics import EVENTS, LINKS, NOTICES, wake
 
 TYPE_CHECKING = False
 
@@ -28,7 +31,6 @@ if TYPE_CHECKING:
     from typing import TypeVar
 
     from monitor.kernel.bus import Bus
-    from monitor.kernel.policy import WatchPolicy
     from monitor.kernel.store.protocol import Conn, StateStore
     from monitor.metrics import Metrics
 
@@ -61,7 +63,9 @@ class Commits:
 
         def run(conn: Conn) -> T:
             recorder.begin(conn)
-            return fn(recorder)
+            result = fn(recorder)
+            self.store.announce(conn, _topics(recorder))  # for the other processes
+            return result
 
         result = await self.store.write(run, small=small)
         self._observe(recorder)
@@ -90,3 +94,20 @@ class Commits:
             self.bus.publish(WatchesChanged())
         for change in recorder.said:
             self.bus.publish(change)
+
+
+def _topics(recorder: Recorder) -> frozenset[str]:
+    """What the transaction ``recorder`` ran touched, as another process acts on it: the
+    facts :meth:`Commits._observe` publishes here once it committed."""
+    fresh = [r for r in recorder.recorded if not r.duplicate]
+    opened = [n for r in fresh for n in r.notices] + recorder.opened
+    opened += recorder.acknowledged or []
+    topics = {wake(n.watcher) for n in opened if WatchPolicy.wakes(n)}
+    topics |= {change.topic for change in recorder.said if change.topic}
+    if fresh:
+        topics.add(EVENTS)
+    if opened or recorder.acknowledged is not None:
+        topics.add(NOTICES)
+    if recorder.watches_changed:
+        topics.add(LINKS)
+    return frozenset(topics)

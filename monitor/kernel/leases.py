@@ -74,6 +74,16 @@ def holds(conn: Conn, name: str, holder: str) -> bool:
     return row is not None
 
 
+def live(conn: Conn, prefix: str) -> frozenset[str]:
+    """The names after ``prefix`` of the leases named ``prefix...`` that are live now, by
+    the store's clock (``host:``: the hosts running on the store)."""
+    rows = conn.execute(
+        f"SELECT name FROM sessionwatch_leases WHERE name LIKE ? AND expires_at > {NOW_SQL}",
+        (prefix + "%",),
+    ).fetchall()
+    return frozenset(str(name)[len(prefix) :] for (name,) in rows)
+
+
 def recent_holders(conn: Conn, prefix: str, within_ms: int) -> list[tuple[str, str | None]]:
     """The holder and info of each lease named ``prefix...`` that is live, or ran out less
     than ``within_ms`` ago, by the store's clock."""

@@ -20,13 +20,20 @@ from monitor.kernel.bus import (
     WatchedMayDiffer,
     WatchesChanged,
 )
+from monitor.kernel.topics import LINKS
 
 # a watch, a spawn or a reset here; an adoption or a missing source; another process's
-# commit; new roots or nodes
+# commit (one that may have touched links: links_may_differ); new roots or nodes
 LINK_CHANGES: tuple[type[Change], ...] = (
     *(WatchesChanged, LinksChanged, WatchedMayDiffer, StoreMoved, ConfigReloaded),
     OwnershipChanged,
 )
+
+
+def links_may_differ(change: Change) -> bool:
+    """Whether one of :data:`LINK_CHANGES` may have moved the links or watches: another
+    process's commit only if it touched them (a peer's lease or ledger does not)."""
+    return not isinstance(change, StoreMoved) or change.about(LINKS)
 
 
 class Component(Protocol):
@@ -70,4 +77,6 @@ async def _stopped(task: asyncio.Task[None]) -> None:
 
 def set_on_link_changes(stack: AsyncExitStack, bus: Bus, event: asyncio.Event) -> None:
     """Set ``event`` at each of :data:`LINK_CHANGES` until ``stack`` closes."""
-    stack.enter_context(bus.subscribe(LINK_CHANGES, lambda _: event.set()))
+    stack.enter_context(
+        bus.subscribe(LINK_CHANGES, lambda c: event.set() if links_may_differ(c) else None)
+    )

@@ -273,7 +273,11 @@ async def running(
             store, KernelSettings.of(config), metrics=metrics, on_delete=(delete_links,), bus=bus
         )
         await parts.start(kernel)
-        delivery = Delivery(kernel, waker, timers=timers, metrics=metrics) if waker else None
+        delivery = (
+            Delivery(kernel, waker, timers=timers, metrics=metrics, host=_host_of(kernel, config))
+            if waker
+            else None
+        )
         leases = _host_leases(kernel, config, metrics)
         monitor = UpstreamMonitor.from_config(kernel, config, metrics=metrics)
         ticks = Ticks(
@@ -401,6 +405,11 @@ def _openclaw_client(
         metrics=metrics,
         credentials=hooks,
     )
+
+
+def _host_of(kernel: Kernel, config: Config) -> str | None:
+    """This sidecar's host id on a store several share (its share of the watchers)."""
+    return config.host.id if kernel.store.shared else None
 
 
 def _host_leases(kernel: Kernel, config: Config, metrics: Metrics) -> HostLeases | None:

@@ -60,7 +60,7 @@ from monitor.kernel.bus import (
     TickRan,
     WatchedMayDiffer,
 )
-from monitor.serve.components import LINK_CHANGES, start_task
+from monitor.serve.components import LINK_CHANGES, links_may_differ, start_task
 from monitor.upstream.settle import BUDGET_EXCEEDED, LinkResult
 
 if TYPE_CHECKING:
@@ -283,7 +283,8 @@ class Ticks:
         start_task(stack, self.on_schedule())
 
     def _hear(self, change: Change) -> None:
-        self.idle = self.idle.heard(change)
+        if links_may_differ(change):
+            self.idle = self.idle.heard(change)
 
     def _moved_sources(self, change: SourcesMoved) -> None:
         self._hear(change)

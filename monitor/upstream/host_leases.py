@@ -4,9 +4,11 @@ A sidecar on a shared store takes the lease ``host:<id>`` at start (refused whil
 live sidecar holds it) and keeps it, and takes ``ticks:shared`` whenever it is free: the
 holder ticks the links that belong to no host (OpenCode databases, paired nodes); every
 sidecar ticks its own host's file links. Leases last ``ttl`` and are renewed every third of
-it; a sidecar that dies (SIGKILL, a lost host) stops renewing, and another takes
-``ticks:shared`` within ``ttl`` plus one renewal period: under one tick interval, since
-``ttl`` is half of it.
+it, both in one transaction that also reads which hosts are live (a change of them is
+:class:`~monitor.kernel.bus.HostsChanged`: delivery's shares follow it). A sidecar that
+dies (SIGKILL, a lost host) stops renewing: another takes ``ticks:shared``, and the others
+its share of the watchers, within ``ttl`` plus one renewal period: under one tick
+interval, since ``ttl`` is half of it.
 
 Every expiry is the store's clock (:mod:`monitor.kernel.leases`); here, only how long a
 lease has left is timed, on the monotonic clock. Gaining or losing ``ticks:shared`` is a
@@ -30,12 +32,13 @@ from typing import TYPE_CHECKING
 from monitor.errors import AlreadyRunning, SessionwatchError
 from monitor.kernel import Kernel
 from monitor.kernel import leases as lease_rows
-from monitor.kernel.bus import Bus, OwnershipChanged
+from monitor.kernel.bus import Bus, HostsChanged, OwnershipChanged
 from monitor.kernel.leases import SHARED, Lease
 from monitor.kernel.store.upgrade import release_info
 from monitor.private import pid_alive
 
 if TYPE_CHECKING:
+    from monitor.kernel.store.protocol import Conn
     from monitor.metrics import Metrics  # prometheus_client: the service's, not a command's
 
 log = logging.getLogger(__name__)
@@ -62,16 +65,24 @@ class HostLeases:
         self._lapse: asyncio.TimerHandle | None = None  # when the held lease runs out
         self._said: str | None = None
         self.keeper: asyncio.Task[None] | None = None  # renewing, once started
+        self.hosts: frozenset[str] = frozenset()  # the live hosts, as last renewed
 
     @property
     def name(self) -> str:
         return f"host:{self.host}"
 
     async def _take(self, name: str) -> Lease:
-        return await self.kernel.commit(
-            lambda r: lease_rows.take(
-                r.conn, name, self.me, ttl_ms=self.ttl_ms, info=release_info()
-            )
+        return await self.kernel.commit(lambda r: self._taken(r.conn, name))
+
+    def _taken(self, conn: Conn, name: str) -> Lease:
+        return lease_rows.take(conn, name, self.me, ttl_ms=self.ttl_ms, info=release_info())
+
+    def _renewal(self, conn: Conn) -> tuple[Lease, Lease, frozenset[str]]:
+        """One transaction: this host's lease, the shared one, and the live hosts."""
+        return (
+            self._taken(conn, self.name),
+            self._taken(conn, SHARED),
+            lease_rows.live(conn, "host:"),
         )
 
     async def start(self, stack: AsyncExitStack, bus: Bus) -> None:
@@ -102,10 +113,12 @@ class HostLeases:
     async def renew(self) -> None:
         """Renew the host lease; take (or keep) the shared one when it is free."""
         began = asyncio.get_running_loop().time()
-        host = await self._take(self.name)
+        host, shared, hosts = await self.kernel.commit(lambda r: self._renewal(r.conn))
         if not host.held_by(self.me):  # lost while paused: say so, stop ticking shared links
             self._say(f"lost the lease of host id {self.host!r} to {host.holder}")
-        shared = await self._take(SHARED)
+        if hosts != self.hosts:
+            self.hosts = hosts
+            self.bus.publish(HostsChanged(hosts))
         # it runs out unrenewed this long after the statements began, at the latest: a
         # renewal whose answer came after that (a slow store) holds nothing
         lapse = began + min(host.left_ms, shared.left_ms) / 1000

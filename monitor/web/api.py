@@ -20,7 +20,7 @@ from aiohttp import web
 from adapters.base import own_text_hash
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
-from monitor.kernel.bus import NOTICE_CHANGES, Bus
+from monitor.kernel.bus import NOTICE_CHANGES, Bus, notices_may_differ
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.events import EventKind, lacks_via, refuse_a_mistyped_via
 from monitor.kernel.feed import NoticeFeed
@@ -301,7 +301,8 @@ async def stream_notices(request: web.Request) -> web.StreamResponse:
                     await response.write(b": keep-alive\n\n")
                     written = loop.time()
                 wait = KEEPALIVE_S - (loop.time() - written)
-                changed = await heard.next(wait, unless=stopping) is not None
+                change = await heard.next(wait, unless=stopping)
+                changed = change is not None and notices_may_differ(change)
     except (ConnectionResetError, SessionwatchError):
         pass  # the client went away, or the database did: the stream ends
     return response

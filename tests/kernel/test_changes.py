@@ -63,6 +63,9 @@ class _ToldEarly:
         self.told = False
         self.looks_since_tell = 0
 
+    def heard(self) -> None:
+        return None  # as SQLite: that something moved, never what
+
     def version(self) -> int:
         if not self.told:
             return 0

@@ -296,7 +296,7 @@ async def test_a_postgresql_store_listens_before_it_is_handed_out(pg_server: PgS
         assert opened == store.version()
         other = await open_store(target, clock=now_ms)
         try:
-            await other.write(lambda c: None)
+            await other.write(lambda c: other.announce(c, frozenset({"events"})))
         finally:
             await other.close()
         await until("another store's write heard", lambda: (store.version() or 0) > opened)

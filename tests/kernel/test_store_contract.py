@@ -37,12 +37,25 @@ async def store(target: tuple[Path | str, bool]) -> AsyncIterator[StateStore]:
     await opened.close()
 
 
+TOLD = frozenset({"events", "wake:agent:main:main"})
+
+
 def insert(v: int, *, refuse: bool = False) -> Callable[[Conn], int]:
     def fn(c: Conn) -> int:
         c.execute("INSERT INTO t VALUES (?)", (v,))
         if refuse:
             raise BadInput(f"{v} is refused")
         return v
+
+    return fn
+
+
+def told(store: StateStore, v: int, topics: frozenset[str] = TOLD) -> Callable[[Conn], int]:
+    """``insert(v)``, announcing ``topics`` to the other processes."""
+
+    def fn(c: Conn) -> int:
+        store.announce(c, topics)
+        return insert(v)(c)
 
     return fn
 
@@ -114,8 +127,8 @@ async def test_the_version_never_moves_with_the_stores_own_commits(store: StateS
     """This process's commits are published as they happen; the version is for others'."""
     before = store.version()
     for n in range(3):
-        await store.write(insert(n))
-        await store.write(insert(10 + n), small=True)
+        await store.write(told(store, n))
+        await store.write(told(store, 10 + n), small=True)
     await store.changed(0.5)  # PostgreSQL: its own notices would have arrived by now
     assert before == store.version()
 
@@ -123,10 +136,13 @@ async def test_the_version_never_moves_with_the_stores_own_commits(store: StateS
 async def test_the_version_moves_with_a_commit_of_another_connection(
     store: StateStore, target: tuple[Path | str, bool]
 ) -> None:
+    """... that announced what it touched: what the store heard says so, or that anything
+    may have moved (None: SQLite can say no more)."""
     before = store.version()
+    store.heard()  # from here
     other = await open_store(target[0], clock=now_ms, direct=True)
     try:
-        await other.write(insert(1))
+        await other.write(told(other, 1))
     finally:
         await other.close()
     for _ in range(100):  # PostgreSQL's notice arrives on the listening connection
@@ -134,6 +150,8 @@ async def test_the_version_moves_with_a_commit_of_another_connection(
             break
         await store.changed(0.05)
     assert store.version() != before
+    heard = store.heard()
+    assert heard is None or heard == TOLD
 
 
 async def test_after_close_every_call_fails_with_a_store_error(store: StateStore) -> None:

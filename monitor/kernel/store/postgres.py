@@ -13,11 +13,16 @@ each runs on a pooled psycopg connection in a worker thread (``psycopg_pool``).
   link's marker moves only with its event. Writes are few and short (an event, a tick's
   settle), so one at a time costs little; ``bench/hosts.py`` measures it.
 - **Reads** run at ``REPEATABLE READ, READ ONLY``: one snapshot per read, as on SQLite.
-- **Change notices**: every write asks for ``pg_notify('sessionwatch', <this store's
-  token>)`` with its lock (one round trip); PostgreSQL delivers it on commit, and a
-  ``LISTEN`` connection counts those of other stores (other processes, other hosts) in
-  :meth:`PgStore.version`, as SQLite's writer connection counts the commits of other
-  connections: this process's own commits are published by the kernel as they happen.
+- **Change notices**: a transaction whose writes touched what another process acts on
+  ends with ``pg_notify('sessionwatch', <this store's token> <its topics>)``
+  (:mod:`monitor.kernel.topics`; one per group commit, a write rolled back names nothing);
+  PostgreSQL delivers it on commit, and a ``LISTEN`` connection counts those of other
+  stores (other processes, other hosts) in :meth:`PgStore.version` and gathers their
+  topics for :meth:`PgStore.heard`, as SQLite's writer connection counts the commits of
+  other connections: this process's own commits are published by the kernel as they
+  happen. A write that touched nothing another process acts on (a lease renewed, a step of
+  the wake ledger) tells no one, so hosts do not wake one another for their upkeep. A
+  notice without topics (a release before them) means anything may have moved.
 - **Group commit**: writes that arrive while a transaction runs share the next one, a
   savepoint each (a write that fails rolls back alone), as on SQLite: one lock per batch.
   A write waits for the lock at most ``write_timeout`` from its call (the batch's lock wait
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
     from contextlib import AsyncExitStack
 
     from monitor.kernel.store.protocol import Conn, Cursor
+    from monitor.kernel.topics import Topics
 
 log = logging.getLogger(__name__)
 # The pool says every failed connection attempt; the store says an outage once (below).
@@ -68,6 +74,7 @@ T = TypeVar("T")
 
 WRITE_LOCK = 0x73776174  # "swat": the one advisory lock every write takes
 CHANNEL = "sessionwatch"
+NOTICE_BYTES = 7900  # a change notice's payload, at most (PostgreSQL's limit is 8000)
 CONNECT_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_MS = 5000  # how long a write waits for the lock (another writer, another host)
 # a writer's session idle this long in its transaction is ended by the server, and its lock
@@ -117,13 +124,14 @@ class PgConn:
     :data:`~monitor.kernel.store.protocol.NOW_SQL` reads (the server's clock, unless a test
     gives one of its own)."""
 
-    __slots__ = ("_conn", "_now")
+    __slots__ = ("_conn", "_now", "told")
 
     def __init__(
         self, conn: psycopg.Connection[Any], now: Callable[[], str] = lambda: SERVER_NOW
     ) -> None:
         self._conn = conn
         self._now = now
+        self.told: set[str] = set()  # the write's topics (PgStore.announce)
 
     def execute(self, sql: str, parameters: Any = None, /) -> Cursor:
         named = isinstance(parameters, Mapping)
@@ -168,12 +176,8 @@ class PgStore:
         self._writers = writers
         self._readers = readers
         self._answers = answers  # single statements (peek(single=True)): changesSince
-        self._changes = Pulse()  # beats at every change of another store heard: the version
-        self._token = secrets.token_hex(8)  # this store's change notices carry it
+        self._notices = Listener(url, self.path)  # other stores' commits
         self._down = False  # an outage is said once, and its end once
-        self._listener: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()  # set once the first LISTEN is in place
-        self._opened = False  # open has returned: a version may have been read
         self._writer = Batcher(self._write_group, _as_is, name="sessionwatch-pg-writer")
         self.write_timeout = WRITE_TIMEOUT_MS / 1000  # a write's wait for the lock, at most
 
@@ -198,16 +202,11 @@ class PgStore:
                     refuse_under_serve(without_password(url), found, SCHEMA_VERSION, serves)
                 await store.write(lambda conn: migrate(conn, clock()))
                 say_upgraded(without_password(url), found, SCHEMA_VERSION)
-            store._listener = asyncio.ensure_future(store._listen())
-            # Listening before the store is handed out, so that the first version read is
-            # already heard from; past the wait, the listener counts its connection as a
-            # change.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(store._listening.wait(), CONNECT_TIMEOUT_S)
+            await store._notices.listen()
         except BaseException:  # the listener too, when opening is cancelled while it waits
             await store.close()
             raise
-        store._opened = True
+        store._notices.opened = True
         return store
 
     def _open_pools(self) -> None:
@@ -243,14 +242,22 @@ class PgStore:
         return await asyncio.to_thread(self._read, fn, self._answers if single else self._readers)
 
     def version(self) -> int | None:
-        """A counter that moves with every commit of another store (see the module
-        docstring); compared, never interpreted."""
-        return self._changes.count
+        """A counter that moves with every commit of another store that told something
+        (see the module docstring); compared, never interpreted."""
+        return self._notices.pulse.count
 
     async def changed(self, timeout: float) -> bool:
         """Return when a change is heard (True), or after ``timeout`` seconds."""
-        seen = self._changes.count
-        return await self._changes.after(seen, timeout) != seen
+        seen = self._notices.pulse.count
+        return await self._notices.pulse.after(seen, timeout) != seen
+
+    def heard(self) -> Topics:
+        return self._notices.heard()
+
+    def announce(self, conn: Conn, topics: frozenset[str]) -> None:
+        """Said with the transaction's change notice (``conn``: the write's)."""
+        if isinstance(conn, PgConn):
+            conn.told |= topics
 
     async def start(self, stack: AsyncExitStack, bus: object) -> None:
         """A part of the service: closed when ``stack`` closes, after every part started
@@ -260,11 +267,7 @@ class PgStore:
     async def close(self) -> None:
         """The writes in flight finish; then listening stops and the pools close."""
         await self._writer.close()
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-            self._listener = None
+        await self._notices.close()
         await asyncio.to_thread(self._close_pools)
 
     def _close_pools(self) -> None:
@@ -289,14 +292,17 @@ class PgStore:
             locked = False
             try:
                 with self._writers.connection(timeout=CONNECT_TIMEOUT_S) as conn:
-                    try:  # the change notice is sent at commit: ask for it with the lock
-                        conn.execute(_lock_statement(wait_ms, self._token))
+                    try:
+                        conn.execute(_lock_statement(wait_ms))
                     except psycopg.OperationalError:
                         if not retried and conn.broken:
                             raise _Retry from None  # dead before it did anything: once more
                         raise
                     locked = True
-                    done = [(i, self._one(conn, writes[i].fn)) for i in live]
+                    told: set[str] = set()
+                    done = [(i, self._one(conn, writes[i].fn, told)) for i in live]
+                    if told:  # delivered at commit
+                        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, self._notices.of(told)))
                 # the pool's context manager committed
                 self._up()
                 for i, outcome in done:
@@ -313,11 +319,17 @@ class PgStore:
                 error = self._error(exc)
                 return [r or (False, error) for r in results]
 
-    def _one(self, conn: psycopg.Connection[Any], fn: Callable[[Conn], Any]) -> Result:
-        """One write in its savepoint; a broken connection fails the whole batch."""
+    def _one(
+        self, conn: psycopg.Connection[Any], fn: Callable[[Conn], Any], told: set[str]
+    ) -> Result:
+        """One write in its savepoint, its topics added to ``told`` once it succeeded; a
+        broken connection fails the whole batch."""
         try:
             with conn.transaction():
-                return (True, fn(PgConn(conn, self._now_sql)))
+                pg = PgConn(conn, self._now_sql)
+                result = (True, fn(pg))
+            told |= pg.told
+            return result
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
@@ -385,11 +397,57 @@ class PgStore:
             self._up_at = time.monotonic()
             log.info("the state database %s answers again", self.path)
 
-    # -- change notices ------------------------------------------------------------------
 
-    def _bump(self) -> None:
-        """On the event loop (the listener's task): count a change and wake its waiters."""
-        self._changes.beat()
+class Listener:
+    """Other stores' change notices, on a ``LISTEN`` connection of its own: counted in
+    ``pulse`` (the store's version), their topics gathered for :meth:`heard`; and this
+    store's own notice, carrying its ``token`` (:meth:`of`)."""
+
+    def __init__(self, url: str, path: str) -> None:
+        self.url = url
+        self.path = path
+        self.pulse = Pulse()  # beats at every change of another store heard
+        self.token = secrets.token_hex(8)  # this store's change notices carry it
+        self.opened = False  # the store was handed out: a version may have been read
+        self._topics: set[str] | None = set()  # what they touched, since heard() (None: any)
+        self._task: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()  # set once the first LISTEN is in place
+
+    async def listen(self) -> None:
+        """Listening before the store is handed out, so that the first version read is
+        already heard from; past the wait, the listener counts its connection as a
+        change."""
+        self._task = asyncio.ensure_future(self._listen())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), CONNECT_TIMEOUT_S)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    def of(self, topics: set[str]) -> str:
+        """This store's notice of ``topics``: its token and the topics, one a line
+        (anything, when too many to carry: PostgreSQL's payload is under 8000 bytes)."""
+        payload = "\n".join((self.token, *sorted(topics)))
+        return payload if len(payload.encode()) < NOTICE_BYTES else f"{self.token}\n*"
+
+    def heard(self) -> Topics:
+        """The topics of other stores' commits heard since the last call (None: anything
+        may have moved: a notice without them, or a gap in listening)."""
+        topics, self._topics = self._topics, set()
+        return None if topics is None else frozenset(topics)
+
+    def _bump(self, topics: list[str] | None) -> None:
+        """On the event loop (the listener's task): count a change of what ``topics`` name
+        (None: anything) and wake its waiters."""
+        if topics is None or "*" in topics or self._topics is None:
+            self._topics = None
+        else:
+            self._topics.update(topics)
+        self.pulse.beat()
 
     async def _listen(self) -> None:
         backoff = Backoff(*LISTEN_BACKOFF_S)
@@ -402,13 +460,14 @@ class PgStore:
                     **DEAD_PEER,  # a partition ends the listening too: heard as a change
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    if self._opened:  # whatever happened while not listening
-                        self._bump()
+                    if self.opened:  # whatever happened while not listening
+                        self._bump(None)
                     self._listening.set()
                     backoff.reset()
                     async for notice in conn.notifies():
-                        if notice.payload != self._token:  # another store's commit
-                            self._bump()
+                        token, _, topics = notice.payload.partition("\n")
+                        if token != self.token:  # another store's commit
+                            self._bump(topics.split("\n") if topics else None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -469,11 +528,7 @@ def _as_is(exc: BaseException, waited: float) -> BaseException:
 
 
 @functools.lru_cache(maxsize=256)
-def _lock_statement(wait_ms: int, token: str) -> str:
-    """The lock wait bounded to ``wait_ms`` and the lock with its change notice (carrying
-    ``token``, hex digits), in one round trip (two statements need the simple query
-    protocol: constants, no parameters)."""
-    return (
-        f"SET LOCAL lock_timeout = {wait_ms};"
-        f" SELECT pg_advisory_xact_lock({WRITE_LOCK}), pg_notify('{CHANNEL}', '{token}')"
-    )
+def _lock_statement(wait_ms: int) -> str:
+    """The lock wait bounded to ``wait_ms`` and the lock, in one round trip (two statements
+    need the simple query protocol: constants, no parameters)."""
+    return f"SET LOCAL lock_timeout = {wait_ms}; SELECT pg_advisory_xact_lock({WRITE_LOCK})"

@@ -117,6 +117,16 @@ class StateStore(Protocol):
         told of one, False when the time ran out."""
         ...
 
+    def heard(self) -> frozenset[str] | None:
+        """What the other processes' commits heard since the last call touched
+        (:mod:`monitor.kernel.topics`); None: anything may have (SQLite cannot say)."""
+        ...
+
+    def announce(self, conn: Conn, topics: frozenset[str]) -> None:
+        """Inside a write, on its ``conn``: what it touched, for the other processes to hear
+        once it committed (nothing, on a store whose version says no more than a count)."""
+        ...
+
     async def start(self, stack: AsyncExitStack, bus: object) -> None:
         """As a part of the service: closed when ``stack`` closes."""
         ...

@@ -325,6 +325,13 @@ class Store:
             ran, value = self._inline.try_peek(data_version)
         return value if ran else None
 
+    def heard(self) -> None:
+        """SQLite says only that another process committed, never what."""
+        return None
+
+    def announce(self, conn: object, topics: frozenset[str]) -> None:
+        """Nothing to carry it: ``data_version`` is a count."""
+
     async def changed(self, timeout: float) -> bool:
         """Until another process may have committed, at the latest after ``timeout`` s.
         SQLite says no one; on Linux the kernel does: the database file or its WAL was

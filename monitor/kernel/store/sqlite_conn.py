@@ -356,6 +356,13 @@ class DirectStore:
         """Moves with every commit of another connection (``PRAGMA data_version``)."""
         return self.read_now(data_version)
 
+    def heard(self) -> None:
+        """SQLite says only that another process committed, never what."""
+        return None
+
+    def announce(self, conn: object, topics: frozenset[str]) -> None:
+        """Nothing to carry it: ``data_version`` is a count."""
+
     async def changed(self, timeout: float) -> bool:
         """SQLite says no one when another process commits: wait ``timeout`` and look. On
         the calling thread, as everything here (the coroutine never suspends)."""
