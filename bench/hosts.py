@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ import psycopg
 sys.path[:] = [p for p in sys.path if Path(p).resolve() != Path(__file__).parent.resolve()]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.trees import source_of  # noqa: E402
 from monitor.clock import now_ms  # noqa: E402
 from monitor.kernel import Kernel  # noqa: E402
 from monitor.kernel.drafts import make_draft  # noqa: E402
@@ -90,8 +92,14 @@ def baseline(url: str, n: int) -> float:
 
 
 def start_sidecar(
-    url: str, root: Path, host: str, extra: str = "", interval_s: float = 3600
+    url: str,
+    root: Path,
+    host: str,
+    extra: str = "",
+    interval_s: float = 3600,
+    tree: Path | None = None,
 ) -> tuple[subprocess.Popen[str], str, str]:
+    """``tree``: a release's source to run it from (its ``monitor``), else this one's."""
     home = root / host
     (home / "claude").mkdir(parents=True)
     config = home / "sessionwatch.toml"
@@ -104,6 +112,8 @@ def start_sidecar(
         [sys.executable, "-m", "monitor", "--db", url, "--config", str(config), "serve"],
         stderr=subprocess.PIPE,
         text=True,
+        cwd=tree,  # where ``-m monitor`` is found first
+        env={**os.environ, "PYTHONPATH": str(tree)} if tree else None,
     )
     base = served_address(proc)
     return proc, base, (home / "token").read_text().strip()
@@ -233,22 +243,77 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def pg_counts(url: str) -> tuple[int, int]:
-    """Committed transactions of this database, and the lease table's row writes."""
+@dataclass(frozen=True)
+class Counts:
+    """The database's committed transactions and rows read (``pg_stat_database``), the
+    lease table's row writes, and the CPU seconds the sidecars used, at one moment."""
+
+    xacts: int
+    rows: int
+    leases: int
+    cpu: float
+
+    def __sub__(self, other: Counts) -> Counts:
+        return Counts(
+            self.xacts - other.xacts,
+            self.rows - other.rows,
+            self.leases - other.leases,
+            self.cpu - other.cpu,
+        )
+
+
+def counts(url: str, pids: list[int]) -> Counts:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        xacts = conn.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        db = conn.execute(
+            "SELECT xact_commit, tup_returned + tup_fetched FROM pg_stat_database"
+            " WHERE datname = current_database()"
         ).fetchone()
         leases = conn.execute(
             "SELECT n_tup_upd + n_tup_ins FROM pg_stat_user_tables"
             " WHERE relname = 'sessionwatch_leases'"
         ).fetchone()
-    return int(xacts[0] if xacts else 0), int(leases[0] if leases else 0)
+    return Counts(
+        int(db[0]) if db else 0,
+        int(db[1]) if db else 0,
+        int(leases[0]) if leases else 0,
+        sum(cpu_s(pid) for pid in pids),
+    )
 
 
-async def hosts_cost(admin: str, count: int, seconds: float) -> str:
-    """(d) for ``count`` sidecars: one line of figures."""
+@dataclass(frozen=True)
+class Cost:
+    """(d) for one count of hosts: an idle window (the upkeep: leases, ticks) and a window
+    of turns of the same length."""
+
+    hosts: int
+    seconds: float
+    idle: Counts
+    busy: Counts
+    turns: int
+    wakes: int
+    to_wake_ms: tuple[float, float]  # a turn's time to its wake: p50, max
+
+    def per_turn(self, field: str) -> float:
+        """``field`` per turn, the idle window's rate taken out (upkeep apart)."""
+        return max(0.0, getattr(self.busy, field) - getattr(self.idle, field)) / max(self.turns, 1)
+
+    def line(self) -> str:
+        s = self.seconds
+        return (
+            f"{self.hosts} hosts: per turn {self.per_turn('xacts'):.1f} transactions,"
+            f" {self.per_turn('rows'):.0f} rows read, {self.per_turn('cpu') * 1000:.0f} ms CPU"
+            f" (all hosts, upkeep apart); raw {self.busy.xacts / max(self.turns, 1):.1f}"
+            f" transactions per turn, {self.busy.xacts / max(self.wakes, 1):.1f} per wake"
+            f" ({self.turns} turns, {self.wakes} wakes); upkeep {self.idle.xacts / s:.1f}"
+            f" transactions/s, {self.idle.leases / s:.2f} lease writes/s,"
+            f" CPU {self.idle.cpu / s / self.hosts * 100:.1f} % of a core per host; first turn"
+            f" to its wake p50 {self.to_wake_ms[0]:.0f} ms, max {self.to_wake_ms[1]:.0f} ms"
+        )
+
+
+async def hosts_cost(admin: str, count: int, seconds: float, tree: Path | None) -> Cost:
+    """(d) for ``count`` sidecars, run from ``tree`` (a release's source; None: this one)."""
     from tests.wake_sink import HOOKS_TOKEN, WakeSink
 
     url = fresh_database(admin, f"bench_hosts_{count}")
@@ -268,9 +333,10 @@ async def hosts_cost(admin: str, count: int, seconds: float) -> str:
                     f'[gateway]\nhooks_url = "{sink.url_for(f"h{n}")}"\n'
                     f'hooks_token_file = "{token_file}"\n'
                 )
-                proc, base, token = start_sidecar(url, root, f"h{n}", gateway, interval_s=10)
+                proc, base, token = start_sidecar(url, root, f"h{n}", gateway, 10, tree)
                 procs.append(proc)
                 apis.append((base, {"Authorization": f"Bearer {token}"}))
+            pids = [p.pid for p in procs]
             targets = [f"agent:main:subagent:t{i}" for i in range(10)]
             async with aiohttp.ClientSession() as http:
                 base, headers = apis[0]
@@ -278,10 +344,12 @@ async def hosts_cost(admin: str, count: int, seconds: float) -> str:
                     watch = {"watcher": f"agent:w{i}:main", "target": target}
                     async with http.post(f"{base}/v1/watches", json=watch, headers=headers) as r:
                         assert r.status == 200, await r.text()
-                await asyncio.sleep(2)  # the leases settle
-                cpu0 = [cpu_s(p.pid) for p in procs]
-                xacts0, leases0 = pg_counts(url)
+                await asyncio.sleep(3)  # the leases and the shares settle
+                before = counts(url, pids)
+                await asyncio.sleep(seconds)  # the upkeep alone
+                idle = counts(url, pids) - before
                 sent: dict[str, float] = {}
+                before = counts(url, pids)
                 start, turns = time.monotonic(), 0
                 while time.monotonic() - start < seconds:
                     target = targets[turns % len(targets)]
@@ -293,32 +361,48 @@ async def hosts_cost(admin: str, count: int, seconds: float) -> str:
                         assert r.status == 200, await r.text()
                     turns += 1
                     await asyncio.sleep(0.25)
-                await asyncio.sleep(2)  # the last wakes go out
-                elapsed = time.monotonic() - start
-                cpu = [(cpu_s(p.pid) - c) / elapsed for p, c in zip(procs, cpu0, strict=True)]
-                xacts, lease_writes = (
-                    a - b for a, b in zip(pg_counts(url), (xacts0, leases0), strict=True)
-                )
+                await asyncio.sleep(max(0.0, seconds - (time.monotonic() - start)))
+                busy = counts(url, pids) - before
         finally:
             for proc in procs:
                 proc.terminate()
                 proc.wait(timeout=30)
             sink.close()
     calls = [c for c in sink.calls if c.answer == 200 and c.at >= start]
-    first_call = {}
+    first_call: dict[str, float] = {}
     for c in calls:
-        target = c.text.split('sessionKey "')[1].split('"')[0]
-        first_call.setdefault(target, c.at)
-    to_wake = sorted(first_call[t] - sent[t] for t in first_call if t in sent)
-    p50 = statistics.median(to_wake) * 1000 if to_wake else float("nan")
-    worst = max(to_wake) * 1000 if to_wake else float("nan")
-    return (
-        f"{count} hosts: CPU per host {statistics.mean(cpu) * 100:.1f} % of a core"
-        f" (max {max(cpu) * 100:.1f} %); {xacts / max(turns, 1):.1f} transactions per turn,"
-        f" {xacts / max(len(calls), 1):.1f} per wake ({turns} turns, {len(calls)} wakes);"
-        f" {lease_writes / elapsed:.2f} lease writes/s; first turn to its wake p50"
-        f" {p50:.0f} ms, max {worst:.0f} ms"
+        first_call.setdefault(c.watcher, c.at)
+    to_wake = sorted(
+        first_call[f"agent:w{i}:main"] - sent[t]
+        for i, t in enumerate(targets)
+        if f"agent:w{i}:main" in first_call and t in sent
     )
+    ms = (
+        (statistics.median(to_wake) * 1000, max(to_wake) * 1000)
+        if to_wake
+        else (float("nan"), float("nan"))
+    )
+    return Cost(count, seconds, idle, busy, turns, len(calls), ms)
+
+
+def cost_table(costs: dict[str, list[Cost]]) -> str:
+    """A markdown table: per turn, upkeep apart, for each tree and count of hosts, with the
+    ratio to the tree's own 1-host figure."""
+    lines = [
+        "| tree | hosts | transactions per turn | x 1 host | rows read per turn | x 1 host"
+        " | CPU ms per turn (all hosts) | upkeep transactions/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in costs.items():
+        one = runs[0]
+        for c in runs:
+            tx, rows = c.per_turn("xacts"), c.per_turn("rows")
+            lines.append(
+                f"| {name} | {c.hosts} | {tx:.1f} | {tx / max(one.per_turn('xacts'), 1e-9):.2f}"
+                f" | {rows:.0f} | {rows / max(one.per_turn('rows'), 1e-9):.2f}"
+                f" | {c.per_turn('cpu') * 1000:.0f} | {c.idle.xacts / c.seconds:.1f} |"
+            )
+    return "\n".join(lines)
 
 
 async def through_two_sidecars(admin: str, args: argparse.Namespace) -> None:
@@ -348,6 +432,21 @@ async def through_two_sidecars(admin: str, args: argparse.Namespace) -> None:
                 proc.wait(timeout=30)
 
 
+async def what_hosts_cost(admin: str, args: argparse.Namespace) -> None:
+    """(d) on this tree, and on ``--against`` in the same run, each count in turn."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trees: dict[str, Path | None] = {"this tree": None}
+        if args.against:
+            trees[args.against] = source_of(args.against, Path(tmp) / "release")
+        costs: dict[str, list[Cost]] = {name: [] for name in trees}
+        for count in (int(n) for n in args.hosts.split(",")):
+            for name, tree in trees.items():
+                cost = await hosts_cost(admin, count, args.seconds, tree)
+                costs[name].append(cost)
+                print(f"(d) {name}: {cost.line()}", flush=True)
+        print(cost_table(costs), flush=True)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a PostgreSQL server to use (default: a throwaway one)")
@@ -355,19 +454,19 @@ async def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--hosts", default="1,2,4,8", help="(d): the sidecar counts")
+    parser.add_argument("--hosts", default="1,2,4,8,16,32", help="(d): the sidecar counts")
     parser.add_argument("--seconds", type=float, default=20, help="(d): turns flow this long")
+    parser.add_argument("--against", default="", help="(d): a release's git ref, run alongside")
     parser.add_argument("--only", choices=("abc", "b", "d"), help="run only these parts")
     args = parser.parse_args()
     cluster = None
     if args.url is None:
-        cluster = Cluster()
+        cluster = Cluster(options="-c max_connections=1000")  # 32 sidecars' pools
         cluster.start()
     admin = args.url or (cluster.url if cluster else "")
     try:
         if args.only in (None, "d"):
-            for count in (int(n) for n in args.hosts.split(",")):
-                print(f"(d) {await hosts_cost(admin, count, args.seconds)}", flush=True)
+            await what_hosts_cost(admin, args)
         if args.only == "d":
             return
         if args.only != "b":

@@ -69,9 +69,12 @@ def _free_port() -> int:
 class Cluster:
     """One server: :meth:`start`, :meth:`stop` (and start again), :meth:`destroy`."""
 
-    def __init__(self, *, netns: str | None = None, listen: str = "127.0.0.1") -> None:
+    def __init__(
+        self, *, netns: str | None = None, listen: str = "127.0.0.1", options: str = ""
+    ) -> None:
         """``netns``: a network namespace the server runs in, listening on ``listen`` there
-        (tests/netns.py)."""
+        (tests/netns.py); ``options``: more server settings (``-c name=value``)."""
+        self.options = options
         self.root = Path(tempfile.mkdtemp(prefix="sessionwatch-pg-"))
         self.data = self.root / "data"
         self.listen = listen
@@ -109,6 +112,7 @@ class Cluster:
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.root} -c listen_addresses={self.listen} -c fsync=off"
+        options += f" {self.options}" if self.options else ""
         self._run(
             find_binary("pg_ctl") or "pg_ctl",
             "-D",

@@ -16,6 +16,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from monitor.delivery.ledger import WAKE_COALESCE_MS
+from monitor.delivery.shares import Shares
 from tests.helpers import PgServer, pg_database
 from tests.wake_sink import HOOKS_TOKEN, Call, WakeSink
 
@@ -38,6 +40,7 @@ class Sidecars:
     def __init__(self, root: Path, db: str, sink: WakeSink) -> None:
         self.root, self.db, self.sink = root, db, sink
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.extra = ""  # more of each sidecar's configuration
         token = root / "hooks-token"
         token.write_text(HOOKS_TOKEN + "\n")
         token.chmod(0o600)
@@ -51,6 +54,7 @@ class Sidecars:
             f'[host]\nid = "{who}"\n'
             f'[gateway]\nhooks_url = "{self.sink.url_for(who)}"\n'
             f'hooks_token_file = "{self.root / "hooks-token"}"\nretry_interval_s = 1\n'
+            f"{self.extra}"
         )
         return path
 
@@ -160,6 +164,30 @@ def test_a_peer_takes_a_wake_cut_mid_call_over_and_sends_it_once_the_outage_ends
         (survivor, text, 200),
     ]
     assert_one_wake_a_window(calls)
+    assert sidecars.cli("notices", "--watcher", WATCHER)["notices"] == []
+
+
+def test_a_killed_host_s_share_of_the_watchers_is_woken_by_another_within_two_intervals(
+    on_postgresql: Sidecars, sink: WakeSink
+) -> None:
+    """Each watcher is woken by its owner alone (delivery/shares.py); when the owner dies,
+    the other takes its share once the dead host's lease ran out (half an interval) and it
+    renewed its own (a third of that): a turn recorded just after the kill is woken by the
+    survivor within two intervals of it, and once."""
+    interval_s = 6.0
+    sidecars = on_postgresql
+    sidecars.extra = f"[monitor]\ninterval_s = {interval_s}\n"
+    sidecars.start("a")
+    sidecars.start("b")
+    shares = Shares("a")
+    shares.update(frozenset({"a", "b"}))
+    owner, survivor = ("a", "b") if shares.owns(WATCHER) else ("b", "a")
+    sidecars.kill(owner)
+    killed = time.monotonic()
+    text = sidecars.turn()
+    (call,) = sink.wait("the notice accepted", accepted(text))
+    assert (call.who, call.answer) == (survivor, 200)
+    assert call.at - killed < 2 * interval_s
     assert sidecars.cli("notices", "--watcher", WATCHER)["notices"] == []
 
 
