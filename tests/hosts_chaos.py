@@ -7,6 +7,9 @@ Faults (Jepsen's nemeses and etcd's robustness tests are the models):
 - ``cut``: a host's link to PostgreSQL, to the gateway, or both, taken down for a while;
 - ``slow``: a host's proxy adds a delay to every chunk, or trickles the answer a line at a
   time, past the lease (a gateway that sends its headers at once and its body late);
+- ``blackhole``: a host's answers from the gateway are lost one way (its requests arrive,
+  the gateway's answers never come back, until the caller gives up: the named
+  ``unanswered`` repeat);
 - ``pause``: SIGSTOP, SIGCONT later, at times past the host's leases;
 - ``clock``: the host's wall clock stepped by tens of seconds either way (libfaketime);
 - ``restart``: PostgreSQL stopped and started again;
@@ -57,7 +60,7 @@ ADOPTED = "agent:main:adopted:oc"
 INTERVAL_S = 2.0
 WINDOW_S = WAKE_COALESCE_MS / 1000
 HOSTS = ("a", "b", "c")
-FAULTS = ("cut", "slow", "pause", "clock", "restart", "kill")
+FAULTS = ("cut", "slow", "blackhole", "pause", "clock", "restart", "kill")
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Record:
     """What the run did, for the invariants."""
 
     seed: int
+    hosts: tuple[str, ...] = HOSTS
     faults: list[tuple[float, str]] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     drains: list[tuple[float, set[str]]] = field(default_factory=list)  # when, texts drained
@@ -97,9 +101,9 @@ class Record:
 
 
 class Chaos:
-    def __init__(self, root: Path, seed: int) -> None:
+    def __init__(self, root: Path, seed: int, hosts: tuple[str, ...] = HOSTS) -> None:
         self.root, self.rnd = root, random.Random(seed)
-        self.record = Record(seed)
+        self.record = Record(seed, hosts)
         self.net = Net()
         self.cluster = Cluster(netns=self.net.bridge, listen=self.net.pg_address)
         self.cluster.start()
@@ -111,7 +115,7 @@ class Chaos:
         self.opencode = OpenCodeDB(root / "opencode.db")
         self.opencode.session("ses_1")
         self.hosts: dict[str, Host] = {}
-        for name in HOSTS:
+        for name in hosts:
             ns = self.net.add_host(name)
             with inside(self.net.bridge):
                 gateway = self.net.gateway_address
@@ -213,7 +217,7 @@ class Chaos:
         if not faults:
             return
         kind = self.rnd.choice(faults)
-        host = self.hosts[self.rnd.choice(HOSTS)]
+        host = self.hosts[self.rnd.choice(self.record.hosts)]
         hold = self.rnd.uniform(2, 10)
         if kind == "cut" and not host.cut:
             links = self.rnd.choice((("pg",), ("gw",), ("pg", "gw")))
@@ -241,6 +245,14 @@ class Chaos:
                 host.proxy.trickle_s = host.proxy.delay_s = 0.0
 
             self._later(hold * (3 if trickle else 1), fast)
+        elif kind == "blackhole" and not host.proxy.swallow:
+            host.proxy.swallow = True
+            self._fault(f"blackhole {host.name}'s answers for {hold:.1f} s")
+
+            def answered() -> None:
+                host.proxy.swallow = False
+
+            self._later(hold, answered)
         elif kind == "pause" and host.proc and not host.paused:
             if self.rnd.random() < 0.3:
                 hold = self.rnd.uniform(31, 40)  # past the wake ledger's 30 s lease too
@@ -463,7 +475,7 @@ def carried_from(record: Record, typed: float, until: float) -> float:
     """The first moment from ``typed`` on that some host stayed able for a whole bound."""
     at = typed
     while at < until:
-        if any(able_throughout(record, h, at, at + BOUND_S) for h in HOSTS):
+        if any(able_throughout(record, h, at, at + BOUND_S) for h in record.hosts):
             return at
         at += 0.1
     return until

@@ -156,12 +156,15 @@ class Relayed:
 class Proxy:
     """A TCP proxy from a host to the hooks stand-in: ``delay_s`` before each chunk either
     way; ``trickle_s`` releases the answer a line at a time, that long apart (a gateway
-    that sends its headers at once and its body much later)."""
+    that sends its headers at once and its body much later); ``swallow``: the answer never
+    comes back (a one-way black hole: the request reaches the gateway, which answers into
+    the void, until the caller gives up)."""
 
     def __init__(self, host: str, listen: str, upstream: tuple[str, int]) -> None:
         self.host, self.upstream = host, upstream
         self.delay_s = 0.0
         self.trickle_s = 0.0
+        self.swallow = False
         self.relayed: list[Relayed] = []
         self._lock = threading.Lock()
         self.server = socket.create_server((listen, 0))
@@ -196,15 +199,21 @@ class Proxy:
                 gateway.sendall(chunk)
 
     def _answer(self, gateway: socket.socket, caller: socket.socket, record: Relayed) -> None:
+        swallowed = False
         try:
             while chunk := gateway.recv(65536):
                 time.sleep(self.delay_s)
-                if self.trickle_s:
+                if self.swallow or swallowed:
+                    swallowed = True  # this answer is lost for good
+                elif self.trickle_s:
                     for line in chunk.splitlines(keepends=True):
                         caller.sendall(line)
                         time.sleep(self.trickle_s)
                 else:
                     caller.sendall(chunk)
+            if swallowed:  # the caller gives up, and goes
+                caller.recv(1)
+                return
             caller.shutdown(socket.SHUT_WR)
             caller.recv(1)  # the caller closes once it read the whole answer
             record.delivered = time.monotonic()

@@ -64,7 +64,8 @@ class Commits:
         def run(conn: Conn) -> T:
             recorder.begin(conn)
             result = fn(recorder)
-            self.store.announce(conn, _topics(recorder))  # for the other processes
+            if self.store.shared:  # for the other hosts (SQLite's version carries no topic)
+                self.store.announce(conn, _topics(recorder))
             return result
 
         result = await self.store.write(run, small=small)

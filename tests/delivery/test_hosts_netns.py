@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests import netns
-from tests.hosts_chaos import FAKETIME, Chaos, violations
+from tests.hosts_chaos import FAKETIME, HOSTS, Chaos, violations
 from tests.pg_cluster import Cluster, fresh_database
 from tests.pg_cluster import why_unavailable as pg_unavailable
 
@@ -44,10 +44,13 @@ def _skip_unless_possible() -> None:
 
 
 @pytest.fixture
-def chaos(tmp_path: Path) -> Iterator[Chaos]:
+def chaos(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Chaos]:
+    """Three hosts, or as many as the test's ``hosts`` mark says."""
     _skip_unless_possible()
     seed = int(os.environ.get("SESSIONWATCH_CHAOS_SEED") or random.randrange(1 << 30))
-    made = Chaos(tmp_path, seed)
+    mark = request.node.get_closest_marker("hosts")
+    hosts = tuple(f"h{n}" for n in range(mark.args[0])) if mark else HOSTS
+    made = Chaos(tmp_path, seed, hosts)
     try:
         yield made
     finally:
@@ -77,6 +80,15 @@ LONG_S = float(os.environ.get("SESSIONWATCH_CHAOS_S") or 1200)
 @pytest.mark.long
 @pytest.mark.timeout(LONG_S + 600)
 def test_three_hosts_under_random_faults_for_twenty_minutes(chaos: Chaos) -> None:
+    _run(chaos, LONG_S)
+
+
+@pytest.mark.long
+@pytest.mark.hosts(16)
+@pytest.mark.timeout(LONG_S + 900)
+def test_sixteen_hosts_under_random_faults_keep_every_promise(chaos: Chaos) -> None:
+    """Each watcher woken by one owner of sixteen (delivery/shares.py), while hosts are cut,
+    paused, killed and their clocks stepped: the shares move, and every promise holds."""
     _run(chaos, LONG_S)
 
 

@@ -115,6 +115,7 @@ async def test_a_peer_hears_a_turn_by_its_topics_and_not_a_lease_renewal(
     a, b = await Kernel.open(url), await Kernel.open(url)
     try:
         await a.watch(watcher="agent:main:main", target="agent:main:dashboard:x")
+        await a.watch(watcher="agent:main:subagent:s", target="agent:main:dashboard:x")
         async with b.bus.listen((StoreMoved,)) as heard:
             await a.record(
                 NewEvent(
@@ -130,6 +131,7 @@ async def test_a_peer_hears_a_turn_by_its_topics_and_not_a_lease_renewal(
                 assert isinstance(moved, StoreMoved)
                 assert moved.topics is not None
                 topics |= moved.topics
+            assert wake("agent:main:subagent:s") not in topics  # queue-only: never woken
             leases = HostLeases(a, "host-a", ttl_ms=3000)
             stack = contextlib.AsyncExitStack()
             await leases.start(stack, a.bus)
