@@ -33,7 +33,7 @@ import struct
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import h11
 
@@ -114,7 +114,9 @@ class OneShotTransport:
             target = parts.path + (f"?{parts.query}" if parts.query else "")
             try:
                 async with asyncio.timeout(self._read_s):
-                    reply = await _exchange(reader, writer, parts.netloc, target, body, headers)
+                    reply = await _exchange(
+                        reader, writer, _host_header(parts), target, body, headers
+                    )
             except (OSError, TimeoutError, h11.ProtocolError) as exc:  # it may have been taken
                 raise CallFailed(connection_reason(exc), maybe_taken=True) from exc
             whole = True
@@ -124,6 +126,12 @@ class OneShotTransport:
 
     async def close(self) -> None:
         """Nothing is kept between calls."""
+
+
+def _host_header(parts: SplitResult) -> str:
+    """The ``Host`` a request names: the URL's host and port as written, never its userinfo
+    (``user:password@``, which would go out in clear)."""
+    return parts.netloc.rpartition("@")[2]
 
 
 async def _exchange(

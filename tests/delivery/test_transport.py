@@ -102,6 +102,23 @@ async def test_each_call_connects_afresh_and_writes_only_once_ready(serve: Serve
     assert server.ends == ["closed", "closed"]  # a whole answer: ended plainly
 
 
+async def test_the_host_header_never_carries_the_url_s_userinfo(serve: Serve) -> None:
+    got: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    server = await serve(handler)
+    url = server.url.replace("http://", "http://user:secret@")
+    reply = await OneShotTransport().post(url, b"{}", {})
+    assert reply is not None and reply.status == 200
+    netloc = server.url.split("/")[2].encode()
+    assert f"host: {netloc.decode()}\r\n".encode() in got[0].lower()
+    assert b"secret" not in got[0]
+
+
 async def test_a_call_not_ready_writes_nothing(serve: Serve) -> None:
     server = await serve(lambda reader, writer: asyncio.sleep(0))
 
