@@ -365,7 +365,7 @@ class Chaos:
             assert self.cli("watch", "--watcher", watcher, "--target", CHILD) is not None
         adopt = ["adopt", "--kind", "opencode", "--path", str(self.opencode.path)]
         adopt += ["--thread", "ses_1", "--session-key", ADOPTED, "--session-id", "s1"]
-        config = str(self.root / "a" / "sessionwatch.toml")
+        config = str(self.root / self.record.hosts[0] / "sessionwatch.toml")
         assert self.cli("--config", config, *adopt) is not None
         assert self.cli("watch", "--watcher", PROMPTED, "--target", ADOPTED) is not None
         self.watch_turns()
