@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pytest
 from monitor.delivery.ledger import WAKE_COALESCE_MS
 from monitor.delivery.shares import Shares
 from tests.helpers import PgServer, pg_database
+from tests.releases import build, has_history
 from tests.wake_sink import HOOKS_TOKEN, Call, WakeSink
 
 WATCHER = "agent:main:main"
@@ -67,8 +70,11 @@ class Sidecars:
         assert proc.returncode == 0, proc.stderr.decode()
         return json.loads(proc.stdout)
 
-    def start(self, who: str, env: dict[str, str] | None = None) -> None:
-        proc = subprocess.Popen(self.command(who, "serve"), stderr=subprocess.PIPE, env=env)
+    def start(self, who: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        """``cwd``: where ``-m monitor`` is found first (an earlier release's source)."""
+        proc = subprocess.Popen(
+            self.command(who, "serve"), stderr=subprocess.PIPE, env=env, cwd=cwd
+        )
         assert proc.stderr is not None
         for line in proc.stderr:
             if b"sessionwatch serving" in line:
@@ -189,6 +195,40 @@ def test_a_killed_host_s_share_of_the_watchers_is_woken_by_another_within_two_in
     assert (call.who, call.answer) == (survivor, 200)
     assert call.at - killed < 2 * interval_s
     assert sidecars.cli("notices", "--watcher", WATCHER)["notices"] == []
+
+
+PREVIOUS = "074f456"  # the release before each watcher had one owner (delivery/shares.py)
+
+
+@pytest.mark.skipif(not has_history(PREVIOUS), reason=f"no git history for {PREVIOUS}")
+def test_a_fleet_mid_upgrade_wakes_every_watcher_once(
+    on_postgresql: Sidecars, sink: WakeSink
+) -> None:
+    """A rolling upgrade, two releases on one store: the one before shares claims every
+    watcher after every commit it hears, this one only its share, and its ledger's steps
+    tell no one. Every notice is still woken, once."""
+    sidecars = on_postgresql
+    children = [f"agent:main:subagent:t{i}" for i in range(8)]
+    watchers = [f"agent:w{i}:main" for i in range(8)]
+    for watcher, child in zip(watchers, children, strict=True):
+        sidecars.cli("watch", "--watcher", watcher, "--target", child)
+    old = build(PREVIOUS)
+    sidecars.start("old", env={**os.environ, "PYTHONPATH": str(old)}, cwd=old)
+    sidecars.start("new")
+    for child in children:
+        sidecars.cli(
+            "record", "--session", child, "--kind", "human_direct_message", "--actor", "human"
+        )
+    calls = sink.wait(
+        "every watcher woken",
+        lambda calls: {c.watcher for c in calls if c.answer == 200} >= set(watchers),
+    )
+    time.sleep(1.0)  # a second wake of any would be on its way by now
+    woken = Counter(c.watcher for c in sink.calls)
+    assert all(woken[w] == 1 for w in watchers), woken
+    assert {c.who for c in calls} <= {"old", "new"}
+    for watcher in watchers:
+        assert sidecars.cli("notices", "--watcher", watcher)["notices"] == []
 
 
 def test_a_restart_after_a_kill_mid_call_sends_the_wake_once_more_and_no_drained_one(
