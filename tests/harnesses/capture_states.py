@@ -1,0 +1,222 @@
+"""Captures of what each real harness writes at a turn's boundaries, for deriving what a
+session is doing now (working, waiting for a person) from its records alone.
+
+Run: python -m tests.harnesses.capture_states [claude codex opencode pi]
+
+Each harness, offline against the mock model through its own programmatic front end
+(``tests/harnesses/drivers.py``), is driven through three scenes, in one session:
+
+- ``ends``: a prompt, a text answer, the turn ends;
+- ``tool``: a prompt, the model calls a tool (one the harness runs unasked), its result,
+  a text answer, the turn ends;
+- ``interrupted``: a prompt whose answer hangs, interrupted as a person would (Esc).
+
+What it wrote is kept in ``tests/fixtures/states/<kind>-<version>.jsonl``: the session's
+records as written (OpenCode's: its ``message`` and ``part`` rows, each as
+``{"table", "id", "data"}``, in the order written; its ``permission`` table holds the rules a
+person saved, never a question waiting for an answer), and beside it a ``.json`` saying the
+version and where each scene's records end (a line count). The records are kept whole but
+for one thing: a string over :data:`LONGEST` characters is shortened (:func:`shortened`),
+as those are the harness's own system prompt, tool descriptions and instructions (Claude
+Code's are not ours to copy), which no rule of a turn's boundary reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.harnesses.drivers import ClaudeStream, CodexAppServer, OpenCodeServer, PiRpc
+from tests.harnesses.harnesses import KINDS, Harness, installed_version, why_not_runnable
+from tests.helpers import REPO
+from tests.interop.gateway_rig import MockModelProcess, wait_for
+
+FIXTURES = REPO / "tests" / "fixtures" / "states"
+LONGEST = 200
+HANG_S = 60.0  # an answer that never comes before the interrupt
+# a tool each harness runs without asking (a read of the project's own file)
+TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "claude": ("Read", {"file_path": "README.md"}),
+    "codex": ("shell", {"command": ["cat", "README.md"]}),
+    "opencode": ("read", {"filePath": "README.md"}),
+    "pi": ("read", {"path": "README.md"}),
+}
+
+
+def shortened(value: Any) -> Any:
+    """``value`` with every string over :data:`LONGEST` characters cut to its first 40 and
+    a note of its length."""
+    if isinstance(value, str) and len(value) > LONGEST:
+        return f"{value[:40]}[... {len(value)} characters]"
+    if isinstance(value, list):
+        return [shortened(v) for v in value]
+    if isinstance(value, dict):
+        return {k: shortened(v) for k, v in value.items()}
+    return value
+
+
+def kept(line: bytes) -> bytes:
+    """A record as the fixture keeps it (a line that is not JSON, as it is)."""
+    try:
+        return json.dumps(
+            shortened(json.loads(line)), ensure_ascii=False, separators=(",", ":")
+        ).encode()
+    except ValueError:
+        return line
+
+
+def records(harness: Harness) -> list[bytes]:
+    """What the session wrote so far, a record a line."""
+    _, root = harness.root()
+    if harness.kind == "opencode":
+        with sqlite3.connect(root) as conn:
+            rows = conn.execute(
+                "SELECT 'message', id, time_created, data FROM message UNION ALL"
+                " SELECT 'part', id, time_created, data FROM part ORDER BY 3, 2"
+            ).fetchall()
+        return [
+            json.dumps(
+                {"table": table, "id": ident, "data": json.loads(data)}, separators=(",", ":")
+            ).encode()
+            for table, ident, _, data in rows
+        ]
+    (path,) = sorted(Path(root).rglob("*.jsonl"))
+    return path.read_bytes().splitlines()
+
+
+class Scenes:
+    """One harness's session, driven scene by scene; ``ends`` says where each ended."""
+
+    def __init__(self, kind: str, work: Path, model: MockModelProcess) -> None:
+        self.harness = Harness(kind, work, model)
+        (self.harness.project / "README.md").write_text("a project\n")
+        self.model = model
+        self.ends: dict[str, int] = {}
+
+    def scene(self, name: str, act: Callable[[], None]) -> None:
+        act()
+        self.ends[name] = len(records(self.harness))
+
+    def tool(self, prompt: Callable[[str], None]) -> None:
+        name, given = TOOLS[self.harness.kind]
+        self.model.script(tool={"when": "use the tool", "name": name, "input": given})
+        try:
+            prompt("please use the tool")
+        finally:
+            self.model.script(tool=None)
+
+    def hanging(self, start: Callable[[], None], interrupt: Callable[[], None]) -> None:
+        before = len(self.model.requests())
+        self.model.script(delay_s=HANG_S)
+        try:
+            start()
+            wait_for("the model asked", lambda: len(self.model.requests()) > before, 60)
+            interrupt()
+        finally:
+            self.model.script(delay_s=0)
+
+
+def drive(scenes: Scenes) -> None:
+    kind, harness = scenes.harness.kind, scenes.harness
+    if kind == "claude":
+        claude = ClaudeStream(harness)
+        try:
+            scenes.scene("ends", lambda: claude.prompt("a plain prompt"))
+            scenes.scene("tool", lambda: scenes.tool(claude.prompt))
+            since = [0]
+            scenes.scene(
+                "interrupted",
+                lambda: scenes.hanging(
+                    lambda: since.__setitem__(0, claude.type("a prompt interrupted")),
+                    lambda: (claude.interrupt(), claude.finished(since[0])),
+                ),
+            )
+        finally:
+            claude.close()
+    elif kind == "codex":
+        codex = CodexAppServer(harness)
+        try:
+            scenes.scene("ends", lambda: codex.turn("a plain prompt"))
+            scenes.scene("tool", lambda: scenes.tool(codex.turn))
+            started: list[Any] = []
+            scenes.scene(
+                "interrupted",
+                lambda: scenes.hanging(
+                    lambda: started.extend(codex.start_turn("a prompt interrupted")),
+                    lambda: (
+                        codex.call("turn/interrupt", threadId=codex.thread, turnId=started[0]),
+                        codex.completed(started[1]),
+                    ),
+                ),
+            )
+        finally:
+            codex.close()
+    elif kind == "opencode":
+        server = OpenCodeServer(harness)
+        try:
+            scenes.scene("ends", lambda: server.message("a plain prompt"))
+            scenes.scene("tool", lambda: scenes.tool(server.message))
+            scenes.scene(
+                "interrupted",
+                lambda: scenes.hanging(
+                    lambda: server.message("a prompt interrupted", wait=False),
+                    lambda: (server.post(f"/session/{server.session}/abort"), server.idle()),
+                ),
+            )
+        finally:
+            server.close()
+    else:
+        pi = PiRpc(harness)
+        try:
+            scenes.scene("ends", lambda: pi.prompt("a plain prompt"))
+            scenes.scene("tool", lambda: scenes.tool(pi.prompt))
+            since = [0]
+
+            def abort() -> None:
+                pi.command("abort")
+                pi.wait("the aborted end", lambda m: m.get("type") == "agent_end", since[0])
+
+            def start() -> None:
+                since[0] = pi.mark()
+                pi.command("prompt", message="a prompt interrupted")
+
+            scenes.scene("interrupted", lambda: scenes.hanging(start, abort))
+        finally:
+            pi.close()
+
+
+def capture(kind: str) -> Path:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "model").mkdir()
+        model = MockModelProcess(work / "model")
+        try:
+            scenes = Scenes(kind, work / kind, model)
+            drive(scenes)
+            written = records(scenes.harness)
+        finally:
+            model.stop()
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    name = f"{kind}-{installed_version(kind)}"
+    (FIXTURES / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
+    about = {"kind": kind, "version": installed_version(kind), "ends": scenes.ends}
+    (FIXTURES / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
+    return FIXTURES / f"{name}.jsonl"
+
+
+def main() -> None:
+    for kind in sys.argv[1:] or KINDS:
+        why = why_not_runnable(kind)
+        if why:
+            print(f"{kind}: {why}")
+            continue
+        print(capture(kind))
+
+
+if __name__ == "__main__":
+    main()
