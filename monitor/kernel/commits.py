@@ -81,14 +81,13 @@ class Commits:
     def _observe(self, recorder: Recorder) -> None:
         """After a commit: count what was recorded, and publish what it changed."""
         self.bus.publish(_WRITTEN)  # whatever it wrote (a link, a lease, a mark)
-        fresh = [r for r in recorder.recorded if not r.duplicate]
+        fresh = recorder.fresh()
         if self.metrics:
             for r in fresh:
                 self.metrics.recorded(r.event.kind, len(r.notices))
-        opened = [n for r in fresh for n in r.notices] + recorder.opened
+        opened = recorder.all_opened(fresh)
         if recorder.acknowledged is not None:
             self.bus.publish(NoticesAcknowledged(tuple(recorder.acknowledged)))
-            opened += recorder.acknowledged
         if opened:
             self.bus.publish(NoticesOpened(tuple(opened)))
         if recorder.watches_changed:
@@ -100,9 +99,8 @@ class Commits:
 def _topics(recorder: Recorder) -> frozenset[str]:
     """What the transaction ``recorder`` ran touched, as another process acts on it: the
     facts :meth:`Commits._observe` publishes here once it committed."""
-    fresh = [r for r in recorder.recorded if not r.duplicate]
-    opened = [n for r in fresh for n in r.notices] + recorder.opened
-    opened += recorder.acknowledged or []
+    fresh = recorder.fresh()
+    opened = recorder.all_opened(fresh)
     topics = {wake(n.watcher) for n in opened if WatchPolicy.wakes(n)}
     topics |= {change.topic for change in recorder.said if change.topic}
     if fresh:

@@ -40,6 +40,15 @@ class Recorder:
         self.acknowledged = None
         self.said = []
 
+    def fresh(self) -> list[Recorded]:
+        """The events recorded that were not duplicates."""
+        return [r for r in self.recorded if not r.duplicate]
+
+    def all_opened(self, fresh: list[Recorded]) -> list[Notice]:
+        """Every notice the transaction opened: by its ``fresh`` events, otherwise, and
+        again by an acknowledgement."""
+        return [n for r in fresh for n in r.notices] + self.opened + (self.acknowledged or [])
+
     def open(self, notices: list[Notice]) -> None:
         """Notices this transaction opened other than by an event (found at start-up)."""
         self.opened.extend(notices)
