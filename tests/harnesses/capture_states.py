@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tests.harnesses.drivers import ClaudeStream, CodexAppServer, OpenCodeServer, PiRpc
 from tests.harnesses.harnesses import KINDS, Harness, installed_version, why_not_runnable
@@ -98,11 +98,11 @@ class Scenes:
         self.model = model
         self.ends: dict[str, int] = {}
 
-    def scene(self, name: str, act: Callable[[], None]) -> None:
+    def scene(self, name: str, act: Callable[[], object]) -> None:
         act()
         self.ends[name] = len(records(self.harness))
 
-    def tool(self, prompt: Callable[[str], None]) -> None:
+    def tool(self, prompt: Callable[[str], object]) -> None:
         name, given = TOOLS[self.harness.kind]
         self.model.script(tool={"when": "use the tool", "name": name, "input": given})
         try:
@@ -110,7 +110,7 @@ class Scenes:
         finally:
             self.model.script(tool=None)
 
-    def hanging(self, start: Callable[[], None], interrupt: Callable[[], None]) -> None:
+    def hanging(self, start: Callable[[], object], interrupt: Callable[[], object]) -> None:
         before = len(self.model.requests())
         self.model.script(delay_s=HANG_S)
         try:
@@ -121,73 +121,74 @@ class Scenes:
             self.model.script(delay_s=0)
 
 
-def drive(scenes: Scenes) -> None:
-    kind, harness = scenes.harness.kind, scenes.harness
-    if kind == "claude":
-        claude = ClaudeStream(harness)
-        try:
-            scenes.scene("ends", lambda: claude.prompt("a plain prompt"))
-            scenes.scene("tool", lambda: scenes.tool(claude.prompt))
-            since = [0]
-            scenes.scene(
-                "interrupted",
-                lambda: scenes.hanging(
-                    lambda: since.__setitem__(0, claude.type("a prompt interrupted")),
-                    lambda: (claude.interrupt(), claude.finished(since[0])),
-                ),
-            )
-        finally:
-            claude.close()
-    elif kind == "codex":
-        codex = CodexAppServer(harness)
-        try:
-            scenes.scene("ends", lambda: codex.turn("a plain prompt"))
-            scenes.scene("tool", lambda: scenes.tool(codex.turn))
-            started: list[Any] = []
-            scenes.scene(
-                "interrupted",
-                lambda: scenes.hanging(
-                    lambda: started.extend(codex.start_turn("a prompt interrupted")),
-                    lambda: (
-                        codex.call("turn/interrupt", threadId=codex.thread, turnId=started[0]),
-                        codex.completed(started[1]),
-                    ),
-                ),
-            )
-        finally:
-            codex.close()
-    elif kind == "opencode":
+class Front(NamedTuple):
+    """How a harness's front end is driven: a prompt to its turn's end; a prompt started
+    (its answer hanging) and its interruption, to the turn's end; and the end of it."""
+
+    prompt: Callable[[str], object]
+    start: Callable[[str], object]
+    interrupt: Callable[[], object]
+    close: Callable[[], object]
+
+
+def front(harness: Harness) -> Front:
+    if harness.kind == "claude":
+        claude, since = ClaudeStream(harness), [0]
+
+        def typed(text: str) -> None:
+            since[0] = claude.type(text)
+
+        def interrupted() -> None:
+            claude.interrupt()
+            claude.finished(since[0])
+
+        return Front(claude.prompt, typed, interrupted, claude.close)
+    if harness.kind == "codex":
+        codex, turn = CodexAppServer(harness), [("", 0)]
+
+        def started(text: str) -> None:
+            turn[0] = codex.start_turn(text)
+
+        def stopped() -> None:
+            codex.call("turn/interrupt", threadId=codex.thread, turnId=turn[0][0])
+            codex.completed(turn[0][1])
+
+        return Front(codex.turn, started, stopped, codex.close)
+    if harness.kind == "opencode":
         server = OpenCodeServer(harness)
-        try:
-            scenes.scene("ends", lambda: server.message("a plain prompt"))
-            scenes.scene("tool", lambda: scenes.tool(server.message))
-            scenes.scene(
-                "interrupted",
-                lambda: scenes.hanging(
-                    lambda: server.message("a prompt interrupted", wait=False),
-                    lambda: (server.post(f"/session/{server.session}/abort"), server.idle()),
-                ),
-            )
-        finally:
-            server.close()
-    else:
-        pi = PiRpc(harness)
-        try:
-            scenes.scene("ends", lambda: pi.prompt("a plain prompt"))
-            scenes.scene("tool", lambda: scenes.tool(pi.prompt))
-            since = [0]
 
-            def abort() -> None:
-                pi.command("abort")
-                pi.wait("the aborted end", lambda m: m.get("type") == "agent_end", since[0])
+        def aborted() -> None:
+            server.post(f"/session/{server.session}/abort")
+            server.idle()
 
-            def start() -> None:
-                since[0] = pi.mark()
-                pi.command("prompt", message="a prompt interrupted")
+        return Front(
+            server.message, lambda text: server.message(text, wait=False), aborted, server.close
+        )
+    pi, since = PiRpc(harness), [0]
 
-            scenes.scene("interrupted", lambda: scenes.hanging(start, abort))
-        finally:
-            pi.close()
+    def start(text: str) -> None:
+        since[0] = pi.mark()
+        pi.command("prompt", message=text)
+
+    def abort() -> None:
+        pi.command("abort")
+        pi.wait("the aborted end", lambda m: m.get("type") == "agent_end", since[0])
+
+    return Front(pi.prompt, start, abort, pi.close)
+
+
+def drive(scenes: Scenes) -> None:
+    """The three scenes, through the harness's front end."""
+    driven = front(scenes.harness)
+    try:
+        scenes.scene("ends", lambda: driven.prompt("a plain prompt"))
+        scenes.scene("tool", lambda: scenes.tool(driven.prompt))
+        scenes.scene(
+            "interrupted",
+            lambda: scenes.hanging(lambda: driven.start("a prompt interrupted"), driven.interrupt),
+        )
+    finally:
+        driven.close()
 
 
 def capture(kind: str) -> Path:
