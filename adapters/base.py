@@ -312,6 +312,20 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+class Boundary(NamedTuple):
+    """A record that marks a turn's boundary (see :mod:`adapters.states`): the state it
+    leaves, and when (ms; None when the record has no time). Of several lines: the state
+    they leave, since when, whether they changed to it themselves (a boundary of another
+    state came before), and the first of their boundaries (its state and time: where a
+    state kept from before them ended)."""
+
+    state: str
+    at: int | None
+    changed: bool = False
+    first: str | None = None
+    first_at: int | None = None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
     status: CheckStatus
@@ -334,6 +348,8 @@ class Outcome:
     # in the same range was recorded by it (see monitor.upstream.settle)
     read_from: int | None = None
     followed: Followed | None = None  # what the probe's followed thread holds
+    # the last record among those read that marks a turn's boundary (None: none did)
+    boundary: Boundary | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,6 +23,7 @@ from adapters.base import (
     unknown_blocks,
 )
 from adapters.jsonl_format import JsonlFormat
+from adapters.states import WAITING, WORKING
 
 NOT_PROMPT_PREFIXES = (
     "<local-command-caveat>",
@@ -477,6 +478,34 @@ def _first(_: Any) -> ClaudeState:
     return ClaudeState()
 
 
+# an assistant message's stop_reason, as Claude Code 2.1.332 writes them (a message written
+# in several lines says its stop_reason on the last only: null before); tests/fixtures/states
+_CLAUDE_STOPS = {"end_turn": WAITING, "tool_use": WORKING}
+INTERRUPTED = "[Request interrupted by user"
+
+
+def claude_state(record: dict[str, Any]) -> str | None:
+    """An assistant message, by its stop_reason; in the main thread, a tool's result or a
+    prompt: working, and the row Claude writes for an interrupt: waiting. Rows of its own
+    (meta, a compaction's summary) are no boundary, nor is the TUI's ``turn_duration``: it
+    follows the message whose ``end_turn`` said so already."""
+    kind = record.get("type")
+    if kind == "assistant":
+        stop = member(record.get("message"), "stop_reason")
+        return _CLAUDE_STOPS.get(stop) if isinstance(stop, str) else None
+    if kind != "user" or any(record.get(k) is True for k in _NOT_A_TURNS_ROW):
+        return None
+    text, tool_result = block_text(member(record.get("message"), "content"))
+    if tool_result or "toolUseResult" in record:
+        return WORKING
+    if text.startswith(INTERRUPTED):
+        return WAITING
+    return WORKING if text.strip() else None
+
+
+_NOT_A_TURNS_ROW = ("isSidechain", "isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")
+
+
 FORMAT = JsonlFormat[ClaudeState](
     kind="claude",
     classify=classify_claude_record,
@@ -494,6 +523,11 @@ FORMAT = JsonlFormat[ClaudeState](
     # the first that does is the one read
     catalog_lines=(b"custom-title", b"ai-title", b"away_summary"),
     catalog_first=((b'"cwd"', "cwd"),),
+    state_of=claude_state,
+    boundaries=(
+        (WORKING, (b'"stop_reason":"tool_use"', b'"type":"user"')),
+        (WAITING, (b'"stop_reason":"end_turn"', INTERRUPTED.encode())),
+    ),
 )
 
 

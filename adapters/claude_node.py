@@ -51,8 +51,9 @@ from adapters.base import (
 from adapters.catalog import CatalogListing
 from adapters.claude import ClaudeState
 from adapters.jsonl_format import format_of
-from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from
+from adapters.jsonl_scan import Cutoff, classify_records, remembered, reread_from, time_ms
 from adapters.node_client import Gone, NodeError
+from adapters.states import boundary_of
 from monitor.errors import BadInput, Declined, ItemGone, NotFound
 
 if TYPE_CHECKING:
@@ -142,7 +143,11 @@ def project(line: bytes) -> dict[str, Any]:
     if prefilter is None or prefilter(line, 0, len(line)):
         return record
     uuid = record.get("uuid")
-    return {"uuid": as_text(uuid), "type": record.get("type")}
+    sent = {"uuid": as_text(uuid), "type": record.get("type")}
+    stop = member(record.get("message"), "stop_reason")
+    if isinstance(stop, str):  # what a session is doing (adapters.states): never the text
+        sent |= {"message": {"stop_reason": stop}, "timestamp": record.get("timestamp")}
+    return sent
 
 
 def _line_after(data: bytes, uuid: str) -> int | None:
@@ -328,6 +333,8 @@ def _classified(
     if newest is None:  # only uuid-less items are new: keep the anchor
         newest, after = anchor, tail + len(items)
     new_marker = {"uuid": newest, "tail": after, **state.to_marker(), **remembered(marker, result)}
+    state_of = fmt.state_of or (lambda item: None)
+    doing = boundary_of((s, time_ms(i)) for i in items if (s := state_of(i)) is not None)
     return Outcome(
         status="activity" if result.turns else "quiet",
         marker=new_marker,
@@ -337,6 +344,7 @@ def _classified(
         compactions=result.compactions,
         consumed_own=own.consumed,
         drift=result.drift if result.drift else None,
+        boundary=doing,
     )
 
 

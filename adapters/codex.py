@@ -59,6 +59,7 @@ from adapters.codex_lines import (
     may_be_turn_at,
 )
 from adapters.jsonl_format import JsonlFormat
+from adapters.states import WAITING, WORKING
 
 
 def idle(state: CodexState, line: bytes) -> bool:
@@ -470,6 +471,29 @@ def _declines(state: CodexState) -> str | None:
     return "a Codex sub-agent rollout is not adoptable" if state.subagent else None
 
 
+# the task events Codex 0.171.0 writes around each turn (tests/fixtures/states)
+_CODEX_TASKS = {"task_started": WORKING, "task_complete": WAITING, "turn_aborted": WAITING}
+
+
+def codex_state(record: dict[str, Any]) -> str | None:
+    """A turn's task started (working), completed or aborted (waiting)."""
+    if record.get("type") != "event_msg":
+        return None
+    kind = member(record.get("payload"), "type")
+    return _CODEX_TASKS.get(kind) if isinstance(kind, str) else None
+
+
+def codex_state_wire(record: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`codex_state` reads of a record: its type and time, its payload's type."""
+    payload = record.get("payload")
+    kind = payload.get("type") if isinstance(payload, dict) else None
+    return {
+        "type": record.get("type"),
+        "timestamp": record.get("timestamp"),
+        "payload": {"type": kind},
+    }
+
+
 FORMAT = JsonlFormat[CodexState](
     kind="codex",
     classify=classify_codex_record,
@@ -490,6 +514,12 @@ FORMAT = JsonlFormat[CodexState](
     moved=archived_rollout,
     wire=codex_wire,
     catalog_lines=(),  # the first line names the working directory; no title in the file
+    state_of=codex_state,
+    state_wire=codex_state_wire,
+    boundaries=(
+        (WORKING, (b'"task_started"',)),
+        (WAITING, (b'"task_complete"', b'"turn_aborted"')),
+    ),
 )
 
 

@@ -7,6 +7,7 @@ its start through the same check, tick by tick, writing nothing.
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from adapters.base import (
     Ref,
     Settings,
     Source,
+    non_negative_int,
     text_hash,
 )
 from adapters.jsonl_check import (
@@ -35,6 +37,7 @@ from adapters.jsonl_check import (
     resolve_file,
 )
 from adapters.jsonl_format import JsonlFormat
+from adapters.states import Doing, last_boundary
 from adapters.threads import DaemonReads, SourceBusy
 from monitor.errors import BadInput, Declined
 from monitor.lazylog import LazyLogger
@@ -168,7 +171,7 @@ def replay_file(
         return
     _replayable(fmt, path, settings.cap)
     own = list(enumerate(text_hash(t) for t in own_texts))
-    replay = _Replay(fmt, path, settings._replace(root=""), own)
+    replay = _Replay(fmt, path, settings._replace(root="", doing=False), own)
     while (outcome := replay.ticked()) is not None:
         for turn in outcome.turns:
             yield {"type": "turn", "offset": turn.offset, "id": turn.native_id}
@@ -221,6 +224,16 @@ class _Replay:
         self.turns += len(outcome.turns)
         return outcome
 
+    def doing(self) -> Doing:
+        """What the session is doing where the replay ended: of the whole file read, once
+        (:func:`adapters.states.last_boundary` looks back from its end only as far as it
+        needs; read tick by tick, the monitor comes to the same)."""
+        end = non_negative_int(self.marker.get("offset"))
+        if not end:
+            return Doing()
+        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return Doing().after(last_boundary(self.fmt, m, 0, min(end, len(m))))
+
     def summary(self) -> dict[str, Any]:
         return {
             "type": "summary",
@@ -228,6 +241,7 @@ class _Replay:
             "compactions": self.compactions,
             "ticks": self.ticks,
             "blocked": self.blocked,
+            "state": self.doing().to_json(),
             "drift": Drift.from_json(self.marker.get("drift")).to_json(),
             "marker": {k: v for k, v in self.marker.items() if k not in _BOOKKEEPING},
         }

@@ -52,6 +52,7 @@ from adapters.jsonl_scan import (
     select,
     selected,
 )
+from adapters.states import last_boundary
 from adapters.tailer import (
     NotRegularFile,
     TailRead,
@@ -83,6 +84,9 @@ class TailSettings(NamedTuple):
     cap: int = DEFAULT_SCAN_CAP
     max_line: int = DEFAULT_MAX_LINE
     root: str = ""  # the configured root the file must resolve inside ("" checks nothing)
+    # each read says what the session is doing (``Outcome.boundary``); a replay, which
+    # reads a whole file, finds it once, at its end
+    doing: bool = True
 
 
 class RootCheck:
@@ -219,11 +223,32 @@ def check_file(
         state = fmt.state_from_marker(marker)
         own = OwnPool(probe.own)
         result = scan(fmt, pick.lines, state, own, Cutoff.of(marker), prefiltered=True)
+        outcome = settled(fmt, probe, read, pick.first, result, state, own)
+        if outcome.status == "activity" and settings.doing:
+            outcome = _with_boundary(fmt, real, outcome, read, offset if resume else None)
     except OSError as exc:
         return _unread(fmt, real, settings.root, marker, exc)
     except Declined as exc:
         return Outcome(status="inconclusive", reason=str(exc))
-    return _more(settled(fmt, probe, read, pick.first, result, state, own), capped)
+    return _more(outcome, capped)
+
+
+def _with_boundary(
+    fmt: JsonlFormat[Any], real: str, outcome: Outcome, read: TailRead, long_at: int | None
+) -> Outcome:
+    """``outcome`` with the last boundary among the lines it read (:mod:`adapters.states`):
+    in the chunk, or, when the read completed a long line begun at ``long_at``, read again
+    from there (the chunk holds only the line's end)."""
+    if fmt.state_of is None:
+        return outcome
+    assert outcome.marker is not None
+    end = non_negative_int(outcome.marker.get("offset"))
+    if long_at is None:
+        chunk, base = read.chunk, read.start
+    else:
+        chunk, base = read_at(real, long_at, end - long_at), long_at
+    boundary = last_boundary(fmt, chunk, 0, end - base)
+    return outcome if boundary is None else dataclasses.replace(outcome, boundary=boundary)
 
 
 def _read(real: str, offset: int, resume: int, marker: Marker, settings: TailSettings) -> TailRead:

@@ -72,6 +72,14 @@ class JsonlFormat(NamedTuple, Generic[S]):
     # the same, of a field every record may repeat: only the head's first line whose record
     # has a string at the key is read (the bytes, the key)
     catalog_first: tuple[tuple[bytes, str], ...] = ()
+    # what a session is doing (adapters.states): the state a record leaves when it marks a
+    # turn's boundary, else None; and, for each state, words one of which the line of every
+    # record that leaves it holds
+    state_of: Callable[[dict[str, Any]], str | None] | None = None
+    boundaries: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
+    # what a paired node sends of a record that marks a boundary: what ``state_of`` reads
+    # (None: the line as it is)
+    state_wire: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def format_of(kind: str) -> JsonlFormat[Any]:

@@ -22,6 +22,7 @@ bound); a line past it blocks the link at its offset, as locally.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +32,7 @@ import orjson
 from adapters import node_client, zst
 from adapters.base import (
     Adapter,
+    Boundary,
     Marker,
     NodeAddress,
     NodeRead,
@@ -55,6 +57,7 @@ from adapters.jsonl_check import (
 from adapters.jsonl_format import JsonlFormat, format_of
 from adapters.jsonl_scan import Cutoff, parse_line, scan
 from adapters.node_client import Gone, NodeError
+from adapters.states import boundary_lines, last_boundary
 from adapters.tailer import NotRegularFile, TailRead, read_tail
 from monitor.errors import Declined, NotFound
 
@@ -227,7 +230,23 @@ def read_lines(
         "size": read.size,
         "lines": to_wire(projected(fmt, pick.lines)),
         "first": pick.first,
+        "boundary": _boundary(fmt, read),
     }
+
+
+def _boundary(fmt: JsonlFormat[Any], read: TailRead) -> list[WireLine]:
+    """The few lines of the read that say what the session is doing, as the format's
+    ``state_wire`` reduces them (``adapters.states.boundary_lines``); offsets are not
+    needed (sent as 0)."""
+    found = boundary_lines(fmt, read.chunk, 0, read.end - read.start)
+    reduce = fmt.state_wire
+    lines: list[tuple[int, bytes | None]] = []
+    for line in found:
+        record = parse_line(line, recover=not fmt.strict) if reduce is not None else None
+        lines.append(
+            (0, orjson.dumps(reduce(record)) if reduce and isinstance(record, dict) else line)
+        )
+    return to_wire(lines)
 
 
 def _long(read: TailRead, offset: int, max_line: int, file: str) -> dict[str, Any]:
@@ -332,11 +351,13 @@ class NodeJsonlAdapter(node_client.NodeSource):
         try:
             read = _read_of(answer)
             lines = from_wire(answer.get("lines", [])) if status == "lines" else []
+            boundary = self._boundary(answer.get("boundary"))
         except (ValueError, TypeError) as exc:
             return Outcome(status="inconclusive", reason=f"the node's answer is not usable: {exc}")
         if status == "idle":
             return idle(marker, read)
-        return self._settled(probe._replace(marker={**marker, "file": file}), answer, read, lines)
+        probe = probe._replace(marker={**marker, "file": file})
+        return self._settled(probe, answer, read, lines, boundary)
 
     def _params(self, marker: Marker) -> dict[str, str]:
         """The read a marker asks the node for (see :func:`serve`)."""
@@ -355,14 +376,29 @@ class NodeJsonlAdapter(node_client.NodeSource):
         answer: dict[str, Any],
         read: TailRead,
         lines: list[tuple[int, bytes | None]],
+        boundary: Boundary | None,
     ) -> Outcome:
-        """The node's lines, classified and settled as a local check's."""
+        """The node's lines, classified and settled as a local check's; ``boundary``: what
+        the lines the node sent for it say the session is doing (not taken when the scan
+        stopped short of the read's end, at an invalid row: those lines are not read)."""
         state = self.format.state_from_marker(probe.marker)
         own = OwnPool(probe.own)
         result = scan(self.format, lines, state, own, Cutoff.of(probe.marker))
         first = answer.get("first")  # a node before 2026-12 sends none: its first line's
         first = first if isinstance(first, int) else (lines[0][0] if lines else None)
-        return settled(self.format, probe, read, first, result, state, own)
+        outcome = settled(self.format, probe, read, first, result, state, own)
+        if result.stopped_at is not None or outcome.status != "activity":
+            return outcome
+        return dataclasses.replace(outcome, boundary=boundary)
+
+    def _boundary(self, raw: Any) -> Boundary | None:
+        """What the session is doing, derived here from the lines the node sent for it (a
+        node of an earlier release sends none: none is derived, the state stays). Raises
+        ValueError on lines that are not lines."""
+        if raw is None:
+            return None
+        chunk = b"".join(line + b"\n" for _, line in from_wire(raw) if line is not None)
+        return last_boundary(self.format, chunk, 0, len(chunk))
 
 
 def _reason(answer: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from adapters.base import (
     Adapter,
+    Boundary,
     DatabaseSource,
     Drift,
     Marker,
@@ -32,6 +33,8 @@ from adapters.base import (
     Settings,
     Source,
     Turn,
+    as_dict,
+    as_int,
     as_text,
     member,
     normalize_text,
@@ -52,6 +55,7 @@ from adapters.opencode_reads import (
     session_version,
     unopenable,
 )
+from adapters.states import WAITING, WORKING
 from monitor.errors import BadInput, Declined, OutsideRoots, Unreachable
 
 log = logging.getLogger(__name__)
@@ -395,6 +399,7 @@ class OpenCodeAdapter(DatabaseSource):
                 "%s: OpenCode part of unknown type %r (format drift?)", probe.session_key, kind
             )
         dedupe = result.turns[-1].native_id if result.turns else None
+        boundary = opencode_boundary(export.every, messages)
         return Outcome(
             status="activity",
             marker=marker,
@@ -403,7 +408,64 @@ class OpenCodeAdapter(DatabaseSource):
             compactions=result.compactions,
             consumed_own=own.consumed,
             drift=found if new_types or found.newer else None,
+            boundary=boundary,
         )
+
+
+def message_state(data: dict[str, Any]) -> tuple[str, int | None] | None:
+    """The state a message leaves its session in, and since when, as OpenCode 1.18.33
+    writes them (tests/fixtures/states): a prompt, an assistant message not completed yet
+    or one that called tools: working; one that finished (``stop``) or was aborted
+    (``MessageAbortedError``): waiting. Another finish or error: no boundary (not seen)."""
+    times = as_dict(data.get("time")) or {}
+    created, completed = as_int(times.get("created")), as_int(times.get("completed"))
+    role = data.get("role")
+    if role == "user":
+        return WORKING, created
+    if role != "assistant" or data.get("summary") is True:  # a compaction's summary
+        return None
+    if completed is None:
+        return WORKING, created
+    aborted = member(data.get("error"), "name") == "MessageAbortedError"
+    finish = data.get("finish")
+    if aborted or finish == "stop":
+        return WAITING, completed
+    return (WORKING, completed) if finish == "tool-calls" else None
+
+
+def message_state_wire(data: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`message_state` reads of a message (what a paired node sends): its role,
+    times, finish, error's name and whether it is a summary; never its content."""
+    times = as_dict(data.get("time")) or {}
+    sent: dict[str, Any] = {"role": data.get("role")}
+    sent["time"] = {k: times[k] for k in ("created", "completed") if k in times}
+    if "finish" in data:
+        sent["finish"] = data["finish"]
+    if member(data.get("error"), "name") is not None:
+        sent["error"] = {"name": member(data.get("error"), "name")}
+    if data.get("summary") is True:
+        sent["summary"] = True
+    return sent
+
+
+def opencode_boundary(
+    every: list[tuple[str, dict[str, Any]]], users: list[UserMessage]
+) -> Boundary | None:
+    """What the session's messages (all of them: each check reads the session whole) leave
+    it doing, since the first message of that state's last run; ``first``: where the turn
+    before it began (the last run of working, when it ends waiting), a person's wait's end.
+    A compaction's prompt is no boundary."""
+    compactions = {m.id for m in users if any(_compaction_part(p) for p in m.parts)}
+    runs: list[tuple[str, int | None]] = []
+    for message_id, data in every:
+        found = None if message_id in compactions else message_state(data)
+        if found is not None and (not runs or runs[-1][0] != found[0]):
+            runs.append(found)
+    if not runs:
+        return None
+    state, at = runs[-1]
+    first = runs[-2] if len(runs) > 1 and runs[-2][0] == WORKING else runs[-1]
+    return Boundary(state, at, True, first[0], first[1])
 
 
 def build(settings: Settings) -> Adapter:

@@ -24,7 +24,7 @@ from adapters import node_client
 from adapters.base import Adapter, NodeAddress, NodeRead, Ref, Settings, as_list, as_text, member
 from adapters.catalog import CatalogListing
 from adapters.node_client import Answered
-from adapters.opencode import OpenCodeAdapter
+from adapters.opencode import OpenCodeAdapter, message_state_wire
 from adapters.opencode_reads import Export, QueryFailed, UserMessage, read_export, read_signals
 
 NO_DATABASE = "no_such_database"
@@ -89,7 +89,13 @@ def _signals_body(found: dict[str, tuple[Any, int]]) -> dict[str, Any]:
 
 def _export_body(export: Export) -> dict[str, Any]:
     messages = [{"id": m.id, "parts": [projected(p) for p in m.parts]} for m in export.messages]
-    return {"messages": messages, "newest": export.newest, "version": export.version}
+    every = [[m, message_state_wire(data)] for m, data in export.every]  # what it is doing
+    return {
+        "messages": messages,
+        "newest": export.newest,
+        "version": export.version,
+        "every": every,
+    }
 
 
 def _answer(db: str, body: Callable[[], dict[str, Any]]) -> tuple[int, dict[str, Any]]:
@@ -160,10 +166,16 @@ class NodeSessions:
             if isinstance(m, dict) and isinstance(m.get("id"), str)
         ]
         newest, version = answer.get("newest"), answer.get("version")
+        every = [  # a node of an earlier release sends none: nothing is derived
+            (str(m[0]), m[1])
+            for m in as_list(answer.get("every"))
+            if isinstance(m, list) and len(m) == 2 and isinstance(m[1], dict)
+        ]
         return Export(
             messages=messages,
             newest=as_text(newest),
             version=as_text(version),
+            every=every,
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
-from adapters.base import as_dict, member
+from adapters.base import as_dict
 from adapters.tailer import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
@@ -148,11 +148,20 @@ def newest_message(conn: sqlite3.Connection, session_id: str) -> str | None:
 
 def export_user_messages(conn: sqlite3.Connection, session_id: str) -> list[UserMessage]:
     """The session's user messages with their parts, in creation order (short reads)."""
+    return export_messages(conn, session_id)[0]
+
+
+def export_messages(
+    conn: sqlite3.Connection, session_id: str
+) -> tuple[list[UserMessage], list[tuple[str, dict[str, Any]]]]:
+    """The session's user messages with their parts, and every message's id and data
+    (those that are JSON objects), in creation order (short reads)."""
     rows = conn.execute(
         "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
         (session_id,),
     ).fetchall()
-    users = [m for m, data in rows if member(_object(data), "role") == "user"]
+    messages = [(str(m), found) for m, data in rows if (found := _object(data)) is not None]
+    users = [m for m, data in messages if data.get("role") == "user"]
     parts: dict[str, list[dict[str, Any]]] = {m: [] for m in users}
     for message_id, data in conn.execute(
         "SELECT message_id, data FROM part WHERE session_id = ? ORDER BY id", (session_id,)
@@ -160,7 +169,7 @@ def export_user_messages(conn: sqlite3.Connection, session_id: str) -> list[User
         value = _object(data) if message_id in parts else None
         if value is not None:
             parts[message_id].append(value)
-    return [UserMessage(id=m, parts=parts[m]) for m in users]
+    return [UserMessage(id=m, parts=parts[m]) for m in users], messages
 
 
 def _object(data: Any) -> dict[str, Any] | None:
@@ -179,6 +188,9 @@ class Export:
     messages: list[UserMessage]
     newest: str | None
     version: str | None
+    # every message's id and data, in creation order: what the session is doing is read
+    # from them (adapters.opencode)
+    every: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 class QueryFailed(Exception):
@@ -229,11 +241,13 @@ def read_signals(db: str, ids: list[str]) -> dict[str, tuple[Any, int]]:
 
 
 def read_export(db: str, session_id: str) -> Export:
-    return _reading(
-        db,
-        lambda conn: Export(
-            messages=export_user_messages(conn, session_id),
+    def read(conn: sqlite3.Connection) -> Export:
+        users, messages = export_messages(conn, session_id)
+        return Export(
+            messages=users,
             newest=newest_message(conn, session_id),
             version=session_version(conn, session_id),
-        ),
-    )
+            every=messages,
+        )
+
+    return _reading(db, read)

@@ -26,6 +26,7 @@ from adapters.base import (
     unknown_blocks,
 )
 from adapters.jsonl_format import JsonlFormat
+from adapters.states import WAITING, WORKING
 from monitor.errors import Declined
 
 MIGRATE_HINT = "not a Pi v3 session: resume it once in Pi to migrate it to v3"
@@ -283,6 +284,34 @@ def describe_pi_file(
     return str(first.get("id") or "") or None, as_text(cwd)
 
 
+# an assistant message's stopReason, as Pi 1.6.0 writes them (tests/fixtures/states)
+_PI_STOPS = {"stop": WAITING, "aborted": WAITING, "toolUse": WORKING}
+
+
+def pi_state(record: dict[str, Any]) -> str | None:
+    """A prompt or a tool's result: working; an assistant message, by its stopReason."""
+    if record.get("type") != "message":
+        return None
+    message = record.get("message")
+    role = member(message, "role")
+    if role in ("user", "toolResult"):
+        return WORKING
+    stop = member(message, "stopReason")
+    return _PI_STOPS.get(stop) if role == "assistant" and isinstance(stop, str) else None
+
+
+def pi_state_wire(record: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`pi_state` reads of an entry: its type and time, its message's role and
+    stop reason (never its text)."""
+    message = record.get("message")
+    kept = (
+        {k: message[k] for k in ("role", "stopReason") if k in message}
+        if isinstance(message, dict)
+        else message
+    )
+    return {"type": record.get("type"), "timestamp": record.get("timestamp"), "message": kept}
+
+
 FORMAT = JsonlFormat[PiState](
     kind="pi",
     classify=classify_pi_record,
@@ -297,6 +326,12 @@ FORMAT = JsonlFormat[PiState](
     wire=pi_wire,
     describe=describe_pi_file,
     catalog_lines=(b"session_info",),  # its session name; the header names the directory
+    state_of=pi_state,
+    state_wire=pi_state_wire,
+    boundaries=(
+        (WORKING, (b'"role":"user"', b'"role":"toolResult"', b'"stopReason":"toolUse"')),
+        (WAITING, (b'"stopReason":"stop"', b'"stopReason":"aborted"')),
+    ),
 )
 
 

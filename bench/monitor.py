@@ -63,7 +63,11 @@ def claude_lines(rng: random.Random) -> list[bytes]:
             {
                 **head,
                 "type": "assistant",
-                "message": {"role": "assistant", "content": [{"type": "text", "text": pad}]},
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": pad}],
+                    "stop_reason": "tool_use",
+                },
                 "uuid": "a",
             }
         )
@@ -80,7 +84,20 @@ def claude_lines(rng: random.Random) -> list[bytes]:
                 "toolUseResult": {"stdout": pad, "stderr": ""},
             }
         )
+    out.append({**head, "type": "assistant", "message": _answer(pad[:400]), "uuid": "e"})
     return [orjson.dumps(r) for r in out]
+
+
+def _answer(text: str) -> dict[str, object]:
+    """The message that ends a turn: text, ``stop_reason`` ``end_turn`` (as every release
+    writes it; tests/fixtures/states)."""
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 80},
+    }
 
 
 def claude_lines_2_1(rng: random.Random) -> list[bytes]:
@@ -165,6 +182,9 @@ def claude_lines_2_1(rng: random.Random) -> list[bytes]:
                             "input": {"command": "pytest"},
                         },
                     ],
+                    "stop_reason": "tool_use",
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 12, "output_tokens": 80},
                 },
                 "requestRef": "r",
                 "type": "assistant",
@@ -191,7 +211,9 @@ def claude_lines_2_1(rng: random.Random) -> list[bytes]:
                 **tail,
             }
         )
-    out.append({"type": "last-prompt", "lastPrompt": "fix the tests", "leafUuid": "a", **session})
+    answer = {"parentUuid": "t", "isSidechain": False, "message": _answer(pad[:400])}
+    out.append({**answer, "type": "assistant", "uuid": "e", "timestamp": at, **tail})
+    out.append({"type": "last-prompt", "lastPrompt": "fix the tests", "leafUuid": "e", **session})
     out.append({"type": "cost-state", **session, "totalCostUSD": 0.1})
     return [orjson.dumps(r) for r in out]
 

@@ -12,7 +12,12 @@ quarter of them), starts ``sessionwatch serve`` on them, adopts every one throug
 - adoption by catalog id against adoption by kind and path, through the API, one at a time
   (target: by id costs what by path costs, not what the whole catalog costs);
 - the status page's first paint: its bytes (target under 200 KB) and time;
-- ``links`` (a process) and ``GET /v1/links`` (target: each under 0.5 s).
+- ``links`` (a process) and ``GET /v1/links`` (target: each under 0.5 s);
+- with one session in ten waiting for a person (the sidecar's own columns set as a check
+  that read their turns' ends writes them), ``GET /v1/sessions?state=waiting`` (target:
+  under 100 ms and 200 KB) and the status page with its "needs you" panel (target: under
+  200 ms and 200 KB), beside ``GET /v1/links`` of the same run (this release only: an
+  earlier one has neither).
 
 With ``--against REF`` the same is measured on that release's code (its ``monitor`` and
 ``adapters``, run from a scratch directory) on the same tree, one after the other, and each
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -135,11 +141,66 @@ async def measure(tmp: Path, roots: str, code: Path | None, samples: int) -> dic
             found["status page s"] = min(p[2] for p in pages[1:])
             listings = [await api.call("GET", "/v1/links") for _ in range(3)]
             found["GET /v1/links s"] = min(took for _, _, took in listings)
+            found["GET /v1/links KB"] = len(listings[-1][1]) / 1024
+            if code is None:
+                found |= await doing(api, tmp / "state.db")
         found["links s"] = min(timed_cli(tmp, code, "links")[0] for _ in range(3))
     finally:
         proc.terminate()
         proc.wait(30)
     return found
+
+
+async def doing(api: Api, db: Path) -> dict[str, float]:
+    """One session in ten waiting for a person, the rest working: what the panel and
+    ``?state=waiting`` cost then."""
+    found: dict[str, float] = {}
+    found["page, none waiting s"] = await steady_page(api)
+    seed_doing(db, every=10)
+    answers = [await api.call("GET", "/v1/sessions?state=waiting") for _ in range(5)]
+    assert all(status == 200 for status, _, _ in answers)
+    found["?state=waiting s"] = min(took for _, _, took in answers)
+    found["?state=waiting KB"] = len(answers[-1][1]) / 1024
+    found["?state=waiting sessions"] = len(orjson.loads(answers[-1][1])["sessions"])
+    found["page with panel s"] = await steady_page(api)
+    found["page with panel KB"] = len((await api.call("GET", "/"))[1]) / 1024
+    found["the panel s"] = found["page with panel s"] - found["page, none waiting s"]
+    return found
+
+
+async def steady_page(api: Api) -> float:
+    """The page's time once the titles its first paint asked for were read (in the
+    background, from the catalog): the best of three."""
+    await api.call("GET", "/")
+    await asyncio.sleep(3)
+    return min([(await api.call("GET", "/"))[2] for _ in range(3)])
+
+
+def seed_doing(db: Path, every: int) -> None:
+    """What a check writes of a session it read the end of a turn of (every ``every``th)
+    or a turn in progress (the others), in the sidecar's own columns."""
+    from monitor.upstream.links import source_key
+
+    conn = sqlite3.connect(db, timeout=30)
+    with conn:
+        rows = conn.execute(
+            "SELECT session_key, agent_id, host_id, thread_id, upstream_ref_json, updated_at"
+            " FROM session_upstream_links ORDER BY session_key"
+        ).fetchall()
+        now = int(time.time() * 1000)
+        conn.executemany(
+            "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
+            " link_updated_at, doing, doing_since, doing_source, doing_seen_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_key, agent_id) DO UPDATE"
+            " SET doing = excluded.doing, doing_since = excluded.doing_since,"
+            " doing_source = excluded.doing_source, doing_seen_at = excluded.doing_seen_at",
+            [
+                (key, agent, src, at, "waiting" if i % every == 0 else "working", now - i, src, now)
+                for i, (key, agent, host, thread, ref, at) in enumerate(rows)
+                for src in [source_key(host, thread, orjson.loads(ref))]
+            ],
+        )
+    conn.close()
 
 
 def beside(tmp: Path, name: str) -> Path:

@@ -6,5 +6,5 @@ module per upstream format.
 """
 
 __version__ = (
-    "0.6.0"  # bumped with every release; its minor with every schema change (CHANGELOG.md)
+    "0.7.0"  # bumped with every release; its minor with every schema change (CHANGELOG.md)
 )

@@ -133,6 +133,8 @@ class MonitorConfig(NamedTuple):
     scan_cap_bytes: Annotated[int, positive(2**30)] = 1_048_576
     max_line_bytes: Annotated[int, positive(2**32)] = 64 * 1_048_576
     missing_threshold: Annotated[int, positive(1000)] = 3
+    # a turn in progress with no record read for this long reads as quiet (adapters/states)
+    quiet_after_s: Annotated[float, duration()] = 600.0
     own_text_limit: Annotated[int, at_most(1000)] = 10
     replay_lookback: Annotated[int, at_most(10_000)] = 50
     node_pages: Annotated[int, at_most(1000)] = 4

@@ -95,6 +95,20 @@ class Metrics:
             " gateway until a change on their pair (counted at start)",
             registry=r,
         )
+        self.sessions_doing = Gauge(
+            "sessionwatch_adopted_sessions_doing",
+            "Adopted sessions by what they are doing now (working, waiting, asking, quiet,"
+            " unknown), set at each scrape",
+            ["state"],
+            registry=r,
+        )
+        self.waited = Histogram(
+            "sessionwatch_waited_for_person_seconds",
+            "How long an adopted session waited for a person (its turn ended, or it asked)"
+            " before the next turn began, observed by the sidecar that read that turn",
+            buckets=(10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400),
+            registry=r,
+        )
         self.blocked_links = Gauge(
             "sessionwatch_blocked_links",
             "Links blocked at a line longer than max_line_bytes",

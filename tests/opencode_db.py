@@ -123,3 +123,28 @@ class OpenCodeDB:
         mid = self.message(sid, "assistant")
         self.part(sid, mid, type="text", text=text)
         return mid
+
+    def row(self, sid: str, table: str, row_id: str, data: dict[str, Any]) -> None:
+        """A row as OpenCode wrote it (a capture's, tests/fixtures/states): a message, or
+        a part of the message written last."""
+        now = self._tick()
+        with self.connect() as conn:
+            if table == "message":
+                created = (data.get("time") or {}).get("created", now)
+                conn.execute(
+                    "INSERT INTO message (id, session_id, time_created, time_updated, data)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (row_id, sid, created, now, orjson.dumps(data).decode()),
+                )
+            else:
+                (mid,) = conn.execute(
+                    "SELECT id FROM message WHERE session_id = ? ORDER BY time_created DESC,"
+                    " id DESC LIMIT 1",
+                    (sid,),
+                ).fetchone()
+                conn.execute(
+                    "INSERT INTO part (id, message_id, session_id, time_created, time_updated,"
+                    " data) VALUES (?, ?, ?, ?, ?, ?)",
+                    (row_id, mid, sid, now, now, orjson.dumps(data).decode()),
+                )
+            self.bump(conn, sid, f"{table}.updated.1")

@@ -37,6 +37,7 @@ RELEASES = {
     "74efb9a": "the release before the hooks wake (schema 3)",
     "0eb389b": "the hooks release (schema 4)",
     "c1dd981": "the release before the upgrade work",
+    "9700cad": "the release before what each session is doing (schema 6)",
 }
 OLD_DEPENDENCIES = ("aiosqlite>=0.20", "apscheduler>=3.10,<4")
 FIXTURES = REPO / "tests" / "fixtures" / "releases"

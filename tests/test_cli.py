@@ -62,7 +62,7 @@ def test_a_spawn_then_human_turns_give_one_notice_across_processes(tmp_path: Pat
     status = sw(db, "status", CHILD, "--changes-since", "3")
     assert [e["sequence"] for e in status["stateChanges"]["events"]] == [4]
     assert sw(db, "sessions") == {
-        "sessions": [{"sessionKey": CHILD, "agentId": "main", "stateVersion": 4}]
+        "sessions": [{"sessionKey": CHILD, "agentId": "main", "stateVersion": 4, "doing": None}]
     }
 
 
@@ -155,6 +155,7 @@ def test_watch_reset_delete_and_prune(tmp_path: Path) -> None:
         ],
         ["status", CHILD, "--changes-since", "-1"],
         ["recrod"],
+        ["sessions", "--state", "sleeping"],
         ["notices", "--watcher", "global"],
         ["spawn", "--parent", "global", "--child", CHILD, "--run-id", "r"],
     ],
@@ -167,7 +168,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     message = sw(db, *args, code=2)
     assert message.startswith("sessionwatch: ")
     assert sw(db, "sessions") == {
-        "sessions": [{"sessionKey": CHILD, "agentId": "main", "stateVersion": 1}]
+        "sessions": [{"sessionKey": CHILD, "agentId": "main", "stateVersion": 1, "doing": None}]
     }
 
 

@@ -225,12 +225,29 @@ async def _status(kernel: Kernel, a: Args) -> dict[str, Any]:
 
 @command(
     "sessions",
-    "state versions of sessions",
+    "state versions of sessions; with --state, the adopted sessions doing that now",
     arg("keys", nargs="*", help="session keys (default: every session with a head)"),
+    arg(
+        "--state",
+        metavar="STATE[,STATE]",
+        help="working, waiting, asking, quiet or unknown: those doing it, the longest first",
+    ),
     reads=True,
 )
 async def _sessions(kernel: Kernel, a: Args) -> dict[str, Any]:
-    return {"sessions": wire.state_versions(await kernel.state_versions(a.keys))}
+    if a.state is None:
+        return {"sessions": wire.state_versions(await kernel.state_versions(a.keys))}
+    from adapters.states import STATES
+    from monitor.upstream.links import Now, doing_versions
+
+    states = frozenset(a.state.split(","))
+    if not states <= set(STATES):
+        said = ", ".join(STATES)
+        raise BadInput(f"--state: not a state: {a.state!r} (one or more of {said})")
+    now = Now(kernel.clock(), int(a.config_obj.monitor.quiet_after_s * 1000))
+    found = await kernel.read(lambda c: doing_versions(c, states, now))
+    keys = set(a.keys)
+    return {"sessions": [wire.doing(d, v) for d, v in found if not keys or d.session_key in keys]}
 
 
 @command(
@@ -344,9 +361,12 @@ async def _links(kernel: Kernel, a: Args) -> dict[str, Any]:
     # read as the monitor reads them, without building its adapters (a node's client
     # imports aiohttp: a third of a second of a 10,000-link listing)
     from monitor.kernel.cursors import watched_targets
-    from monitor.upstream.links import list_links
+    from monitor.upstream.links import Now, list_links
 
-    return {"links": wire.links(await kernel.read(lambda c: list_links(c, watched_targets(c))))}
+    now = Now(kernel.clock(), int(a.config_obj.monitor.quiet_after_s * 1000))
+    return {
+        "links": wire.links(await kernel.read(lambda c: list_links(c, watched_targets(c), now)))
+    }
 
 
 @command(

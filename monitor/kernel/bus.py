@@ -8,8 +8,8 @@ Every kind is a :class:`Change`, declared here:
   :class:`NoticesUndecided`;
 - the store's, for another process's commit: :class:`StoreMoved` (the change hub,
   :mod:`monitor.kernel.changes`, hears it);
-- upstream's: :class:`LinksChanged`, :class:`WatchedMayDiffer`, :class:`SourcesMoved`,
-  :class:`SourcesWatched`;
+- upstream's: :class:`LinksChanged`, :class:`DoingChanged`, :class:`WatchedMayDiffer`,
+  :class:`SourcesMoved`, :class:`SourcesWatched`;
 - the tick's: :class:`TickRan`;
 - delivery's: :class:`WakeOutcome`;
 - the title reader's: :class:`TitlesRead`;
@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 
-from monitor.kernel.topics import LINKS, NOTICES
+from monitor.kernel.topics import DOING, LINKS, NOTICES
 from monitor.lazylog import LazyLogger
 
 TYPE_CHECKING = False
@@ -162,6 +162,25 @@ class LinksChanged(Change):
 
     __slots__ = ()
     topic = LINKS
+
+
+class DoingChanged(Change):
+    """What a session is doing changed (adapters/states.py): ``state`` since ``since``
+    (ms), ``was`` before, and how long a person was waited for when that wait ended here
+    (``waited``, ms); said by the check's transaction once it committed."""
+
+    __slots__ = ("session_key", "since", "state", "waited", "was")
+    page = SHOWN_AT_ONCE
+    topic = DOING
+
+    def __init__(
+        self, session_key: str, state: str, since: int | None, was: str, waited: int | None
+    ) -> None:
+        self.session_key = session_key
+        self.state = state
+        self.since = since
+        self.was = was
+        self.waited = waited
 
 
 class WatchedMayDiffer(Change):
@@ -324,6 +343,15 @@ def notices_may_differ(change: Change) -> bool:
     """Whether one of :data:`NOTICE_CHANGES` may have moved an inbox (another process's
     commit, only if it may have touched notices)."""
     return not isinstance(change, StoreMoved) or change.about(NOTICES)
+
+
+def doing_may_differ(change: Change) -> bool:
+    """Whether ``change`` says what an adopted session is doing may have changed: this
+    process's :class:`DoingChanged`, or another's commit that says so (a store that cannot
+    say what moved says nothing here: its page is told ``changed``)."""
+    if isinstance(change, StoreMoved):
+        return change.topics is not None and DOING in change.topics
+    return isinstance(change, DoingChanged)
 
 
 def page_kinds() -> tuple[type[Change], ...]:

@@ -11,6 +11,7 @@ renewed, a step of a wake's ledger) tells no one.
 - :data:`EVENTS`: events were recorded;
 - :data:`NOTICES`: notices were opened or acknowledged (what an inbox holds);
 - :data:`LINKS`: links or watches were written (what each host watches and ticks);
+- :data:`DOING`: what an adopted session is doing changed (what the status page shows);
 - ``wake:<watcher>`` (:func:`wake`): a notice ``watcher`` is woken for was opened, for the
   one host that delivers to that watcher (:mod:`monitor.delivery.shares`).
 
@@ -29,6 +30,7 @@ Topics = frozenset[str] | None
 EVENTS = "events"
 NOTICES = "notices"
 LINKS = "links"
+DOING = "doing"
 _WAKE = "wake:"
 
 NOTHING: frozenset[str] = frozenset()

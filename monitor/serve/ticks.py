@@ -54,6 +54,7 @@ from monitor.kernel.bus import (
     Bus,
     Change,
     ConfigReloaded,
+    DoingChanged,
     OwnershipChanged,
     SourcesMoved,
     SourcesWatched,
@@ -280,11 +281,18 @@ class Ticks:
         stack.enter_context(
             bus.subscribe(ConfigReloaded, lambda c: self.reschedule(c.new.monitor.interval_s))
         )
+        stack.enter_context(bus.subscribe(DoingChanged, self._doing))
         start_task(stack, self.on_schedule())
 
     def _hear(self, change: Change) -> None:
         if links_may_differ(change):
             self.idle = self.idle.heard(change)
+
+    def _doing(self, change: DoingChanged) -> None:
+        """A wait for a person that a check of this process ended: observed here, once (the
+        check's transaction settled it here only)."""
+        if change.waited is not None:
+            self.metrics.waited.observe(change.waited / 1000)
 
     def _moved_sources(self, change: SourcesMoved) -> None:
         self._hear(change)

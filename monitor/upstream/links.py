@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
 from adapters.base import Drift, Followed, Marker
 from adapters.registry import LOCAL_HOST, adapter_for_link, entry, host_id_for
+from adapters.states import QUIET, UNKNOWN, WORKING, Doing
 from monitor.kernel.events import json_object
 
 if TYPE_CHECKING:
@@ -70,9 +71,13 @@ class UpstreamLink(NamedTuple):
     def source_key(self) -> str:
         """16 hex digits naming the source (host, thread, ref), computed as OpenClaw does, so
         the dedupe keys of a turn are the same whichever side records it."""
-        ref = orjson.dumps(self.ref).decode()
-        raw = f"{self.host_id or ''}\0{self.thread_id or ''}\0{ref}"
-        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+        return source_key(self.host_id, self.thread_id, self.ref)
+
+
+def source_key(host_id: str | None, thread_id: str | None, ref: dict[str, Any]) -> str:
+    """:attr:`UpstreamLink.source_key` of a link's columns."""
+    raw = f"{host_id or ''}\0{thread_id or ''}\0{orjson.dumps(ref).decode()}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 _PRIVATE_MARKER_FIELDS = frozenset({"pending", "head", "tail", "echo", "recent", "drift", "ino"})
@@ -161,25 +166,41 @@ _SOURCE_CHANGED = (
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LinkState:
     """What the monitor keeps of a link between ticks. It starts afresh when the link, or
-    the gateway session's id, changed."""
+    the gateway session's id, changed; what the session is doing (``doing``) only when its
+    source did: a marker another checker moved reads on from where it left it."""
 
     streak: int = 0
     blocked_offset: int | None = None
     outcome: str | None = None  # the last outcome that was not a plain quiet check
     reason: str | None = None
+    doing: Doing = field(default_factory=Doing)
 
 
 def link_state(conn: Conn, link: UpstreamLink, session_id: str | None) -> LinkState:
     row = conn.execute(
         "SELECT source_key, link_updated_at, session_id, missing_streak, blocked_offset,"
-        " last_outcome, last_reason FROM sessionwatch_link_state"
-        " WHERE session_key = ? AND agent_id = ?",
+        " last_outcome, last_reason, doing, doing_since, doing_source"
+        " FROM sessionwatch_link_state WHERE session_key = ? AND agent_id = ?",
         (link.session_key, link.agent_id),
     ).fetchone()
-    if row is None or row[0] != link.source_key or row[1] != link.updated_at:
+    if row is None:
         return LinkState()
+    key = link.source_key
+    doing = _doing(row[7:], key)
+    if row[0] != key or row[1] != link.updated_at:
+        return LinkState(doing=doing)
     streak = int(row[3]) if row[2] == session_id else 0
-    return LinkState(streak=streak, blocked_offset=row[4], outcome=row[5], reason=row[6])
+    return LinkState(
+        streak=streak, blocked_offset=row[4], outcome=row[5], reason=row[6], doing=doing
+    )
+
+
+def _doing(columns: tuple[Any, ...], source_key: str) -> Doing:
+    """What the session is doing, as kept, if it was read from the source ``source_key``."""
+    state, since, source = columns[:3]
+    if state is None or source != source_key:
+        return Doing()
+    return Doing(str(state), since if isinstance(since, int) else None)
 
 
 def write_link_state(
@@ -188,16 +209,22 @@ def write_link_state(
     session_id: str | None,
     state: LinkState,
     blocked_reason: str | None = None,
+    seen_at: int | None = None,
 ) -> None:
+    """The link's state; what the session is doing (``state.doing``) and when a record
+    was last read (``seen_at``) only from a check that read records (else kept)."""
+    doing = (state.doing.state, state.doing.since, link.source_key, seen_at)
     conn.execute(
         "INSERT INTO sessionwatch_link_state (session_key, agent_id, source_key,"
         " link_updated_at, session_id, missing_streak, blocked_offset, blocked_reason,"
-        " last_outcome, last_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " last_outcome, last_reason, doing, doing_since, doing_source, doing_seen_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(session_key, agent_id) DO UPDATE SET"
         " source_key = excluded.source_key, link_updated_at = excluded.link_updated_at,"
         " session_id = excluded.session_id, missing_streak = excluded.missing_streak,"
         " blocked_offset = excluded.blocked_offset, blocked_reason = excluded.blocked_reason,"
-        " last_outcome = excluded.last_outcome, last_reason = excluded.last_reason",
+        " last_outcome = excluded.last_outcome, last_reason = excluded.last_reason"
+        + "".join(f", {c} = {_KEPT.format(c=c)}" for c in _DOING),
         (
             link.session_key,
             link.agent_id,
@@ -209,8 +236,16 @@ def write_link_state(
             blocked_reason,
             state.outcome,
             state.reason,
+            *(doing if seen_at is not None else (None,) * len(doing)),
         ),
     )
+
+
+_DOING = ("doing", "doing_since", "doing_source", "doing_seen_at")
+_KEPT = (  # a check that read no records keeps what the session was doing
+    "CASE WHEN excluded.doing_seen_at IS NULL THEN sessionwatch_link_state.{c}"
+    " ELSE excluded.{c} END"
+)
 
 
 def note_link_status(conn: Conn, link: UpstreamLink, outcome: str, reason: str | None) -> None:
@@ -255,24 +290,38 @@ class LinkView(NamedTuple):
     missing_streak: int
     status: LastCheck | None
     drift: Drift
+    doing: Doing = Doing()  # what the session is doing, as it reads now (quiet derived)
 
 
-def list_links(conn: Conn, targets: set[str]) -> list[LinkView]:
+class Now(NamedTuple):
+    """When a listing is read (ms, the store's clock), and how long a turn may go without
+    a record before it reads as quiet (ms)."""
+
+    at: int
+    quiet_after: int
+
+
+def list_links(conn: Conn, targets: set[str], now: Now) -> list[LinkView]:
     """Every link with its state; ``watched`` when its session is among ``targets``."""
     rows = conn.execute(
         f"SELECT {', '.join('l.' + c.strip() for c in _LINK_COLUMNS.split(','))},"
         " s.source_key, s.link_updated_at, s.missing_streak, s.blocked_offset,"
-        " s.blocked_reason, s.last_outcome, s.last_reason"
+        " s.blocked_reason, s.last_outcome, s.last_reason,"
+        " s.doing, s.doing_since, s.doing_source, s.doing_seen_at"
         " FROM session_upstream_links l LEFT JOIN sessionwatch_link_state s"
         " ON s.session_key = l.session_key AND s.agent_id = l.agent_id"
         " ORDER BY l.session_key, l.agent_id"
     ).fetchall()
-    return [_listed(UpstreamLink.from_row(row[:11]), row[11:], row[0] in targets) for row in rows]
+    return [
+        _listed(UpstreamLink.from_row(row[:11]), row[11:], row[0] in targets, now) for row in rows
+    ]
 
 
-def _listed(link: UpstreamLink, state: tuple[Any, ...], watched: bool) -> LinkView:
-    source, updated, streak, blocked_at, blocked_reason, outcome, reason = state
-    current = source == link.source_key and updated == link.updated_at
+def _listed(link: UpstreamLink, state: tuple[Any, ...], watched: bool, now: Now) -> LinkView:
+    source, updated, streak, blocked_at, blocked_reason, outcome, reason = state[:7]
+    key = link.source_key if source is not None else ""  # no state kept: none of this
+    current = source == key and updated == link.updated_at
+    doing = doing_now(_doing(state[7:], key), state[10], now.at, now.quiet_after)
     return LinkView(
         link=link,
         marker=public_marker(link.marker),
@@ -281,7 +330,61 @@ def _listed(link: UpstreamLink, state: tuple[Any, ...], watched: bool) -> LinkVi
         missing_streak=int(streak) if current and streak else 0,
         status=LastCheck(outcome, reason) if current and outcome else None,
         drift=Drift.from_json(link.marker.get("drift")),
+        doing=doing,
     )
+
+
+class SessionDoing(NamedTuple):
+    """What an adopted session is doing (adapters.states), as ``links``, ``GET /v1/sessions
+    ?state=`` and the page show it: ``quiet`` is ``working`` with no record read for
+    ``quiet_after`` ms, since that last record."""
+
+    session_key: str
+    agent_id: str
+    upstream_kind: str
+    state: str
+    since: int | None
+
+
+def doing_now(doing: Doing, seen_at: int | None, now: int, quiet_after: int) -> Doing:
+    """``doing`` as it reads at ``now``: quiet when a turn is in progress and no record was
+    read for ``quiet_after`` ms (derived here, never written: no timer)."""
+    if doing.state == WORKING and seen_at is not None and now - seen_at >= quiet_after:
+        return Doing(QUIET, seen_at)
+    return doing
+
+
+def sessions_doing(conn: Conn, states: frozenset[str], now: Now) -> list[SessionDoing]:
+    """The adopted sessions doing one of ``states`` now (all, when empty), the longest
+    first (the earliest ``since``)."""
+    stored = {WORKING if s == QUIET else s for s in states}
+    every = not stored or UNKNOWN in stored  # unknown: no row, or one not of this source
+    where = "" if every else f" WHERE s.doing IN ({', '.join('?' * len(stored))})"
+    rows = conn.execute(
+        "SELECT l.session_key, l.agent_id, l.upstream_kind, l.host_id, l.thread_id,"
+        " l.upstream_ref_json, s.doing, s.doing_since, s.doing_source, s.doing_seen_at"
+        " FROM session_upstream_links l LEFT JOIN sessionwatch_link_state s"
+        " ON s.session_key = l.session_key AND s.agent_id = l.agent_id" + where,
+        () if every else tuple(stored),
+    ).fetchall()
+    found = []
+    for key, agent, kind, host, thread, ref, state, since, source, seen in rows:
+        doing = Doing()
+        if state is not None and source == source_key(host, thread, json_object(ref)):
+            doing = doing_now(Doing(state, since), seen, now.at, now.quiet_after)
+        if not states or doing.state in states:
+            found.append(SessionDoing(key, agent, kind, doing.state, doing.since))
+    found.sort(key=lambda d: (d.since is None, d.since or 0, d.session_key, d.agent_id))
+    return found
+
+
+def doing_versions(conn: Conn, states: frozenset[str], now: Now) -> list[tuple[SessionDoing, int]]:
+    """:func:`sessions_doing`, each with its state version (0: no event yet)."""
+    from monitor.kernel.signal_log import state_versions
+
+    versions = {(v.session_key, v.agent_id): v.state_version for v in state_versions(conn, [])}
+    found = sessions_doing(conn, states, now)
+    return [(d, versions.get((d.session_key, d.agent_id), 0)) for d in found]
 
 
 def all_links(conn: Conn) -> list[UpstreamLink]:

@@ -25,7 +25,7 @@ from monitor.kernel.keys import normalize_key, session_scope
 from monitor.upstream import links
 from monitor.upstream.adoption import Adoption
 from monitor.upstream.configured import Adapters
-from monitor.upstream.links import UpstreamLink
+from monitor.upstream.links import SessionDoing, UpstreamLink
 from monitor.upstream.session_catalog import SessionCatalog
 from monitor.upstream.tick import Ticker, TickSettings
 
@@ -42,6 +42,7 @@ class UpstreamMonitor:
 
     bus: Bus  # handed at start (a one-shot command's monitor is never started)
     configured: tuple[RootsConfig, Mapping[str, NodeConfig]] | None = None  # built from these
+    quiet_after_s = 600.0  # a turn with no record read for this long reads as quiet
 
     def __init__(
         self,
@@ -89,6 +90,7 @@ class UpstreamMonitor:
             metrics=metrics,
         )
         monitor.configured = (config.roots, config.nodes)
+        monitor.quiet_after_s = m.quiet_after_s
         return monitor
 
     # -- links -------------------------------------------------------------------------
@@ -103,7 +105,7 @@ class UpstreamMonitor:
         ones the formats refuse refuse the file (raised here, before any part applies it)."""
         if (new.roots, new.nodes) != self.configured:
             Adapters.of(new)
-        return ("roots", "nodes")
+        return ("roots", "nodes", "monitor.quiet_after_s")
 
     def _reloaded(self, change: ConfigReloaded) -> None:
         """Its sections of a reload: the roots and the nodes (checked before it was
@@ -111,6 +113,7 @@ class UpstreamMonitor:
         old, new = change.old, change.new
         if (old.roots, old.nodes) != (new.roots, new.nodes):
             self.reconfigure(new)
+        self.quiet_after_s = new.monitor.quiet_after_s
 
     def reconfigure(self, config: Config) -> None:
         """New roots and nodes: the adapters are built again and replace the old whole
@@ -119,8 +122,24 @@ class UpstreamMonitor:
         self.configured = (config.roots, config.nodes)
         self.bus.publish(WatchedMayDiffer())
 
+    def now(self) -> links.Now:
+        """The time a listing reads what sessions are doing at (the store's clock)."""
+        return links.Now(self.kernel.clock(), int(self.quiet_after_s * 1000))
+
     async def links(self) -> list[links.LinkView]:
-        return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c)))
+        now = self.now()
+        return await self.kernel.read(lambda c: links.list_links(c, watched_targets(c), now))
+
+    async def doing(self, states: frozenset[str]) -> list[SessionDoing]:
+        """The adopted sessions doing one of ``states`` now (all, when empty), the longest
+        first."""
+        now = self.now()
+        return await self.kernel.read(lambda c: links.sessions_doing(c, states, now))
+
+    async def doing_versions(self, states: frozenset[str]) -> list[tuple[SessionDoing, int]]:
+        """:meth:`doing`, each with its state version (0: no event yet), in one read."""
+        now = self.now()
+        return await self.kernel.read(lambda c: links.doing_versions(c, states, now))
 
     async def fingerprint(self) -> int:
         """Moves when a link or its state does (see :func:`links.fingerprint`)."""

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from adapters.base import Followed, Outcome
-from monitor.kernel.bus import LinksChanged
+from adapters.states import UNKNOWN, Doing
+from monitor.kernel.bus import DoingChanged, LinksChanged
 from monitor.kernel.drafts import EventDraft, make_draft
 from monitor.kernel.events import ActorType, EventKind
 from monitor.kernel.recorder import Recorder
@@ -91,7 +92,7 @@ def settle(record: Recorder, link: UpstreamLink, outcome: Outcome, threshold: in
         return _missing(record, link, session_id, before.streak + 1, threshold, outcome.reason)
     if outcome.status in ("blocked", "inconclusive") or outcome.marker is None:
         return _unread(conn, link, session_id, before, outcome)
-    return _found(record, link, session_id, outcome)
+    return _found(record, link, session_id, outcome, before.doing)
 
 
 def _stale(conn: Conn, link: UpstreamLink) -> LinkResult | None:
@@ -127,10 +128,11 @@ def _unread(
 
 
 def _found(
-    record: Recorder, link: UpstreamLink, session_id: str | None, outcome: Outcome
+    record: Recorder, link: UpstreamLink, session_id: str | None, outcome: Outcome, doing: Doing
 ) -> LinkResult:
     """A check that read the link: its compactions and turns recorded (those another
-    checker has not), its marker moved, in the one transaction."""
+    checker has not), its marker moved, and what the session is doing now (``doing``:
+    before), in the one transaction."""
     conn, now = record.conn, record.now
     assert outcome.marker is not None
     for native in outcome.compactions:
@@ -144,7 +146,11 @@ def _found(
     found = len(turns.turns) + max(beside, 0)
     status: TickOutcome = "activity" if found else "quiet"
     noted = status if outcome.reason else None  # a plain check leaves no status behind
-    write_link_state(conn, advanced, session_id, LinkState(outcome=noted, reason=outcome.reason))
+    # it read records (a boundary among them, at least); else it kept what it was doing
+    read = outcome.status == "activity" or outcome.boundary is not None
+    now_doing = _doing(record, link, doing, outcome) if read else doing
+    state = LinkState(outcome=noted, reason=outcome.reason, doing=now_doing)
+    write_link_state(conn, advanced, session_id, state, seen_at=now if read else None)
     return LinkResult(
         session_key=link.session_key,
         outcome=status,
@@ -153,6 +159,18 @@ def _found(
         more=outcome.more,
         moved=beside < 0,
     )
+
+
+def _doing(record: Recorder, link: UpstreamLink, before: Doing, outcome: Outcome) -> Doing:
+    """What the session is doing once the check's records are read (since the check's
+    time when the record that says so has none), said when it changed."""
+    after = before.after(outcome.boundary)
+    if after.since is None and after.state != UNKNOWN:
+        after = after._replace(since=record.now)
+    if after != before:
+        waited = before.waited(outcome.boundary)
+        record.say(DoingChanged(link.session_key, after.state, after.since, before.state, waited))
+    return after
 
 
 def _followed(record: Recorder, link: UpstreamLink, followed: Followed | None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import Any, TypeVar
 
 import msgspec
@@ -18,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from adapters.base import own_text_hash
+from adapters.states import STATES
 from monitor.errors import BadInput, NotFound, SessionwatchError, StoreError
 from monitor.kernel import Kernel, NewEvent
 from monitor.kernel.bus import NOTICE_CHANGES, Bus, notices_may_differ
@@ -119,8 +121,11 @@ async def openapi_document(request: web.Request) -> web.Response:
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    m = request.app[METRICS]
-    m.blocked_links.set(await request.app[MONITOR].blocked_count())
+    m, monitor = request.app[METRICS], request.app[MONITOR]
+    m.blocked_links.set(await monitor.blocked_count())
+    counted = Counter(d.state for d in await monitor.doing(frozenset()))
+    for state in STATES:
+        m.sessions_doing.labels(state).set(counted[state])
     resp = web.Response(body=m.render())
     resp.headers["Content-Type"] = CONTENT_TYPE
     return resp
@@ -235,6 +240,11 @@ async def status(request: web.Request) -> web.Response:
 async def sessions(request: web.Request) -> web.Response:
     q = query(request, SessionsQuery)
     keys = [k for k in (given(q.keys) or "").split(",") if k.strip()]
+    states = given(q.state)
+    if states is not None:  # what adopted sessions are doing, of these keys (all: none)
+        found = await request.app[MONITOR].doing_versions(frozenset(states.split(",")))
+        shown = [wire.doing(d, v) for d, v in found if not keys or d.session_key in keys]
+        return respond(models.Sessions, {"sessions": shown})
     versions = await request.app[KERNEL].state_versions(keys)
     return respond(models.Sessions, {"sessions": wire.state_versions(versions)})
 

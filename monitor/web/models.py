@@ -24,12 +24,12 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from adapters.registry import adoptable_names
+from adapters.states import STATES
 from monitor.errors import BadInput
 from monitor.kernel import drafts as input_kinds
 from monitor.kernel.drafts import LAST_MS, NewEvent
 from monitor.kernel.events import MAX_INT64
 from monitor.kernel.sessions import SessionRow
-from monitor.kernel.signal_log import StateVersion as KernelStateVersion
 from monitor.records import hints
 
 T = TypeVar("T")
@@ -217,6 +217,9 @@ class LinkIn(Body):
 # -- queries -----------------------------------------------------------------------------
 
 
+DOING = "|".join(STATES)
+
+
 class AgentQuery(Query):
     agent_id: Ident | Unset = UNSET
 
@@ -228,6 +231,8 @@ class StatusQuery(Query):
 
 class SessionsQuery(Query):
     keys: Annotated[str, msgspec.Meta(pattern=r"^[^\t\r\n\x00]*$")] | Unset = UNSET
+    # adopted sessions doing one of these now (comma-separated), the longest first
+    state: Annotated[str, msgspec.Meta(pattern=f"^({DOING})(,({DOING}))*$")] | Unset = UNSET
 
 
 class NoticesQuery(Query):
@@ -282,10 +287,24 @@ def answer_of(row: type[tuple[Any, ...]], name: str) -> type[Answer]:
 
 if typing.TYPE_CHECKING:  # derived at run time; to the type checker, answers
     SessionInfo = Answer
-    StateVersion = Answer
 else:
     SessionInfo = answer_of(SessionRow, "SessionInfo")
-    StateVersion = answer_of(KernelStateVersion, "StateVersion")  # agentId null: no agent, no head
+
+
+class NowDoing(Answer):
+    """What an adopted session is doing now, since when (ms): ``working``, ``waiting``
+    (for a person), ``asking``, ``quiet`` (working, no record for a while) or ``unknown``."""
+
+    state: str
+    since: int | None
+    upstream_kind: str
+
+
+class SessionVersion(Answer):
+    session_key: str
+    agent_id: str | None  # null: no agent, no head
+    state_version: int
+    doing: NowDoing | None  # asked with ``state`` only
 
 
 class EventRecord(Answer):
@@ -336,7 +355,7 @@ class Status(msgspec.Struct, rename="camel"):
 
 
 class Sessions(Answer):
-    sessions: list[StateVersion]
+    sessions: list[SessionVersion]
 
 
 class NoticeOut(Answer):
@@ -391,6 +410,12 @@ class Link(Answer):
     status: dict[str, Any] | None
     drift: dict[str, Any] | None
     last_scanned_at: int | None
+    doing: LinkNowDoing
+
+
+class LinkNowDoing(Answer):
+    state: str  # working, waiting, asking, quiet or unknown (see ``NowDoing``)
+    since: int | None
 
 
 class Links(Answer):

@@ -20,6 +20,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from adapters.states import FOR_A_PERSON
 from monitor.config import Config, NodeConfig, is_pg_url, without_password
 from monitor.errors import SessionwatchError
 from monitor.kernel.bus import (
@@ -55,6 +56,20 @@ class LinkRow:
     reason: str
     activity: Activity | None
     watched: bool
+    doing: str = "unknown"  # what the session is doing (adapters/states.py), since when
+    doing_since: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NeedsYou:
+    """An adopted session whose next move is a person's: it ended its turn (``waiting``)
+    or asked (``asking``), since ``since`` (ms)."""
+
+    session_key: str
+    kind: str
+    title: str
+    state: str
+    since: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +129,8 @@ class PageView:
     states: tuple[tuple[str, int], ...] = ()  # how many of them in each state shown
     page: int = 1
     pages: int = 1
+    needs_you: tuple[NeedsYou, ...] = ()  # the longest waited for first, one page of them
+    waiting: int = 0  # how many sessions need a person, of which ``needs_you`` is a page
 
     @property
     def first(self) -> int:
@@ -293,8 +310,14 @@ class PageState:
         )
         missing_after = self.config.monitor.missing_threshold
         states = Counter(shown_state(v, missing_after)[0] for v in links)
+        waiting = sorted(
+            (v for v in links if v.doing.state in FOR_A_PERSON),
+            key=lambda v: (v.doing.since is None, v.doing.since or 0, v.link.session_key),
+        )
         return dataclasses.replace(
             base,
+            needs_you=await self._needs_you(waiting[:PAGE_ROWS]),
+            waiting=len(waiting),
             links=rows,
             watchers=watchers,
             total=len(links),
@@ -303,17 +326,37 @@ class PageState:
             pages=pages,
         )
 
-    async def _rows(
-        self, shown: list[LinkView], activity: dict[str, Activity]
-    ) -> tuple[LinkRow, ...]:
-        """The page's rows, each with its session's own title, read from its source where
-        its format can, else the catalog's (asked for in the background)."""
+    async def _needs_you(self, waiting: list[LinkView]) -> tuple[NeedsYou, ...]:
+        """The "needs you" panel's rows, titled as the table's."""
+        titles = await self._titles_of(waiting)
+        return tuple(
+            NeedsYou(
+                session_key=v.link.session_key,
+                kind=v.link.kind or v.link.upstream_kind or "?",
+                title=titles.get(v.link.key) or self.titles.get(v.link.thread_id or "", ""),
+                state=v.doing.state,
+                since=v.doing.since,
+            )
+            for v in waiting
+        )
+
+    async def _titles_of(self, shown: list[LinkView]) -> dict[tuple[str, str], str | None]:
+        """Each session's own title, read from its source where its format can; the
+        catalog's of the others are asked for in the background (``self.titles``)."""
         try:
             titles = await self.monitor.sessions.titles([v.link for v in shown])
         except SessionwatchError:
             titles = {}
         untitled = {v.link.thread_id for v in shown if v.link.key not in titles}
         self._titles.want({thread for thread in untitled if thread})
+        return titles
+
+    async def _rows(
+        self, shown: list[LinkView], activity: dict[str, Activity]
+    ) -> tuple[LinkRow, ...]:
+        """The page's rows, each with its session's own title, read from its source where
+        its format can, else the catalog's (asked for in the background)."""
+        titles = await self._titles_of(shown)
         missing_after = self.config.monitor.missing_threshold
         rows = []
         for view in shown:
@@ -329,6 +372,8 @@ class PageState:
                     reason=reason,
                     activity=activity.get(link.session_key),
                     watched=view.watched,
+                    doing=view.doing.state,
+                    doing_since=view.doing.since,
                 )
             )
         return tuple(rows)

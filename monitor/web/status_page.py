@@ -11,7 +11,8 @@ Content-Security-Policy allows only the page's own script and stylesheet.
 What it shows is :class:`monitor.web.page_state.PageState`'s; this module is the routes,
 admission and rendering.
 
-Live: ``/ui/stream`` (Server-Sent Events) says ``changed`` when what the page shows may have
+Live: ``/ui/stream`` (Server-Sent Events) says ``changed`` (``doing`` when among the changes
+is what a session is doing: the "needs you" panel) when what the page shows may have
 changed, as the change bus tells it: each kind says what the page does with it, beside the
 kind (its ``page``: :func:`monitor.kernel.bus.page_kinds`); the script then fetches
 ``/ui/live``, the same template's fragment, and swaps it in. The browser runs no timer. With
@@ -35,7 +36,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from monitor.clock import ago
 from monitor.errors import SessionwatchError
-from monitor.kernel.bus import SHOWN_AT_ONCE, SHOWN_IF_MOVED, SHOWN_LATER, page_kinds
+from monitor.kernel.bus import (
+    SHOWN_AT_ONCE,
+    SHOWN_IF_MOVED,
+    SHOWN_LATER,
+    doing_may_differ,
+    page_kinds,
+)
 from monitor.kernel.changes import KEEPALIVE_S
 from monitor.kernel.keys import shown_key
 from monitor.web.common import token_matches
@@ -112,6 +119,7 @@ class StatusPage:
             enable_async=False,
         )
         self.env.filters["ago"] = ago
+        self.env.filters["lasting"] = lambda then, now: ago(then, now).removesuffix(" ago")
         self.env.filters["clock"] = _clock
         self.env.filters["turn_chart"] = turn_chart
         self.env.filters["short_key"] = shown_key
@@ -220,10 +228,12 @@ class StatusPage:
                     # told, never polled: the wait lasts until a change, or the moment
                     # something held back is due
                     first = await heard.next(told.wait_s(), unless=self.stopping)
-                    shown = {c.shown() for c in (first, *heard.pending()) if c is not None}
+                    changes = [c for c in (first, *heard.pending()) if c is not None]
+                    shown = {c.shown() for c in changes}
                     if SHOWN_IF_MOVED in shown:
                         told.moved(await self.state.fingerprint())
                     told.heard(at_once=SHOWN_AT_ONCE in shown, later=SHOWN_LATER in shown)
+                    told.doing = told.doing or any(map(doing_may_differ, changes))
                     said = told.due()
                     if said is not None:
                         await response.write(said)
@@ -260,6 +270,7 @@ class Told:
     now: Callable[[], float]
     changed: bool = False
     later: bool = False
+    doing: bool = False  # among the changes: what a session is doing (said as ``doing``)
     sent: float = field(init=False)
     quiet_since: float = field(init=False)
 
@@ -289,8 +300,9 @@ class Told:
         since = self.now() - self.sent
         if (self.changed and since >= MIN_GAP_S) or (self.later and since >= TICK_REFRESH_S):
             self.sent = self.quiet_since = self.now()
-            self.changed = self.later = False
-            return b"event: changed\ndata: {}\n\n"
+            kind = b"doing" if self.doing else b"changed"
+            self.changed = self.later = self.doing = False
+            return b"event: " + kind + b"\ndata: {}\n\n"
         if self.now() - self.quiet_since >= KEEPALIVE_S:
             self.quiet_since = self.now()
             return b": keep-alive\n\n"

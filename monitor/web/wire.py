@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from monitor.kernel.sessions import SessionRow
     from monitor.kernel.signal_log import SessionStatus, StateVersion
     from monitor.upstream.adoption import AdoptedLink
-    from monitor.upstream.links import LinkView, UpstreamLink
+    from monitor.upstream.links import LinkView, SessionDoing, UpstreamLink
     from monitor.upstream.settle import LinkResult
 
     Json = dict[str, Any]
@@ -75,7 +75,7 @@ def fields_of(row: tuple[Any, ...]) -> Json:
 
 
 def state_version(version: StateVersion) -> Json:
-    return fields_of(version)
+    return {**fields_of(version), "doing": None}
 
 
 def session_info(row: SessionRow) -> Json:
@@ -126,6 +126,18 @@ def link(view: LinkView) -> Json:
         "status": {"outcome": check.outcome, "reason": check.reason} if check else None,
         "drift": drift(view.drift),
         "lastScannedAt": view.link.last_scanned_at,
+        "doing": {"state": view.doing.state, "since": view.doing.since},
+    }
+
+
+def doing(found: SessionDoing, version: int) -> Json:
+    """An adopted session, its state version and what it is doing, as ``GET /v1/sessions
+    ?state=`` answers."""
+    return {
+        "sessionKey": found.session_key,
+        "agentId": found.agent_id,
+        "stateVersion": version,
+        "doing": {"state": found.state, "since": found.since, "upstreamKind": found.upstream_kind},
     }
 
 

@@ -202,19 +202,28 @@ PREVIOUS = "074f456"  # the release before each watcher had one owner (delivery/
 
 @pytest.mark.skipif(not has_history(PREVIOUS), reason=f"no git history for {PREVIOUS}")
 def test_a_fleet_mid_upgrade_wakes_every_watcher_once(
-    on_postgresql: Sidecars, sink: WakeSink
+    tmp_path: Path, pg_server: PgServer, sink: WakeSink
 ) -> None:
     """A rolling upgrade, two releases on one store: the one before shares claims every
     watcher after every commit it hears, this one only its share, and its ledger's steps
-    tell no one. Every notice is still woken, once."""
-    sidecars = on_postgresql
+    tell no one. Every notice is still woken, once. The earlier release runs first, on its
+    schema; this one's ``serve`` upgrades the store under it (a ``serve`` of the earlier
+    release started after that would refuse the newer schema)."""
+    sidecars = Sidecars(tmp_path, pg_database(pg_server), sink)  # nothing of this release's
+    try:
+        _mid_upgrade(sidecars, sink)
+    finally:
+        sidecars.stop()
+
+
+def _mid_upgrade(sidecars: Sidecars, sink: WakeSink) -> None:
     children = [f"agent:main:subagent:t{i}" for i in range(8)]
     watchers = [f"agent:w{i}:main" for i in range(8)]
-    for watcher, child in zip(watchers, children, strict=True):
-        sidecars.cli("watch", "--watcher", watcher, "--target", child)
     old = build(PREVIOUS)
     sidecars.start("old", env={**os.environ, "PYTHONPATH": str(old)}, cwd=old)
     sidecars.start("new")
+    for watcher, child in zip(watchers, children, strict=True):
+        sidecars.cli("watch", "--watcher", watcher, "--target", child)
     for child in children:
         sidecars.cli(
             "record", "--session", child, "--kind", "human_direct_message", "--actor", "human"

@@ -337,10 +337,10 @@ async def test_state_versions_for_a_list(kernel: Kernel) -> None:
     await human(kernel, "global", agent_id="a")
     await human(kernel, "global", agent_id="b")
     assert wire.state_versions(await kernel.state_versions([CHILD, "global", "agent:x:y"])) == [
-        {"sessionKey": CHILD, "agentId": "main", "stateVersion": 1},
-        {"sessionKey": "global", "agentId": "a", "stateVersion": 2},
-        {"sessionKey": "global", "agentId": "b", "stateVersion": 3},
-        {"sessionKey": "agent:x:y", "agentId": "x", "stateVersion": 0},
+        {"sessionKey": CHILD, "agentId": "main", "stateVersion": 1, "doing": None},
+        {"sessionKey": "global", "agentId": "a", "stateVersion": 2, "doing": None},
+        {"sessionKey": "global", "agentId": "b", "stateVersion": 3, "doing": None},
+        {"sessionKey": "agent:x:y", "agentId": "x", "stateVersion": 0, "doing": None},
     ]
 
 

@@ -14,7 +14,7 @@ import pytest
 from monitor.config import ApiConfig, Config
 from monitor.errors import AlreadyRunning
 from monitor.serve.root import running
-from tests.helpers import Client, make_config, notice, refuse_event_inserts
+from tests.helpers import REPO, Client, make_config, notice, refuse_event_inserts
 from tests.hooks_gateway import HooksGateway
 
 MAIN = "agent:main:main"
@@ -114,6 +114,8 @@ async def test_watch_reset_delete_and_sessions(client: Client) -> None:
         ("POST", "/v1/spawns", {"parent": MAIN, "child": CHILD}, 400, "bad_request"),
         ("GET", f"/v1/sessions/{CHILD}/status?changesSince=-3", None, 400, "bad_request"),
         ("GET", "/v1/sessions/global/status", None, 400, "bad_request"),
+        ("GET", "/v1/sessions?state=sleeping", None, 400, "bad_request"),
+        ("GET", "/v1/sessions?state=waiting,", None, 400, "bad_request"),
         ("GET", "/v1/nowhere", None, 404, "not_found"),
         ("PATCH", "/v1/events", None, 405, "method_not_allowed"),
         ("DELETE", "/v1/links/agent:main:none", None, 404, "not_found"),
@@ -201,6 +203,38 @@ async def test_links_catalog_and_metrics(client: Client, tmp_path: Path) -> None
     assert (200, {"ok": True}) == await client.call("DELETE", f"/v1/links/{KEY}")
     status, metrics = await client.call("GET", "/metrics")
     assert 'sessionwatch_events_recorded_total{kind="adopted"} 1.0' in metrics
+
+
+async def test_sessions_by_what_they_are_doing(client: Client, tmp_path: Path) -> None:
+    """``GET /v1/sessions?state=``: the adopted sessions doing that now, read from the real
+    harness's records (a turn of Claude Code 2.1.332's that ended), with their state
+    version; ``GET /v1/links`` says the same of each link."""
+    lines = (REPO / "tests" / "fixtures" / "states" / "claude-2.1.332.jsonl").read_bytes()
+    first, rest = lines.split(b"\n", 1)
+    transcript = tmp_path / "claude" / "proj" / "abc.jsonl"
+    transcript.parent.mkdir()
+    transcript.write_bytes(first + b"\n")
+    body = {"kind": "claude", "path": str(transcript), "sessionKey": KEY, "sessionId": "s1"}
+    assert 200 == (await client.call("POST", "/v1/links", body))[0]
+    watch = {"watcher": MAIN, "target": KEY}
+    assert (200, {"watched": True}) == await client.call("POST", "/v1/watches", watch)
+    assert (200, {"sessions": []}) == await client.call("GET", "/v1/sessions?state=waiting")
+    _, unknown = await client.call("GET", "/v1/sessions?state=unknown")
+    assert [(KEY, {"state": "unknown", "since": None, "upstreamKind": "claude-cli"})] == [
+        (s["sessionKey"], s["doing"]) for s in unknown["sessions"]
+    ]
+    with transcript.open("ab") as f:
+        f.write(rest)  # its three scenes, each ended
+    await client.sidecar.monitor.ticker.tick()  # or file watching's early check got there first
+    status, found = await client.call("GET", "/v1/sessions?state=asking,waiting")
+    [session] = found["sessions"]
+    assert (200, KEY, "waiting") == (status, session["sessionKey"], session["doing"]["state"])
+    assert session["stateVersion"] >= 1  # adopted
+    _, links = await client.call("GET", "/v1/links")
+    assert session["doing"]["since"] == links["links"][0]["doing"]["since"]
+    assert (200, {"sessions": []}) == await client.call(
+        "GET", "/v1/sessions?state=waiting&keys=agent:main:other"
+    )
 
 
 async def test_a_second_instance_refuses_to_start(tmp_path: Path) -> None:

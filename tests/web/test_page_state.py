@@ -5,10 +5,13 @@ page with nothing else edited."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 
 from monitor.kernel.bus import (
@@ -24,7 +27,7 @@ from monitor.kernel.changes import KEEPALIVE_S
 from monitor.serve.root import Sidecar, running
 from monitor.web import status_page
 from monitor.web.status_page import MIN_GAP_S, TICK_REFRESH_S, Told
-from tests.helpers import make_config
+from tests.helpers import REPO, make_config
 
 
 class Announced(Change):
@@ -83,10 +86,28 @@ async def _events(sidecar: Sidecar, token: str, heard: list[bytes]) -> None:
                 heard.append(line.strip())
 
 
-async def _told(heard: list[bytes], since: int, timeout: float) -> bool:
+@contextlib.asynccontextmanager
+async def streaming(sidecar: Sidecar, token: str) -> AsyncIterator[list[bytes]]:
+    """The lines ``/ui/stream`` says, as they come, once it is open."""
+    heard: list[bytes] = []
+    reader = asyncio.ensure_future(_events(sidecar, token, heard))
+    try:
+        deadline = time.monotonic() + 10
+        while b"retry: 2000" not in heard:
+            assert not reader.done() and time.monotonic() < deadline, reader
+            await asyncio.sleep(0.02)
+        yield heard
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
+
+async def _told(
+    heard: list[bytes], since: int, timeout: float, said: bytes = b"event: changed"
+) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if b"event: changed" in heard[since:]:
+        if said in heard[since:]:
             return True
         await asyncio.sleep(0.02)
     return False
@@ -101,13 +122,7 @@ async def test_a_kind_the_page_shows_reaches_an_open_stream_and_one_it_does_not_
     async with running(config, tmp_path / "state.db") as sidecar:
         assert sidecar is not None
         token = (tmp_path / "token").read_text().strip()
-        heard: list[bytes] = []
-        reader = asyncio.ensure_future(_events(sidecar, token, heard))
-        try:
-            deadline = time.monotonic() + 10
-            while b"retry: 2000" not in heard:
-                assert not reader.done() and time.monotonic() < deadline, reader
-                await asyncio.sleep(0.02)
+        async with streaming(sidecar, token) as heard:
             bus = sidecar.kernel.bus
             mark = len(heard)
             bus.publish(Unshown())
@@ -119,9 +134,6 @@ async def test_a_kind_the_page_shows_reaches_an_open_stream_and_one_it_does_not_
             assert not await _told(heard, mark, 1.0)
             bus.publish(TickRan(int(time.time() * 1000), failed="the store refused"))
             assert await _told(heard, mark, 5.0)
-        finally:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
 
 
 async def test_the_page_shows_what_the_changes_carry(tmp_path: Path) -> None:
@@ -155,3 +167,53 @@ async def test_the_page_shows_what_the_changes_carry(tmp_path: Path) -> None:
         )
         bus.publish(TickRan(4_000, failed="the store refused"))
         assert "the store refused" == (await state.view()).tick.failed
+
+
+STATES = REPO / "tests" / "fixtures" / "states"
+
+
+async def test_the_needs_you_panel_lists_who_waits_the_longest_first_and_is_told_live(
+    tmp_path: Path,
+) -> None:
+    """Three adopted Claude sessions fed the real harness's records: one whose turn ended
+    first, one whose turn ended later, one mid-turn. The panel lists the two waiting, the
+    longest first, titled; the page's stream says ``doing`` when one changes, and ``/ui/live``
+    shows the panel."""
+    lines = (STATES / "claude-2.1.332.jsonl").read_bytes().splitlines(keepends=True)
+    ends = orjson.loads((STATES / "claude-2.1.332.json").read_bytes())["ends"]
+    config = make_config(tmp_path)
+    async with running(config, tmp_path / "state.db") as sidecar:
+        assert sidecar is not None
+        token = (tmp_path / "token").read_text().strip()
+        files = {}
+        for name in ("early", "later", "busy"):
+            path = tmp_path / "claude" / "proj" / f"{name}.jsonl"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(lines[0])
+            key = f"agent:main:adopted:{name}"
+            await sidecar.monitor.adoption.adopt(
+                kind="claude", path=str(path), session_key=key, session_id=name
+            )
+            assert await sidecar.kernel.watch(watcher="agent:main:main", target=key)
+            files[name] = path
+        async with streaming(sidecar, token) as heard:
+            mark = len(heard)
+            scenes = {"early": ends["ends"], "later": ends["tool"], "busy": ends["ends"] + 3}
+            for name, end in scenes.items():
+                with files[name].open("ab") as f:
+                    f.write(b"".join(lines[1:end]))
+            await sidecar.monitor.ticker.tick()
+            assert await _told(heard, mark, 5.0, b"event: doing")
+        view = await sidecar.page.view()
+        assert (2, ["early", "later"]) == (
+            view.waiting, [s.session_key.rsplit(":", 1)[1] for s in view.needs_you]
+        )  # fmt: skip
+        assert all(s.state == "waiting" and s.since for s in view.needs_you)
+        assert view.needs_you[0].since < view.needs_you[1].since  # type: ignore[operator]
+        async with aiohttp.ClientSession() as http:
+            url = f"{sidecar.addresses[0]}/ui/live"
+            async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as answer:
+                html = await answer.text()
+        panel = html[html.index('id="needs-you"') : html.index('id="links"')]
+        assert panel.index("adopted:early") < panel.index("adopted:later")
+        assert "adopted:busy" not in panel and 'data-state="waiting"' in panel

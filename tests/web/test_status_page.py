@@ -25,7 +25,8 @@ from tests.helpers import REPO, run_ok, served_address, user_line
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTEFACTS = REPO / "test-artefacts"
-MAX_LINE = 4096
+STATES = REPO / "tests" / "fixtures" / "states"
+MAX_LINE = 16_384  # above the longest line of the harness capture the page is fed
 
 
 def why_no_browser() -> str | None:
@@ -123,7 +124,11 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
     healthy = transcript(serve, "healthy", "fix the billing tests")
     blocked = transcript(serve, "blocked", "look at the logs")
     missing = transcript(serve, "missing", "start the migration")
-    for name, path in (("healthy", healthy), ("blocked", blocked), ("missing", missing)):
+    waiting = transcript(serve, "waiting")  # Claude Code's own records: its first, then a turn
+    captured = (STATES / "claude-2.1.332.jsonl").read_bytes().splitlines(keepends=True)
+    waiting.write_bytes(captured[0])
+    named = (("healthy", healthy), ("blocked", blocked), ("missing", missing), ("waiting", waiting))
+    for name, path in named:
         serve.cli(
             "adopt", "--kind", "claude", "--path", str(path), "--session-key", f"agent:main:{name}"
         )
@@ -131,6 +136,9 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
 
     with blocked.open("ab") as f:  # a line over max_line_bytes blocks its link
         f.write(user_line("x" * (2 * MAX_LINE), "huge"))
+    ended = orjson.loads((STATES / "claude-2.1.332.json").read_bytes())["ends"]["ends"]
+    with waiting.open("ab") as f:  # the turn ended: the next move is a person's
+        f.write(b"".join(captured[1:ended]))
     missing.unlink()
     serve.start()
     link = serve.cli("open", "--url", serve.base).strip()
@@ -146,7 +154,11 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
         expect(page.locator("#live-state")).to_have_text("live")
 
         rows = page.locator("tr.link")
-        expect(rows).to_have_count(3)
+        expect(rows).to_have_count(4)
+        needs = page.locator("#needs-you li.needs")  # the panel: only the session that waits
+        expect(needs).to_have_count(1, timeout=15_000)
+        expect(needs).to_have_attribute("data-key", "agent:main:waiting")
+        expect(needs.locator(".doing")).to_contain_text("waiting")
         expect(page.locator('tr[data-key="agent:main:healthy"]')).to_have_attribute(
             "data-state", "healthy"
         )
@@ -179,7 +191,7 @@ def test_the_page_shows_states_reasons_and_a_new_turn_live(serve: Serve) -> None
         expect(healthy_row.locator(".hour")).to_have_text("1")  # and in the page with its CSP
         expect(healthy_row.locator(".typed")).to_contain_text("s ago")
         watcher = page.locator('.watcher[data-watcher="agent:main:main"]')
-        expect(watcher).to_contain_text("1 pending (agent:main:healthy)")  # the notice it opened
+        expect(watcher).to_contain_text("2 pending (agent:main:healthy, agent:main:waiting)")
         expect(watcher.locator(".wake")).to_contain_text("last wake failed", timeout=15_000)
         expect(watcher.locator(".wake")).to_contain_text("refused")  # connection refused
 

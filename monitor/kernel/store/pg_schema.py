@@ -114,6 +114,15 @@ TABLES = (
         last_reason {T},
         PRIMARY KEY (session_key, agent_id)
     )""",
+    *(
+        f"ALTER TABLE sessionwatch_link_state ADD COLUMN IF NOT EXISTS {column} {kind}"
+        for column, kind in (
+            ("doing", T),
+            ("doing_since", "BIGINT"),
+            ("doing_source", T),
+            ("doing_seen_at", "BIGINT"),
+        )
+    ),
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_source_follows (
         session_key {T} NOT NULL,
         agent_id {T} NOT NULL,

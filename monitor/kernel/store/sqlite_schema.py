@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from monitor.kernel.store.protocol import Conn
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # How the links an earlier sessionwatch (schema 1) wrote map to OpenClaw's vocabulary: its
 # adapter name becomes (upstream_kind, catalog_id); a paired node's host is ``node:<nodeId>``.
@@ -234,6 +234,13 @@ _OWN_ADDABLE = {
         "session_id": "TEXT",
         "last_outcome": "TEXT",
         "last_reason": "TEXT",
+        # what the session is doing (adapters.states), of the source ``doing_source``, and
+        # the time of the last record read (``quiet`` is derived from it when read; schema
+        # 7): a sidecar of schema 6 still running never reads nor clears them
+        "doing": "TEXT",
+        "doing_since": "INTEGER",
+        "doing_source": "TEXT",
+        "doing_seen_at": "INTEGER",
     },
     "sessionwatch_wakes": {
         "holder": "TEXT",

@@ -123,6 +123,7 @@
     changed(); // whatever happened while the stream was down
   });
   stream.addEventListener("changed", changed);
+  stream.addEventListener("doing", changed); // what a session is doing: the panel, too
   stream.addEventListener("error", function () {
     say("reconnecting");
   });
