@@ -2,19 +2,24 @@
 turn's boundary decides.
 
 - ``working``: a turn is in progress (a prompt came in, a tool was called, its result came
-  back);
+  back), since the record that began it;
 - ``waiting``: the agent ended its turn, or the turn was interrupted: the next move is a
   person's;
+- ``asking``: blocked on a person's answer, where a format records it (none does yet);
+- ``quiet``: working with no record read for a while, derived when read (never kept);
 - ``unknown``: no record read so far marks a boundary.
 
 Each format says which of its records mark one (``JsonlFormat.state_of``), and only those
 records that its real CLI was seen to write (``tests/fixtures/states``, docs/formats.md):
 a value never seen is no boundary, not a guess. The state is a function of the records
-read so far alone, and of the last boundary among them, so it is found by looking back from
-the end of what was read (:func:`last_boundary`): a record is parsed only if its bytes hold
-one of the words the format gives for a state (``JsonlFormat.boundaries``: every record
-that can leave that state holds one), searched in the raw bytes, and read only as far as
-the search needs.
+read so far alone, and of the last boundaries among them, so it is found by looking back
+from the end of what was read (:func:`last_boundary`): a record is parsed only if its bytes
+hold one of the words the format gives for a state (``JsonlFormat.boundaries``: every
+record that can leave that state holds one), searched in the raw bytes a window at a time,
+only as far back as the answer needs. Read in one check or in many, the lines give one
+answer (:meth:`Doing.after` of each check's). A paired node sends the few lines the answer
+is found in (:func:`boundary_lines`); records already parsed give theirs by
+:func:`boundary_of`.
 """
 
 from __future__ import annotations
