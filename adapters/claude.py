@@ -16,6 +16,7 @@ from adapters.base import (
     Adapter,
     Settings,
     Verdict,
+    as_list,
     as_text,
     member,
     normalize_text,
@@ -23,7 +24,7 @@ from adapters.base import (
     unknown_blocks,
 )
 from adapters.jsonl_format import JsonlFormat
-from adapters.states import WAITING, WORKING
+from adapters.states import ASKING, WAITING, WORKING
 
 NOT_PROMPT_PREFIXES = (
     "<local-command-caveat>",
@@ -482,25 +483,37 @@ def _first(_: Any) -> ClaudeState:
 # in several lines says its stop_reason on the last only: null before); tests/fixtures/states
 _CLAUDE_STOPS = {"end_turn": WAITING, "tool_use": WORKING}
 INTERRUPTED = "[Request interrupted by user"
+# the tool through which Claude Code's TUI asks a person a question and waits for the
+# answer (``-p`` disables it); tests/fixtures/states/asks
+ASKS = "AskUserQuestion"
 
 
 def claude_state(record: dict[str, Any]) -> str | None:
-    """An assistant message, by its stop_reason; in the main thread, a tool's result or a
-    prompt: working, and the row Claude writes for an interrupt: waiting. Rows of its own
-    (meta, a compaction's summary) are no boundary, nor is the TUI's ``turn_duration``: it
-    follows the message whose ``end_turn`` said so already."""
+    """In the main thread: an assistant message, by its stop_reason (a call of the tool
+    that asks a person: asking); a tool's result or a prompt: working, and the row Claude
+    writes for an interrupt: waiting. Rows of its own (meta, a compaction's summary, a
+    sub-agent's) are no boundary, nor is the TUI's ``turn_duration``: it follows the
+    message whose ``end_turn`` said so already."""
     kind = record.get("type")
-    if kind == "assistant":
-        stop = member(record.get("message"), "stop_reason")
-        return _CLAUDE_STOPS.get(stop) if isinstance(stop, str) else None
-    if kind != "user" or any(record.get(k) is True for k in _NOT_A_TURNS_ROW):
+    if kind not in ("assistant", "user") or any(record.get(k) is True for k in _NOT_A_TURNS_ROW):
         return None
-    text, tool_result = block_text(member(record.get("message"), "content"))
+    message = record.get("message")
+    if kind == "assistant":
+        stop = member(message, "stop_reason")
+        state = _CLAUDE_STOPS.get(stop) if isinstance(stop, str) else None
+        return ASKING if state == WORKING and _asks(member(message, "content")) else state
+    text, tool_result = block_text(member(message, "content"))
     if tool_result or "toolUseResult" in record:
         return WORKING
     if text.startswith(INTERRUPTED):
         return WAITING
     return WORKING if text.strip() else None
+
+
+def _asks(content: Any) -> bool:
+    return any(
+        member(b, "type") == "tool_use" and member(b, "name") == ASKS for b in as_list(content)
+    )
 
 
 _NOT_A_TURNS_ROW = ("isSidechain", "isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")
@@ -527,6 +540,7 @@ FORMAT = JsonlFormat[ClaudeState](
     boundaries=(
         (WORKING, (b'"stop_reason":"tool_use"', b'"type":"user"')),
         (WAITING, (b'"stop_reason":"end_turn"', INTERRUPTED.encode())),
+        (ASKING, (f'"name":"{ASKS}"'.encode(),)),
     ),
 )
 

@@ -144,9 +144,17 @@ def project(line: bytes) -> dict[str, Any]:
         return record
     uuid = record.get("uuid")
     sent = {"uuid": as_text(uuid), "type": record.get("type")}
-    stop = member(record.get("message"), "stop_reason")
+    message = record.get("message")
+    stop = member(message, "stop_reason")
     if isinstance(stop, str):  # what a session is doing (adapters.states): never the text
-        sent |= {"message": {"stop_reason": stop}, "timestamp": record.get("timestamp")}
+        calls = [
+            {"type": "tool_use", "name": member(b, "name")}
+            for b in as_list(member(message, "content"))
+            if member(b, "type") == "tool_use"
+        ]
+        flags = {k: record[k] for k in ("isSidechain", "isMeta") if k in record}
+        said = {"stop_reason": stop, "content": calls}
+        sent |= {"message": said, "timestamp": record.get("timestamp"), **flags}
     return sent
 
 

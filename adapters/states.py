@@ -5,7 +5,8 @@ turn's boundary decides.
   back), since the record that began it;
 - ``waiting``: the agent ended its turn, or the turn was interrupted: the next move is a
   person's;
-- ``asking``: blocked on a person's answer, where a format records it (none does yet);
+- ``asking``: blocked on a person's answer, where a format records the question (Claude
+  Code's TUI, its AskUserQuestion tool);
 - ``quiet``: working with no record read for a while, derived when read (never kept);
 - ``unknown``: no record read so far marks a boundary.
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 WORKING = "working"
 WAITING = "waiting"
-ASKING = "asking"  # no format records a question waiting yet (docs/formats.md)
+ASKING = "asking"  # where a format records the question (docs/formats.md)
 QUIET = "quiet"  # working, with no record read for a while: derived when read, never kept
 UNKNOWN = "unknown"
 STATES = (WORKING, WAITING, ASKING, QUIET, UNKNOWN)

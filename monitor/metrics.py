@@ -102,6 +102,13 @@ class Metrics:
             ["state"],
             registry=r,
         )
+        self.doing_longest = Gauge(
+            "sessionwatch_adopted_sessions_longest_seconds",
+            "How long the adopted session doing each state the longest has done it, by its"
+            " records (0: none does), set at each scrape",
+            ["state"],
+            registry=r,
+        )
         self.waited = Histogram(
             "sessionwatch_waited_for_person_seconds",
             "How long an adopted session waited for a person (its turn ended, or it asked)"

@@ -70,7 +70,10 @@ class MockModel:
         """The scripted tool call, when the last message is a person's holding its words."""
         if self.tool is None or not isinstance(messages, list) or not messages:
             return None
-        last = messages[-1]
+        people = [m for m in messages if not (isinstance(m, dict) and m.get("role") == "system")]
+        if not people:  # Claude Code's TUI sends its environment after the prompt, as system
+            return None
+        last = people[-1]
         if not isinstance(last, dict) or last.get("role") != "user":
             return None
         content = last.get("content")

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+from datetime import UTC, datetime
 from pathlib import Path
+
+import orjson
 
 from tests.alerts_rig import (
     LINE,
@@ -18,6 +22,7 @@ from tests.alerts_rig import (
     alert_names,
     fired,
 )
+from tests.helpers import REPO
 
 pytestmark = UNLESS_RUNNABLE
 
@@ -91,9 +96,48 @@ def test_ticks_over_budget_fires_on_a_machine_too_slow_for_its_sessions(tmp_path
     ]
 
 
+ASKS = REPO / "tests" / "fixtures" / "states" / "asks"  # Claude Code 2.1.332's TUI
+ASKING = 'sessionwatch_adopted_sessions_longest_seconds{state="asking"}'
+
+
+def test_session_asking_fires_on_a_question_left_unanswered(tmp_path: Path) -> None:
+    """Claude Code's own records of a question its TUI asked a person (the capture), written
+    into a watched transcript at the serve's second minute, their times the serve's: left
+    unanswered, the rule fires once the question has waited fifteen minutes, not before."""
+    ends = orjson.loads((ASKS / "claude-2.1.332.json").read_bytes())["ends"]
+    captured = (ASKS / "claude-2.1.332.jsonl").read_bytes().splitlines(keepends=True)
+    lines = captured[: ends["asks"]]
+    rig = Rig(tmp_path)
+    rig.adopt_and_watch()
+    with rig.serving() as scraper:
+        began = time.time()  # the serve's clock runs 40 times faster from here
+
+        def ask(minute: int) -> None:
+            if minute == 2:
+                at = began + (time.time() - began) * 40  # the serve's time now
+                with rig.transcript.open("ab") as f:
+                    f.write(b"".join(_at(line, at) for line in lines))
+
+        scraper.minutes(20, ask)
+    assert fired(scraper.scrapes, "SessionwatchSessionAsking") == [
+        {"alertname": "SessionwatchSessionAsking", "instance": "run", "severity": "warning"}
+    ]
+    waited = [scrape.get(ASKING, 0.0) for scrape in scraper.scrapes]
+    assert waited[12] < 900 <= waited[-1], waited  # asked at minute 2 and a tick after
+
+
+def _at(line: bytes, at: float) -> bytes:
+    """A record of the capture, its time ``at`` (s)."""
+    record = orjson.loads(line)
+    if "timestamp" in record:
+        record["timestamp"] = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+    return orjson.dumps(record) + b"\n"
+
+
 def test_every_shipped_rule_has_a_run_here() -> None:
     proven = {
         "SessionwatchLinkMissing", "SessionwatchLinkBlind", "SessionwatchNodeUnreachable",
         "SessionwatchWakesFailing", "SessionwatchStoreRefusing", "SessionwatchTicksOverBudget",
+        "SessionwatchSessionAsking",
     }  # fmt: skip
     assert set(alert_names()) == proven

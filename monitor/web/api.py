@@ -123,9 +123,12 @@ async def openapi_document(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     m, monitor = request.app[METRICS], request.app[MONITOR]
     m.blocked_links.set(await monitor.blocked_count())
-    counted = Counter(d.state for d in await monitor.doing(frozenset()))
-    for state in STATES:
+    now, found = monitor.now().at, await monitor.doing(frozenset())
+    counted = Counter(d.state for d in found)
+    longest = {d.state: max(now - d.since, 0) for d in reversed(found) if d.since is not None}
+    for state in STATES:  # ``found`` is the longest first: the first of each state stays
         m.sessions_doing.labels(state).set(counted[state])
+        m.doing_longest.labels(state).set(longest.get(state, 0) / 1000)
     resp = web.Response(body=m.render())
     resp.headers["Content-Type"] = CONTENT_TYPE
     return resp

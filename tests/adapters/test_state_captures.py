@@ -62,6 +62,8 @@ def test_a_capture_replays_to_its_three_prompts_and_no_drift(about: Path) -> Non
 # -- what each session is doing, read from the captures (adapters/states.py) ------------
 
 JSONL = {p.stem: json.loads(p.read_text()) for p in CAPTURES}
+ASKS = {f"asks/{p.stem}": json.loads(p.read_text()) for p in sorted(STATES.glob("asks/*.json"))}
+EVERY = {**JSONL, **ASKS}  # every capture of a JSONL format, the question one's too
 TOOL_NAMES = {"claude": b'"name":"Read"', "codex": b'"name":"shell"', "pi": b'"name":"read"'}
 
 
@@ -163,7 +165,7 @@ def reference(kind: str, lines: list[bytes]) -> dict[str, Any]:
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
-@pytest.mark.parametrize("name", sorted(JSONL))
+@pytest.mark.parametrize("name", sorted(EVERY))
 def test_any_sequence_of_records_leaves_the_state_every_record_read_in_turn_gives(
     name: str, tmp_path: Path, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,7 +173,7 @@ def test_any_sequence_of_records_leaves_the_state_every_record_read_in_turn_give
     end, read in one tick or in many, with searches a few lines wide or wider than all,
     some prompts the gateway's own (echoes): the state is the reference's, which parses
     every line (an echo is still a prompt the agent works on)."""
-    kind = JSONL[name]["kind"]
+    kind = EVERY[name]["kind"]
     pool = [*capture_lines(name), orjson.dumps(COMPACTIONS[kind]) + b"\n"]
     picked = data.draw(st.lists(st.sampled_from(pool[1:]), min_size=0, max_size=30))
     lines = [pool[0], *picked]
@@ -208,14 +210,14 @@ def test_a_compaction_after_a_turn_ended_changes_nothing(name: str, tmp_path: Pa
 
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-@pytest.mark.parametrize("name", sorted(JSONL))
+@pytest.mark.parametrize("name", sorted(EVERY))
 def test_the_few_lines_a_node_sends_say_what_all_of_them_say(
     name: str, data: st.DataObject
 ) -> None:
     """A paired node sends, of a read, only the lines the state is found in
     (``boundary_lines``, each reduced as its format's ``state_wire`` says): the sidecar
     finds the same state in them as in the whole read."""
-    kind = JSONL[name]["kind"]
+    kind = EVERY[name]["kind"]
     fmt = format_of(kind)
     pool = [*capture_lines(name), orjson.dumps(COMPACTIONS[kind]) + b"\n"]
     chunk = b"".join(data.draw(st.lists(st.sampled_from(pool), max_size=30)))
@@ -227,3 +229,17 @@ def test_the_few_lines_a_node_sends_say_what_all_of_them_say(
     alone = b"".join(line + b"\n" for line in sent)
     whole = states.last_boundary(fmt, chunk, 0, len(chunk))
     assert whole == states.last_boundary(fmt, alone, 0, len(alone))
+
+
+@pytest.mark.parametrize("name", sorted(ASKS))
+def test_a_question_asked_reads_asking_until_it_is_answered(name: str, tmp_path: Path) -> None:
+    """Claude Code's TUI asked a person a question (its AskUserQuestion tool): asking,
+    since the call, until the answer came back (working), then the turn ended (waiting)."""
+    kind, ends = ASKS[name]["kind"], ASKS[name]["ends"]
+    lines = capture_lines(name)
+    asked = doing(kind, lines[: ends["asks"]], tmp_path)
+    called = max(i for i in range(ends["asks"]) if b'"AskUserQuestion"' in lines[i])
+    assert ("asking", time_ms(orjson.loads(lines[called]))) == (asked["state"], asked["since"])
+    answer = next(i for i in range(ends["asks"], ends["answered"]) if b"tool_result" in lines[i])
+    assert "working" == doing(kind, lines[: answer + 1], tmp_path)["state"]
+    assert "waiting" == doing(kind, lines[: ends["answered"]], tmp_path)["state"]

@@ -31,7 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tests.harnesses.drivers import ClaudeStream, CodexAppServer, OpenCodeServer, PiRpc
+from tests.harnesses.drivers import (
+    ClaudeStream,
+    ClaudeTui,
+    CodexAppServer,
+    OpenCodeServer,
+    PiRpc,
+)
 from tests.harnesses.harnesses import KINDS, Harness, installed_version, why_not_runnable
 from tests.helpers import REPO
 from tests.interop.gateway_rig import MockModelProcess, wait_for
@@ -210,13 +216,76 @@ def capture(kind: str) -> Path:
     return FIXTURES / f"{name}.jsonl"
 
 
+# A question the agent asks a person, through Claude Code's own TUI (``-p`` disables the
+# tool): AskUserQuestion, the harness's tool for it.
+QUESTION = {
+    "questions": [
+        {
+            "question": "Which file should I read?",
+            "header": "File",
+            "multiSelect": False,
+            "options": [
+                {"label": "README.md", "description": "the project's readme"},
+                {"label": "NOTES.md", "description": "the notes"},
+            ],
+        }
+    ]
+}
+ASKS = FIXTURES / "asks"
+
+
+def capture_asking() -> Path:
+    """Claude Code's TUI asked a question: ``asks``, where the records end while the
+    question waits on screen; ``answered``, once a person picked an answer and the turn
+    ended. Kept in ``tests/fixtures/states/asks/``."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # it may write on
+        work = Path(tmp)
+        (work / "model").mkdir()
+        model = MockModelProcess(work / "model")
+        try:
+            harness = Harness("claude", work / "claude", model)
+            tui = ClaudeTui(harness)
+            ends: dict[str, int] = {}
+            try:
+                model.script(tool={"when": "ask me", "name": "AskUserQuestion", "input": QUESTION})
+                tui.type("please ask me which file to read")
+                wait_for("claude: the question", lambda: "1. README.md" in tui.screen(), 60)
+                wait_for("the question written", lambda: _asked(records(harness)), 60)
+                ends["asks"] = len(records(harness))
+                model.script(tool=None)
+                tui.keys("Enter")  # the first answer
+                wait_for("claude: answered", lambda: "1. README.md" not in tui.screen(), 60)
+                answered = lambda: b'"end_turn"' in b"".join(records(harness)[ends["asks"] :])  # noqa: E731
+                try:
+                    wait_for("the turn's end", answered, 60)
+                except AssertionError:
+                    print(tui.screen(), file=sys.stderr)
+                    raise
+                ends["answered"] = len(records(harness))
+            finally:
+                tui.close()
+            written = records(harness)
+        finally:
+            model.stop()
+    ASKS.mkdir(parents=True, exist_ok=True)
+    name = f"claude-{installed_version('claude')}"
+    (ASKS / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
+    about = {"kind": "claude", "version": installed_version("claude"), "ends": ends}
+    (ASKS / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
+    return ASKS / f"{name}.jsonl"
+
+
+def _asked(lines: list[bytes]) -> bool:
+    return any(b'"AskUserQuestion"' in line and b'"tool_use"' in line for line in lines)
+
+
 def main() -> None:
-    for kind in sys.argv[1:] or KINDS:
-        why = why_not_runnable(kind)
+    for kind in sys.argv[1:] or [*KINDS, "claude-asks"]:
+        why = why_not_runnable(kind.removesuffix("-asks"))
         if why:
             print(f"{kind}: {why}")
             continue
-        print(capture(kind))
+        print(capture_asking() if kind == "claude-asks" else capture(kind))
 
 
 if __name__ == "__main__":

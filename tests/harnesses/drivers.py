@@ -354,5 +354,9 @@ class ClaudeTui:
         self._tmux("send-keys", "-t", "claude", "Escape")
         self.idle()
 
+    def keys(self, *keys: str) -> None:
+        """Press ``keys`` (tmux's names: ``Enter``, ``Down``...)."""
+        self._tmux("send-keys", "-t", "claude", *keys)
+
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], timeout=30, check=False)

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.harnesses.capture_states import Scenes, front
-from tests.harnesses.harnesses import KINDS, Sidecar, why_not_runnable
+from tests.harnesses.capture_states import QUESTION, Scenes, front
+from tests.harnesses.drivers import ClaudeTui, why_no_tmux
+from tests.harnesses.harnesses import KINDS, Harness, Sidecar, why_not_runnable
 from tests.interop import skip_unless_runnable
 from tests.interop.gateway_rig import MockModelProcess, wait_for
 
@@ -61,3 +62,35 @@ def test_each_scene_reads_live_as_the_harness_wrote_it(
         assert interrupted["since"] >= working["since"]
     finally:
         driven.close()
+
+
+def test_a_question_claude_code_asks_reads_asking_until_answered(
+    model: MockModelProcess, tmp_path: Path
+) -> None:
+    """Claude Code's own TUI (in tmux) asks a person which file to read and waits: the
+    check after the question was written reads ``asking``; once a person answers and the
+    turn ends, ``waiting``."""
+    skip_unless_runnable(why_not_runnable("claude") or why_no_tmux())
+    harness = Harness("claude", tmp_path / "claude", model)
+    tui = ClaudeTui(harness)
+    sw = Sidecar(tmp_path, harness)
+    key = "agent:main:live:asks"
+    try:
+        tui.type("a plain prompt")
+        tui.idle()
+        sw.adopt("claude", key)
+        model.script(tool={"when": "ask me", "name": "AskUserQuestion", "input": QUESTION})
+        try:
+            tui.type("please ask me which file to read")
+            wait_for("the question on screen", lambda: "1. README.md" in tui.screen(), 60)
+        finally:
+            model.script(tool=None)
+        asked = doing(sw, key)
+        assert "asking" == asked["state"], asked
+        assert asked == doing(sw, key)  # still waiting on the person: nothing moves
+        tui.keys("Enter")  # the first answer
+        wait_for("answered", lambda: "1. README.md" not in tui.screen(), 60)
+        tui.idle()
+        wait_for("the turn's end", lambda: doing(sw, key)["state"] == "waiting", 60)
+    finally:
+        tui.close()
