@@ -171,7 +171,7 @@ TABLES = (
     *("session_upstream_links", "sessionwatch_link_state", "sessionwatch_sessions"),
     *("sessionwatch_own_messages", "sessionwatch_leases", "sessionwatch_wakes"),
     *("sessionwatch_created_notices", "sessionwatch_opened_notices"),
-    *("sessionwatch_notice_outbox", "sessionwatch_source_follows"),
+    *("sessionwatch_notice_outbox", "sessionwatch_source_follows", "sessionwatch_doing_history"),
 )
 
 

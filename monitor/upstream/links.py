@@ -1,5 +1,5 @@
-"""The owner of ``session_upstream_links``, ``sessionwatch_link_state`` and
-``sessionwatch_source_follows``: all their SQL.
+"""The owner of ``session_upstream_links``, ``sessionwatch_link_state``,
+``sessionwatch_source_follows`` and ``sessionwatch_doing_history``: all their SQL.
 
 A link ties a session key (and its agent) to a native source with a marker. Adopting the same
 source again keeps the marker; a different source rebases it and clears ``last_scanned_at``.
@@ -378,6 +378,66 @@ def sessions_doing(conn: Conn, states: frozenset[str], now: Now) -> list[Session
     return found
 
 
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+
+
+def note_doing(conn: Conn, link: UpstreamLink, doing: Doing, now: int) -> None:
+    """What the session is doing from ``doing.since`` on, kept for the page's chart: the
+    last change before the past day and every one since (older ones go)."""
+    if doing.since is None:
+        return
+    key = (link.session_key, link.agent_id)
+    conn.execute(
+        "INSERT INTO sessionwatch_doing_history (session_key, agent_id, since, state)"
+        " VALUES (?, ?, ?, ?) ON CONFLICT (session_key, agent_id, since)"
+        " DO UPDATE SET state = excluded.state",
+        (*key, doing.since, doing.state),
+    )
+    conn.execute(
+        "DELETE FROM sessionwatch_doing_history WHERE session_key = ? AND agent_id = ?"
+        " AND since < (SELECT max(since) FROM sessionwatch_doing_history"
+        " WHERE session_key = ? AND agent_id = ? AND since <= ?)",
+        (*key, *key, now - DAY_MS),
+    )
+
+
+def doing_hours(conn: Conn, keys: list[str], now: int) -> dict[str, tuple[str | None, ...]]:
+    """For each of ``keys``, what its session was doing most of each of the last 24 hours,
+    oldest first (None: nothing known), from its history."""
+    if not keys:
+        return {}
+    rows = conn.execute(
+        "SELECT session_key, since, state FROM sessionwatch_doing_history"
+        f" WHERE session_key IN ({', '.join('?' * len(keys))})"
+        " ORDER BY session_key, since",
+        tuple(keys),
+    ).fetchall()
+    changes: dict[str, list[tuple[int, str]]] = {}
+    for key, since, state in rows:
+        changes.setdefault(str(key), []).append((int(since), str(state)))
+    return {key: _hours(found, now) for key, found in changes.items()}
+
+
+def _hours(changes: list[tuple[int, str]], now: int) -> tuple[str | None, ...]:
+    """The state held longest in each of the 24 hours before ``now`` (oldest first)."""
+    start = now - DAY_MS
+    spans = [
+        (max(since, start), min(until, now), state)
+        for (since, state), until in zip(changes, [t for t, _ in changes[1:]] + [now], strict=True)
+        if until > start and since < now
+    ]
+    hours: list[str | None] = []
+    for hour in range(24):
+        lo, hi = start + hour * HOUR_MS, start + (hour + 1) * HOUR_MS
+        held: dict[str, int] = {}
+        for a, b, state in spans:
+            if min(b, hi) > max(a, lo):
+                held[state] = held.get(state, 0) + min(b, hi) - max(a, lo)
+        hours.append(max(held, key=lambda s: held[s]) if held else None)
+    return tuple(hours)
+
+
 def doing_versions(conn: Conn, states: frozenset[str], now: Now) -> list[tuple[SessionDoing, int]]:
     """:func:`sessions_doing`, each with its state version (0: no event yet)."""
     from monitor.kernel.signal_log import state_versions
@@ -505,6 +565,7 @@ def delete_links(conn: Conn, scope: str, params: tuple[str, ...]) -> int:
     links."""
     conn.execute(f"DELETE FROM sessionwatch_link_state WHERE {scope}", params)
     conn.execute(f"DELETE FROM sessionwatch_source_follows WHERE {scope}", params)
+    conn.execute(f"DELETE FROM sessionwatch_doing_history WHERE {scope}", params)
     return conn.execute(f"DELETE FROM session_upstream_links WHERE {scope}", params).rowcount
 
 

@@ -136,6 +136,11 @@ class UpstreamMonitor:
         now = self.now()
         return await self.kernel.read(lambda c: links.sessions_doing(c, states, now))
 
+    async def doing_hours(self, keys: list[str]) -> dict[str, tuple[str | None, ...]]:
+        """What each of ``keys`` was doing most of each of the last 24 hours."""
+        now = self.now().at
+        return await self.kernel.read(lambda c: links.doing_hours(c, keys, now))
+
     async def doing_versions(self, states: frozenset[str]) -> list[tuple[SessionDoing, int]]:
         """:meth:`doing`, each with its state version (0: no event yet), in one read."""
         now = self.now()

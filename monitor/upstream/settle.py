@@ -170,6 +170,7 @@ def _doing(record: Recorder, link: UpstreamLink, before: Doing, outcome: Outcome
     if after != before:
         waited = before.waited(outcome.boundary)
         record.say(DoingChanged(link.session_key, after.state, after.since, before.state, waited))
+        links.note_doing(record.conn, link, after, record.now)
     return after
 
 

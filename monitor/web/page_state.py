@@ -58,6 +58,7 @@ class LinkRow:
     watched: bool
     doing: str = "unknown"  # what the session is doing (adapters/states.py), since when
     doing_since: int | None = None
+    doing_hours: tuple[str | None, ...] = ()  # what it did most of each of the last 24 hours
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -357,6 +358,10 @@ class PageState:
         """The page's rows, each with its session's own title, read from its source where
         its format can, else the catalog's (asked for in the background)."""
         titles = await self._titles_of(shown)
+        try:
+            hours = await self.monitor.doing_hours([v.link.session_key for v in shown])
+        except SessionwatchError:
+            hours = {}
         missing_after = self.config.monitor.missing_threshold
         rows = []
         for view in shown:
@@ -374,6 +379,7 @@ class PageState:
                     watched=view.watched,
                     doing=view.doing.state,
                     doing_since=view.doing.since,
+                    doing_hours=hours.get(link.session_key, ()),
                 )
             )
         return tuple(rows)

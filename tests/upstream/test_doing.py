@@ -14,13 +14,22 @@ import orjson
 import pytest
 
 from adapters.jsonl_scan import time_ms
+from adapters.states import Doing
 from monitor.config import Config, RootsConfig
 from monitor.kernel import Kernel
 from monitor.kernel.bus import DoingChanged
 from monitor.serve.root import running
 from monitor.testing import ManualClock
 from monitor.upstream import UpstreamMonitor
-from monitor.upstream.links import QUIET
+from monitor.upstream.links import (
+    DAY_MS,
+    HOUR_MS,
+    QUIET,
+    all_links,
+    doing_hours,
+    note_doing,
+)
+from monitor.upstream.links import _hours as doing_hours_of
 from monitor.web import wire
 from tests.helpers import REPO, make_config
 from tests.opencode_db import OpenCodeDB
@@ -206,3 +215,31 @@ async def test_opencode_sessions_are_read_from_their_database_rows(
     oc.row("ses_s", "message", "msg_zzcompact", {"role": "user", "time": {"created": last + 1}})
     oc.row("ses_s", "part", "prt_zzcompact", {"type": "compaction", "auto": True})
     assert doing == await upto(0, 0)
+
+
+def test_the_chart_says_what_each_hour_was_mostly_spent_doing() -> None:
+    now, h = 100 * DAY_MS, HOUR_MS
+    changes = [(now - 30 * h, "waiting"), (now - 2 * h - 45 * 60_000, "working")]
+    changes.append((now - h - 12 * 60_000, "waiting"))
+    hours = doing_hours_of(changes, now)
+    assert hours[:21] == ("waiting",) * 21  # from before the day began
+    assert hours[21:] == ("working", "working", "waiting")  # 45 of 60 min; 48 of 60; 48
+    assert (None,) * 24 == doing_hours_of([(now + h, "working")], now)  # not yet
+
+
+async def test_the_history_keeps_the_last_change_before_the_day_and_all_since(
+    kernel: Kernel, roots: RootsConfig, clock: ManualClock
+) -> None:
+    lines, _ = capture("pi")
+    await adopted("pi", roots, kernel, lines[0])
+    link = (await kernel.read(lambda c: all_links(c)))[0]
+    now = clock()
+    for hours_ago in (50, 30, 10):
+        since = now - hours_ago * HOUR_MS
+        await kernel.commit(lambda r, s=since: note_doing(r.conn, link, Doing("waiting", s), now))
+    kept = await kernel.read(lambda c: doing_hours(c, [KEY], now))
+    assert ("waiting",) * 24 == kept[KEY]
+    rows = await kernel.read(
+        lambda c: c.execute("SELECT since FROM sessionwatch_doing_history").fetchall()
+    )
+    assert sorted(r[0] for r in rows) == [now - 30 * HOUR_MS, now - 10 * HOUR_MS]

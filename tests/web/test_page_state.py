@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -179,7 +180,8 @@ async def test_the_needs_you_panel_lists_who_waits_the_longest_first_and_is_told
     first, one whose turn ended later, one mid-turn. The panel lists the two waiting, the
     longest first, titled; the page's stream says ``doing`` when one changes, and ``/ui/live``
     shows the panel."""
-    lines = (STATES / "claude-2.1.332.jsonl").read_bytes().splitlines(keepends=True)
+    captured = (STATES / "claude-2.1.332.jsonl").read_bytes().splitlines(keepends=True)
+    lines = recent(captured)  # their times ten minutes ago, in order: the chart's last hour
     ends = orjson.loads((STATES / "claude-2.1.332.json").read_bytes())["ends"]
     config = make_config(tmp_path)
     async with running(config, tmp_path / "state.db") as sidecar:
@@ -217,3 +219,19 @@ async def test_the_needs_you_panel_lists_who_waits_the_longest_first_and_is_told
         panel = html[html.index('id="needs-you"') : html.index('id="links"')]
         assert panel.index("adopted:early") < panel.index("adopted:later")
         assert "adopted:busy" not in panel and 'data-state="waiting"' in panel
+        hours = {row.session_key.rsplit(":", 1)[1]: row.doing_hours for row in view.links}
+        assert ("waiting", "waiting", "working") == tuple(hours[n][-1] for n in scenes)
+        assert 'class="span-waiting"' in html and 'class="span-working"' in html
+
+
+def recent(lines: list[bytes]) -> list[bytes]:
+    """The records with their times moved to ten minutes ago, a millisecond apart."""
+    base = time.time() - 600
+    out = []
+    for i, line in enumerate(lines):
+        record = orjson.loads(line)
+        if "timestamp" in record:
+            at = datetime.fromtimestamp(base + i / 1000, UTC)
+            record["timestamp"] = at.isoformat(timespec="milliseconds")
+        out.append(orjson.dumps(record) + b"\n")
+    return out

@@ -133,6 +133,13 @@ TABLES = (
         updated_at BIGINT NOT NULL,
         PRIMARY KEY (session_key, agent_id)
     )""",
+    f"""CREATE TABLE IF NOT EXISTS sessionwatch_doing_history (
+        session_key {T} NOT NULL,
+        agent_id {T} NOT NULL,
+        since BIGINT NOT NULL,
+        state {T} NOT NULL,
+        PRIMARY KEY (session_key, agent_id, since)
+    )""",
     f"""CREATE TABLE IF NOT EXISTS sessionwatch_leases (
         name {T} PRIMARY KEY,
         holder {T} NOT NULL,

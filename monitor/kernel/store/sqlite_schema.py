@@ -179,6 +179,15 @@ _OWN_TABLES = (
         updated_at INTEGER NOT NULL,
         PRIMARY KEY (session_key, agent_id)
     ) STRICT""",
+    # What each adopted session was doing, from when (each change, written with it; the
+    # last before the past day and all since: the page's 24-hour chart; schema 7).
+    """CREATE TABLE IF NOT EXISTS sessionwatch_doing_history (
+        session_key TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        since INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (session_key, agent_id, since)
+    ) STRICT""",
     # Leases: who ticks the links without a host, which sidecar holds a host id (schema 3).
     """CREATE TABLE IF NOT EXISTS sessionwatch_leases (
         name TEXT PRIMARY KEY,
