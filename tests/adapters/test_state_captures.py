@@ -234,7 +234,8 @@ def test_the_few_lines_a_node_sends_say_what_all_of_them_say(
 @pytest.mark.parametrize("name", sorted(ASKS))
 def test_a_question_asked_reads_asking_until_it_is_answered(name: str, tmp_path: Path) -> None:
     """Claude Code's TUI asked a person a question (its AskUserQuestion tool): asking,
-    since the call, until the answer came back (working), then the turn ended (waiting)."""
+    since the call, until the answer came back (working), then the turn ended (waiting);
+    a command waiting for approval is no question (working)."""
     kind, ends = ASKS[name]["kind"], ASKS[name]["ends"]
     lines = capture_lines(name)
     asked = doing(kind, lines[: ends["asks"]], tmp_path)
@@ -243,3 +244,8 @@ def test_a_question_asked_reads_asking_until_it_is_answered(name: str, tmp_path:
     answer = next(i for i in range(ends["asks"], ends["answered"]) if b"tool_result" in lines[i])
     assert "working" == doing(kind, lines[: answer + 1], tmp_path)["state"]
     assert "waiting" == doing(kind, lines[: ends["answered"]], tmp_path)["state"]
+    # then a command waits on screen for a person's approval: no record says so, and the
+    # state never claims it: working, since the prompt that asked for the command
+    approval = doing(kind, lines[: ends["approval"]], tmp_path)
+    prompt = max(i for i in range(ends["approval"]) if b"please run it" in lines[i])
+    assert ("working", time_ms(orjson.loads(lines[prompt]))) == tuple(approval.values())

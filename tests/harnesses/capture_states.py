@@ -1,7 +1,7 @@
 """Captures of what each real harness writes at a turn's boundaries, for deriving what a
 session is doing now (working, waiting for a person) from its records alone.
 
-Run: python -m tests.harnesses.capture_states [claude codex opencode pi]
+Run: python -m tests.harnesses.capture_states [claude codex opencode pi claude-asks]
 
 Each harness, offline against the mock model through its own programmatic front end
 (``tests/harnesses/drivers.py``), is driven through three scenes, in one session:
@@ -10,6 +10,10 @@ Each harness, offline against the mock model through its own programmatic front 
 - ``tool``: a prompt, the model calls a tool (one the harness runs unasked), its result,
   a text answer, the turn ends;
 - ``interrupted``: a prompt whose answer hangs, interrupted as a person would (Esc).
+
+And ``claude-asks``: Claude Code's own TUI, in tmux (``-p`` disables the tool that asks a
+person), asks a question, is answered, then waits for a command's approval, left
+unanswered (:func:`capture_asking`, kept in ``tests/fixtures/states/asks/``).
 
 What it wrote is kept in ``tests/fixtures/states/<kind>-<version>.jsonl``: the session's
 records as written (OpenCode's: its ``message`` and ``part`` rows, each as
@@ -27,6 +31,7 @@ import json
 import sqlite3
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -232,18 +237,24 @@ QUESTION = {
     ]
 }
 ASKS = FIXTURES / "asks"
+COMMAND = {"command": "touch made-by-the-agent.txt", "description": "make a file"}
 
 
 def capture_asking() -> Path:
-    """Claude Code's TUI asked a question: ``asks``, where the records end while the
-    question waits on screen; ``answered``, once a person picked an answer and the turn
-    ended. Kept in ``tests/fixtures/states/asks/``."""
+    """Claude Code's TUI, its permission mode ``default``: ``asks``, where the records end
+    while a question it asked waits on screen; ``answered``, once a person picked an answer
+    and the turn ended; ``approval``, while a command it wants to run waits on screen for a
+    person's approval, left unanswered (no record says so: the tool call reads working).
+    Kept in ``tests/fixtures/states/asks/``."""
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # it may write on
         work = Path(tmp)
         (work / "model").mkdir()
         model = MockModelProcess(work / "model")
         try:
             harness = Harness("claude", work / "claude", model)
+            settings = harness.home / ".claude" / "settings.json"
+            settings.parent.mkdir(parents=True, exist_ok=True)
+            settings.write_text(json.dumps({"permissions": {"defaultMode": "default"}}))
             tui = ClaudeTui(harness)
             ends: dict[str, int] = {}
             try:
@@ -253,8 +264,7 @@ def capture_asking() -> Path:
                 wait_for("the question written", lambda: _asked(records(harness)), 60)
                 ends["asks"] = len(records(harness))
                 model.script(tool=None)
-                tui.keys("Enter")  # the first answer
-                wait_for("claude: answered", lambda: "1. README.md" not in tui.screen(), 60)
+                answer(tui)
                 answered = lambda: b'"end_turn"' in b"".join(records(harness)[ends["asks"] :])  # noqa: E731
                 try:
                     wait_for("the turn's end", answered, 60)
@@ -262,6 +272,12 @@ def capture_asking() -> Path:
                     print(tui.screen(), file=sys.stderr)
                     raise
                 ends["answered"] = len(records(harness))
+                model.script(tool={"when": "run it", "name": "Bash", "input": COMMAND})
+                tui.type("please run it")
+                wait_for("the approval asked", lambda: "Do you want to proceed" in tui.screen(), 60)
+                model.script(tool=None)
+                wait_for("the call written", lambda: b'"Bash"' in records(harness)[-1], 60)
+                ends["approval"] = len(records(harness))
             finally:
                 tui.close()
             written = records(harness)
@@ -273,6 +289,23 @@ def capture_asking() -> Path:
     about = {"kind": "claude", "version": installed_version("claude"), "ends": ends}
     (ASKS / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
     return ASKS / f"{name}.jsonl"
+
+
+def answer(tui: ClaudeTui) -> None:
+    """Pick the question's first answer (Enter), again until the question is gone: a key
+    pressed while the TUI still draws it is lost."""
+
+    pressed = [0.0]
+
+    def gone() -> bool:
+        if "1. README.md" not in tui.screen():
+            return True
+        if time.monotonic() - pressed[0] > 2:  # once in a while, not at every look
+            tui.keys("Enter")
+            pressed[0] = time.monotonic()
+        return False
+
+    wait_for("claude: answered", gone, 60)
 
 
 def _asked(lines: list[bytes]) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.harnesses.capture_states import QUESTION, Scenes, front
+from tests.harnesses.capture_states import QUESTION, Scenes, answer, front
 from tests.harnesses.drivers import ClaudeTui, why_no_tmux
 from tests.harnesses.harnesses import KINDS, Harness, Sidecar, why_not_runnable
 from tests.interop import skip_unless_runnable
@@ -88,8 +88,7 @@ def test_a_question_claude_code_asks_reads_asking_until_answered(
         asked = doing(sw, key)
         assert "asking" == asked["state"], asked
         assert asked == doing(sw, key)  # still waiting on the person: nothing moves
-        tui.keys("Enter")  # the first answer
-        wait_for("answered", lambda: "1. README.md" not in tui.screen(), 60)
+        answer(tui)  # the first answer
         tui.idle()
         wait_for("the turn's end", lambda: doing(sw, key)["state"] == "waiting", 60)
     finally:
