@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.helpers import notice, user_line
+from tests.helpers import REPO, notice, user_line
 
 MAIN = "agent:main:main"
 CHILD = "agent:main:subagent:child"
@@ -518,3 +518,32 @@ def test_replay_ends_at_once_and_prints_every_turn(tmp_path: Path) -> None:
     assert len(proc.stdout) > 65_536  # more than a pipe holds
     assert [x["id"] for x in lines[:-1]] == [f"u{i}" for i in range(3000)]
     assert (lines[-1]["type"], lines[-1]["humanTurns"]) == ("summary", 3000)
+
+
+def test_sessions_by_what_they_are_doing(tmp_path: Path) -> None:
+    """``sessions --state``: a Pi session adopted, its first turn written as Pi 1.6.0 wrote
+    it, a tick: waiting, with its state version; not working; ``--state`` of a few."""
+    captured = REPO / "tests" / "fixtures" / "states"
+    lines = (captured / "pi-1.6.0.jsonl").read_bytes().splitlines(keepends=True)
+    ends = orjson.loads((captured / "pi-1.6.0.json").read_bytes())["ends"]
+    root = tmp_path / "pi" / "--w--"
+    root.mkdir(parents=True)
+    path = root / "2026-12-06T10-00-00_s.jsonl"
+    path.write_bytes(lines[0])
+    config = tmp_path / "sw.toml"
+    config.write_text(f'[roots]\npi = "{tmp_path / "pi"}"\n')
+    db, key = tmp_path / "state.db", "agent:main:adopted:pi"
+
+    def run(*args: str) -> Any:
+        return sw(db, "--config", str(config), *args)
+
+    run("adopt", "--kind", "pi", "--path", str(path), "--session-key", key)
+    run("watch", "--watcher", MAIN, "--target", key)
+    path.write_bytes(b"".join(lines[: ends["ends"]]))
+    run("tick")
+    [found] = run("sessions", "--state", "asking,waiting")["sessions"]
+    assert (key, "waiting", "pi-cli") == (
+        found["sessionKey"], found["doing"]["state"], found["doing"]["upstreamKind"]
+    )  # fmt: skip
+    assert found["stateVersion"] >= 1 and found["doing"]["since"]
+    assert [] == run("sessions", "--state", "working")["sessions"]

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from monitor.kernel import Kernel
     from monitor.upstream import UpstreamMonitor
+    from monitor.upstream.links import Now
 
 
 def printed(answer: dict[str, Any]) -> int:
@@ -238,13 +239,13 @@ async def _sessions(kernel: Kernel, a: Args) -> dict[str, Any]:
     if a.state is None:
         return {"sessions": wire.state_versions(await kernel.state_versions(a.keys))}
     from adapters.states import STATES
-    from monitor.upstream.links import Now, doing_versions
+    from monitor.upstream.links import doing_versions
 
     states = frozenset(a.state.split(","))
     if not states <= set(STATES):
         said = ", ".join(STATES)
         raise BadInput(f"--state: not a state: {a.state!r} (one or more of {said})")
-    now = Now(kernel.clock(), int(a.config_obj.monitor.quiet_after_s * 1000))
+    now = _now(kernel, a)
     found = await kernel.read(lambda c: doing_versions(c, states, now))
     keys = set(a.keys)
     return {"sessions": [wire.doing(d, v) for d, v in found if not keys or d.session_key in keys]}
@@ -361,12 +362,19 @@ async def _links(kernel: Kernel, a: Args) -> dict[str, Any]:
     # read as the monitor reads them, without building its adapters (a node's client
     # imports aiohttp: a third of a second of a 10,000-link listing)
     from monitor.kernel.cursors import watched_targets
-    from monitor.upstream.links import Now, list_links
+    from monitor.upstream.links import list_links
 
-    now = Now(kernel.clock(), int(a.config_obj.monitor.quiet_after_s * 1000))
+    now = _now(kernel, a)
     return {
         "links": wire.links(await kernel.read(lambda c: list_links(c, watched_targets(c), now)))
     }
+
+
+def _now(kernel: Kernel, a: Args) -> Now:
+    """When a listing reads what sessions are doing (the store's clock), as ``serve``'s."""
+    from monitor.upstream.links import Now
+
+    return Now(kernel.clock(), int(a.config_obj.monitor.quiet_after_s * 1000))
 
 
 @command(
