@@ -1,7 +1,8 @@
 """Captures of what each real harness writes at a turn's boundaries, for deriving what a
 session is doing now (working, waiting for a person) from its records alone.
 
-Run: python -m tests.harnesses.capture_states [claude codex opencode pi claude-asks]
+Run: python -m tests.harnesses.capture_states [KIND ...] (a kind, claude-asks,
+opencode-approval; all when none is named)
 
 Each harness, offline against the mock model through its own programmatic front end
 (``tests/harnesses/drivers.py``), is driven through three scenes, in one session:
@@ -13,7 +14,9 @@ Each harness, offline against the mock model through its own programmatic front 
 
 And ``claude-asks``: Claude Code's own TUI, in tmux (``-p`` disables the tool that asks a
 person), asks a question, is answered, then waits for a command's approval, left
-unanswered (:func:`capture_asking`, kept in ``tests/fixtures/states/asks/``).
+unanswered (:func:`capture_asking`); and ``opencode-approval``: OpenCode's serve waits for
+a command's approval (:func:`capture_opencode_approval`); both kept in
+``tests/fixtures/states/asks/``.
 
 What it wrote is kept in ``tests/fixtures/states/<kind>-<version>.jsonl``: the session's
 records as written (OpenCode's: its ``message`` and ``part`` rows, each as
@@ -291,6 +294,40 @@ def capture_asking() -> Path:
     return ASKS / f"{name}.jsonl"
 
 
+def capture_opencode_approval() -> Path:
+    """OpenCode's serve, ``bash`` set to ask: a command waits for a person's approval (the
+    server lists it, ``GET /permission``), left unanswered: ``approval``, where the rows
+    end then. Kept in ``tests/fixtures/states/asks/``."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+        work = Path(tmp)
+        (work / "model").mkdir()
+        model = MockModelProcess(work / "model")
+        try:
+            harness = Harness("opencode", work / "opencode", model)
+            config = json.loads((harness.work / "opencode.json").read_text())
+            (harness.work / "opencode.json").write_text(
+                json.dumps({**config, "permission": {"bash": "ask"}})
+            )
+            server = OpenCodeServer(harness)
+            try:
+                server.message("a plain prompt")
+                model.script(tool={"when": "run it", "name": "bash", "input": COMMAND})
+                server.message("please run it", wait=False)
+                wait_for("the approval asked", lambda: server.get("/permission"), 60)
+                model.script(tool=None)
+                ends = {"approval": len(records(harness))}
+                written = records(harness)
+            finally:
+                server.close()
+        finally:
+            model.stop()
+    name = f"opencode-{installed_version('opencode')}"
+    (ASKS / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
+    about = {"kind": "opencode", "version": installed_version("opencode"), "ends": ends}
+    (ASKS / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
+    return ASKS / f"{name}.jsonl"
+
+
 def answer(tui: ClaudeTui) -> None:
     """Pick the question's first answer (Enter), again until the question is gone: a key
     pressed while the TUI still draws it is lost."""
@@ -312,13 +349,16 @@ def _asked(lines: list[bytes]) -> bool:
     return any(b'"AskUserQuestion"' in line and b'"tool_use"' in line for line in lines)
 
 
+TUI_SCENES = {"claude-asks": capture_asking, "opencode-approval": capture_opencode_approval}
+
+
 def main() -> None:
-    for kind in sys.argv[1:] or [*KINDS, "claude-asks"]:
-        why = why_not_runnable(kind.removesuffix("-asks"))
+    for kind in sys.argv[1:] or [*KINDS, *TUI_SCENES]:
+        why = why_not_runnable(kind.partition("-")[0])
         if why:
             print(f"{kind}: {why}")
             continue
-        print(capture_asking() if kind == "claude-asks" else capture(kind))
+        print(TUI_SCENES[kind]() if kind in TUI_SCENES else capture(kind))
 
 
 if __name__ == "__main__":

@@ -269,6 +269,11 @@ class OpenCodeServer:
         assert status < 300, (path, status, answer)
         return answer
 
+    def get(self, path: str) -> Any:
+        status, answer = http("GET", self.base + path)
+        assert status < 300, (path, status, answer)
+        return answer
+
     def message(self, text: str, session: str | None = None, wait: bool = True) -> None:
         """A prompt; with ``wait``, once its turn is done (answered at its end: a first
         turn beside three busy workers took over 30 s), else as soon as it is queued."""

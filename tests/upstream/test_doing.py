@@ -243,3 +243,28 @@ async def test_the_history_keeps_the_last_change_before_the_day_and_all_since(
         lambda c: c.execute("SELECT since FROM sessionwatch_doing_history").fetchall()
     )
     assert sorted(r[0] for r in rows) == [now - 30 * HOUR_MS, now - 10 * HOUR_MS]
+
+
+async def test_an_opencode_command_waiting_for_approval_reads_working_never_asking(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """OpenCode's rows while its serve asks a person to approve a command (``bash`` set to
+    ask, left unanswered): its assistant message not completed, the tool part running. No
+    row says a person is asked: working, since the prompt."""
+    captured = (STATES / "asks" / "opencode-1.18.33.jsonl").read_bytes().splitlines()
+    rows = [orjson.loads(line) for line in captured]
+    ends = json.loads((STATES / "asks" / "opencode-1.18.33.json").read_text())["ends"]
+    oc = OpenCodeDB(tmp_path / "opencode.db")
+    oc.session("ses_s")
+    config = Config(roots=RootsConfig(opencode_db=str(oc.path), claude=str(tmp_path / "none")))
+    monitor = UpstreamMonitor.from_config(kernel, config)
+    await monitor.adoption.adopt(
+        kind="opencode", path=str(oc.path), thread="ses_s", session_key=KEY, session_id="s1"
+    )
+    assert await kernel.watch(watcher=MAIN, target=KEY)
+    for row in rows[: ends["approval"]]:
+        oc.row("ses_s", row["table"], row["id"], row["data"])
+    await monitor.ticker.tick()
+    doing = dict(wire.links(await monitor.links())[0]["doing"])
+    prompt = max(r["data"]["time"]["created"] for r in rows if r["data"].get("role") == "user")
+    assert {"state": "working", "since": prompt} == doing
