@@ -25,7 +25,7 @@ from tests.opencode_db import OpenCodeDB
 STATES = REPO / "tests" / "fixtures" / "states"
 TOKEN = "node-secret"
 CAPTURES = {"claude": "claude-2.1.332", "codex": "codex-0.171.0", "pi": "pi-1.6.0"}
-CALLS = {"claude": b'"name":"Read"', "codex": b'"name":"shell"', "pi": b'"name":"read"'}
+CALLS = {"claude": b'"name":"Read"', "codex": b'"name":"exec_command"', "pi": b'"name":"read"'}
 
 
 def capture(kind: str) -> tuple[list[bytes], dict[str, int]]:

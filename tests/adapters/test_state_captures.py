@@ -69,7 +69,7 @@ ASKS = {
     if (about := json.loads(p.read_text()))["kind"] != "opencode"
 }
 EVERY = {**JSONL, **ASKS}  # every capture of a JSONL format, the question one's too
-TOOL_NAMES = {"claude": b'"name":"Read"', "codex": b'"name":"shell"', "pi": b'"name":"read"'}
+TOOL_NAMES = {"claude": b'"name":"Read"', "codex": b'"name":"exec_command"', "pi": b'"name":"read"'}
 
 
 def doing(

@@ -56,7 +56,7 @@ HANG_S = 60.0  # an answer that never comes before the interrupt
 # a tool each harness runs without asking (a read of the project's own file)
 TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "claude": ("Read", {"file_path": "README.md"}),
-    "codex": ("shell", {"command": ["cat", "README.md"]}),
+    "codex": ("exec_command", {"cmd": "cat README.md"}),
     "opencode": ("read", {"filePath": "README.md"}),
     "pi": ("read", {"path": "README.md"}),
 }
