@@ -62,7 +62,8 @@ def test_a_capture_replays_to_its_three_prompts_and_no_drift(about: Path) -> Non
 # -- what each session is doing, read from the captures (adapters/states.py) ------------
 
 JSONL = {p.stem: json.loads(p.read_text()) for p in CAPTURES}
-# Claude Code's TUI asking a question (then a command's approval): the JSONL one of asks/
+# the JSONL captures of asks/: Claude Code's TUI asking a question, then a command's
+# approval; Codex's app-server waiting for a command's approval
 ASKS = {
     f"asks/{p.stem}": about
     for p in sorted(STATES.glob("asks/*.json"))
@@ -236,7 +237,22 @@ def test_the_few_lines_a_node_sends_say_what_all_of_them_say(
     assert whole == states.last_boundary(fmt, alone, 0, len(alone))
 
 
-@pytest.mark.parametrize("name", sorted(ASKS))
+@pytest.mark.parametrize(
+    "name", sorted(n for n, about in ASKS.items() if "approval" in about["ends"])
+)
+def test_a_command_waiting_for_approval_reads_working_never_asking(
+    name: str, tmp_path: Path
+) -> None:
+    """Claude Code's TUI and Codex's app-server, each waiting for a person to approve a
+    command, left unanswered: no record says a person is asked, so the session reads as
+    its records say, working since the turn began."""
+    kind, ends = ASKS[name]["kind"], ASKS[name]["ends"]
+    lines = capture_lines(name)[: ends["approval"]]
+    found = doing(kind, lines, tmp_path)
+    assert "working" == found["state"] and found == reference(kind, lines)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, a in ASKS.items() if "asks" in a["ends"]))
 def test_a_question_asked_reads_asking_until_it_is_answered(name: str, tmp_path: Path) -> None:
     """Claude Code's TUI asked a person a question (its AskUserQuestion tool): asking,
     since the call, until the answer came back (working), then the turn ended (waiting);

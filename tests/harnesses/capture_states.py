@@ -2,7 +2,7 @@
 session is doing now (working, waiting for a person) from its records alone.
 
 Run: python -m tests.harnesses.capture_states [KIND ...] (a kind, claude-asks,
-opencode-approval; all when none is named)
+codex-approval, opencode-approval; all when none is named)
 
 Each harness, offline against the mock model through its own programmatic front end
 (``tests/harnesses/drivers.py``), is driven through three scenes, in one session:
@@ -14,8 +14,8 @@ Each harness, offline against the mock model through its own programmatic front 
 
 And ``claude-asks``: Claude Code's own TUI, in tmux (``-p`` disables the tool that asks a
 person), asks a question, is answered, then waits for a command's approval, left
-unanswered (:func:`capture_asking`); and ``opencode-approval``: OpenCode's serve waits for
-a command's approval (:func:`capture_opencode_approval`); both kept in
+unanswered (:func:`capture_asking`); ``codex-approval`` and ``opencode-approval``: Codex's
+app-server and OpenCode's serve wait for a command's approval; all kept in
 ``tests/fixtures/states/asks/``.
 
 What it wrote is kept in ``tests/fixtures/states/<kind>-<version>.jsonl``: the session's
@@ -286,12 +286,7 @@ def capture_asking() -> Path:
             written = records(harness)
         finally:
             model.stop()
-    ASKS.mkdir(parents=True, exist_ok=True)
-    name = f"claude-{installed_version('claude')}"
-    (ASKS / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
-    about = {"kind": "claude", "version": installed_version("claude"), "ends": ends}
-    (ASKS / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
-    return ASKS / f"{name}.jsonl"
+    return _kept_asks("claude", written, ends)
 
 
 def capture_opencode_approval() -> Path:
@@ -321,9 +316,56 @@ def capture_opencode_approval() -> Path:
                 server.close()
         finally:
             model.stop()
-    name = f"opencode-{installed_version('opencode')}"
+    return _kept_asks("opencode", written, ends)
+
+
+def capture_codex_approval() -> Path:
+    """Codex's app-server, a turn started with ``approvalPolicy`` ``untrusted``: a command
+    waits for a person's approval (its ``item/commandExecution/requestApproval``), left
+    unanswered: ``approval``, where the rollout ends then. Kept in
+    ``tests/fixtures/states/asks/``."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+        work = Path(tmp)
+        (work / "model").mkdir()
+        model = MockModelProcess(work / "model")
+        try:
+            harness = Harness("codex", work / "codex", model)
+            codex = CodexAppServer(harness)
+            try:
+                codex.turn("a plain prompt")
+                model.script(tool={"when": "run it", "name": "exec_command", "input": SHELL})
+                since = codex.mark()
+                codex.call(
+                    "turn/start",
+                    threadId=codex.thread,
+                    input=[{"type": "text", "text": "please run it"}],
+                    approvalPolicy="untrusted",
+                )
+                asked = "item/commandExecution/requestApproval"
+                codex.wait("the approval asked", lambda m: m.get("method") == asked, since)
+                model.script(tool=None)
+                wait_for("the call written", lambda: _called(records(harness)), 60)
+                written = records(harness)
+            finally:
+                codex.close()
+        finally:
+            model.stop()
+    return _kept_asks("codex", written, {"approval": len(written)})
+
+
+SHELL = {"cmd": "touch made-by-the-agent.txt"}
+
+
+def _called(lines: list[bytes]) -> bool:
+    return any(b'"function_call"' in line and b"made-by-the-agent" in line for line in lines)
+
+
+def _kept_asks(kind: str, written: list[bytes], ends: dict[str, int]) -> Path:
+    """A capture of ``asks/``, kept as :func:`capture` keeps the others."""
+    name = f"{kind}-{installed_version(kind)}"
+    ASKS.mkdir(parents=True, exist_ok=True)
     (ASKS / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
-    about = {"kind": "opencode", "version": installed_version("opencode"), "ends": ends}
+    about = {"kind": kind, "version": installed_version(kind), "ends": ends}
     (ASKS / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
     return ASKS / f"{name}.jsonl"
 
@@ -349,7 +391,11 @@ def _asked(lines: list[bytes]) -> bool:
     return any(b'"AskUserQuestion"' in line and b'"tool_use"' in line for line in lines)
 
 
-TUI_SCENES = {"claude-asks": capture_asking, "opencode-approval": capture_opencode_approval}
+TUI_SCENES = {
+    "claude-asks": capture_asking,
+    "codex-approval": capture_codex_approval,
+    "opencode-approval": capture_opencode_approval,
+}
 
 
 def main() -> None:
