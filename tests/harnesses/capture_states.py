@@ -30,12 +30,13 @@ Code's are not ours to copy), which no rule of a turn's boundary reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -206,22 +207,36 @@ def drive(scenes: Scenes) -> None:
 
 
 def capture(kind: str) -> Path:
-    with tempfile.TemporaryDirectory() as tmp:
+    with mock_model() as (work, model):
+        scenes = Scenes(kind, work / kind, model)
+        drive(scenes)
+        written = records(scenes.harness)
+    return keep(FIXTURES, kind, written, scenes.ends)
+
+
+@contextlib.contextmanager
+def mock_model() -> Iterator[tuple[Path, MockModelProcess]]:
+    """A scratch directory and the mock model serving in it, for one capture (a harness may
+    still write there as it closes: the directory's removal lets it)."""
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         (work / "model").mkdir()
         model = MockModelProcess(work / "model")
         try:
-            scenes = Scenes(kind, work / kind, model)
-            drive(scenes)
-            written = records(scenes.harness)
+            yield work, model
         finally:
             model.stop()
-    FIXTURES.mkdir(parents=True, exist_ok=True)
+
+
+def keep(folder: Path, kind: str, written: list[bytes], ends: dict[str, int]) -> Path:
+    """A capture kept in ``folder``: its records (:func:`kept`), and beside them the
+    version that wrote them and where each scene ends."""
+    folder.mkdir(parents=True, exist_ok=True)
     name = f"{kind}-{installed_version(kind)}"
-    (FIXTURES / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
-    about = {"kind": kind, "version": installed_version(kind), "ends": scenes.ends}
-    (FIXTURES / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
-    return FIXTURES / f"{name}.jsonl"
+    (folder / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
+    about = {"kind": kind, "version": installed_version(kind), "ends": ends}
+    (folder / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
+    return folder / f"{name}.jsonl"
 
 
 # A question the agent asks a person, through Claude Code's own TUI (``-p`` disables the
@@ -249,74 +264,62 @@ def capture_asking() -> Path:
     and the turn ended; ``approval``, while a command it wants to run waits on screen for a
     person's approval, left unanswered (no record says so: the tool call reads working).
     Kept in ``tests/fixtures/states/asks/``."""
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # it may write on
-        work = Path(tmp)
-        (work / "model").mkdir()
-        model = MockModelProcess(work / "model")
+    with mock_model() as (work, model):
+        harness = Harness("claude", work / "claude", model)
+        settings = harness.home / ".claude" / "settings.json"
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(json.dumps({"permissions": {"defaultMode": "default"}}))
+        tui = ClaudeTui(harness)
+        ends: dict[str, int] = {}
         try:
-            harness = Harness("claude", work / "claude", model)
-            settings = harness.home / ".claude" / "settings.json"
-            settings.parent.mkdir(parents=True, exist_ok=True)
-            settings.write_text(json.dumps({"permissions": {"defaultMode": "default"}}))
-            tui = ClaudeTui(harness)
-            ends: dict[str, int] = {}
+            model.script(tool={"when": "ask me", "name": "AskUserQuestion", "input": QUESTION})
+            tui.type("please ask me which file to read")
+            wait_for("claude: the question", lambda: "1. README.md" in tui.screen(), 60)
+            wait_for("the question written", lambda: _asked(records(harness)), 60)
+            ends["asks"] = len(records(harness))
+            model.script(tool=None)
+            answer(tui)
+            answered = lambda: b'"end_turn"' in b"".join(records(harness)[ends["asks"] :])  # noqa: E731
             try:
-                model.script(tool={"when": "ask me", "name": "AskUserQuestion", "input": QUESTION})
-                tui.type("please ask me which file to read")
-                wait_for("claude: the question", lambda: "1. README.md" in tui.screen(), 60)
-                wait_for("the question written", lambda: _asked(records(harness)), 60)
-                ends["asks"] = len(records(harness))
-                model.script(tool=None)
-                answer(tui)
-                answered = lambda: b'"end_turn"' in b"".join(records(harness)[ends["asks"] :])  # noqa: E731
-                try:
-                    wait_for("the turn's end", answered, 60)
-                except AssertionError:
-                    print(tui.screen(), file=sys.stderr)
-                    raise
-                ends["answered"] = len(records(harness))
-                model.script(tool={"when": "run it", "name": "Bash", "input": COMMAND})
-                tui.type("please run it")
-                wait_for("the approval asked", lambda: "Do you want to proceed" in tui.screen(), 60)
-                model.script(tool=None)
-                wait_for("the call written", lambda: b'"Bash"' in records(harness)[-1], 60)
-                ends["approval"] = len(records(harness))
-            finally:
-                tui.close()
-            written = records(harness)
+                wait_for("the turn's end", answered, 60)
+            except AssertionError:
+                print(tui.screen(), file=sys.stderr)
+                raise
+            ends["answered"] = len(records(harness))
+            model.script(tool={"when": "run it", "name": "Bash", "input": COMMAND})
+            tui.type("please run it")
+            wait_for("the approval asked", lambda: "Do you want to proceed" in tui.screen(), 60)
+            model.script(tool=None)
+            wait_for("the call written", lambda: b'"Bash"' in records(harness)[-1], 60)
+            ends["approval"] = len(records(harness))
         finally:
-            model.stop()
-    return _kept_asks("claude", written, ends)
+            tui.close()
+        written = records(harness)
+    return keep(ASKS, "claude", written, ends)
 
 
 def capture_opencode_approval() -> Path:
     """OpenCode's serve, ``bash`` set to ask: a command waits for a person's approval (the
     server lists it, ``GET /permission``), left unanswered: ``approval``, where the rows
     end then. Kept in ``tests/fixtures/states/asks/``."""
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
-        work = Path(tmp)
-        (work / "model").mkdir()
-        model = MockModelProcess(work / "model")
+    with mock_model() as (work, model):
+        harness = Harness("opencode", work / "opencode", model)
+        config = json.loads((harness.work / "opencode.json").read_text())
+        (harness.work / "opencode.json").write_text(
+            json.dumps({**config, "permission": {"bash": "ask"}})
+        )
+        server = OpenCodeServer(harness)
         try:
-            harness = Harness("opencode", work / "opencode", model)
-            config = json.loads((harness.work / "opencode.json").read_text())
-            (harness.work / "opencode.json").write_text(
-                json.dumps({**config, "permission": {"bash": "ask"}})
-            )
-            server = OpenCodeServer(harness)
-            try:
-                server.message("a plain prompt")
-                model.script(tool={"when": "run it", "name": "bash", "input": COMMAND})
-                server.message("please run it", wait=False)
-                wait_for("the approval asked", lambda: server.get("/permission"), 60)
-                model.script(tool=None)
-                ends = {"approval": len(records(harness))}
-                written = records(harness)
-            finally:
-                server.close()
+            server.message("a plain prompt")
+            model.script(tool={"when": "run it", "name": "bash", "input": COMMAND})
+            server.message("please run it", wait=False)
+            wait_for("the approval asked", lambda: server.get("/permission"), 60)
+            model.script(tool=None)
+            ends = {"approval": len(records(harness))}
+            written = records(harness)
         finally:
-            model.stop()
-    return _kept_asks("opencode", written, ends)
+            server.close()
+    return keep(ASKS, "opencode", written, ends)
 
 
 def capture_codex_approval() -> Path:
@@ -324,33 +327,27 @@ def capture_codex_approval() -> Path:
     waits for a person's approval (its ``item/commandExecution/requestApproval``), left
     unanswered: ``approval``, where the rollout ends then. Kept in
     ``tests/fixtures/states/asks/``."""
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
-        work = Path(tmp)
-        (work / "model").mkdir()
-        model = MockModelProcess(work / "model")
+    with mock_model() as (work, model):
+        harness = Harness("codex", work / "codex", model)
+        codex = CodexAppServer(harness)
         try:
-            harness = Harness("codex", work / "codex", model)
-            codex = CodexAppServer(harness)
-            try:
-                codex.turn("a plain prompt")
-                model.script(tool={"when": "run it", "name": "exec_command", "input": SHELL})
-                since = codex.mark()
-                codex.call(
-                    "turn/start",
-                    threadId=codex.thread,
-                    input=[{"type": "text", "text": "please run it"}],
-                    approvalPolicy="untrusted",
-                )
-                asked = "item/commandExecution/requestApproval"
-                codex.wait("the approval asked", lambda m: m.get("method") == asked, since)
-                model.script(tool=None)
-                wait_for("the call written", lambda: _called(records(harness)), 60)
-                written = records(harness)
-            finally:
-                codex.close()
+            codex.turn("a plain prompt")
+            model.script(tool={"when": "run it", "name": "exec_command", "input": SHELL})
+            since = codex.mark()
+            codex.call(
+                "turn/start",
+                threadId=codex.thread,
+                input=[{"type": "text", "text": "please run it"}],
+                approvalPolicy="untrusted",
+            )
+            asked = "item/commandExecution/requestApproval"
+            codex.wait("the approval asked", lambda m: m.get("method") == asked, since)
+            model.script(tool=None)
+            wait_for("the call written", lambda: _called(records(harness)), 60)
+            written = records(harness)
         finally:
-            model.stop()
-    return _kept_asks("codex", written, {"approval": len(written)})
+            codex.close()
+    return keep(ASKS, "codex", written, {"approval": len(written)})
 
 
 SHELL = {"cmd": "touch made-by-the-agent.txt"}
@@ -358,16 +355,6 @@ SHELL = {"cmd": "touch made-by-the-agent.txt"}
 
 def _called(lines: list[bytes]) -> bool:
     return any(b'"function_call"' in line and b"made-by-the-agent" in line for line in lines)
-
-
-def _kept_asks(kind: str, written: list[bytes], ends: dict[str, int]) -> Path:
-    """A capture of ``asks/``, kept as :func:`capture` keeps the others."""
-    name = f"{kind}-{installed_version(kind)}"
-    ASKS.mkdir(parents=True, exist_ok=True)
-    (ASKS / f"{name}.jsonl").write_bytes(b"".join(kept(line) + b"\n" for line in written))
-    about = {"kind": kind, "version": installed_version(kind), "ends": ends}
-    (ASKS / f"{name}.json").write_text(json.dumps(about, indent=1) + "\n")
-    return ASKS / f"{name}.jsonl"
 
 
 def answer(tui: ClaudeTui) -> None:

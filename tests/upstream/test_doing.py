@@ -173,31 +173,48 @@ async def test_metrics_count_sessions_by_state_and_time_each_wait_for_a_person(
     assert f"sessionwatch_waited_for_person_seconds_sum {waited}" in text
 
 
+class OpenCodeSession:
+    """An OpenCode database of OpenCode's own tables with one session, adopted and watched;
+    a capture's rows (tests/fixtures/states) written into it a few at a time."""
+
+    def __init__(self, oc: OpenCodeDB, monitor: UpstreamMonitor) -> None:
+        self.oc, self.monitor = oc, monitor
+
+    @classmethod
+    async def adopted(cls, kernel: Kernel, tmp_path: Path) -> OpenCodeSession:
+        oc = OpenCodeDB(tmp_path / "opencode.db")
+        oc.session("ses_s")
+        folder = str(tmp_path / "none")
+        config = Config(roots=RootsConfig(opencode_db=str(oc.path), claude=folder))
+        monitor = UpstreamMonitor.from_config(kernel, config)
+        await monitor.adoption.adopt(
+            kind="opencode", path=str(oc.path), thread="ses_s", session_key=KEY, session_id="s1"
+        )
+        assert await kernel.watch(watcher=MAIN, target=KEY)
+        return cls(oc, monitor)
+
+    async def doing(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """``rows`` written, a tick; what the link then says the session is doing."""
+        for row in rows:
+            self.oc.row("ses_s", row["table"], row["id"], row["data"])
+        await self.monitor.ticker.tick()
+        return dict(wire.links(await self.monitor.links())[0]["doing"])
+
+
+def opencode_capture(name: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """A capture of OpenCode's rows and where its scenes end."""
+    rows = [orjson.loads(line) for line in (STATES / f"{name}.jsonl").read_bytes().splitlines()]
+    return rows, json.loads((STATES / f"{name}.json").read_text())["ends"]
+
+
 async def test_opencode_sessions_are_read_from_their_database_rows(
     kernel: Kernel, tmp_path: Path
 ) -> None:
     """OpenCode 1.18.33's rows, as its capture holds them, written scene by scene into a
     database of OpenCode's own tables: each scene ends waiting, the tool's turn is working
     once its assistant message called the tool, a compaction's prompt changes nothing."""
-    rows = [
-        orjson.loads(line) for line in (STATES / "opencode-1.18.33.jsonl").read_bytes().splitlines()
-    ]
-    ends = json.loads((STATES / "opencode-1.18.33.json").read_text())["ends"]
-    oc = OpenCodeDB(tmp_path / "opencode.db")
-    oc.session("ses_s")
-    config = Config(roots=RootsConfig(opencode_db=str(oc.path), claude=str(tmp_path / "none")))
-    monitor = UpstreamMonitor.from_config(kernel, config)
-    await monitor.adoption.adopt(
-        kind="opencode", path=str(oc.path), thread="ses_s", session_key=KEY, session_id="s1"
-    )
-    assert await kernel.watch(watcher=MAIN, target=KEY)
-
-    async def upto(end: int, written: int) -> dict[str, Any]:
-        for row in rows[written:end]:
-            oc.row("ses_s", row["table"], row["id"], row["data"])
-        await monitor.ticker.tick()
-        return dict(wire.links(await monitor.links())[0]["doing"])
-
+    rows, ends = opencode_capture("opencode-1.18.33")
+    session = await OpenCodeSession.adopted(kernel, tmp_path)
     called = next(
         i
         for i in range(ends["ends"], ends["tool"])
@@ -205,16 +222,19 @@ async def test_opencode_sessions_are_read_from_their_database_rows(
     )
     written = 0
     for end in (ends["ends"], called + 1, ends["tool"], ends["interrupted"]):
-        doing = await upto(end, written)
+        doing = await session.doing(rows[written:end])
         written = end
         assert ("working" if end == called + 1 else "waiting") == doing["state"], end
         if end == called + 1:
             prompt = max(i for i in range(called) if rows[i]["data"].get("role") == "user")
             assert rows[prompt]["data"]["time"]["created"] == doing["since"]  # since the prompt
     last = max(r["data"]["time"]["created"] for r in rows if r["table"] == "message")
-    oc.row("ses_s", "message", "msg_zzcompact", {"role": "user", "time": {"created": last + 1}})
-    oc.row("ses_s", "part", "prt_zzcompact", {"type": "compaction", "auto": True})
-    assert doing == await upto(0, 0)
+    compaction = [
+        {"table": "message", "id": "msg_zzcompact",
+         "data": {"role": "user", "time": {"created": last + 1}}},
+        {"table": "part", "id": "prt_zzcompact", "data": {"type": "compaction", "auto": True}},
+    ]  # fmt: skip
+    assert doing == await session.doing(compaction)
 
 
 def test_the_chart_says_what_each_hour_was_mostly_spent_doing() -> None:
@@ -251,20 +271,8 @@ async def test_an_opencode_command_waiting_for_approval_reads_working_never_aski
     """OpenCode's rows while its serve asks a person to approve a command (``bash`` set to
     ask, left unanswered): its assistant message not completed, the tool part running. No
     row says a person is asked: working, since the prompt."""
-    captured = (STATES / "asks" / "opencode-1.18.33.jsonl").read_bytes().splitlines()
-    rows = [orjson.loads(line) for line in captured]
-    ends = json.loads((STATES / "asks" / "opencode-1.18.33.json").read_text())["ends"]
-    oc = OpenCodeDB(tmp_path / "opencode.db")
-    oc.session("ses_s")
-    config = Config(roots=RootsConfig(opencode_db=str(oc.path), claude=str(tmp_path / "none")))
-    monitor = UpstreamMonitor.from_config(kernel, config)
-    await monitor.adoption.adopt(
-        kind="opencode", path=str(oc.path), thread="ses_s", session_key=KEY, session_id="s1"
-    )
-    assert await kernel.watch(watcher=MAIN, target=KEY)
-    for row in rows[: ends["approval"]]:
-        oc.row("ses_s", row["table"], row["id"], row["data"])
-    await monitor.ticker.tick()
-    doing = dict(wire.links(await monitor.links())[0]["doing"])
+    rows, ends = opencode_capture("asks/opencode-1.18.33")
+    session = await OpenCodeSession.adopted(kernel, tmp_path)
+    doing = await session.doing(rows[: ends["approval"]])
     prompt = max(r["data"]["time"]["created"] for r in rows if r["data"].get("role") == "user")
     assert {"state": "working", "since": prompt} == doing
