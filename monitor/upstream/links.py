@@ -370,8 +370,9 @@ def sessions_doing(conn: Conn, states: frozenset[str], now: Now) -> list[Session
     found = []
     for key, agent, kind, host, thread, ref, state, since, source, seen in rows:
         doing = Doing()
-        if state is not None and source == source_key(host, thread, json_object(ref)):
-            doing = doing_now(Doing(state, since), seen, now.at, now.quiet_after)
+        if state is not None:  # else no key to work out
+            kept = _doing((state, since, source), source_key(host, thread, json_object(ref)))
+            doing = doing_now(kept, seen, now.at, now.quiet_after)
         if not states or doing.state in states:
             found.append(SessionDoing(key, agent, kind, doing.state, doing.since))
     found.sort(key=lambda d: (d.since is None, d.since or 0, d.session_key, d.agent_id))

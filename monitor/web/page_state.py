@@ -301,7 +301,13 @@ class PageState:
         pages = max((len(links) + PAGE_ROWS - 1) // PAGE_ROWS, 1)
         page = min(max(page, 1), pages)
         shown = sorted(links, key=recent)[(page - 1) * PAGE_ROWS : page * PAGE_ROWS]
-        rows = await self._rows(shown, activity)
+        waiting = sorted(
+            (v for v in links if v.doing.state in FOR_A_PERSON),
+            key=lambda v: (v.doing.since is None, v.doing.since or 0, v.link.session_key),
+        )
+        needs = waiting[:PAGE_ROWS]
+        titles = await self._titles_of([*shown, *needs])  # one read for the table and panel
+        rows = await self._rows(shown, activity, titles)
         by_watcher: dict[str, list[str]] = {}
         for notice in pending:
             by_watcher.setdefault(notice.watcher, []).append(notice.target)
@@ -311,13 +317,18 @@ class PageState:
         )
         missing_after = self.config.monitor.missing_threshold
         states = Counter(shown_state(v, missing_after)[0] for v in links)
-        waiting = sorted(
-            (v for v in links if v.doing.state in FOR_A_PERSON),
-            key=lambda v: (v.doing.since is None, v.doing.since or 0, v.link.session_key),
-        )
         return dataclasses.replace(
             base,
-            needs_you=await self._needs_you(waiting[:PAGE_ROWS]),
+            needs_you=tuple(
+                NeedsYou(
+                    session_key=v.link.session_key,
+                    kind=v.link.kind or v.link.upstream_kind or "?",
+                    title=self._title(titles, v),
+                    state=v.doing.state,
+                    since=v.doing.since,
+                )
+                for v in needs
+            ),
             waiting=len(waiting),
             links=rows,
             watchers=watchers,
@@ -325,20 +336,6 @@ class PageState:
             states=tuple(sorted(states.items())),
             page=page,
             pages=pages,
-        )
-
-    async def _needs_you(self, waiting: list[LinkView]) -> tuple[NeedsYou, ...]:
-        """The "needs you" panel's rows, titled as the table's."""
-        titles = await self._titles_of(waiting)
-        return tuple(
-            NeedsYou(
-                session_key=v.link.session_key,
-                kind=v.link.kind or v.link.upstream_kind or "?",
-                title=titles.get(v.link.key) or self.titles.get(v.link.thread_id or "", ""),
-                state=v.doing.state,
-                since=v.doing.since,
-            )
-            for v in waiting
         )
 
     async def _titles_of(self, shown: list[LinkView]) -> dict[tuple[str, str], str | None]:
@@ -352,12 +349,17 @@ class PageState:
         self._titles.want({thread for thread in untitled if thread})
         return titles
 
+    def _title(self, titles: Mapping[tuple[str, str], str | None], view: LinkView) -> str:
+        """A session's title: its own (``titles``), else the catalog's, else none."""
+        return titles.get(view.link.key) or self.titles.get(view.link.thread_id or "", "")
+
     async def _rows(
-        self, shown: list[LinkView], activity: dict[str, Activity]
+        self,
+        shown: list[LinkView],
+        activity: dict[str, Activity],
+        titles: Mapping[tuple[str, str], str | None],
     ) -> tuple[LinkRow, ...]:
-        """The page's rows, each with its session's own title, read from its source where
-        its format can, else the catalog's (asked for in the background)."""
-        titles = await self._titles_of(shown)
+        """The page's rows, each with its session's title (:meth:`_title`)."""
         try:
             hours = await self.monitor.doing_hours([v.link.session_key for v in shown])
         except SessionwatchError:
@@ -372,7 +374,7 @@ class PageState:
                     session_key=link.session_key,
                     kind=link.kind or link.upstream_kind or "?",
                     host=link.host_id or "",
-                    title=titles.get(link.key) or self.titles.get(link.thread_id or "", ""),
+                    title=self._title(titles, view),
                     state=state,
                     reason=reason,
                     activity=activity.get(link.session_key),
